@@ -1,0 +1,5 @@
+//! One file per subcommand: argument struct (clap) and `run`.
+
+pub mod inspect;
+pub mod render_template;
+pub mod tokenize;

@@ -1,0 +1,1 @@
+//! The CPU engine: GGUF files over mmap, tokenizer, chat templates, the llama forward pass.

@@ -1,0 +1,54 @@
+//! The `kiln` command line. `anyhow` lives only in this binary; the library's errors are typed.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "kiln",
+    version,
+    about = "CPU-native, OpenAI-compatible LLM inference server"
+)]
+struct Cli {
+    /// Configuration file (TOML). Default: config/default.toml if present.
+    #[arg(long, global = true, env = "KILN_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show a GGUF file's metadata, tensors and derived model description.
+    Inspect(cli::inspect::Args),
+    /// Tokenize text with a model's tokenizer.
+    Tokenize(cli::tokenize::Args),
+    /// Render a chat template with a JSON context, as the Python reference would.
+    RenderTemplate(cli::render_template::Args),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KILN_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(a) => cli::inspect::run(a),
+        Command::Tokenize(a) => cli::tokenize::run(a),
+        Command::RenderTemplate(a) => cli::render_template::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kiln: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
