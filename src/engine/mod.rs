@@ -1,1 +1,3 @@
 //! The CPU engine: GGUF files over mmap, tokenizer, chat templates, the llama forward pass.
+
+pub mod gguf;
