@@ -21,7 +21,7 @@
 //! `parse_special = true`; otherwise they are plain text.
 
 mod bpe;
-// mod gguf;
+mod gguf;
 mod load;
 pub mod pretok;
 mod special;
@@ -51,6 +51,8 @@ pub enum TokenizerError {
     BadVocab(String),
     #[error("pre-tokenizer regex failed to compile: {0}")]
     Regex(String),
+    #[error(transparent)]
+    Gguf(#[from] crate::engine::gguf::GgufError),
 }
 
 /// The ids of the tokens with a special role (None when the vocabulary has none).

@@ -131,10 +131,11 @@ impl PreTokenizer {
 
     /// Splits `text` into pieces (byte ranges, in order, covering all of `text`).
     pub fn split(&self, text: &str) -> Vec<Range<usize>> {
-        let mut pieces = vec![0..text.len()];
         if text.is_empty() {
             return Vec::new();
         }
+        let mut pieces = Vec::with_capacity(text.len() / 3 + 1);
+        pieces.push(0..text.len());
         let mut next = Vec::with_capacity(text.len() / 3 + 1);
         for stage in &self.stages {
             next.clear();

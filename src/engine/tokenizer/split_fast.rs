@@ -1,10 +1,10 @@
 //! Hand-written splitters for the pre-tokenizer regexes on the hot path. Each one gives
 //! exactly the pieces of its regex (tested against the regex engine in `pretok.rs`):
 //!
-//! - [`gpt2`]: `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`
-//! - [`llama3`]: `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,K}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+//! - [`gpt2`] matches `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`
+//! - [`llama3`] matches `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,K}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 //!   with K = 3 (llama3) or 1 (qwen2 writes `\p{N}`)
-//! - [`digits`]: `\p{N}` (every number character alone)
+//! - [`digits`] matches `\p{N}` (every number character alone)
 //!
 //! Like llama.cpp's regex split, text between two matches becomes a piece of its own.
 //! All functions append byte ranges of `text` (offset by `base`) to `out`.
