@@ -1,1 +1,5 @@
 //! The CPU engine: GGUF files over mmap, tokenizer, chat templates, the llama forward pass.
+
+pub mod gguf;
+pub mod hparams;
+pub mod tokenizer;

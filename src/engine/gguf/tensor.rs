@@ -1,0 +1,155 @@
+//! Tensor descriptions and zero-copy views of their data.
+//!
+//! The file's bytes live in one [`Backing`] (a read-only memory map, or an owned buffer for
+//! tests) shared through an `Arc`; a [`TensorData`] is that `Arc` plus a byte range, so weights
+//! are never read or copied at load and a view keeps the map alive for as long as it is used.
+
+use crate::kernels::DType;
+use memmap2::Mmap;
+use std::ops::{Deref, Range};
+use std::sync::Arc;
+
+/// Where the file's bytes live.
+pub(crate) enum Backing {
+    Mmap(Mmap),
+    /// Owned bytes kept in `u64` words so views are 8-byte aligned like a page-aligned map.
+    Owned {
+        words: Vec<u64>,
+        len: usize,
+    },
+}
+
+impl Backing {
+    pub fn owned(bytes: &[u8]) -> Backing {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        for (w, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            // Native order: the words are only ever viewed back as the same bytes.
+            *w = u64::from_ne_bytes(b);
+        }
+        Backing::Owned {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Mmap(m) => m,
+            Backing::Owned { words, len } => {
+                // SAFETY: `words` holds `words.len() * 8 >= len` initialized bytes; u8 has no
+                // alignment or validity requirements, and the slice borrows `self`.
+                unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), *len) }
+            }
+        }
+    }
+}
+
+/// One tensor's description from the header, already validated: the shape's element count
+/// is a whole number of blocks and `offset .. offset + n_bytes` lies inside the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    pub dtype: DType,
+    /// ggml order: `shape[0]` is the row length (contiguous), then rows, then matrices...
+    /// 1 to 4 dimensions, each >= 1.
+    pub shape: Vec<u64>,
+    /// Absolute byte offset of the data in the file.
+    pub offset: u64,
+    /// Data size in bytes.
+    pub n_bytes: u64,
+    /// Byte offset of this tensor's info record in the header (for error messages).
+    pub info_offset: u64,
+}
+
+impl TensorInfo {
+    /// Total number of values (product of the shape; checked at parse time not to overflow).
+    pub fn n_elems(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// Row length `shape[0]`.
+    pub fn row_len(&self) -> u64 {
+        self.shape[0]
+    }
+
+    /// Number of rows: the product of `shape[1..]`.
+    pub fn n_rows(&self) -> u64 {
+        self.shape[1..].iter().product()
+    }
+
+    /// The file byte range of the data.
+    pub fn byte_range(&self) -> Range<usize> {
+        // For parsed infos both ends are <= the file length, which fits in usize; saturation
+        // only matters for hand-built infos, whose ranges are then checked by the caller.
+        let end = self.offset.saturating_add(self.n_bytes);
+        usize::try_from(self.offset).unwrap_or(usize::MAX)
+            ..usize::try_from(end).unwrap_or(usize::MAX)
+    }
+}
+
+/// An owned, cheap-to-clone view of one tensor's bytes: keeps the file mapped while alive.
+/// Derefs to the raw bytes in the file's layout (little-endian, ggml block format).
+#[derive(Clone)]
+pub struct TensorData {
+    backing: Arc<Backing>,
+    range: Range<usize>,
+    dtype: DType,
+    shape: Vec<u64>,
+}
+
+impl TensorData {
+    pub(crate) fn new(backing: Arc<Backing>, info: &TensorInfo) -> TensorData {
+        TensorData {
+            backing,
+            range: info.byte_range(),
+            dtype: info.dtype,
+            shape: info.shape.clone(),
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// ggml order, `shape()[0]` = row length.
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.backing.bytes()[self.range.clone()]
+    }
+
+    /// The data as `f32` values when the dtype is F32 and the bytes are 4-byte aligned
+    /// (always true for files whose alignment is a multiple of 4, i.e. all real ones);
+    /// `None` otherwise. Assumes a little-endian host, like the rest of kiln.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        if self.dtype != DType::F32 {
+            return None;
+        }
+        let b = self.bytes();
+        // SAFETY: every bit pattern is a valid f32; `align_to` only puts correctly aligned
+        // whole values in the middle slice, and we accept only the case where it is all of it.
+        let (pre, mid, post) = unsafe { b.align_to::<f32>() };
+        (pre.is_empty() && post.is_empty()).then_some(mid)
+    }
+}
+
+impl Deref for TensorData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl std::fmt::Debug for TensorData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorData")
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .field("range", &self.range)
+            .finish()
+    }
+}
