@@ -1,1 +1,2 @@
 //! The CPU engine: GGUF files over mmap, tokenizer, chat templates, the llama forward pass.
+pub mod chat_template;
