@@ -102,3 +102,52 @@ fn describe_mismatch(case: &serde_json::Value, result: &Result<String, String>) 
         (None, Err(e)) => format!("case has neither output nor error; got error {e}"),
     }
 }
+
+/// Runs `kiln render-template` on the first conformance case with an expected output and checks
+/// stdout is exactly that output; then checks a refusing template exits non-zero with stderr.
+#[test]
+fn render_template_cli_prints_exactly() {
+    let dir = common::shared_dir().join("conformance/chat-templates");
+    let file = dir.join("Qwen-Qwen2.5-7B-Instruct.cases.json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&common::read_to_string(&file)).expect("cases JSON");
+    let case = &doc["cases"][0];
+    let expected = case["output"].as_str().expect("case 0 has an output");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let ctx_path = tmp.path().join("context.json");
+    std::fs::write(&ctx_path, case["context"].to_string()).expect("write context");
+    let template = dir.join(doc["template"].as_str().expect("template name"));
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("render-template")
+        .arg("--template")
+        .arg(&template)
+        .arg("--context")
+        .arg(&ctx_path)
+        .args(["--now", doc["now"].as_str().expect("now")])
+        .output()
+        .expect("run kiln");
+    assert!(
+        out.status.success(),
+        "kiln failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).expect("UTF-8 stdout"),
+        expected
+    );
+
+    let refusing = tmp.path().join("refuse.jinja");
+    std::fs::write(&refusing, "{{ raise_exception('no system role') }}").expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("render-template")
+        .arg("--template")
+        .arg(&refusing)
+        .arg("--context")
+        .arg(&ctx_path)
+        .output()
+        .expect("run kiln");
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no system role"));
+}

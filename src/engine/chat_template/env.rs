@@ -39,11 +39,11 @@ pub struct RenderLimits {
 }
 
 impl Default for RenderLimits {
-    /// 20M instructions (well under a second; real chat templates on long conversations use
-    /// a few hundred thousand), 16 MiB of output, recursion depth 64.
+    /// 10M instructions (about half a second; the reference templates use ~100 per message,
+    /// so ~30k for a 300-message conversation), 16 MiB of output, recursion depth 64.
     fn default() -> Self {
         RenderLimits {
-            fuel: 20_000_000,
+            fuel: 10_000_000,
             max_output_bytes: 16 << 20,
             max_recursion: 64,
         }

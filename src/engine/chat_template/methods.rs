@@ -5,7 +5,7 @@
 //! are refused, as jinja2's ImmutableSandboxedEnvironment refuses them.
 
 use super::python::py_str;
-use minijinja::value::{Value, ValueKind};
+use minijinja::value::{from_args, Value, ValueKind};
 use minijinja::{Error, ErrorKind, State};
 
 /// The unknown-method callback installed on the environment.
@@ -33,6 +33,20 @@ pub fn call_method(
                 value.kind()
             ),
         )),
+        (ValueKind::String, "rsplit") => rsplit(value.as_str().unwrap_or_default(), args),
+        (ValueKind::String, "center" | "ljust" | "rjust") => {
+            pad(value.as_str().unwrap_or_default(), method, args)
+        }
+        (ValueKind::String, "removeprefix") => {
+            let (p,): (&str,) = from_args(args)?;
+            let s = value.as_str().unwrap_or_default();
+            Ok(Value::from(s.strip_prefix(p).unwrap_or(s)))
+        }
+        (ValueKind::String, "removesuffix") => {
+            let (p,): (&str,) = from_args(args)?;
+            let s = value.as_str().unwrap_or_default();
+            Ok(Value::from(s.strip_suffix(p).unwrap_or(s)))
+        }
         (_, "__str__") => Ok(Value::from(py_str(value))),
         _ => minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args),
     }
@@ -72,4 +86,71 @@ fn affix_test(s: &str, prefix: bool, args: &[Value]) -> Result<Value, Error> {
     } else {
         check(needle).map(Value::from)
     }
+}
+
+/// `str.rsplit(sep=None, maxsplit=-1)`.
+fn rsplit(s: &str, args: &[Value]) -> Result<Value, Error> {
+    let (sep, maxsplit): (Option<&str>, Option<i64>) = from_args(args)?;
+    let max = maxsplit.filter(|m| *m >= 0).map(|m| m as usize);
+    let mut parts: Vec<Value> = match (sep, max) {
+        (Some(""), _) => return Err(Error::new(ErrorKind::InvalidOperation, "empty separator")),
+        (Some(sep), Some(n)) => s.rsplitn(n + 1, sep).map(Value::from).collect(),
+        (Some(sep), None) => s.rsplit(sep).map(Value::from).collect(),
+        (None, max) => {
+            // Whitespace runs; with maxsplit the leftmost remainder keeps its inner spacing.
+            let mut rest = s.trim_end();
+            let mut out = Vec::new();
+            while !rest.is_empty() {
+                if max.is_some_and(|n| out.len() == n) {
+                    out.push(Value::from(rest.trim_start()));
+                    break;
+                }
+                match rest.rfind(char::is_whitespace) {
+                    Some(i) => {
+                        let ws_len = rest[i..].chars().next().map_or(1, char::len_utf8);
+                        out.push(Value::from(&rest[i + ws_len..]));
+                        rest = rest[..i].trim_end();
+                    }
+                    None => {
+                        out.push(Value::from(rest));
+                        rest = "";
+                    }
+                }
+            }
+            out
+        }
+    };
+    parts.reverse();
+    Ok(Value::from(parts))
+}
+
+/// `str.center` / `str.ljust` / `str.rjust` (width counted in characters, like Python).
+fn pad(s: &str, method: &str, args: &[Value]) -> Result<Value, Error> {
+    let (width, fill): (usize, Option<&str>) = from_args(args)?;
+    let fill = match fill {
+        None => ' ',
+        Some(f) if f.chars().count() == 1 => f.chars().next().unwrap_or(' '),
+        Some(_) => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "the fill character must be exactly one character long",
+            ))
+        }
+    };
+    let len = s.chars().count();
+    let total = width.saturating_sub(len).min(1 << 20);
+    let (left, right) = match method {
+        "ljust" => (0, total),
+        "rjust" => (total, 0),
+        // CPython's centering: the extra character goes left when both counts are odd.
+        _ => {
+            let left = total / 2 + (total & width & 1);
+            (left, total - left)
+        }
+    };
+    let mut out = String::with_capacity(s.len() + total);
+    out.extend(std::iter::repeat_n(fill, left));
+    out.push_str(s);
+    out.extend(std::iter::repeat_n(fill, right));
+    Ok(Value::from(out))
 }
