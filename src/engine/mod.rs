@@ -1,5 +1,6 @@
 //! The CPU engine: GGUF files over mmap, tokenizer, chat templates, the llama forward pass.
 
+pub mod chat_template;
 pub mod gguf;
 pub mod hparams;
 pub mod tokenizer;

@@ -1,5 +1,6 @@
 //! kiln's integration tests, built as one binary. They use the real default model and the
 //! reference data in ../shared (override with KILN_SHARED); a missing file fails loudly.
 
+mod chat_templates;
 mod common;
 mod tokenizer;

@@ -1,0 +1,223 @@
+//! Python's `str()` and `repr()` of template values, so output reads as the Python reference's.
+//!
+//! Jinja2 prints `{{ x }}` with `str(x)`: `None`, `True`, `False`, floats as `repr(float)`
+//! (`1.0`, `1e-05`), and containers as their `repr` (`['a', 1]`, `{'k': None}`). Undefined
+//! prints as the empty string.
+
+use minijinja::value::{Value, ValueKind};
+
+/// `str(value)` as Python would print it.
+pub fn py_str(value: &Value) -> String {
+    let mut out = String::new();
+    write_str(&mut out, value);
+    out
+}
+
+/// Appends `str(value)` to `out`.
+pub fn write_str(out: &mut String, value: &Value) {
+    match value.kind() {
+        ValueKind::String => out.push_str(value.as_str().unwrap_or_default()),
+        ValueKind::Undefined => {}
+        _ => write_repr(out, value),
+    }
+}
+
+/// Appends `repr(value)` to `out`.
+pub fn write_repr(out: &mut String, value: &Value) {
+    match value.kind() {
+        ValueKind::Undefined => {}
+        ValueKind::None => out.push_str("None"),
+        ValueKind::Bool => out.push_str(if value.is_true() { "True" } else { "False" }),
+        ValueKind::Number => write_number(out, value, FloatStyle::Python),
+        ValueKind::String => write_str_repr(out, value.as_str().unwrap_or_default()),
+        ValueKind::Seq | ValueKind::Iterable => {
+            out.push('[');
+            if let Ok(iter) = value.try_iter() {
+                for (i, item) in iter.enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    write_repr(out, &item);
+                }
+            }
+            out.push(']');
+        }
+        ValueKind::Map => {
+            out.push('{');
+            if let Ok(iter) = value.try_iter() {
+                for (i, key) in iter.enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    write_repr(out, &key);
+                    out.push_str(": ");
+                    let item = value.get_item(&key).unwrap_or_default();
+                    write_repr(out, &item);
+                }
+            }
+            out.push('}');
+        }
+        // Bytes, plain objects, invalid values: minijinja's own rendering is the best guess.
+        _ => out.push_str(&value.to_string()),
+    }
+}
+
+/// How non-finite floats are spelled: `repr` (`nan`, `inf`) or `json.dumps` (`NaN`, `Infinity`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum FloatStyle {
+    Python,
+    Json,
+}
+
+/// Appends a number: integers in decimal, floats as Python's shortest `repr`.
+pub fn write_number(out: &mut String, value: &Value, style: FloatStyle) {
+    if value.is_integer() {
+        out.push_str(&value.to_string());
+    } else {
+        match f64::try_from(value.clone()) {
+            Ok(f) => write_float(out, f, style),
+            Err(_) => out.push_str(&value.to_string()),
+        }
+    }
+}
+
+/// Appends `repr(f)` (Python's shortest round-trip form, exponent when `e < -4` or `e >= 16`).
+pub fn write_float(out: &mut String, f: f64, style: FloatStyle) {
+    if f.is_nan() {
+        out.push_str(if style == FloatStyle::Json {
+            "NaN"
+        } else {
+            "nan"
+        });
+        return;
+    }
+    if f.is_infinite() {
+        let s = match (style, f > 0.0) {
+            (FloatStyle::Json, true) => "Infinity",
+            (FloatStyle::Json, false) => "-Infinity",
+            (FloatStyle::Python, true) => "inf",
+            (FloatStyle::Python, false) => "-inf",
+        };
+        out.push_str(s);
+        return;
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits: "-1.2345e-5", "1e16", "0e0".
+    let sci = format!("{:e}", f.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    if f.is_sign_negative() {
+        out.push('-');
+    }
+    if !(-5 < exp && exp < 16) {
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        out.push(if exp < 0 { '-' } else { '+' });
+        out.push_str(&format!("{:02}", exp.abs()));
+    } else if exp < 0 {
+        out.push_str("0.");
+        for _ in 0..(-exp - 1) {
+            out.push('0');
+        }
+        out.push_str(&digits);
+    } else {
+        let int_len = exp as usize + 1;
+        if digits.len() <= int_len {
+            out.push_str(&digits);
+            for _ in digits.len()..int_len {
+                out.push('0');
+            }
+            out.push_str(".0");
+        } else {
+            out.push_str(&digits[..int_len]);
+            out.push('.');
+            out.push_str(&digits[int_len..]);
+        }
+    }
+}
+
+/// Appends `repr(s)` for a string: single quotes unless the text has `'` and no `"`.
+fn write_str_repr(out: &mut String, s: &str) {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if is_py_printable(c) => out.push(c),
+            c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+        }
+    }
+    out.push(quote);
+}
+
+/// An approximation of Python's `str.isprintable` for one character: control characters,
+/// separators other than the ASCII space, and format characters are escaped by `repr`.
+fn is_py_printable(c: char) -> bool {
+    let u = c as u32;
+    if c == ' ' {
+        return true;
+    }
+    if u < 0x20 || (0x7f..0xa0).contains(&u) || u == 0xad {
+        return false;
+    }
+    if c.is_whitespace() {
+        return false; // Zs/Zl/Zp other than ' ' are not printable
+    }
+    !matches!(u, 0x200b..=0x200f | 0x2028..=0x202e | 0x2060..=0x2064 | 0xfeff | 0xd800..=0xdfff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn float(f: f64) -> String {
+        let mut s = String::new();
+        write_float(&mut s, f, FloatStyle::Python);
+        s
+    }
+
+    #[test]
+    fn floats_print_like_python_repr() {
+        assert_eq!(float(1.0), "1.0");
+        assert_eq!(float(-0.0), "-0.0");
+        assert_eq!(float(0.5), "0.5");
+        assert_eq!(float(0.1 + 0.2), "0.30000000000000004");
+        assert_eq!(float(1e-5), "1e-05");
+        assert_eq!(float(0.0001), "0.0001");
+        assert_eq!(float(1e16), "1e+16");
+        assert_eq!(float(1e15), "1000000000000000.0");
+        assert_eq!(float(123.456), "123.456");
+        assert_eq!(float(1.5e300), "1.5e+300");
+        assert_eq!(float(f64::NAN), "nan");
+    }
+
+    #[test]
+    fn containers_print_like_python_repr() {
+        let v = Value::from_serialize(serde_json::json!(
+            {"a": [1, 2.0, null, true], "b": "it's", "c": "x\n"}
+        ));
+        assert_eq!(
+            py_str(&v),
+            r#"{'a': [1, 2.0, None, True], 'b': "it's", 'c': 'x\n'}"#
+        );
+        assert_eq!(py_str(&Value::from(false)), "False");
+        assert_eq!(py_str(&Value::UNDEFINED), "");
+    }
+}

@@ -1,0 +1,240 @@
+//! Unit tests: Python printing, tojson, raise_exception, budgets, sandboxing, the ChatML default.
+//! Expected strings were produced by jinja2 3.1.6 configured as transformers configures it.
+
+use super::*;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+fn render(src: &str, ctx: serde_json::Value) -> Result<String, ChatTemplateError> {
+    ChatTemplate::new(src)?.render(&ctx, DateTime::parse_iso("2025-01-01T00:00:00"))
+}
+
+#[test]
+fn values_print_like_python() {
+    let out = render(
+        "{{ a }} {{ b }} {{ c }} {{ d }} {{ e }} {{ f }}|{{ missing }}|{{ a|string }}",
+        json!({"a": null, "b": true, "c": false, "d": 1.0, "e": [1, "x"], "f": {"k": null}}),
+    )
+    .unwrap();
+    assert_eq!(out, "None True False 1.0 [1, 'x'] {'k': None}||None");
+    let out = render(
+        "{{ 10000000000000000 }} {{ 1.0e15 }} {{ 0.1 + 0.2 }} {{ -0.0 }} {{ 3 / 0.5 }} {{ 7 // 2 }} \
+         {{ 1e20 }} {{ 0.00001 }}|{{ [none, true]|join }}|{{ 1 ~ none ~ true }}",
+        json!({}),
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        "10000000000000000 1000000000000000.0 0.30000000000000004 -0.0 6.0 3 1e+20 1e-05\
+         |NoneTrue|1NoneTrue"
+    );
+}
+
+#[test]
+fn tojson_matches_json_dumps() {
+    let out = render(
+        "{{ x|tojson }}|{{ x|tojson(indent=2) }}|\
+         {{ x|tojson(sort_keys=true, separators=(',', ':')) }}|{{ 'é'|tojson(ensure_ascii=true) }}",
+        json!({"x": {"b": [1, 2.5, null], "a": {}, "c": "é\"<"}}),
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        "{\"b\": [1, 2.5, null], \"a\": {}, \"c\": \"é\\\"<\"}|\
+         {\n  \"b\": [\n    1,\n    2.5,\n    null\n  ],\n  \"a\": {},\n  \"c\": \"é\\\"<\"\n}|\
+         {\"a\":{},\"b\":[1,2.5,null],\"c\":\"é\\\"<\"}|\"\\u00e9\""
+    );
+    assert!(matches!(
+        render("{{ nothing|tojson }}", json!({})),
+        Err(ChatTemplateError::Render { .. })
+    ));
+}
+
+#[test]
+fn raise_exception_is_a_named_refusal() {
+    let src = "{% macro check(m) %}{% if m.role == 'system' %}\
+               {{ raise_exception('System role not supported') }}{% endif %}{% endmacro %}\
+               {% for m in messages %}{{ check(m) }}{{ m.content }}{% endfor %}";
+    match render(
+        src,
+        json!({"messages": [{"role": "system", "content": "x"}]}),
+    ) {
+        Err(ChatTemplateError::Raised(msg)) => assert_eq!(msg, "System role not supported"),
+        other => panic!("expected Raised, got {other:?}"),
+    }
+    assert_eq!(
+        render(src, json!({"messages": [{"role": "user", "content": "x"}]})).unwrap(),
+        "x"
+    );
+}
+
+#[test]
+fn python_methods_and_tests() {
+    let out = render(
+        "{{ ' xxhixx '.strip(' x') }}|{{ 'a b  c'.split() }}|{{ 'a,b,c'.split(',', 1) }}|\
+         {{ 'abc'.startswith(('x', 'a')) }}|{{ 'hello world'.title() }}|{{ '{} and {}'.format(1, 'x') }}|\
+         {{ d.get('k') }}|{{ d.get('z', 3) }}|{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|\
+         {{ 'aXbXc'.rsplit('X', 1) }}|{{ 'ab'.center(6, '*') }}",
+        json!({"d": {"k": 1}}),
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        "hi|['a', 'b', 'c']|['a', 'b,c']|True|Hello World|1 and x|1|3|k=1;|['aXb', 'c']|**ab**"
+    );
+    let out = render(
+        "{{ 'abc' is sequence }}{{ {} is sequence }}{{ none is iterable }}{{ 'a' is iterable }}\
+         {{ true is number }}{{ 1 is integer }}{{ true is integer }}{{ 1.0 is float }}\
+         {{ {} is mapping }}{{ [] is mapping }}{{ x is iterable }}",
+        json!({}),
+    )
+    .unwrap();
+    assert_eq!(out, "TrueTrueFalseTrueTrueTrueFalseTrueTrueFalseTrue");
+    // The immutable sandbox refuses mutation.
+    assert!(render("{{ [1, 2].append(3) }}", json!({})).is_err());
+}
+
+#[test]
+fn markup_concatenation_escapes_like_jinja2() {
+    let out = render(
+        "{{ '<'|safe + '\"' }}|{{ '\"' + '<'|safe }}|{{ ('a'|safe + 'b')|length }}|{{ 1 + 2 }}",
+        json!({}),
+    )
+    .unwrap();
+    assert_eq!(out, "<&#34;|&#34;<|2|3");
+}
+
+#[test]
+fn generation_block_renders_its_body() {
+    let out = render(
+        "a\n  {% generation %}\nX{{ 1 }}\n  {% endgeneration %}\nb{%- generation -%}  Y  \
+         {%- endgeneration -%} c|{% for m in [1,2] %}{% generation %}{% set z = 5 %}\
+         {{ loop.index }}{% endgeneration %}{% endfor %}{{ z }}",
+        json!({}),
+    )
+    .unwrap();
+    assert_eq!(out, "a\nX1\nbYc|12");
+}
+
+#[test]
+fn strftime_now_uses_the_given_time() {
+    let out = render(
+        "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%B %d, %Y %A %j %H:%M %p') }}",
+        json!({}),
+    )
+    .unwrap();
+    assert_eq!(out, "01 Jan 2025 January 01, 2025 Wednesday 001 00:00 AM");
+}
+
+#[test]
+fn tools_is_none_when_absent() {
+    let out = render(
+        "{% if tools is not none %}T{% endif %}{{ tools }}{{ tools is none }}",
+        json!({}),
+    )
+    .unwrap();
+    assert_eq!(out, "NoneTrue");
+}
+
+/// A runaway loop must stop on the instruction budget, quickly, with a named error.
+fn assert_fuel_stops(src: &str) {
+    let start = Instant::now();
+    let err = render(src, json!({})).unwrap_err();
+    let took = start.elapsed();
+    assert!(
+        matches!(err, ChatTemplateError::FuelExhausted { .. }),
+        "expected FuelExhausted, got {err:?}"
+    );
+    assert!(err.to_string().contains("budget"), "{err}");
+    println!("fuel ran out after {took:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
+fn endless_loops_exhaust_fuel_fast() {
+    assert_fuel_stops(
+        "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}",
+    );
+    // The short nested-loop kind (three ranges of 100000, under 120 bytes, nothing printed).
+    let tiny = "{%for a in range(99999)%}{%for b in range(99999)%}{%for c in range(99999)%}\
+                {%endfor%}{%endfor%}{%endfor%}";
+    assert!(tiny.len() <= 116);
+    assert_fuel_stops(tiny);
+}
+
+#[test]
+fn output_is_capped() {
+    let t = ChatTemplate::with_limits(
+        "{% for a in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+        RenderLimits {
+            max_output_bytes: 1 << 20,
+            ..RenderLimits::default()
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        t.render(&json!({}), None),
+        Err(ChatTemplateError::OutputTooLarge { limit }) if limit == 1 << 20
+    ));
+}
+
+#[test]
+fn deep_recursion_is_an_error_not_a_crash() {
+    let err = render(
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        json!({}),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ChatTemplateError::Render { .. }), "{err:?}");
+}
+
+#[test]
+fn no_filesystem_access() {
+    for src in [
+        "{% include '/etc/passwd' %}",
+        "{% import '/etc/passwd' as x %}",
+        "{% extends 'base.html' %}",
+    ] {
+        assert!(render(src, json!({})).is_err(), "{src} should fail");
+    }
+}
+
+#[test]
+fn syntax_errors_are_named_with_a_line() {
+    match ChatTemplate::new("ok\n{% if %}") {
+        Err(ChatTemplateError::Syntax { detail }) => assert!(detail.contains(":2"), "{detail}"),
+        other => panic!("expected a syntax error, got {other:?}"),
+    }
+}
+
+#[test]
+fn context_must_be_an_object() {
+    let t = ChatTemplate::chatml_default();
+    assert!(matches!(
+        t.render(&json!([1]), None),
+        Err(ChatTemplateError::InvalidContext { .. })
+    ));
+}
+
+#[test]
+fn chatml_default_renders_chatml() {
+    let t = ChatTemplate::chatml_default();
+    let ctx = json!({
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "image"}]},
+        ],
+        "add_generation_prompt": true,
+    });
+    assert_eq!(
+        t.render(&ctx, None).unwrap(),
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
+         <|im_start|>assistant\n"
+    );
+}
+
+#[test]
+fn chat_template_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<ChatTemplate>();
+}
