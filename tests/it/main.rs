@@ -2,3 +2,5 @@
 //! reference data in ../shared (override with KILN_SHARED); a missing file fails loudly.
 
 mod common;
+mod gguf;
+mod gguf_malformed;
