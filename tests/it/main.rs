@@ -3,4 +3,6 @@
 
 mod chat_templates;
 mod common;
+mod gguf;
+mod gguf_malformed;
 mod tokenizer;

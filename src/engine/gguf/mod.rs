@@ -11,10 +11,12 @@ mod parse;
 mod reader;
 mod tensor;
 mod value;
+pub mod writer;
 
 pub use error::GgufError;
 pub use tensor::{TensorData, TensorInfo};
 pub use value::{MetaArray, MetaType, MetaValue};
+pub use writer::{GgufWriter, WriteError};
 
 use memmap2::Mmap;
 use std::collections::HashMap;
