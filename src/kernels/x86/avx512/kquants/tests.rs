@@ -1,0 +1,153 @@
+//! SIMD == scalar for the K-quant kernels on every x86 ISA this CPU supports (AVX2, AVX-512,
+//! AVX-512 VNNI), on random blocks: dot products within float rounding of the scalar twin
+//! (their integer parts are identical), Q8_K quantization bit-identical.
+
+use proptest::prelude::*;
+
+use crate::kernels::scalar::kquants as scalar;
+use crate::kernels::scalar::kquants::tests::{dot_tolerance, sanitize_row};
+use crate::kernels::x86::avx2::kquants as avx2;
+use crate::kernels::DType;
+
+type Dot = fn(usize, &[u8], &[u8]) -> f32;
+
+fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+}
+
+fn has_avx512() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && has_avx2()
+}
+
+fn has_vnni() -> bool {
+    has_avx512() && is_x86_feature_detected!("avx512vnni")
+}
+
+/// Every SIMD dot product this CPU can run, with the scalar twin it must match.
+fn dots() -> Vec<(DType, &'static str, Dot, Dot)> {
+    let mut v: Vec<(DType, &'static str, Dot, Dot)> = Vec::new();
+    // SAFETY (all closures below): each is only pushed after the features its kernel
+    // requires were detected on this CPU.
+    macro_rules! push {
+        ($cond:expr, $isa:literal, $d:expr, $simd:path, $scalar:path) => {
+            if $cond {
+                v.push(($d, $isa, |n, w, a| unsafe { $simd(n, w, a) }, $scalar));
+            }
+        };
+    }
+    macro_rules! all_types {
+        ($cond:expr, $isa:literal, $m:path) => {{
+            use $m as m;
+            push!(
+                $cond,
+                $isa,
+                DType::Q2_K,
+                m::vec_dot_q2_k_q8_k,
+                scalar::vec_dot_q2_k_q8_k
+            );
+            push!(
+                $cond,
+                $isa,
+                DType::Q3_K,
+                m::vec_dot_q3_k_q8_k,
+                scalar::vec_dot_q3_k_q8_k
+            );
+            push!(
+                $cond,
+                $isa,
+                DType::Q4_K,
+                m::vec_dot_q4_k_q8_k,
+                scalar::vec_dot_q4_k_q8_k
+            );
+            push!(
+                $cond,
+                $isa,
+                DType::Q5_K,
+                m::vec_dot_q5_k_q8_k,
+                scalar::vec_dot_q5_k_q8_k
+            );
+            push!(
+                $cond,
+                $isa,
+                DType::Q6_K,
+                m::vec_dot_q6_k_q8_k,
+                scalar::vec_dot_q6_k_q8_k
+            );
+        }};
+    }
+    all_types!(has_avx2(), "avx2", crate::kernels::x86::avx2::kquants);
+    all_types!(has_avx512(), "avx512", super::bw);
+    all_types!(has_vnni(), "avx512vnni", super::vnni);
+    v
+}
+
+#[test]
+fn this_cpu_runs_every_x86_path() {
+    // The CI machine reports AVX-512 VNNI; make sure the proptests below are not vacuous there.
+    assert_eq!(
+        dots().len(),
+        15,
+        "expected AVX2, AVX-512 and VNNI paths on this CPU"
+    );
+}
+
+fn scales() -> impl Strategy<Value = Vec<f32>> {
+    prop::collection::vec(prop_oneof![Just(0.0f32), -2.0f32..2.0, 1e-4f32..1e-2], 1..6)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn simd_dot_equals_scalar(
+        blocks in 1usize..4,
+        raw_w in prop::collection::vec(any::<u8>(), 4 * 210),
+        raw_a in prop::collection::vec(any::<u8>(), 4 * 292),
+        ws in scales(),
+        as_ in scales(),
+    ) {
+        let n = blocks * 256;
+        let mut a = raw_a[..blocks * 292].to_vec();
+        sanitize_row(DType::Q8_K, &mut a, &as_);
+        for (d, isa, simd, reference) in dots() {
+            let mut w = raw_w[..blocks * d.block_bytes()].to_vec();
+            sanitize_row(d, &mut w, &ws);
+            let (got, want) = (simd(n, &w, &a), reference(n, &w, &a));
+            let tol = dot_tolerance(reference, d, n, &w, &a);
+            prop_assert!((got - want).abs() <= tol, "{} {}: {} vs {} (tol {})", d, isa, got, want, tol);
+        }
+    }
+
+    #[test]
+    fn simd_q8k_quantization_is_bit_identical(
+        x in prop::collection::vec(
+            prop_oneof![-1e3f32..1e3, -1.0f32..1.0, Just(0.0f32), Just(f32::NAN)], 512),
+    ) {
+        prop_assume!(has_avx2());
+        let mut want = vec![0u8; 2 * 292];
+        let mut got = vec![0u8; 2 * 292];
+        scalar::quantize_row_q8_k(&x, &mut want);
+        // SAFETY: AVX2 was detected above.
+        unsafe { avx2::quantize_row_q8_k(&x, &mut got) };
+        prop_assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn simd_q8k_handles_ties_and_zero_blocks() {
+    assert!(has_avx2());
+    let mut x = vec![0f32; 512];
+    x[0] = -127.0;
+    x[1] = -2.5;
+    x[2] = 3.5;
+    x[3] = 0.5;
+    let mut want = vec![0u8; 2 * 292];
+    let mut got = vec![0u8; 2 * 292];
+    scalar::quantize_row_q8_k(&x, &mut want);
+    // SAFETY: AVX2 was asserted above.
+    unsafe { avx2::quantize_row_q8_k(&x, &mut got) };
+    assert_eq!(got, want);
+}
