@@ -11,31 +11,38 @@
 //! Two instantiations: [`bw`] (AVX-512 F+BW+VL) and [`vnni`] (plus VNNI). Q8_K quantization
 //! and dequantization use the AVX2 / scalar versions.
 
-/// One dot-product entry point: `$body` yields `(d_w, dmin_w, isum lanes, msum)` for block
-/// pointers `$x` (weights) and `$y` (Q8_K); the result is `sum d_a * (d_w * isum - dmin_w * msum)`.
-macro_rules! avx512_vec_dot {
-    ($features:literal, $(#[$d:meta])* $name:ident, $block:ty, |$x:ident, $y:ident| $body:block) => {
-        $(#[$d])*
+/// The public vec_dot / gemm pair of each weight type, for one feature set.
+macro_rules! avx512_entry_points {
+    ($features:literal; $($dot:ident, $gemm:ident, $block:ty, $prep:ident;)*) => {$(
+        /// AVX-512 twin of the scalar dot product of the same name (weights `w`, Q8_K `a`).
         ///
         /// # Safety
         /// The CPU must have this module's features. Lengths are checked (panics like the
         /// scalar twin).
         #[target_feature(enable = $features)]
-        pub unsafe fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            let nb = check::<$block>(n, w, a, stringify!($name));
-            let mut acc = _mm512_setzero_ps();
-            let mut acc_min = 0.0f32;
-            for i in 0..nb {
-                let $x = w.as_ptr().add(i * <$block as KBlock>::BYTES);
-                let $y = a.as_ptr().add(i * BlockQ8K::BYTES);
-                let (d, dmin, isum, msum): (f32, f32, __m512i, i32) = $body;
-                let dy = $y.cast::<f32>().read_unaligned();
-                acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * d), _mm512_cvtepi32_ps(isum), acc);
-                acc_min += dy * dmin * msum as f32;
-            }
-            _mm512_reduce_add_ps(acc) - acc_min
+        pub unsafe fn $dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            let nb = check::<$block>(n, w, a, stringify!($dot));
+            vec_dot_with(nb, w, a, <$block>::BYTES, |x| $prep(x))
         }
-    };
+
+        /// Tiled AVX-512 gemm for this weight type against Q8_K rows (see
+        /// `TypeKernels::gemm`).
+        ///
+        /// # Safety
+        /// The CPU must have this module's features. Lengths are checked.
+        #[target_feature(enable = $features)]
+        pub unsafe fn $gemm(
+            k: usize,
+            w: &[u8],
+            n_rows: usize,
+            a: &[u8],
+            n_tok: usize,
+            out: &mut [f32],
+            out_stride: usize,
+        ) {
+            gemm_with(k, w, n_rows, a, n_tok, out, out_stride, <$block>::BYTES, |x| $prep(x))
+        }
+    )*};
 }
 
 macro_rules! avx512_kquants {
@@ -46,117 +53,158 @@ macro_rules! avx512_kquants {
             use std::mem::offset_of;
 
             use crate::kernels::blocks::kquants::{
-                scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KBlock,
+                BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KBlock,
             };
             use crate::kernels::x86::avx2::kquants::{
-                bsum_dot, check, groups_k4, groups_q2k, unpack_q2k, unpack_q3k, unpack_q4k,
-                unpack_q5k, unpack_q6k, Groups, Unpacked,
+                check, check_gemm, offset_scales, prep_q2k, prep_q3k, prep_q4k, prep_q5k, prep_q6k,
+                Prepared,
             };
 
+            /// Tokens per register tile in [`gemm_with`].
+            const TILE: usize = 4;
+
+            /// A prepared block's values as four 64-value registers and its scales as i32
+            /// lanes (scale in the low 16 bits, zero above) matching each register.
+            struct Wide {
+                u: [__m512i; 4],
+                s: [__m512i; 4],
+            }
+
+            /// # Safety
+            /// The CPU must have this module's features.
             #[inline(always)]
-            fn f16_at(p: *const u8) -> f32 {
-                // SAFETY: callers pass a pointer to 2 readable bytes inside a checked block.
-                let bits = unsafe { p.cast::<u16>().read_unaligned() };
-                half::f16::from_bits(u16::from_le(bits)).to_f32()
+            unsafe fn widen(p: &Prepared) -> Wide {
+                let s16 = _mm256_cvtepi8_epi16(p.gs);
+                let s = _mm512_cvtepu16_epi32(s16);
+                let mut w = Wide { u: [_mm512_setzero_si512(); 4], s: [_mm512_setzero_si512(); 4] };
+                for k in 0..4 {
+                    w.u[k] = _mm512_inserti64x4::<1>(
+                        _mm512_castsi256_si512(p.u[2 * k]),
+                        p.u[2 * k + 1],
+                    );
+                    let g = 4 * k as i32;
+                    let idx = _mm512_setr_epi32(
+                        g, g, g, g, g + 1, g + 1, g + 1, g + 1,
+                        g + 2, g + 2, g + 2, g + 2, g + 3, g + 3, g + 3, g + 3,
+                    );
+                    w.s[k] = _mm512_permutexvar_epi32(idx, s);
+                }
+                w
             }
 
             /// `sum_v scale[v / 16] * u[v] * q8[v]` for one block, as 16 i32 lanes.
             ///
             /// # Safety
             /// The CPU must have this module's features; `q8` must point to 256 bytes.
-            #[inline]
-            #[target_feature(enable = $features)]
-            unsafe fn scaled_sum(u: &Unpacked, q8: *const u8, scales: &Groups) -> __m512i {
-                // Lane g: scale g in the low 16 bits, zero above.
-                let s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(scales.as_ptr().cast()));
-                let s = _mm512_cvtepu16_epi32(s16);
+            #[inline(always)]
+            unsafe fn scaled_sum(w: &Wide, q8: *const u8) -> __m512i {
                 let mut acc = _mm512_setzero_si512();
                 for k in 0..4 {
-                    let uk = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(u[2 * k]), u[2 * k + 1]);
                     let q = _mm512_loadu_si512(q8.add(64 * k).cast());
-                    let g = 4 * k as i32;
-                    let idx = _mm512_setr_epi32(
-                        g, g, g, g, g + 1, g + 1, g + 1, g + 1,
-                        g + 2, g + 2, g + 2, g + 2, g + 3, g + 3, g + 3, g + 3,
-                    );
-                    let sk = _mm512_permutexvar_epi32(idx, s);
                     if $vnni {
-                        let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uk, q);
-                        acc = _mm512_dpwssd_epi32(acc, dot, sk);
+                        let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.u[k], q);
+                        acc = _mm512_dpwssd_epi32(acc, dot, w.s[k]);
                     } else {
-                        let pairs = _mm512_maddubs_epi16(uk, q);
+                        let pairs = _mm512_maddubs_epi16(w.u[k], q);
                         let dot = _mm512_madd_epi16(pairs, _mm512_set1_epi16(1));
-                        acc = _mm512_add_epi32(acc, _mm512_madd_epi16(dot, sk));
+                        acc = _mm512_add_epi32(acc, _mm512_madd_epi16(dot, w.s[k]));
                     }
                 }
                 acc
             }
 
-            /// `v` plus `off` in lane 0.
-            #[inline]
-            #[target_feature(enable = $features)]
-            unsafe fn add_lane0(v: __m512i, off: i32) -> __m512i {
-                _mm512_add_epi32(v, _mm512_zextsi128_si512(_mm_cvtsi32_si128(off)))
+            /// `acc + dy * (d * isum - dmin * mins)` for weight block `p` (widened) and
+            /// Q8_K block `y`.
+            ///
+            /// # Safety
+            /// The CPU must have this module's features; `y` must point to a Q8_K block.
+            #[inline(always)]
+            unsafe fn block_dot(p: &Prepared, wide: &Wide, y: *const u8, acc: __m512) -> __m512 {
+                let bsums = _mm256_loadu_si256(y.add(offset_of!(BlockQ8K, bsums)).cast());
+                let mut isum = scaled_sum(wide, y.add(offset_of!(BlockQ8K, qs)));
+                if p.off != 0 {
+                    let corr = _mm256_madd_epi16(bsums, offset_scales(p));
+                    isum = _mm512_add_epi32(isum, _mm512_zextsi256_si512(corr));
+                }
+                let dy = y.cast::<f32>().read_unaligned();
+                let acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * p.d), _mm512_cvtepi32_ps(isum), acc);
+                if p.dmin == 0.0 {
+                    return acc;
+                }
+                let gm = _mm256_cvtepi8_epi16(p.gm);
+                let mins = _mm512_zextsi256_si512(_mm256_madd_epi16(bsums, gm));
+                _mm512_fnmadd_ps(_mm512_set1_ps(dy * p.dmin), _mm512_cvtepi32_ps(mins), acc)
             }
 
-            avx512_vec_dot!(
-                $features,
-                /// AVX-512 twin of `scalar::vec_dot_q2_k_q8_k`.
-                vec_dot_q2_k_q8_k, BlockQ2K, |x, y| {
-                    let sc = x.add(offset_of!(BlockQ2K, scales)).cast::<[u8; 16]>().read_unaligned();
-                    let (gs, gm) = groups_q2k(&sc);
-                    let isum = scaled_sum(&unpack_q2k(x), y.add(offset_of!(BlockQ8K, qs)), &gs);
-                    let d = f16_at(x.add(offset_of!(BlockQ2K, d)));
-                    (d, f16_at(x.add(offset_of!(BlockQ2K, dmin))), isum, bsum_dot(y, &gm))
+            /// Dot product of `nb` blocks (lengths already checked).
+            ///
+            /// # Safety
+            /// The CPU must have this module's features; `prep` must be the AVX2 `prep_*`
+            /// function for blocks of `bytes` bytes; `w` and `a` must hold `nb` blocks.
+            #[inline(always)]
+            unsafe fn vec_dot_with(
+                nb: usize,
+                w: &[u8],
+                a: &[u8],
+                bytes: usize,
+                prep: impl Fn(*const u8) -> Prepared,
+            ) -> f32 {
+                let mut acc = _mm512_setzero_ps();
+                for i in 0..nb {
+                    let p = prep(w.as_ptr().add(i * bytes));
+                    let y = a.as_ptr().add(i * BlockQ8K::BYTES);
+                    acc = block_dot(&p, &widen(&p), y, acc);
                 }
-            );
+                _mm512_reduce_add_ps(acc)
+            }
 
-            avx512_vec_dot!(
-                $features,
-                /// AVX-512 twin of `scalar::vec_dot_q3_k_q8_k`.
-                vec_dot_q3_k_q8_k, BlockQ3K, |x, y| {
-                    let sb = x.add(offset_of!(BlockQ3K, scales)).cast::<[u8; 12]>().read_unaligned();
-                    let gs = scales_q3k(&sb);
-                    let isum = scaled_sum(&unpack_q3k(x), y.add(offset_of!(BlockQ8K, qs)), &gs);
-                    let isum = add_lane0(isum, -4 * bsum_dot(y, &gs));
-                    (f16_at(x.add(offset_of!(BlockQ3K, d))), 0.0, isum, 0)
+            /// See `avx2::kquants::gemm_with`; 512-bit lanes.
+            ///
+            /// # Safety
+            /// The CPU must have this module's features; `prep` must be the AVX2 `prep_*`
+            /// function for blocks of `bytes` bytes. Lengths are checked.
+            #[allow(clippy::too_many_arguments)]
+            #[inline(always)]
+            unsafe fn gemm_with(
+                k: usize,
+                w: &[u8],
+                n_rows: usize,
+                a: &[u8],
+                n_tok: usize,
+                out: &mut [f32],
+                out_stride: usize,
+                bytes: usize,
+                prep: impl Fn(*const u8) -> Prepared,
+            ) {
+                let nb = check_gemm(k, w.len(), n_rows, a.len(), n_tok, out.len(), out_stride, bytes);
+                let (w_row, a_row) = (nb * bytes, nb * BlockQ8K::BYTES);
+                for r in 0..n_rows {
+                    for t0 in (0..n_tok).step_by(TILE) {
+                        let tn = TILE.min(n_tok - t0);
+                        let mut acc = [_mm512_setzero_ps(); TILE];
+                        for i in 0..nb {
+                            let p = prep(w.as_ptr().add(r * w_row + i * bytes));
+                            let wide = widen(&p);
+                            for (t, acc_t) in acc.iter_mut().enumerate().take(tn) {
+                                let y = a.as_ptr().add((t0 + t) * a_row + i * BlockQ8K::BYTES);
+                                *acc_t = block_dot(&p, &wide, y, *acc_t);
+                            }
+                        }
+                        for t in 0..tn {
+                            out[(t0 + t) * out_stride + r] = _mm512_reduce_add_ps(acc[t]);
+                        }
+                    }
                 }
-            );
+            }
 
-            avx512_vec_dot!(
-                $features,
-                /// AVX-512 twin of `scalar::vec_dot_q4_k_q8_k`.
-                vec_dot_q4_k_q8_k, BlockQ4K, |x, y| {
-                    let sb = x.add(offset_of!(BlockQ4K, scales)).cast::<[u8; 12]>().read_unaligned();
-                    let (gs, gm) = groups_k4(&sb);
-                    let isum = scaled_sum(&unpack_q4k(x), y.add(offset_of!(BlockQ8K, qs)), &gs);
-                    let d = f16_at(x.add(offset_of!(BlockQ4K, d)));
-                    (d, f16_at(x.add(offset_of!(BlockQ4K, dmin))), isum, bsum_dot(y, &gm))
-                }
-            );
-
-            avx512_vec_dot!(
-                $features,
-                /// AVX-512 twin of `scalar::vec_dot_q5_k_q8_k`.
-                vec_dot_q5_k_q8_k, BlockQ5K, |x, y| {
-                    let sb = x.add(offset_of!(BlockQ5K, scales)).cast::<[u8; 12]>().read_unaligned();
-                    let (gs, gm) = groups_k4(&sb);
-                    let isum = scaled_sum(&unpack_q5k(x), y.add(offset_of!(BlockQ8K, qs)), &gs);
-                    let d = f16_at(x.add(offset_of!(BlockQ5K, d)));
-                    (d, f16_at(x.add(offset_of!(BlockQ5K, dmin))), isum, bsum_dot(y, &gm))
-                }
-            );
-
-            avx512_vec_dot!(
-                $features,
-                /// AVX-512 twin of `scalar::vec_dot_q6_k_q8_k`.
-                vec_dot_q6_k_q8_k, BlockQ6K, |x, y| {
-                    let gs = x.add(offset_of!(BlockQ6K, scales)).cast::<Groups>().read_unaligned();
-                    let isum = scaled_sum(&unpack_q6k(x), y.add(offset_of!(BlockQ8K, qs)), &gs);
-                    let isum = add_lane0(isum, -32 * bsum_dot(y, &gs));
-                    (f16_at(x.add(offset_of!(BlockQ6K, d))), 0.0, isum, 0)
-                }
-            );
+            avx512_entry_points! {
+                $features;
+                vec_dot_q2_k_q8_k, gemm_q2_k_q8_k, BlockQ2K, prep_q2k;
+                vec_dot_q3_k_q8_k, gemm_q3_k_q8_k, BlockQ3K, prep_q3k;
+                vec_dot_q4_k_q8_k, gemm_q4_k_q8_k, BlockQ4K, prep_q4k;
+                vec_dot_q5_k_q8_k, gemm_q5_k_q8_k, BlockQ5K, prep_q5k;
+                vec_dot_q6_k_q8_k, gemm_q6_k_q8_k, BlockQ6K, prep_q6k;
+            }
         }
     };
 }
@@ -164,13 +212,13 @@ macro_rules! avx512_kquants {
 avx512_kquants!(
     /// AVX-512 F+BW+VL versions (no VNNI).
     bw,
-    "avx512f,avx512bw,avx512vl,avx2,fma",
+    "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
     false
 );
 avx512_kquants!(
     /// AVX-512 F+BW+VL+VNNI versions (`vpdpbusd` / `vpdpwssd`).
     vnni,
-    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma",
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
     true
 );
 

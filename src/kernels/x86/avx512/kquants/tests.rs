@@ -12,7 +12,9 @@ use crate::kernels::DType;
 type Dot = fn(usize, &[u8], &[u8]) -> f32;
 
 fn has_avx2() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
 }
 
 fn has_avx512() -> bool {
@@ -150,4 +152,103 @@ fn simd_q8k_handles_ties_and_zero_blocks() {
     // SAFETY: AVX2 was asserted above.
     unsafe { avx2::quantize_row_q8_k(&x, &mut got) };
     assert_eq!(got, want);
+}
+
+type Gemm = unsafe fn(usize, &[u8], usize, &[u8], usize, &mut [f32], usize);
+
+/// Every SIMD gemm this CPU can run, with the scalar dot product each cell must match.
+fn gemms() -> Vec<(DType, &'static str, Gemm, Dot)> {
+    let mut v: Vec<(DType, &'static str, Gemm, Dot)> = Vec::new();
+    macro_rules! all_types {
+        ($cond:expr, $isa:literal, $m:path) => {{
+            use $m as m;
+            if $cond {
+                v.push((
+                    DType::Q2_K,
+                    $isa,
+                    m::gemm_q2_k_q8_k,
+                    scalar::vec_dot_q2_k_q8_k,
+                ));
+                v.push((
+                    DType::Q3_K,
+                    $isa,
+                    m::gemm_q3_k_q8_k,
+                    scalar::vec_dot_q3_k_q8_k,
+                ));
+                v.push((
+                    DType::Q4_K,
+                    $isa,
+                    m::gemm_q4_k_q8_k,
+                    scalar::vec_dot_q4_k_q8_k,
+                ));
+                v.push((
+                    DType::Q5_K,
+                    $isa,
+                    m::gemm_q5_k_q8_k,
+                    scalar::vec_dot_q5_k_q8_k,
+                ));
+                v.push((
+                    DType::Q6_K,
+                    $isa,
+                    m::gemm_q6_k_q8_k,
+                    scalar::vec_dot_q6_k_q8_k,
+                ));
+            }
+        }};
+    }
+    all_types!(has_avx2(), "avx2", crate::kernels::x86::avx2::kquants);
+    all_types!(has_avx512(), "avx512", super::bw);
+    all_types!(has_vnni(), "avx512vnni", super::vnni);
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    #[test]
+    fn simd_gemm_equals_scalar_dots(
+        blocks in 1usize..3,
+        n_rows in 1usize..4,
+        n_tok in 1usize..7,
+        pad in 0usize..3,
+        seed in any::<u64>(),
+        ws in scales(),
+        as_ in scales(),
+    ) {
+        let k = blocks * 256;
+        let mut rng = seed;
+        let mut bytes = |len: usize| -> Vec<u8> {
+            (0..len)
+                .map(|_| {
+                    rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    (rng >> 56) as u8
+                })
+                .collect()
+        };
+        let a_row = blocks * 292;
+        let mut a = bytes(n_tok * a_row);
+        sanitize_row(DType::Q8_K, &mut a, &as_);
+        let stride = n_rows + pad;
+        for (d, isa, gemm, reference) in gemms() {
+            let w_row = blocks * d.block_bytes();
+            let mut w = bytes(n_rows * w_row);
+            sanitize_row(d, &mut w, &ws);
+            let mut out = vec![f32::NAN; n_tok * stride];
+            // SAFETY: gemms() only lists kernels whose features were detected.
+            unsafe { gemm(k, &w, n_rows, &a, n_tok, &mut out, stride) };
+            for t in 0..n_tok {
+                for r in 0..stride {
+                    let got = out[t * stride + r];
+                    if r >= n_rows {
+                        prop_assert!(got.is_nan(), "{} {}: wrote outside the rows", d, isa);
+                        continue;
+                    }
+                    let (wr, ar) = (&w[r * w_row..][..w_row], &a[t * a_row..][..a_row]);
+                    let want = reference(k, wr, ar);
+                    let tol = dot_tolerance(reference, d, k, wr, ar);
+                    prop_assert!((got - want).abs() <= tol, "{} {} r{} t{}: {} vs {}", d, isa, r, t, got, want);
+                }
+            }
+        }
+    }
 }
