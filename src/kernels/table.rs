@@ -218,12 +218,63 @@ fn legacy_scalar_row(d: DType) -> Option<TypeKernels> {
 }
 
 // ===== K-quant rows [kern-k] =====
-// kern-k: return the scalar rows of Q2_K..Q6_K and Q8_K here (vec_dot_type Q8_K); SIMD
-// versions are installed from `x86::avx2::install`, `x86::avx512::install` and
-// `aarch64::neon::install` (add a `kquants::install(t)` call there).
+// Scalar rows of Q2_K..Q6_K and Q8_K (all take Q8_K activations); the SIMD versions are
+// installed by `kquants::install` from `x86::avx2`, `x86::avx512` and `aarch64::neon`.
 
-fn kquant_scalar_row(_d: DType) -> Option<TypeKernels> {
-    None
+fn kquant_scalar_row(d: DType) -> Option<TypeKernels> {
+    use super::scalar::kquants as k;
+    use DType::*;
+    Some(match d {
+        Q2_K => row(
+            Q2_K,
+            Q8_K,
+            k::dequantize_row_q2_k,
+            Some(k::quantize_row_q2_k),
+            k::vec_dot_q2_k_q8_k,
+            k::gemm_q2_k_q8_k,
+        ),
+        Q3_K => row(
+            Q3_K,
+            Q8_K,
+            k::dequantize_row_q3_k,
+            Some(k::quantize_row_q3_k),
+            k::vec_dot_q3_k_q8_k,
+            k::gemm_q3_k_q8_k,
+        ),
+        Q4_K => row(
+            Q4_K,
+            Q8_K,
+            k::dequantize_row_q4_k,
+            Some(k::quantize_row_q4_k),
+            k::vec_dot_q4_k_q8_k,
+            k::gemm_q4_k_q8_k,
+        ),
+        Q5_K => row(
+            Q5_K,
+            Q8_K,
+            k::dequantize_row_q5_k,
+            Some(k::quantize_row_q5_k),
+            k::vec_dot_q5_k_q8_k,
+            k::gemm_q5_k_q8_k,
+        ),
+        Q6_K => row(
+            Q6_K,
+            Q8_K,
+            k::dequantize_row_q6_k,
+            Some(k::quantize_row_q6_k),
+            k::vec_dot_q6_k_q8_k,
+            k::gemm_q6_k_q8_k,
+        ),
+        Q8_K => row(
+            Q8_K,
+            Q8_K,
+            k::dequantize_row_q8_k,
+            Some(k::quantize_row_q8_k),
+            k::vec_dot_q8_k_q8_k,
+            k::gemm_q8_k_q8_k,
+        ),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

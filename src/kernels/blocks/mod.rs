@@ -5,6 +5,7 @@
 //! `read`/`write` helpers for the scalar reference code. f16 fields are `half::f16`,
 //! stored little-endian.
 
+pub mod kquants;
 pub mod legacy;
 
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK};

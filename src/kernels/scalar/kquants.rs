@@ -340,6 +340,48 @@ pub fn vec_dot_q6_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     sum
 }
 
+/// Dot product of `n` values: Q8_K with Q8_K (`sum d_w * d_a * sum(q_w * q_a)` per block).
+pub fn vec_dot_q8_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let nb = blocks_of::<BlockQ8K>(n, w.len(), "vec_dot_q8_k_q8_k w");
+    blocks_of::<BlockQ8K>(n, a.len(), "vec_dot_q8_k_q8_k a");
+    let mut sum = 0.0f32;
+    for i in 0..nb {
+        let (x, y): (BlockQ8K, BlockQ8K) = (read_block(w, i), read_block(a, i));
+        sum += x.d * y.d * group_dot(&x.qs, &y.qs, 0, QK_K) as f32;
+    }
+    sum
+}
+
+macro_rules! gemm_by_vec_dot {
+    ($($gemm:ident = $dot:ident, $dt:ident;)*) => {$(
+        #[doc = concat!("`TypeKernels::gemm` for ", stringify!($dt),
+            " x Q8_K as one [`", stringify!($dot), "`] per (row, token).")]
+        pub fn $gemm(
+            k: usize,
+            w: &[u8],
+            n_rows: usize,
+            a: &[u8],
+            n_tok: usize,
+            out: &mut [f32],
+            out_stride: usize,
+        ) {
+            use crate::kernels::DType;
+            super::gemm_by_vec_dot(
+                $dot, DType::$dt, DType::Q8_K, k, w, n_rows, a, n_tok, out, out_stride,
+            )
+        }
+    )*};
+}
+
+gemm_by_vec_dot! {
+    gemm_q2_k_q8_k = vec_dot_q2_k_q8_k, Q2_K;
+    gemm_q3_k_q8_k = vec_dot_q3_k_q8_k, Q3_K;
+    gemm_q4_k_q8_k = vec_dot_q4_k_q8_k, Q4_K;
+    gemm_q5_k_q8_k = vec_dot_q5_k_q8_k, Q5_K;
+    gemm_q6_k_q8_k = vec_dot_q6_k_q8_k, Q6_K;
+    gemm_q8_k_q8_k = vec_dot_q8_k_q8_k, Q8_K;
+}
+
 mod quantize;
 pub use quantize::{
     quantize_row_q2_k, quantize_row_q3_k, quantize_row_q4_k, quantize_row_q5_k, quantize_row_q6_k,

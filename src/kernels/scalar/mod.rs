@@ -1,6 +1,7 @@
 //! Portable reference kernels: the ground truth every SIMD version is tested against.
 
 pub mod float;
+pub mod kquants;
 pub mod legacy;
 
 use super::shape::check_gemm;

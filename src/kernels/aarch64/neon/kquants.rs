@@ -14,6 +14,8 @@ use crate::kernels::blocks::kquants::{
     scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KBlock,
     QK_K,
 };
+use crate::kernels::table::Table;
+use crate::kernels::DType;
 
 /// One block's 256 unsigned values, 16 per register, in value order.
 type Unpacked = [uint8x16_t; 16];
@@ -286,4 +288,50 @@ pub unsafe fn vec_dot_q6_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         sum += dy * f16_at(x.add(offset_of!(BlockQ6K, d))) * isum as f32;
     }
     sum
+}
+
+macro_rules! neon_rows {
+    ($($dt:ident: $dot:ident, $safe:ident, $gemm:ident;)*) => {
+        $(
+            fn $safe(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                // SAFETY: only installed by `install`, whose caller guarantees NEON.
+                unsafe { $dot(n, w, a) }
+            }
+
+            fn $gemm(
+                k: usize,
+                w: &[u8],
+                n_rows: usize,
+                a: &[u8],
+                n_tok: usize,
+                out: &mut [f32],
+                out_stride: usize,
+            ) {
+                crate::kernels::scalar::gemm_by_vec_dot(
+                    $safe, DType::$dt, DType::Q8_K, k, w, n_rows, a, n_tok, out, out_stride,
+                )
+            }
+        )*
+
+        /// Installs the NEON K-quant dot products (and gemms as loops over them) in `t`.
+        ///
+        /// # Safety
+        /// The CPU must support NEON.
+        pub(crate) unsafe fn install(t: &mut Table) {
+            $(
+                if let Some(r) = t[DType::$dt as usize].as_mut() {
+                    r.vec_dot = $safe;
+                    r.gemm = $gemm;
+                }
+            )*
+        }
+    };
+}
+
+neon_rows! {
+    Q2_K: vec_dot_q2_k_q8_k, dot_q2_k, gemm_q2_k;
+    Q3_K: vec_dot_q3_k_q8_k, dot_q3_k, gemm_q3_k;
+    Q4_K: vec_dot_q4_k_q8_k, dot_q4_k, gemm_q4_k;
+    Q5_K: vec_dot_q5_k_q8_k, dot_q5_k, gemm_q5_k;
+    Q6_K: vec_dot_q6_k_q8_k, dot_q6_k, gemm_q6_k;
 }

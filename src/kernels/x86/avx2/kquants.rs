@@ -20,6 +20,8 @@ use crate::kernels::blocks::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KBlock, QK_K,
 };
 use crate::kernels::scalar::kquants as scalar;
+use crate::kernels::table::Table;
+use crate::kernels::DType;
 
 /// Eight registers holding one block's 256 unsigned values in value order.
 pub(crate) type Unpacked = [__m256i; 8];
@@ -641,5 +643,33 @@ pub unsafe fn quantize_row_q8_k(src: &[f32], dst: &mut [u8]) {
             bsums.add(g).write_unaligned(_mm_cvtsi128_si32(s) as i16);
         }
         out.cast::<f32>().write_unaligned(1.0 / iscale);
+    }
+}
+
+/// Installs the AVX2 K-quant kernels (dot products, tiled gemms, Q8_K quantization) in `t`.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C: the installed safe wrappers call the
+/// `#[target_feature]` functions above without re-checking.
+pub(crate) unsafe fn install(t: &mut Table) {
+    macro_rules! set {
+        ($($dt:ident: $dot:ident, $gemm:ident;)*) => {$(
+            if let Some(r) = t[DType::$dt as usize].as_mut() {
+                // SAFETY (both wrappers): `install`'s caller guarantees AVX2, FMA and F16C.
+                r.vec_dot = |n, w, a| unsafe { $dot(n, w, a) };
+                r.gemm = |k, w, nr, a, nt, o, s| unsafe { $gemm(k, w, nr, a, nt, o, s) };
+            }
+        )*};
+    }
+    set! {
+        Q2_K: vec_dot_q2_k_q8_k, gemm_q2_k_q8_k;
+        Q3_K: vec_dot_q3_k_q8_k, gemm_q3_k_q8_k;
+        Q4_K: vec_dot_q4_k_q8_k, gemm_q4_k_q8_k;
+        Q5_K: vec_dot_q5_k_q8_k, gemm_q5_k_q8_k;
+        Q6_K: vec_dot_q6_k_q8_k, gemm_q6_k_q8_k;
+    }
+    if let Some(r) = t[DType::Q8_K as usize].as_mut() {
+        // SAFETY: `install`'s caller guarantees AVX2.
+        r.from_f32 = Some(|x, q| unsafe { quantize_row_q8_k(x, q) });
     }
 }

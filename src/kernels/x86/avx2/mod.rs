@@ -1,5 +1,7 @@
 //! AVX2 + FMA + F16C kernels.
 
+pub mod kquants;
+
 use crate::kernels::table::Table;
 
 /// Replaces the scalar functions in `t` with the AVX2 ones this module has.
@@ -8,5 +10,6 @@ use crate::kernels::table::Table;
 /// The CPU must support AVX2, FMA and F16C (`isa::supported(Isa::Avx2)`): the installed
 /// safe wrappers call `#[target_feature]` functions without re-checking.
 pub unsafe fn install(t: &mut Table) {
-    let _ = t;
+    // SAFETY: this function's own contract (the CPU has this module's features).
+    unsafe { kquants::install(t) };
 }

@@ -11,6 +11,45 @@
 //! Two instantiations: [`bw`] (AVX-512 F+BW+VL) and [`vnni`] (plus VNNI). Q8_K quantization
 //! and dequantization use the AVX2 / scalar versions.
 
+use crate::kernels::isa::has_avx512_vnni;
+use crate::kernels::table::Table;
+use crate::kernels::DType;
+
+/// Installs the AVX-512 K-quant dot products and gemms in `t` (the VNNI versions when the CPU
+/// has VNNI), over the AVX2 ones.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL plus AVX2/FMA/F16C: the installed safe wrappers call
+/// `#[target_feature]` functions without re-checking (VNNI is checked here).
+pub(crate) unsafe fn install(t: &mut Table) {
+    macro_rules! set {
+        ($m:ident: $($dt:ident: $dot:ident, $gemm:ident;)*) => {$(
+            if let Some(r) = t[DType::$dt as usize].as_mut() {
+                // SAFETY (both wrappers): `install`'s caller guarantees AVX-512 F/BW/VL and
+                // the AVX2 set; the `vnni` module is only chosen when VNNI was detected.
+                r.vec_dot = |n, w, a| unsafe { $m::$dot(n, w, a) };
+                r.gemm = |k, w, nr, a, nt, o, s| unsafe { $m::$gemm(k, w, nr, a, nt, o, s) };
+            }
+        )*};
+    }
+    macro_rules! set_all {
+        ($m:ident) => {
+            set! { $m:
+                Q2_K: vec_dot_q2_k_q8_k, gemm_q2_k_q8_k;
+                Q3_K: vec_dot_q3_k_q8_k, gemm_q3_k_q8_k;
+                Q4_K: vec_dot_q4_k_q8_k, gemm_q4_k_q8_k;
+                Q5_K: vec_dot_q5_k_q8_k, gemm_q5_k_q8_k;
+                Q6_K: vec_dot_q6_k_q8_k, gemm_q6_k_q8_k;
+            }
+        };
+    }
+    if has_avx512_vnni() {
+        set_all!(vnni);
+    } else {
+        set_all!(bw);
+    }
+}
+
 /// The public vec_dot / gemm pair of each weight type, for one feature set.
 macro_rules! avx512_entry_points {
     ($features:literal; $($dot:ident, $gemm:ident, $block:ty, $prep:ident;)*) => {$(
