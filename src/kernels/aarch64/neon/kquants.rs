@@ -14,24 +14,17 @@ use crate::kernels::blocks::kquants::{
     scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KBlock,
     QK_K,
 };
+use crate::kernels::shape::check_vec_dot;
 use crate::kernels::table::Table;
 use crate::kernels::DType;
 
 /// One block's 256 unsigned values, 16 per register, in value order.
 type Unpacked = [uint8x16_t; 16];
 
-fn check<B: KBlock>(n: usize, w: &[u8], a: &[u8], what: &str) -> usize {
-    assert!(
-        n.is_multiple_of(QK_K),
-        "{what}: {n} values is not a multiple of {QK_K}"
-    );
-    let nb = n / QK_K;
-    assert!(w.len() >= nb * B::BYTES, "{what}: weight row too short");
-    assert!(
-        a.len() >= nb * BlockQ8K::BYTES,
-        "{what}: activation row too short"
-    );
-    nb
+/// Checks lengths (panics on a caller bug); returns the block count.
+fn check(n: usize, dt: DType, w: &[u8], a: &[u8]) -> usize {
+    check_vec_dot(n, dt, w.len(), DType::Q8_K, a.len());
+    n / QK_K
 }
 
 #[inline(always)]
@@ -165,7 +158,7 @@ fn groups_k4(scales: *const u8) -> ([i32; 16], [i32; 16]) {
 /// NEON must be available (always true on AArch64). Lengths are checked.
 #[target_feature(enable = "neon")]
 pub unsafe fn vec_dot_q2_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = check::<BlockQ2K>(n, w, a, "vec_dot_q2_k_q8_k");
+    let nb = check(n, DType::Q2_K, w, a);
     let mut sum = 0.0f32;
     for i in 0..nb {
         let x = w.as_ptr().add(i * BlockQ2K::BYTES);
@@ -194,7 +187,7 @@ pub unsafe fn vec_dot_q2_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// NEON must be available (always true on AArch64). Lengths are checked.
 #[target_feature(enable = "neon")]
 pub unsafe fn vec_dot_q3_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = check::<BlockQ3K>(n, w, a, "vec_dot_q3_k_q8_k");
+    let nb = check(n, DType::Q3_K, w, a);
     let mut sum = 0.0f32;
     for i in 0..nb {
         let x = w.as_ptr().add(i * BlockQ3K::BYTES);
@@ -221,7 +214,7 @@ pub unsafe fn vec_dot_q3_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// NEON must be available (always true on AArch64). Lengths are checked.
 #[target_feature(enable = "neon")]
 pub unsafe fn vec_dot_q4_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = check::<BlockQ4K>(n, w, a, "vec_dot_q4_k_q8_k");
+    let nb = check(n, DType::Q4_K, w, a);
     let mut sum = 0.0f32;
     for i in 0..nb {
         let x = w.as_ptr().add(i * BlockQ4K::BYTES);
@@ -245,7 +238,7 @@ pub unsafe fn vec_dot_q4_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// NEON must be available (always true on AArch64). Lengths are checked.
 #[target_feature(enable = "neon")]
 pub unsafe fn vec_dot_q5_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = check::<BlockQ5K>(n, w, a, "vec_dot_q5_k_q8_k");
+    let nb = check(n, DType::Q5_K, w, a);
     let mut sum = 0.0f32;
     for i in 0..nb {
         let x = w.as_ptr().add(i * BlockQ5K::BYTES);
@@ -270,7 +263,7 @@ pub unsafe fn vec_dot_q5_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// NEON must be available (always true on AArch64). Lengths are checked.
 #[target_feature(enable = "neon")]
 pub unsafe fn vec_dot_q6_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = check::<BlockQ6K>(n, w, a, "vec_dot_q6_k_q8_k");
+    let nb = check(n, DType::Q6_K, w, a);
     let mut sum = 0.0f32;
     for i in 0..nb {
         let x = w.as_ptr().add(i * BlockQ6K::BYTES);

@@ -2,7 +2,7 @@
 //! `tests/test-quantize-fns.cpp` limits, Q8_K bit-exactness, and vec_dot == dequantized dot.
 
 use super::*;
-use crate::kernels::blocks::kquants::BlockQ8K;
+use crate::kernels::blocks::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use crate::kernels::DType;
 use half::f16;
 
@@ -182,7 +182,6 @@ fn partial_blocks_are_rejected() {
 /// from `scales` (cycled), and for Q8_K block sums that match the quants. Shared with the
 /// SIMD tests, which feed the same rows to both versions.
 pub(crate) fn sanitize_row(d: DType, row: &mut [u8], scales: &[f32]) {
-    use crate::kernels::blocks::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
     use std::mem::offset_of;
     let put16 = |b: &mut [u8], off: usize, v: f32| {
         b[off..off + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
@@ -217,34 +216,67 @@ pub(crate) fn sanitize_row(d: DType, row: &mut [u8], scales: &[f32]) {
     }
 }
 
-/// Tolerance for comparing a SIMD dot product with the scalar one on the same row: the
-/// integer parts agree exactly, so only float rounding (lane order) differs. The bound is 1e-4
-/// of the summed magnitudes of each block's two float terms (`d` and `dmin`, which can cancel),
-/// far above rounding and far below any wrong sub-block.
-pub(crate) fn dot_tolerance(dot: Dot, d: DType, n: usize, w: &[u8], a: &[u8]) -> f32 {
-    use crate::kernels::blocks::kquants::{BlockQ2K, BlockQ4K, BlockQ5K};
-    use std::mem::offset_of;
-    let (wb, ab) = (d.block_bytes(), DType::Q8_K.block_bytes());
-    // Byte offsets of the (d, dmin) f16 pair, for the types that have a min.
-    let pair = match d {
-        DType::Q2_K => Some((offset_of!(BlockQ2K, d), offset_of!(BlockQ2K, dmin))),
-        DType::Q4_K => Some((offset_of!(BlockQ4K, d), offset_of!(BlockQ4K, dmin))),
-        DType::Q5_K => Some((offset_of!(BlockQ5K, d), offset_of!(BlockQ5K, dmin))),
-        _ => None,
-    };
-    let mut total = 0.0f32;
+/// Tolerance for comparing a SIMD dot product with the scalar one on the same row. Their
+/// integer parts agree exactly (see `integer_parts_are_exact` in the SIMD tests), so only
+/// float rounding differs, and every partial sum either side forms is bounded by
+/// `M = sum |d_a| * (|d_w * scale| * (|q| + |offset|) * |q8| + |dmin_w * min * bsum|)`:
+/// a few dozen roundings of at most `eps * M` each stay far below `1e-5 * M`.
+pub(crate) fn dot_tolerance(_dot: Dot, d: DType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut m = 0.0f32;
     for i in 0..n / QK_K {
-        let (wi, ai) = (&w[i * wb..(i + 1) * wb], &a[i * ab..(i + 1) * ab]);
-        match pair {
-            None => total += dot(QK_K, wi, ai).abs(),
-            Some((od, om)) => {
-                for zero in [od, om] {
-                    let mut part = wi.to_vec();
-                    part[zero..zero + 2].fill(0);
-                    total += dot(QK_K, &part, ai).abs();
-                }
+        let y: BlockQ8K = read_block(a, i);
+        // (|d * scale| per 16-value group, value magnitudes incl. offset, |dmin * min| per group)
+        let (ds, q, dm): ([f32; 16], [f32; QK_K], [f32; 16]) = match d {
+            DType::Q2_K => {
+                let x: BlockQ2K = read_block(w, i);
+                let q = unpack_2bit(&x.qs);
+                (
+                    std::array::from_fn(|g| (x.d.to_f32() * (x.scales[g] & 0xF) as f32).abs()),
+                    std::array::from_fn(|v| q[v] as f32),
+                    std::array::from_fn(|g| (x.dmin.to_f32() * (x.scales[g] >> 4) as f32).abs()),
+                )
             }
+            DType::Q3_K => {
+                let x: BlockQ3K = read_block(w, i);
+                let (q, sc) = (unpack_q3k(&x), scales_q3k(&x.scales));
+                (
+                    std::array::from_fn(|g| (x.d.to_f32() * sc[g] as f32).abs()),
+                    std::array::from_fn(|v| (q[v] as f32).abs() + 8.0),
+                    [0.0; 16],
+                )
+            }
+            DType::Q4_K | DType::Q5_K => {
+                let (dd, dmin, scales, q) = if d == DType::Q4_K {
+                    let x: BlockQ4K = read_block(w, i);
+                    (x.d, x.dmin, x.scales, unpack_4bit(&x.qs))
+                } else {
+                    let x: BlockQ5K = read_block(w, i);
+                    (x.d, x.dmin, x.scales, unpack_q5k(&x))
+                };
+                let (sc, mn) = scales_mins_k4(&scales);
+                (
+                    std::array::from_fn(|g| (dd.to_f32() * sc[g / 2] as f32).abs()),
+                    std::array::from_fn(|v| q[v] as f32),
+                    std::array::from_fn(|g| (dmin.to_f32() * mn[g / 2] as f32).abs()),
+                )
+            }
+            DType::Q6_K => {
+                let x: BlockQ6K = read_block(w, i);
+                let q = unpack_q6k(&x);
+                (
+                    std::array::from_fn(|g| (x.d.to_f32() * x.scales[g] as f32).abs()),
+                    std::array::from_fn(|v| q[v] as f32 + 32.0),
+                    [0.0; 16],
+                )
+            }
+            other => panic!("dot_tolerance: {other} is not a K-quant weight type"),
+        };
+        for g in 0..16 {
+            let qq: f32 = (16 * g..16 * g + 16)
+                .map(|v| q[v] * (y.qs[v] as f32).abs())
+                .sum();
+            m += y.d.abs() * (ds[g] * qq + dm[g] * (y.bsums[g] as f32).abs());
         }
     }
-    1e-4 * total + 1e-30
+    1e-5 * m + 1e-30
 }

@@ -20,6 +20,7 @@ use crate::kernels::blocks::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KBlock, QK_K,
 };
 use crate::kernels::scalar::kquants as scalar;
+use crate::kernels::shape::{check_gemm, check_vec_dot};
 use crate::kernels::table::Table;
 use crate::kernels::DType;
 
@@ -43,21 +44,6 @@ pub(crate) unsafe fn f16_at(p: *const u8) -> f32 {
 fn f32_at(p: *const u8) -> f32 {
     // SAFETY: callers pass a pointer to 4 readable bytes inside a checked block.
     f32::from_bits(u32::from_le(unsafe { p.cast::<u32>().read_unaligned() }))
-}
-
-/// Check row lengths like the scalar twin; returns the block count.
-pub(crate) fn check<B: KBlock>(n: usize, w: &[u8], a: &[u8], what: &str) -> usize {
-    assert!(
-        n.is_multiple_of(QK_K),
-        "{what}: {n} values is not a multiple of {QK_K}"
-    );
-    let nb = n / QK_K;
-    assert!(w.len() >= nb * B::BYTES, "{what}: weight row too short");
-    assert!(
-        a.len() >= nb * BlockQ8K::BYTES,
-        "{what}: activation row too short"
-    );
-    nb
 }
 
 /// Horizontal sum of 8 f32 lanes.
@@ -456,8 +442,8 @@ pub(crate) unsafe fn vec_dot_with(
 /// `out[t * out_stride + r] = dot(w row r, a row t)`, tiled over [`TILE`] tokens.
 ///
 /// # Safety
-/// AVX2 and FMA must be available; `prep` must be one of the `prep_*` functions for blocks of
-/// `bytes` bytes. Lengths are checked (panics on a caller bug).
+/// AVX2 and FMA must be available; `prep` must be the `prep_*` function of `dt`. Lengths
+/// are checked (panics on a caller bug).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) unsafe fn gemm_with(
@@ -468,20 +454,21 @@ pub(crate) unsafe fn gemm_with(
     n_tok: usize,
     out: &mut [f32],
     out_stride: usize,
-    bytes: usize,
+    dt: DType,
     prep: impl Fn(*const u8) -> Prepared,
 ) {
-    let nb = check_gemm(
+    let (w_row, a_row) = check_gemm(
         k,
+        dt,
         w.len(),
         n_rows,
+        DType::Q8_K,
         a.len(),
         n_tok,
         out.len(),
         out_stride,
-        bytes,
     );
-    let (w_row, a_row) = (nb * bytes, nb * BlockQ8K::BYTES);
+    let (nb, bytes) = (k / QK_K, dt.block_bytes());
     for r in 0..n_rows {
         for t0 in (0..n_tok).step_by(TILE) {
             let tn = TILE.min(n_tok - t0);
@@ -500,54 +487,16 @@ pub(crate) unsafe fn gemm_with(
     }
 }
 
-/// Check a gemm call's lengths; returns blocks per row.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn check_gemm(
-    k: usize,
-    w_len: usize,
-    n_rows: usize,
-    a_len: usize,
-    n_tok: usize,
-    out_len: usize,
-    out_stride: usize,
-    bytes: usize,
-) -> usize {
-    assert!(
-        k.is_multiple_of(QK_K),
-        "K-quant gemm: k = {k} is not a multiple of {QK_K}"
-    );
-    let nb = k / QK_K;
-    assert!(
-        w_len >= n_rows * nb * bytes,
-        "K-quant gemm: weights too short"
-    );
-    assert!(
-        a_len >= n_tok * nb * BlockQ8K::BYTES,
-        "K-quant gemm: activations too short"
-    );
-    if n_rows > 0 && n_tok > 0 {
-        assert!(
-            n_tok == 1 || out_stride >= n_rows,
-            "K-quant gemm: out_stride < n_rows"
-        );
-        assert!(
-            out_len > (n_tok - 1) * out_stride + n_rows - 1,
-            "K-quant gemm: out too short"
-        );
-    }
-    nb
-}
-
 macro_rules! avx2_entry_points {
-    ($($dot:ident, $gemm:ident, $block:ty, $prep:ident;)*) => {$(
+    ($($dot:ident, $gemm:ident, $dt:ident, $prep:ident;)*) => {$(
         /// AVX2 twin of the scalar dot product of the same name (weights `w`, Q8_K `a`).
         ///
         /// # Safety
         /// The CPU must support AVX2, FMA and F16C. Lengths are checked (panics like the scalar twin).
         #[target_feature(enable = "avx2,fma,f16c")]
         pub unsafe fn $dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            let nb = check::<$block>(n, w, a, stringify!($dot));
-            vec_dot_with(nb * QK_K, w, a, <$block>::BYTES, |x| $prep(x))
+            check_vec_dot(n, DType::$dt, w.len(), DType::Q8_K, a.len());
+            vec_dot_with(n, w, a, DType::$dt.block_bytes(), |x| $prep(x))
         }
 
         /// Tiled AVX2 gemm for this weight type against Q8_K rows (see `TypeKernels::gemm`).
@@ -564,17 +513,17 @@ macro_rules! avx2_entry_points {
             out: &mut [f32],
             out_stride: usize,
         ) {
-            gemm_with(k, w, n_rows, a, n_tok, out, out_stride, <$block>::BYTES, |x| $prep(x))
+            gemm_with(k, w, n_rows, a, n_tok, out, out_stride, DType::$dt, |x| $prep(x))
         }
     )*};
 }
 
 avx2_entry_points! {
-    vec_dot_q2_k_q8_k, gemm_q2_k_q8_k, BlockQ2K, prep_q2k;
-    vec_dot_q3_k_q8_k, gemm_q3_k_q8_k, BlockQ3K, prep_q3k;
-    vec_dot_q4_k_q8_k, gemm_q4_k_q8_k, BlockQ4K, prep_q4k;
-    vec_dot_q5_k_q8_k, gemm_q5_k_q8_k, BlockQ5K, prep_q5k;
-    vec_dot_q6_k_q8_k, gemm_q6_k_q8_k, BlockQ6K, prep_q6k;
+    vec_dot_q2_k_q8_k, gemm_q2_k_q8_k, Q2_K, prep_q2k;
+    vec_dot_q3_k_q8_k, gemm_q3_k_q8_k, Q3_K, prep_q3k;
+    vec_dot_q4_k_q8_k, gemm_q4_k_q8_k, Q4_K, prep_q4k;
+    vec_dot_q5_k_q8_k, gemm_q5_k_q8_k, Q5_K, prep_q5k;
+    vec_dot_q6_k_q8_k, gemm_q6_k_q8_k, Q6_K, prep_q6k;
 }
 
 /// AVX2 twin of [`scalar::quantize_row_q8_k`], bit-identical to it.

@@ -52,7 +52,7 @@ pub(crate) unsafe fn install(t: &mut Table) {
 
 /// The public vec_dot / gemm pair of each weight type, for one feature set.
 macro_rules! avx512_entry_points {
-    ($features:literal; $($dot:ident, $gemm:ident, $block:ty, $prep:ident;)*) => {$(
+    ($features:literal; $($dot:ident, $gemm:ident, $dt:ident, $prep:ident;)*) => {$(
         /// AVX-512 twin of the scalar dot product of the same name (weights `w`, Q8_K `a`).
         ///
         /// # Safety
@@ -60,8 +60,8 @@ macro_rules! avx512_entry_points {
         /// scalar twin).
         #[target_feature(enable = $features)]
         pub unsafe fn $dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            let nb = check::<$block>(n, w, a, stringify!($dot));
-            vec_dot_with(nb, w, a, <$block>::BYTES, |x| $prep(x))
+            check_vec_dot(n, DType::$dt, w.len(), DType::Q8_K, a.len());
+            vec_dot_with(n / QK_K, w, a, DType::$dt.block_bytes(), |x| $prep(x))
         }
 
         /// Tiled AVX-512 gemm for this weight type against Q8_K rows (see
@@ -79,7 +79,7 @@ macro_rules! avx512_entry_points {
             out: &mut [f32],
             out_stride: usize,
         ) {
-            gemm_with(k, w, n_rows, a, n_tok, out, out_stride, <$block>::BYTES, |x| $prep(x))
+            gemm_with(k, w, n_rows, a, n_tok, out, out_stride, DType::$dt, |x| $prep(x))
         }
     )*};
 }
@@ -91,13 +91,12 @@ macro_rules! avx512_kquants {
             use std::arch::x86_64::*;
             use std::mem::offset_of;
 
-            use crate::kernels::blocks::kquants::{
-                BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KBlock,
-            };
+            use crate::kernels::blocks::kquants::{BlockQ8K, KBlock, QK_K};
+            use crate::kernels::shape::{check_gemm, check_vec_dot};
             use crate::kernels::x86::avx2::kquants::{
-                check, check_gemm, offset_scales, prep_q2k, prep_q3k, prep_q4k, prep_q5k, prep_q6k,
-                Prepared,
+                offset_scales, prep_q2k, prep_q3k, prep_q4k, prep_q5k, prep_q6k, Prepared,
             };
+            use crate::kernels::DType;
 
             /// Tokens per register tile in [`gemm_with`].
             const TILE: usize = 4;
@@ -212,11 +211,13 @@ macro_rules! avx512_kquants {
                 n_tok: usize,
                 out: &mut [f32],
                 out_stride: usize,
-                bytes: usize,
+                dt: DType,
                 prep: impl Fn(*const u8) -> Prepared,
             ) {
-                let nb = check_gemm(k, w.len(), n_rows, a.len(), n_tok, out.len(), out_stride, bytes);
-                let (w_row, a_row) = (nb * bytes, nb * BlockQ8K::BYTES);
+                let (w_row, a_row) = check_gemm(
+                    k, dt, w.len(), n_rows, DType::Q8_K, a.len(), n_tok, out.len(), out_stride,
+                );
+                let (nb, bytes) = (k / QK_K, dt.block_bytes());
                 for r in 0..n_rows {
                     for t0 in (0..n_tok).step_by(TILE) {
                         let tn = TILE.min(n_tok - t0);
@@ -238,11 +239,11 @@ macro_rules! avx512_kquants {
 
             avx512_entry_points! {
                 $features;
-                vec_dot_q2_k_q8_k, gemm_q2_k_q8_k, BlockQ2K, prep_q2k;
-                vec_dot_q3_k_q8_k, gemm_q3_k_q8_k, BlockQ3K, prep_q3k;
-                vec_dot_q4_k_q8_k, gemm_q4_k_q8_k, BlockQ4K, prep_q4k;
-                vec_dot_q5_k_q8_k, gemm_q5_k_q8_k, BlockQ5K, prep_q5k;
-                vec_dot_q6_k_q8_k, gemm_q6_k_q8_k, BlockQ6K, prep_q6k;
+                vec_dot_q2_k_q8_k, gemm_q2_k_q8_k, Q2_K, prep_q2k;
+                vec_dot_q3_k_q8_k, gemm_q3_k_q8_k, Q3_K, prep_q3k;
+                vec_dot_q4_k_q8_k, gemm_q4_k_q8_k, Q4_K, prep_q4k;
+                vec_dot_q5_k_q8_k, gemm_q5_k_q8_k, Q5_K, prep_q5k;
+                vec_dot_q6_k_q8_k, gemm_q6_k_q8_k, Q6_K, prep_q6k;
             }
         }
     };

@@ -123,6 +123,29 @@ proptest! {
         }
     }
 
+    /// With unit scales and small activations every sum is an integer below 2^24, so float
+    /// rounding vanishes and the SIMD result must equal the scalar one exactly.
+    #[test]
+    fn integer_parts_are_exact(
+        blocks in 1usize..3,
+        raw_w in prop::collection::vec(any::<u8>(), 2 * 210),
+        raw_a in prop::collection::vec(any::<u8>(), 2 * 292),
+    ) {
+        let n = blocks * 256;
+        let mut a = raw_a[..blocks * 292].to_vec();
+        for blk in a.chunks_exact_mut(292) {
+            for q in &mut blk[4..260] {
+                *q = ((*q as i8) % 5) as u8;
+            }
+        }
+        sanitize_row(DType::Q8_K, &mut a, &[1.0]);
+        for (d, isa, simd, reference) in dots() {
+            let mut w = raw_w[..blocks * d.block_bytes()].to_vec();
+            sanitize_row(d, &mut w, &[1.0]);
+            prop_assert_eq!(simd(n, &w, &a), reference(n, &w, &a), "{} {}", d, isa);
+        }
+    }
+
     #[test]
     fn simd_q8k_quantization_is_bit_identical(
         x in prop::collection::vec(
