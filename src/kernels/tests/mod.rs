@@ -4,4 +4,5 @@
 
 mod accuracy;
 mod kquants;
+mod simd;
 mod util;
