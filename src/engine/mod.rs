@@ -1,1 +1,4 @@
 //! The CPU engine: GGUF files over mmap, tokenizer, chat templates, the llama forward pass.
+
+pub mod attention;
+pub mod kv_cache;
