@@ -11,6 +11,11 @@
 //! at fixed multiples of the block size, and the reduction order is fixed, so the output depends
 //! only on `q` and the cached values, never on physical block ids or on other sequences.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
 use crate::engine::kv_cache::{KvCache, KvCacheConfig, KvCacheError};
 use half::f16;
 use std::sync::OnceLock;
@@ -154,7 +159,7 @@ pub(crate) fn attend_with(
     let cfg = cache.config();
     let (d, hk, bs) = (cfg.head_dim, cfg.n_head_kv, cfg.block_size);
     let n_head = q.len() / d;
-    if q.len() % d != 0 || n_head == 0 || n_head % hk != 0 {
+    if !q.len().is_multiple_of(d) || n_head == 0 || !n_head.is_multiple_of(hk) {
         return Err(KvCacheError::Shape {
             what: "q (a multiple of n_head_kv * head_dim)",
             expected: n_head.max(1).next_multiple_of(hk) * d,
@@ -194,7 +199,14 @@ pub(crate) fn attend_with(
         let (qg, og) = (&q[span.clone()], &mut out[span]);
         let done = match isa {
             Isa::Scalar => false,
-            Isa::Avx512 | Isa::Avx2 => false,
+            // SAFETY: `isa` is only Avx512/Avx2 here when `supported()` confirmed the features.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { avx512::attend_group(&view, qg, og, scale) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { avx2::attend_group(&view, qg, og, scale) },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
         };
         if !done {
             attend_group_scalar(&view, qg, og, scale, scratch);
@@ -276,4 +288,16 @@ fn softmax_fold(scores: &mut [f32], m: &mut f32, l: &mut f32, acc: &mut [f32]) {
         *l += *s;
     }
     *m = m_new;
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_kernels_cover_the_default_model() {
+        // 9 query heads over 3 KV heads of 64, blocks of 16: no scalar fallback.
+        assert!(super::avx512::covers(3, 64, 16));
+        assert!(super::avx2::covers(3, 64, 16));
+        assert!(!super::avx512::covers(2, 24, 5));
+    }
 }
