@@ -22,60 +22,63 @@ use std::sync::OnceLock;
 
 /// Instruction set of an attention kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Isa {
+pub enum AttnIsa {
     Scalar,
     Avx2,
     Avx512,
 }
 
-impl Isa {
+impl AttnIsa {
     /// True when this CPU can run the kernel.
-    pub(crate) fn supported(self) -> bool {
+    pub fn supported(self) -> bool {
         match self {
-            Isa::Scalar => true,
+            AttnIsa::Scalar => true,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => {
+            AttnIsa::Avx2 => {
                 is_x86_feature_detected!("avx2")
                     && is_x86_feature_detected!("fma")
                     && is_x86_feature_detected!("f16c")
             }
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => is_x86_feature_detected!("avx512f"),
+            AttnIsa::Avx512 => is_x86_feature_detected!("avx512f"),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
     }
 
-    fn name(self) -> &'static str {
+    /// "scalar", "avx2" or "avx512".
+    pub fn name(self) -> &'static str {
         match self {
-            Isa::Scalar => "scalar",
-            Isa::Avx2 => "avx2",
-            Isa::Avx512 => "avx512",
+            AttnIsa::Scalar => "scalar",
+            AttnIsa::Avx2 => "avx2",
+            AttnIsa::Avx512 => "avx512",
         }
     }
-}
 
-/// The best kernel for this CPU, detected once.
-fn detected() -> Isa {
-    static ISA: OnceLock<Isa> = OnceLock::new();
-    *ISA.get_or_init(|| {
-        [Isa::Avx512, Isa::Avx2]
-            .into_iter()
-            .find(|isa| isa.supported())
-            .unwrap_or(Isa::Scalar)
-    })
+    /// The best kernel for this CPU, detected once per process.
+    pub fn detected() -> AttnIsa {
+        static ISA: OnceLock<AttnIsa> = OnceLock::new();
+        *ISA.get_or_init(|| {
+            [AttnIsa::Avx512, AttnIsa::Avx2]
+                .into_iter()
+                .find(|isa| isa.supported())
+                .unwrap_or(AttnIsa::Scalar)
+        })
+    }
 }
 
 /// Name of the attention kernel this process uses ("avx512", "avx2" or "scalar"), for logs and
 /// metric labels. Shapes a SIMD kernel does not cover fall back to the scalar one.
 pub fn attention_isa() -> &'static str {
-    detected().name()
+    AttnIsa::detected().name()
 }
 
 /// Per-thread scratch for [`KvCache::attend`], sized once from the cache shape and the number of
-/// query heads; `attend` never allocates.
+/// query heads; `attend` never allocates. It also names the kernel used ([`AttnIsa::detected`]
+/// unless forced with [`AttnScratch::force_isa`]).
 #[derive(Debug, Clone)]
 pub struct AttnScratch {
+    isa: AttnIsa,
     /// Scores, then weights, of one block: `[group][block_size]`.
     scores: Vec<f32>,
     /// Output accumulators `[group][head_dim]`.
@@ -90,10 +93,27 @@ impl AttnScratch {
     pub fn new(cfg: &KvCacheConfig, n_head: usize) -> AttnScratch {
         let group = n_head.div_ceil(cfg.n_head_kv.max(1));
         AttnScratch {
+            isa: AttnIsa::detected(),
             scores: vec![0.0; group * cfg.block_size],
             acc: vec![0.0; group * cfg.head_dim],
             m: vec![0.0; group],
             l: vec![0.0; group],
+        }
+    }
+
+    /// Uses `isa` instead of the detected kernel (for benchmarks and tests comparing kernels);
+    /// an ISA this CPU lacks runs the scalar kernel. Results stay deterministic per kernel, but
+    /// differ in the last bits between kernels: one engine must use one kernel throughout.
+    pub fn force_isa(&mut self, isa: AttnIsa) {
+        self.isa = isa;
+    }
+
+    /// The kernel `attend` runs with this scratch.
+    pub fn isa(&self) -> AttnIsa {
+        if self.isa.supported() {
+            self.isa
+        } else {
+            AttnIsa::Scalar
         }
     }
 }
@@ -141,10 +161,9 @@ pub(crate) struct Query<'a> {
     pub(crate) q: &'a [f32],
 }
 
-/// Checks shapes, then attends every GQA group with the given kernel (or the scalar one when
-/// `isa` is unsupported here or does not cover the shape).
-pub(crate) fn attend_with(
-    isa: Isa,
+/// Checks shapes, then attends every GQA group with the scratch's kernel (or the scalar one when
+/// that does not cover the shape).
+pub(crate) fn attend(
     cache: &KvCache,
     query: &Query,
     out: &mut [f32],
@@ -181,7 +200,7 @@ pub(crate) fn attend_with(
             got: scratch.acc.len(),
         });
     }
-    let isa = if isa.supported() { isa } else { Isa::Scalar };
+    let isa = scratch.isa();
     let scale = 1.0 / (d as f32).sqrt();
     let (k, v) = (cache.layer_k(layer), cache.layer_v(layer));
     for h in 0..hk {
@@ -198,13 +217,13 @@ pub(crate) fn attend_with(
         let span = h * group * d..(h + 1) * group * d;
         let (qg, og) = (&q[span.clone()], &mut out[span]);
         let done = match isa {
-            Isa::Scalar => false,
+            AttnIsa::Scalar => false,
             // SAFETY: `isa` is only Avx512/Avx2 here when `supported()` confirmed the features.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe { avx512::attend_group(&view, qg, og, scale) },
+            AttnIsa::Avx512 => unsafe { avx512::attend_group(&view, qg, og, scale) },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { avx2::attend_group(&view, qg, og, scale) },
+            AttnIsa::Avx2 => unsafe { avx2::attend_group(&view, qg, og, scale) },
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         };
@@ -213,16 +232,6 @@ pub(crate) fn attend_with(
         }
     }
     Ok(())
-}
-
-/// [`attend_with`] using the kernel detected for this CPU.
-pub(crate) fn attend(
-    cache: &KvCache,
-    query: &Query,
-    out: &mut [f32],
-    scratch: &mut AttnScratch,
-) -> Result<(), KvCacheError> {
-    attend_with(detected(), cache, query, out, scratch)
 }
 
 /// Scalar twin of the SIMD kernels: attention of the `q.len() / head_dim` query heads of one

@@ -23,7 +23,7 @@
 mod free_list;
 mod table;
 
-pub use crate::engine::attention::{attention_isa, AttnScratch};
+pub use crate::engine::attention::{attention_isa, AttnIsa, AttnScratch};
 pub use table::{BlockAllocator, BlockTable};
 
 use crate::engine::attention;

@@ -2,7 +2,7 @@
 //! the batch scheduler relies on.
 
 use super::*;
-use crate::engine::attention::{attend_with, Isa, Query};
+use crate::engine::attention::AttnIsa;
 
 /// Small deterministic generator (xorshift64*), values in [-1, 1).
 struct Rng(u64);
@@ -87,22 +87,20 @@ fn reference(c: &KvCacheConfig, wr: &Written, n_pos: usize, q: &[f32]) -> Vec<f6
     out
 }
 
-fn run(isa: Isa, cache: &KvCache, table: &BlockTable, pos: usize, q: &[f32]) -> Vec<f32> {
+fn run(isa: AttnIsa, cache: &KvCache, table: &BlockTable, pos: usize, q: &[f32]) -> Vec<f32> {
     let c = cache.config();
     let mut scratch = AttnScratch::new(c, q.len() / c.head_dim);
+    scratch.force_isa(isa);
+    assert_eq!(scratch.isa(), isa);
     let mut out = vec![f32::NAN; q.len()];
-    let query = Query {
-        layer: 1,
-        blocks: table.blocks(),
-        n_pos: pos + 1,
-        q,
-    };
-    attend_with(isa, cache, &query, &mut out, &mut scratch).unwrap();
+    cache
+        .attend(1, table, pos, q, &mut out, &mut scratch)
+        .unwrap();
     out
 }
 
-fn isas() -> Vec<Isa> {
-    [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+fn isas() -> Vec<AttnIsa> {
+    [AttnIsa::Scalar, AttnIsa::Avx2, AttnIsa::Avx512]
         .into_iter()
         .filter(|i| i.supported())
         .collect()
