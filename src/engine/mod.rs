@@ -4,3 +4,5 @@ pub mod chat_template;
 pub mod gguf;
 pub mod hparams;
 pub mod tokenizer;
+pub mod attention;
+pub mod kv_cache;
