@@ -198,7 +198,7 @@ fn array_lengths_and_element_types_are_checked() {
     // Nested arrays within the limit parse, each inner array with its own type.
     let v = MetaValue::Array(MetaArray::Array(vec![
         MetaArray::U8(vec![1]),
-        MetaArray::String(vec!["x".into()]),
+        MetaArray::String(["x"].into_iter().collect()),
     ]));
     let f = Raw::new(0, 1).kv("n", v.clone()).parse().unwrap();
     assert_eq!(f.get("n"), Some(&v));

@@ -8,6 +8,7 @@
 use super::error::GgufError;
 use super::limits::*;
 use super::reader::Reader;
+use super::strings::StrArray;
 use super::tensor::TensorInfo;
 use super::value::{MetaArray, MetaType, MetaValue};
 use crate::kernels::DType;
@@ -211,7 +212,14 @@ fn read_array(r: &mut Reader<'_>, key: &str, depth: usize) -> Result<MetaArray, 
         MetaType::F32 => MetaArray::F32(read_vec(r, n, |r| r.f32(key))?),
         MetaType::F64 => MetaArray::F64(read_vec(r, n, |r| r.f64(key))?),
         MetaType::Bool => MetaArray::Bool(read_vec(r, n, |r| r.bool(key))?),
-        MetaType::String => MetaArray::String(read_vec(r, n, |r| r.string(key, MAX_STRING_LEN))?),
+        MetaType::String => {
+            // n <= remaining / 8 (each string has an 8-byte length), so this is bounded.
+            let mut a = StrArray::with_capacity(n as usize, 0);
+            for _ in 0..n {
+                a.push(r.str(key, MAX_STRING_LEN)?);
+            }
+            MetaArray::String(a)
+        }
         MetaType::Array => MetaArray::Array(read_vec(r, n, |r| read_array(r, key, depth + 1))?),
     })
 }
