@@ -3,4 +3,5 @@
 
 mod common;
 mod gguf;
+mod gguf_inspect;
 mod gguf_malformed;

@@ -46,7 +46,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Header, GgufError> {
                 why: "GGUF v1 (32-bit counts) is obsolete; re-convert the model",
             })
         }
-        v if v.swap_bytes() <= 3 => {
+        v if (1..=3).contains(&v.swap_bytes()) => {
             return Err(GgufError::UnsupportedVersion {
                 version,
                 why: "a big-endian file; kiln reads little-endian GGUF only",
