@@ -4,5 +4,6 @@
 mod chat_templates;
 mod common;
 mod gguf;
+mod gguf_inspect;
 mod gguf_malformed;
 mod tokenizer;

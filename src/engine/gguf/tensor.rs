@@ -64,19 +64,20 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
-    /// Total number of values (product of the shape; checked at parse time not to overflow).
+    /// Total number of values (product of the shape; checked at parse time not to overflow,
+    /// saturating for hand-built infos).
     pub fn n_elems(&self) -> u64 {
-        self.shape.iter().product()
+        product(&self.shape)
     }
 
-    /// Row length `shape[0]`.
+    /// Row length `shape[0]` (0 for a hand-built info without dimensions).
     pub fn row_len(&self) -> u64 {
-        self.shape[0]
+        self.shape.first().copied().unwrap_or(0)
     }
 
     /// Number of rows: the product of `shape[1..]`.
     pub fn n_rows(&self) -> u64 {
-        self.shape[1..].iter().product()
+        product(self.shape.get(1..).unwrap_or(&[]))
     }
 
     /// The file byte range of the data.
@@ -87,6 +88,12 @@ impl TensorInfo {
         usize::try_from(self.offset).unwrap_or(usize::MAX)
             ..usize::try_from(end).unwrap_or(usize::MAX)
     }
+}
+
+fn product(dims: &[u64]) -> u64 {
+    dims.iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .unwrap_or(u64::MAX)
 }
 
 /// An owned, cheap-to-clone view of one tensor's bytes: keeps the file mapped while alive.
