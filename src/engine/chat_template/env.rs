@@ -4,9 +4,10 @@
 //! There is no loader: a template can never read a file (`include`/`import` fail).
 
 use super::datetime::DateTime;
+use super::filters;
 use super::generation::GENERATION_FN;
-use super::markup::{markup_add, MARKUP_ADD_FN};
 use super::methods::call_method;
+use super::operators::{concat, markup_add, CONCAT_FN, MARKUP_ADD_FN};
 use super::python::{py_str, write_str};
 use super::tojson::tojson_filter;
 use minijinja::value::{Kwargs, Value, ValueKind};
@@ -74,7 +75,13 @@ pub fn build_environment(limits: &RenderLimits) -> Environment<'static> {
 
     env.add_filter("tojson", tojson_filter);
     env.add_filter("string", |v: &Value| Value::from(py_str(v)));
-    env.add_filter("join", join_filter);
+    env.add_filter("join", filters::join);
+    env.add_filter("int", filters::int);
+    env.add_filter("float", filters::float);
+    env.add_filter("replace", filters::replace);
+    env.add_filter("truncate", filters::truncate);
+    env.add_filter("round", filters::round);
+    env.add_filter("wordcount", filters::wordcount);
 
     env.add_test("sequence", |v: &Value| {
         matches!(
@@ -114,6 +121,7 @@ pub fn build_environment(limits: &RenderLimits) -> Environment<'static> {
         },
     );
     env.add_function(MARKUP_ADD_FN, markup_add);
+    env.add_function(CONCAT_FN, concat);
     env
 }
 
@@ -124,45 +132,4 @@ fn strftime_now(state: &State, fmt: String) -> Result<Value, Error> {
         .and_then(|v| v.as_str().and_then(DateTime::parse_iso))
         .unwrap_or_else(DateTime::now_utc);
     Ok(Value::from(now.strftime(&fmt)))
-}
-
-/// jinja2's `join(value, d='', attribute=None)`: items printed with `str()`.
-fn join_filter(
-    state: &State,
-    value: &Value,
-    joiner: Option<String>,
-    attribute: Option<Value>,
-) -> Result<Value, Error> {
-    let _ = state;
-    if value.is_undefined() || value.is_none() {
-        return Ok(Value::from(""));
-    }
-    let joiner = joiner.unwrap_or_default();
-    let mut out = String::new();
-    for (i, item) in value.try_iter()?.enumerate() {
-        if i > 0 {
-            out.push_str(&joiner);
-        }
-        let item = match &attribute {
-            Some(attr) => match attr.as_str() {
-                Some(path) => attr_path(&item, path)?,
-                None => item.get_item(attr)?,
-            },
-            None => item,
-        };
-        write_str(&mut out, &item);
-    }
-    Ok(Value::from(out))
-}
-
-/// jinja2's attribute getter: `a.b.0` looks up `a`, then `b`, then index 0.
-fn attr_path(value: &Value, path: &str) -> Result<Value, Error> {
-    let mut cur = value.clone();
-    for part in path.split('.') {
-        cur = match part.parse::<usize>() {
-            Ok(idx) => cur.get_item_by_index(idx)?,
-            Err(_) => cur.get_attr(part)?,
-        };
-    }
-    Ok(cur)
 }

@@ -9,9 +9,10 @@
 
 mod datetime;
 mod env;
+mod filters;
 mod generation;
-mod markup;
 mod methods;
+mod operators;
 mod python;
 mod tojson;
 
@@ -98,7 +99,7 @@ impl ChatTemplate {
             lstrip_blocks: true,
             trim_blocks: true,
         };
-        let source = markup::rewrite_markup_concat(&source, ws).unwrap_or(source);
+        let source = operators::rewrite_operators(&source, ws).unwrap_or(source);
         env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| ChatTemplateError::Syntax {
                 detail: describe(&e),

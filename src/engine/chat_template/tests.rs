@@ -238,3 +238,26 @@ fn chat_template_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<ChatTemplate>();
 }
+
+#[test]
+fn concat_uses_python_str() {
+    let out = render("{{ 'a' ~ 1.0 ~ [1] ~ {'b': none} ~ 1e20 ~ x }}", json!({})).unwrap();
+    assert_eq!(out, "a1.0[1]{'b': None}1e+20");
+}
+
+#[test]
+fn filters_follow_jinja2() {
+    let out = render(
+        "{{ 3.7|int }} {{ '42'|int }} {{ 'x'|int }} {{ 3|float }} {{ 2.567|round(1) }} \
+         {{ 2.5|round }} {{ 3.5|round }} {{ 0.125|round(2) }} {{ 2.675|round(2) }} \
+         {{ 1234|round(-2) }} {{ 2.1|round(0, 'ceil') }}|{{ 'a b, c_d'|wordcount }} \
+         {{ 'hello world foo'|truncate(9) }} {{ 'hello world foo bar baz qux'|truncate(12, true) }} \
+         {{ 'Hello'|replace('l', 'L', 1) }}",
+        json!({}),
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        "3 42 0 3.0 2.6 2.0 4.0 0.12 2.67 1200 3.0|3 hello... hello wor... HeLlo"
+    );
+}

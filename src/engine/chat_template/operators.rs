@@ -1,38 +1,54 @@
-//! jinja2's `Markup` under `+`: `"x"|safe + s` escapes `s` in Python, not in minijinja.
+//! Python semantics for the `~` and `+` operators, which minijinja's VM fixes differently.
 //!
-//! With autoescape off, jinja2 still returns `Markup` from `|safe` and `|escape`, and Python's
-//! `Markup.__add__`/`__radd__` HTML-escape the plain-string operand (`"` -> `&#34;`). minijinja
-//! keeps the "safe" mark on such strings but its `+` ignores it. For templates that use those
-//! filters, every `a + b` is rewritten (via minijinja's parser, by source spans) into
-//! `kiln_markup_add(a, b)`, which applies Python's rules. Other templates are left untouched.
+//! - `a ~ b` is `str(a) + str(b)` in jinja2: `1e+20`, `{'k': 'v'}`. minijinja concatenates its
+//!   own `Display` forms (`100000000000000000000.0`, `{"k": "v"}`). Every `~` is rewritten into
+//!   `kiln_concat(a, b)`.
+//! - With autoescape off, jinja2 still returns `Markup` from `|safe` and `|escape`, and
+//!   `Markup.__add__`/`__radd__` HTML-escape the plain-string operand (`"` -> `&#34;`).
+//!   minijinja keeps a "safe" mark on such strings but its `+` ignores it. In templates that
+//!   use those filters, every `a + b` is rewritten into `kiln_markup_add(a, b)`.
+//!
+//! The rewrite works on the source text, guided by minijinja's own parser (node spans), so
+//! whitespace control, line numbers and everything else stay as written.
 
+use super::python::{py_str, write_str};
 use minijinja::machinery::{ast, parse, WhitespaceConfig};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Value, ValueKind};
 use minijinja::{Error, ErrorKind};
 
-/// The global function `+` is rewritten into.
+/// The global function `+` is rewritten into (in templates that use Markup).
 pub const MARKUP_ADD_FN: &str = "kiln_markup_add";
+/// The global function `~` is rewritten into.
+pub const CONCAT_FN: &str = "kiln_concat";
 
 /// Filters whose result is a jinja2 `Markup` string.
 const MARKUP_FILTERS: [&str; 4] = ["safe", "escape", "e", "forceescape"];
 
-/// Returns the rewritten source when `source` uses a Markup-producing filter and `+`;
-/// `None` when nothing needs rewriting or the source does not parse (the real compile then
-/// reports the syntax error) or a span looks unexpected (then the template is used as is).
-pub fn rewrite_markup_concat(source: &str, ws: WhitespaceConfig) -> Option<String> {
-    if !MARKUP_FILTERS.iter().any(|f| source.contains(f)) || !source.contains('+') {
+/// Returns the rewritten source, or `None` when nothing needs rewriting, the source does not
+/// parse (the real compile then reports the syntax error) or a span looks unexpected (then the
+/// template is used as written).
+pub fn rewrite_operators(source: &str, ws: WhitespaceConfig) -> Option<String> {
+    let maybe_markup = MARKUP_FILTERS.iter().any(|f| source.contains(f)) && source.contains('+');
+    if !maybe_markup && !source.contains('~') {
         return None;
     }
     let ast = parse(source, "chat_template", SyntaxConfig, ws).ok()?;
+    // First pass: does the template produce Markup at all?
     let mut walk = Walk {
         src: source,
         edits: Vec::new(),
         uses_markup: false,
+        rewrite_add: false,
         ok: true,
     };
     walk.stmt(&ast);
-    if !walk.uses_markup || walk.edits.is_empty() || !walk.ok {
+    if walk.uses_markup {
+        walk.edits.clear();
+        walk.rewrite_add = true;
+        walk.stmt(&ast);
+    }
+    if walk.edits.is_empty() || !walk.ok {
         return None;
     }
     // Apply edits in source order; at one offset, closing parens go before opening calls.
@@ -47,6 +63,13 @@ pub fn rewrite_markup_concat(source: &str, ws: WhitespaceConfig) -> Option<Strin
     }
     out.push_str(source.get(pos..)?);
     Some(out)
+}
+
+/// jinja2's `a ~ b`: `str(a) + str(b)` (undefined prints as nothing).
+pub fn concat(a: Value, b: Value) -> Value {
+    let mut out = py_str(&a);
+    write_str(&mut out, &b);
+    Value::from(out)
 }
 
 /// Python's `a + b` where either side may be a `Markup` (minijinja safe string).
@@ -125,6 +148,8 @@ struct Walk<'s> {
     src: &'s str,
     edits: Vec<Edit>,
     uses_markup: bool,
+    /// Whether `+` is rewritten (only once the template is known to use Markup).
+    rewrite_add: bool,
     ok: bool,
 }
 
@@ -233,8 +258,12 @@ impl Walk<'_> {
             }
             E::UnaryOp(u) => self.expr(&u.expr),
             E::BinOp(b) => {
-                if matches!(b.op, ast::BinOpKind::Add) {
-                    self.add(b.span(), &b.left);
+                match b.op {
+                    ast::BinOpKind::Add if self.rewrite_add => {
+                        self.rewrite(b.span(), &b.left, '+', "kiln_markup_add(")
+                    }
+                    ast::BinOpKind::Concat => self.rewrite(b.span(), &b.left, '~', "kiln_concat("),
+                    _ => {}
                 }
                 self.expr(&b.left);
                 self.expr(&b.right);
@@ -284,12 +313,18 @@ impl Walk<'_> {
         }
     }
 
-    /// Records `kiln_markup_add(` at the node start, `,` for the `+`, `)` at the node end.
-    fn add(&mut self, span: minijinja::machinery::Span, left: &ast::Expr<'_>) {
+    /// Records `call` (`kiln_xxx(`) at the node start, `,` for the operator, `)` at the end.
+    fn rewrite(
+        &mut self,
+        span: minijinja::machinery::Span,
+        left: &ast::Expr<'_>,
+        op: char,
+        call: &'static str,
+    ) {
         let start = span.start_offset as usize;
         let end = span.end_offset as usize;
         let left_end = left.span().end_offset as usize;
-        // Between the left operand and `+` there may only be whitespace and closing parens.
+        // Between the left operand and the operator only whitespace and closing parens.
         let Some(after_left) = self.src.get(left_end..end) else {
             self.ok = false;
             return;
@@ -298,19 +333,18 @@ impl Walk<'_> {
             self.ok = false;
             return;
         };
-        if !after_left[rel..].starts_with('+') || start > left_end {
+        if !after_left[rel..].starts_with(op) || start > left_end {
             self.ok = false;
             return;
         }
-        let plus = left_end + rel;
         self.edits.push(Edit {
             at: start,
             remove: 0,
-            text: "kiln_markup_add(",
+            text: call,
             order: 2,
         });
         self.edits.push(Edit {
-            at: plus,
+            at: left_end + rel,
             remove: 1,
             text: ",",
             order: 1,
@@ -338,9 +372,13 @@ mod tests {
 
     #[test]
     fn rewrites_additions_only_when_markup_is_used() {
-        assert_eq!(rewrite_markup_concat("{{ a + b }}", ws()), None);
+        assert_eq!(rewrite_operators("{{ a + b }}", ws()), None);
         assert_eq!(
-            rewrite_markup_concat("{{ 'x'|safe + (a + b) + t|tojson }}", ws()).as_deref(),
+            rewrite_operators("{{ a ~ (b ~ c) }}{{ 1 + 2 }}", ws()).as_deref(),
+            Some("{{ kiln_concat(a , (kiln_concat(b , c))) }}{{ 1 + 2 }}")
+        );
+        assert_eq!(
+            rewrite_operators("{{ 'x'|safe + (a + b) + t|tojson }}", ws()).as_deref(),
             Some(
                 "{{ kiln_markup_add(kiln_markup_add('x'|safe , (kiln_markup_add(a , b))) , t|tojson) }}"
             )
