@@ -1,14 +1,17 @@
 //! jinja2 filters whose minijinja versions differ from Python's behaviour.
 
-use super::python::write_str;
-use minijinja::value::{Kwargs, Value, ValueKind};
-use minijinja::{Error, ErrorKind};
+use super::limits::{check_len, items_error, MAX_SEQ_ITEMS};
+use super::python::{py_str, write_str};
+use minijinja::value::{Kwargs, Rest, Value, ValueKind};
+use minijinja::{Error, ErrorKind, State};
 
-/// `join(value, d='', attribute=None)`: items printed with `str()` (`None`, `True`, `1.0`).
+/// `join(value, d='', attribute=None)`: items printed with `str()` (`None`, `True`, `1.0`);
+/// at most `cap` bytes.
 pub fn join(
     value: &Value,
     joiner: Option<String>,
     attribute: Option<Value>,
+    cap: usize,
 ) -> Result<Value, Error> {
     if value.is_undefined() {
         return Ok(Value::from(""));
@@ -17,6 +20,7 @@ pub fn join(
     let mut out = String::new();
     for (i, item) in value.try_iter()?.enumerate() {
         if i > 0 {
+            check_len(out.len() + joiner.len(), cap)?;
             out.push_str(&joiner);
         }
         let item = match &attribute {
@@ -26,7 +30,7 @@ pub fn join(
             },
             None => item,
         };
-        write_str(&mut out, &item);
+        write_str(&mut out, &item, cap)?;
     }
     Ok(Value::from(out))
 }
@@ -106,14 +110,159 @@ pub fn float(value: &Value, default: Option<Value>, kwargs: Kwargs) -> Result<Va
     })
 }
 
-/// `replace(s, old, new, count=None)` on `str(s)`.
-pub fn replace(value: &Value, old: &str, new: &str, count: Option<i64>) -> Value {
-    let mut s = String::new();
-    write_str(&mut s, value);
-    Value::from(match count {
-        Some(n) if n >= 0 => s.replacen(old, new, n as usize),
-        _ => s.replace(old, new),
+/// `replace(s, old, new, count=None)` on `str(s)`; at most `cap` bytes.
+pub fn replace(
+    value: &Value,
+    old: &str,
+    new: &str,
+    count: Option<i64>,
+    cap: usize,
+) -> Result<Value, Error> {
+    let s = py_str(value, cap)?;
+    replace_str(&s, old, new, count, cap).map(Value::from)
+}
+
+/// Python's `str.replace(old, new, count)`, refusing results over `cap` bytes up front.
+pub fn replace_str(
+    s: &str,
+    old: &str,
+    new: &str,
+    count: Option<i64>,
+    cap: usize,
+) -> Result<String, Error> {
+    let limit = count.filter(|n| *n >= 0).map(|n| n as usize);
+    let occurrences = if old.is_empty() {
+        s.chars().count() + 1
+    } else {
+        s.matches(old).count()
+    };
+    let n = limit.map_or(occurrences, |l| l.min(occurrences));
+    let grown = n.saturating_mul(new.len());
+    check_len(s.len().saturating_add(grown), cap)?;
+    Ok(match limit {
+        Some(l) => s.replacen(old, new, l),
+        None => s.replace(old, new),
     })
+}
+
+/// jinja2's `indent(s, width=4, first=False, blank=False)`; `width` may be a string. Lines
+/// split like Python's `str.splitlines`. The result is capped at `cap` bytes.
+pub fn indent(
+    value: &Value,
+    width: Option<Value>,
+    first: Option<bool>,
+    blank: Option<bool>,
+    kwargs: Kwargs,
+    cap: usize,
+) -> Result<Value, Error> {
+    let width = match width {
+        Some(w) => Some(w),
+        None => kwargs.get::<Option<Value>>("width")?,
+    };
+    let first = first
+        .or(kwargs.get::<Option<bool>>("first")?)
+        .unwrap_or(false);
+    let blank = blank
+        .or(kwargs.get::<Option<bool>>("blank")?)
+        .unwrap_or(false);
+    kwargs.assert_all_used()?;
+    let s = py_str(value, cap)?;
+    let prefix = match &width {
+        None => "    ".to_string(),
+        Some(w) if w.kind() == ValueKind::String => w.as_str().unwrap_or("").to_string(),
+        Some(w) => {
+            let n = w.as_usize().ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidOperation,
+                    "indent width must be a count or a string",
+                )
+            })?;
+            check_len(n, cap)?;
+            " ".repeat(n)
+        }
+    };
+    let lines = splitlines(&s);
+    check_len(
+        s.len()
+            .saturating_add(lines.len().saturating_add(1).saturating_mul(prefix.len())),
+        cap,
+    )?;
+    let mut out = String::new();
+    if first {
+        out.push_str(&prefix);
+    }
+    for (i, line) in lines.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+            if blank || !line.is_empty() {
+                out.push_str(&prefix);
+            }
+        }
+        out.push_str(line);
+    }
+    Ok(Value::from(out))
+}
+
+/// Python's `(s + "\n").splitlines()`: the line boundaries Python recognises, and always at
+/// least one (possibly empty) line.
+fn splitlines(s: &str) -> Vec<&str> {
+    let mut lines = Vec::new();
+    let mut start = 0;
+    let mut chars = s.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let is_break = matches!(
+            c,
+            '\n' | '\r'
+                | '\u{b}'
+                | '\u{c}'
+                | '\u{1c}'
+                | '\u{1d}'
+                | '\u{1e}'
+                | '\u{85}'
+                | '\u{2028}'
+                | '\u{2029}'
+        );
+        if is_break {
+            lines.push(&s[start..i]);
+            let mut end = i + c.len_utf8();
+            if c == '\r' {
+                if let Some((j, '\n')) = chars.peek().copied() {
+                    chars.next();
+                    end = j + 1;
+                }
+            }
+            start = end;
+        }
+    }
+    // The appended "\n" of jinja2's quirk ends the last line.
+    lines.push(&s[start..]);
+    lines
+}
+
+/// `batch(value, count, fill_with=None)` refusing counts over [`MAX_SEQ_ITEMS`].
+pub fn batch(
+    state: &State,
+    value: Value,
+    count: usize,
+    fill_with: Option<Value>,
+) -> Result<Value, Error> {
+    if count > MAX_SEQ_ITEMS {
+        return Err(items_error());
+    }
+    minijinja::filters::batch(state, value, count, fill_with)
+}
+
+/// `slice(value, count, fill_with=None)` refusing counts over [`MAX_SEQ_ITEMS`].
+pub fn slice(
+    state: &State,
+    value: Value,
+    count: usize,
+    fill_with: Option<Value>,
+) -> Result<Value, Error> {
+    if count > MAX_SEQ_ITEMS {
+        return Err(items_error());
+    }
+    minijinja::filters::slice(state, value, count, fill_with)
 }
 
 /// `truncate(s, length=255, killwords=False, end='...', leeway=5)`, counted in characters.
@@ -123,6 +272,7 @@ pub fn truncate(
     killwords: Option<bool>,
     end: Option<String>,
     kwargs: Kwargs,
+    cap: usize,
 ) -> Result<Value, Error> {
     let length = kwargs
         .get::<Option<usize>>("length")?
@@ -145,9 +295,8 @@ pub fn truncate(
             format!("expected length >= {end_len}, got {length}"),
         ));
     }
-    let mut s = String::new();
-    write_str(&mut s, value);
-    if s.chars().count() <= length + leeway {
+    let s = py_str(value, cap)?;
+    if s.chars().count() <= length.saturating_add(leeway) {
         return Ok(Value::from(s));
     }
     let head: String = s.chars().take(length - end_len).collect();
@@ -202,12 +351,40 @@ pub fn round(
 }
 
 /// `wordcount(s)`: the number of `\w+` runs in `str(s)`.
-pub fn wordcount(value: &Value) -> Value {
-    let mut s = String::new();
-    write_str(&mut s, value);
+pub fn wordcount(value: &Value, cap: usize) -> Result<Value, Error> {
+    let s = py_str(value, cap)?;
     let words = s
         .split(|c: char| !(c.is_alphanumeric() || c == '_'))
         .filter(|w| !w.is_empty())
         .count();
-    Value::from(words)
+    Ok(Value::from(words))
+}
+
+/// Refuses a `%`-format or `str.format` call whose result could pass `cap` bytes: every field
+/// (`%` or `{`) may insert all arguments padded to the widest width written in the format or
+/// passed as a number.
+pub fn check_format_bound(fmt: &str, args: &[Value], cap: usize) -> Result<(), Error> {
+    let mut arg_bytes = 0usize;
+    let mut width = 0usize;
+    for a in args {
+        if a.kind() == ValueKind::Number {
+            let n = i128::try_from(a.clone()).unwrap_or(0).unsigned_abs();
+            width = width.max(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+        arg_bytes = arg_bytes.saturating_add(py_str(a, cap)?.len());
+    }
+    for run in fmt.split(|c: char| !c.is_ascii_digit()) {
+        if !run.is_empty() {
+            width = width.max(run.parse::<usize>().unwrap_or(usize::MAX));
+        }
+    }
+    let fields = fmt.matches(['%', '{']).count();
+    let bound = fields.saturating_mul(arg_bytes.saturating_add(width));
+    check_len(fmt.len().saturating_add(bound), cap)
+}
+
+/// The `format` filter (printf style), bounded by [`check_format_bound`].
+pub fn format(state: &State, value: &Value, args: Rest<Value>, cap: usize) -> Result<Value, Error> {
+    check_format_bound(value.as_str().unwrap_or_default(), &args, cap)?;
+    minijinja::filters::format(state, value, args)
 }

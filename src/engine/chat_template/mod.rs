@@ -11,15 +11,17 @@ mod datetime;
 mod env;
 mod filters;
 mod generation;
+mod limits;
 mod methods;
 mod operators;
 mod python;
 mod tojson;
 
 pub use datetime::DateTime;
-pub use env::RenderLimits;
+pub use limits::RenderLimits;
 
 use env::{build_environment, RaisedException, NOW_VAR};
+use limits::SizeExceeded;
 use minijinja::{Environment, ErrorKind};
 use std::io;
 
@@ -59,8 +61,8 @@ pub enum ChatTemplateError {
     /// The template ran past its instruction budget (an endless or exploding loop).
     #[error("chat template exceeded its budget of {fuel} instructions (runaway loop?)")]
     FuelExhausted { fuel: u64 },
-    /// The rendering grew past the output cap.
-    #[error("chat template output exceeded {limit} bytes")]
+    /// The rendering, or a string or list the template built, grew past its cap.
+    #[error("chat template output or a value it built exceeded its limit of {limit}")]
     OutputTooLarge { limit: usize },
     /// The render context was not a JSON object.
     #[error("chat template context must be a JSON object, got {kind}")]
@@ -166,8 +168,11 @@ impl ChatTemplate {
     }
 
     fn classify(&self, e: minijinja::Error) -> ChatTemplateError {
-        if let Some(raised) = find_raised(&e) {
+        if let Some(raised) = find_source::<RaisedException>(&e) {
             return ChatTemplateError::Raised(raised.0.clone());
+        }
+        if let Some(size) = find_source::<SizeExceeded>(&e) {
+            return ChatTemplateError::OutputTooLarge { limit: size.limit };
         }
         if e.kind() == ErrorKind::OutOfFuel {
             return ChatTemplateError::FuelExhausted {
@@ -180,11 +185,11 @@ impl ChatTemplate {
     }
 }
 
-/// The `raise_exception` error somewhere in `e`'s source chain, if any.
-fn find_raised(e: &minijinja::Error) -> Option<&RaisedException> {
+/// The error of type `T` somewhere in `e`'s source chain, if any.
+fn find_source<T: std::error::Error + 'static>(e: &minijinja::Error) -> Option<&T> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
-        if let Some(r) = err.downcast_ref::<RaisedException>() {
+        if let Some(r) = err.downcast_ref::<T>() {
             return Some(r);
         }
         cur = err.source();

@@ -3,51 +3,45 @@
 //! - `a ~ b` is `str(a) + str(b)` in jinja2: `1e+20`, `{'k': 'v'}`. minijinja concatenates its
 //!   own `Display` forms (`100000000000000000000.0`, `{"k": "v"}`). Every `~` is rewritten into
 //!   `kiln_concat(a, b)`.
-//! - With autoescape off, jinja2 still returns `Markup` from `|safe` and `|escape`, and
-//!   `Markup.__add__`/`__radd__` HTML-escape the plain-string operand (`"` -> `&#34;`).
-//!   minijinja keeps a "safe" mark on such strings but its `+` ignores it. In templates that
-//!   use those filters, every `a + b` is rewritten into `kiln_markup_add(a, b)`.
+//! - `a + b`: with autoescape off, jinja2 still returns `Markup` from `|safe` and `|escape`,
+//!   and `Markup.__add__`/`__radd__` HTML-escape the plain-string operand (`"` -> `&#34;`).
+//!   minijinja keeps a "safe" mark on such strings but its `+` ignores it. Every `+` is
+//!   rewritten into `kiln_add(a, b)`, which also refuses `str + int` as Python does.
+//!
+//! Both functions cap the size of the value they build, so a template doubling a string in a
+//! loop stops at [`super::RenderLimits::max_output_bytes`] instead of exhausting memory.
 //!
 //! The rewrite works on the source text, guided by minijinja's own parser (node spans), so
 //! whitespace control, line numbers and everything else stay as written.
 
+use super::limits::{check_len, items_error, MAX_SEQ_ITEMS};
 use super::python::{py_str, write_str};
 use minijinja::machinery::{ast, parse, WhitespaceConfig};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Value, ValueKind};
 use minijinja::{Error, ErrorKind};
 
-/// The global function `+` is rewritten into (in templates that use Markup).
-pub const MARKUP_ADD_FN: &str = "kiln_markup_add";
+/// The global function `+` is rewritten into.
+pub const ADD_FN: &str = "kiln_add";
 /// The global function `~` is rewritten into.
 pub const CONCAT_FN: &str = "kiln_concat";
-
-/// Filters whose result is a jinja2 `Markup` string.
-const MARKUP_FILTERS: [&str; 4] = ["safe", "escape", "e", "forceescape"];
+/// The global function `*` is rewritten into.
+pub const MUL_FN: &str = "kiln_mul";
 
 /// Returns the rewritten source, or `None` when nothing needs rewriting, the source does not
 /// parse (the real compile then reports the syntax error) or a span looks unexpected (then the
 /// template is used as written).
 pub fn rewrite_operators(source: &str, ws: WhitespaceConfig) -> Option<String> {
-    let maybe_markup = MARKUP_FILTERS.iter().any(|f| source.contains(f)) && source.contains('+');
-    if !maybe_markup && !source.contains('~') {
+    if !source.contains(['+', '~', '*']) {
         return None;
     }
     let ast = parse(source, "chat_template", SyntaxConfig, ws).ok()?;
-    // First pass: does the template produce Markup at all?
     let mut walk = Walk {
         src: source,
         edits: Vec::new(),
-        uses_markup: false,
-        rewrite_add: false,
         ok: true,
     };
     walk.stmt(&ast);
-    if walk.uses_markup {
-        walk.edits.clear();
-        walk.rewrite_add = true;
-        walk.stmt(&ast);
-    }
     if walk.edits.is_empty() || !walk.ok {
         return None;
     }
@@ -65,15 +59,73 @@ pub fn rewrite_operators(source: &str, ws: WhitespaceConfig) -> Option<String> {
     Some(out)
 }
 
-/// jinja2's `a ~ b`: `str(a) + str(b)` (undefined prints as nothing).
-pub fn concat(a: Value, b: Value) -> Value {
-    let mut out = py_str(&a);
-    write_str(&mut out, &b);
-    Value::from(out)
+/// jinja2's `a ~ b`: `str(a) + str(b)` (undefined prints as nothing); at most `cap` bytes.
+pub fn concat(a: &Value, b: &Value, cap: usize) -> Result<Value, Error> {
+    let mut out = py_str(a, cap)?;
+    write_str(&mut out, b, cap)?;
+    Ok(Value::from(out))
 }
 
-/// Python's `a + b` where either side may be a `Markup` (minijinja safe string).
-pub fn markup_add(a: Value, b: Value) -> Result<Value, Error> {
+/// Python's `a * b`: numbers multiply, `str * int` and `list * int` repeat (at most `cap`
+/// bytes / [`MAX_SEQ_ITEMS`] items).
+pub fn mul(a: &Value, b: &Value, cap: usize) -> Result<Value, Error> {
+    let is_count = |v: &Value| {
+        v.kind() == ValueKind::Bool || (v.kind() == ValueKind::Number && v.is_integer())
+    };
+    let repeat = |seq: &Value, n: &Value| -> Result<Value, Error> {
+        let n = i128::try_from(n.clone())?.max(0);
+        if let Some(s) = seq.as_str() {
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            check_len(s.len().saturating_mul(n), cap)?;
+            return Ok(Value::from(s.repeat(n)));
+        }
+        let items: Vec<Value> = seq.try_iter()?.collect();
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        if items.len().saturating_mul(n) > MAX_SEQ_ITEMS {
+            return Err(items_error());
+        }
+        let mut out = Vec::with_capacity(items.len() * n);
+        for _ in 0..n {
+            out.extend(items.iter().cloned());
+        }
+        Ok(Value::from(out))
+    };
+    let is_seq = |v: &Value| matches!(v.kind(), ValueKind::String | ValueKind::Seq);
+    match (a.kind(), b.kind()) {
+        _ if is_seq(a) && is_count(b) => repeat(a, b),
+        _ if is_count(a) && is_seq(b) => repeat(b, a),
+        (ValueKind::Number | ValueKind::Bool, ValueKind::Number | ValueKind::Bool) => {
+            if is_count(a) && is_count(b) {
+                let (x, y) = (i128::try_from(a.clone())?, i128::try_from(b.clone())?);
+                return x.checked_mul(y).map(Value::from).ok_or_else(|| {
+                    Error::new(ErrorKind::InvalidOperation, "integer overflow in *")
+                });
+            }
+            Ok(Value::from(
+                f64::try_from(a.clone())? * f64::try_from(b.clone())?,
+            ))
+        }
+        _ => Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "unsupported operand types for *: {} and {}",
+                a.kind(),
+                b.kind()
+            ),
+        )),
+    }
+}
+
+/// Python's `a + b` where either side may be a `Markup` (minijinja safe string); a string
+/// result holds at most `cap` bytes, a list at most `MAX_SEQ_ITEMS` items.
+pub fn add(a: &Value, b: &Value, cap: usize) -> Result<Value, Error> {
+    if let (Some(x), Some(y)) = (a.as_str(), b.as_str()) {
+        check_len(x.len() + y.len(), cap)?;
+    }
+    python_add(a.clone(), b.clone())
+}
+
+fn python_add(a: Value, b: Value) -> Result<Value, Error> {
     let a_markup = a.kind() == ValueKind::String && a.is_safe();
     let b_markup = b.kind() == ValueKind::String && b.is_safe();
     if a_markup || b_markup {
@@ -99,9 +151,17 @@ pub fn markup_add(a: Value, b: Value) -> Result<Value, Error> {
             }
             Ok(Value::from(f64::try_from(a)? + f64::try_from(b)?))
         }
-        (ValueKind::Seq | ValueKind::Iterable, ValueKind::Seq | ValueKind::Iterable) => Ok(
-            Value::from(a.try_iter()?.chain(b.try_iter()?).collect::<Vec<_>>()),
-        ),
+        (ValueKind::Seq | ValueKind::Iterable, ValueKind::Seq | ValueKind::Iterable) => {
+            let items: Vec<Value> = a
+                .try_iter()?
+                .chain(b.try_iter()?)
+                .take(MAX_SEQ_ITEMS + 1)
+                .collect();
+            if items.len() > MAX_SEQ_ITEMS {
+                return Err(items_error());
+            }
+            Ok(Value::from(items))
+        }
         _ => Err(type_error(&a, &b)),
     }
 }
@@ -147,9 +207,6 @@ struct Edit {
 struct Walk<'s> {
     src: &'s str,
     edits: Vec<Edit>,
-    uses_markup: bool,
-    /// Whether `+` is rewritten (only once the template is known to use Markup).
-    rewrite_add: bool,
     ok: bool,
 }
 
@@ -259,10 +316,9 @@ impl Walk<'_> {
             E::UnaryOp(u) => self.expr(&u.expr),
             E::BinOp(b) => {
                 match b.op {
-                    ast::BinOpKind::Add if self.rewrite_add => {
-                        self.rewrite(b.span(), &b.left, '+', "kiln_markup_add(")
-                    }
+                    ast::BinOpKind::Add => self.rewrite(b.span(), &b.left, '+', "kiln_add("),
                     ast::BinOpKind::Concat => self.rewrite(b.span(), &b.left, '~', "kiln_concat("),
+                    ast::BinOpKind::Mul => self.rewrite(b.span(), &b.left, '*', "kiln_mul("),
                     _ => {}
                 }
                 self.expr(&b.left);
@@ -282,9 +338,6 @@ impl Walk<'_> {
                 }
             }
             E::Filter(f) => {
-                if MARKUP_FILTERS.contains(&f.name) {
-                    self.uses_markup = true;
-                }
                 if let Some(e) = &f.expr {
                     self.expr(e);
                 }
@@ -371,17 +424,23 @@ mod tests {
     }
 
     #[test]
-    fn rewrites_additions_only_when_markup_is_used() {
-        assert_eq!(rewrite_operators("{{ a + b }}", ws()), None);
+    fn rewrites_operators_by_span() {
+        assert_eq!(rewrite_operators("{{ a - b }}x+y~z", ws()), None);
         assert_eq!(
-            rewrite_operators("{{ a ~ (b ~ c) }}{{ 1 + 2 }}", ws()).as_deref(),
-            Some("{{ kiln_concat(a , (kiln_concat(b , c))) }}{{ 1 + 2 }}")
+            rewrite_operators("{{ a * 2 ** 3 }}", ws()).as_deref(),
+            Some("{{ kiln_mul(a , 2 ** 3) }}")
+        );
+        assert_eq!(
+            rewrite_operators("{{ a ~ (b ~ c) }}{{ -1 + 2 }}", ws()).as_deref(),
+            Some("{{ kiln_concat(a , (kiln_concat(b , c))) }}{{ kiln_add(-1 , 2) }}")
         );
         assert_eq!(
             rewrite_operators("{{ 'x'|safe + (a + b) + t|tojson }}", ws()).as_deref(),
-            Some(
-                "{{ kiln_markup_add(kiln_markup_add('x'|safe , (kiln_markup_add(a , b))) , t|tojson) }}"
-            )
+            Some("{{ kiln_add(kiln_add('x'|safe , (kiln_add(a , b))) , t|tojson) }}")
+        );
+        assert_eq!(
+            rewrite_operators("{% set x = f(a+b)[0] + [1] %}", ws()).as_deref(),
+            Some("{% set x = kiln_add(f(kiln_add(a,b))[0] , [1]) %}")
         );
     }
 
@@ -389,14 +448,32 @@ mod tests {
     fn markup_add_escapes_the_plain_side() {
         let m = Value::from_safe_string("<b>".into());
         let s = Value::from("\"&'");
-        let r = markup_add(m.clone(), s.clone()).unwrap();
+        let r = add(&m, &s, 100).unwrap();
         assert_eq!(r.as_str(), Some("<b>&#34;&amp;&#39;"));
         assert!(r.is_safe());
-        let r = markup_add(s, m).unwrap();
+        let r = add(&s, &m, 100).unwrap();
         assert_eq!(r.as_str(), Some("&#34;&amp;&#39;<b>"));
         assert_eq!(
-            markup_add(Value::from(1), Value::from(true)).unwrap(),
+            add(&Value::from(1), &Value::from(true), 100).unwrap(),
             Value::from(2)
         );
+        assert!(add(&Value::from("a"), &Value::from(1), 100).is_err());
+        assert!(add(&Value::from("aaaa"), &Value::from("bbbb"), 7).is_err());
+        assert!(concat(&Value::from("aaaa"), &Value::from(1234), 7).is_err());
+    }
+
+    #[test]
+    fn mul_repeats_within_caps() {
+        assert_eq!(
+            mul(&Value::from("ab"), &Value::from(3), 100).unwrap(),
+            Value::from("ababab")
+        );
+        assert_eq!(
+            mul(&Value::from(2), &Value::from(1.5), 100).unwrap(),
+            Value::from(3.0)
+        );
+        assert!(mul(&Value::from("ab"), &Value::from(100), 100).is_err());
+        assert!(mul(&Value::from(vec![1, 2]), &Value::from(1 << 30), 100).is_err());
+        assert!(mul(&Value::from("ab"), &Value::from("c"), 100).is_err());
     }
 }

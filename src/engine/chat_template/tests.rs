@@ -261,3 +261,51 @@ fn filters_follow_jinja2() {
         "3 42 0 3.0 2.6 2.0 4.0 0.12 2.67 1200 3.0|3 hello... hello wor... HeLlo"
     );
 }
+
+#[test]
+fn doubling_strings_hits_the_size_cap() {
+    let limits = RenderLimits {
+        max_output_bytes: 1 << 16,
+        ..RenderLimits::default()
+    };
+    for body in [
+        "{% set ns.s = ns.s + ns.s %}",
+        "{% set ns.s = ns.s ~ ns.s %}",
+        "{% set ns.s = [ns.s, ns.s]|join %}",
+        "{% set ns.s = ''.join([ns.s, ns.s]) %}",
+        "{% set ns.s = '{0}{0}'.format(ns.s) %}",
+        "{% set ns.s = '%s%s'|format(ns.s, ns.s) %}",
+        "{% set ns.s = ns.s|replace('x', 'xx') %}",
+        "{% set ns.s = ns.s * 2 %}",
+        "{% set t %}{{ ns.s }}{{ ns.s }}{% endset %}{% set ns.s = t %}",
+    ] {
+        let src = format!(
+            "{{% set ns = namespace(s='xxxxxxxx') %}}{{% for i in range(60) %}}{body}\
+             {{% endfor %}}{{{{ ns.s|length }}}}"
+        );
+        let err = ChatTemplate::with_limits(&src, limits)
+            .unwrap()
+            .render(&json!({}), None)
+            .unwrap_err();
+        assert!(
+            matches!(err, ChatTemplateError::OutputTooLarge { .. }),
+            "{body}: {err:?}"
+        );
+    }
+    for src in [
+        "{{ 'a\nb'|indent(1000000000) }}",
+        "{{ [1]|batch(1000000000, 'x')|list|length }}",
+        "{{ '%1000000000s'|format('x') }}",
+        "{{ '{:>1000000000}'.format('x') }}",
+        "{{ 'x'.center(1000000000) }}",
+    ] {
+        let err = ChatTemplate::with_limits(src, limits)
+            .unwrap()
+            .render(&json!({}), None)
+            .unwrap_err();
+        assert!(
+            matches!(err, ChatTemplateError::OutputTooLarge { .. }),
+            "{src}: {err:?}"
+        );
+    }
+}
