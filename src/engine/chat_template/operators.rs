@@ -14,12 +14,13 @@
 //! The rewrite works on the source text, guided by minijinja's own parser (node spans), so
 //! whitespace control, line numbers and everything else stay as written.
 
+use super::filters::format;
 use super::limits::{check_len, items_error, MAX_SEQ_ITEMS};
 use super::python::{py_str, write_str};
 use minijinja::machinery::{ast, parse, WhitespaceConfig};
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{Value, ValueKind};
-use minijinja::{Error, ErrorKind};
+use minijinja::value::{Rest, Value, ValueKind};
+use minijinja::{Error, ErrorKind, State};
 
 /// The global function `+` is rewritten into.
 pub const ADD_FN: &str = "kiln_add";
@@ -27,12 +28,14 @@ pub const ADD_FN: &str = "kiln_add";
 pub const CONCAT_FN: &str = "kiln_concat";
 /// The global function `*` is rewritten into.
 pub const MUL_FN: &str = "kiln_mul";
+/// The global function `%` is rewritten into.
+pub const MOD_FN: &str = "kiln_mod";
 
 /// Returns the rewritten source, or `None` when nothing needs rewriting, the source does not
 /// parse (the real compile then reports the syntax error) or a span looks unexpected (then the
 /// template is used as written).
 pub fn rewrite_operators(source: &str, ws: WhitespaceConfig) -> Option<String> {
-    if !source.contains(['+', '~', '*']) {
+    if !source.contains(['+', '~', '*', '%']) {
         return None;
     }
     let ast = parse(source, "chat_template", SyntaxConfig, ws).ok()?;
@@ -123,6 +126,65 @@ pub fn add(a: &Value, b: &Value, cap: usize) -> Result<Value, Error> {
         check_len(x.len() + y.len(), cap)?;
     }
     python_add(a.clone(), b.clone())
+}
+
+/// Python's `a % b`: printf-style formatting when `a` is a string, otherwise modulo with the
+/// sign of the divisor. Templates have no tuples, so a list on the right is the argument tuple
+/// unless the format has exactly one field and the list is not of length one.
+pub fn rem(state: &State, a: &Value, b: &Value, cap: usize) -> Result<Value, Error> {
+    if let Some(fmt) = a.as_str() {
+        let mut fields = 0;
+        let mut chars = fmt.chars();
+        while let Some(c) = chars.next() {
+            if c == '%' && chars.next() != Some('%') {
+                fields += 1;
+            }
+        }
+        let spread = b.kind() == ValueKind::Seq && (fields != 1 || b.len() == Some(1));
+        let args: Vec<Value> = if spread {
+            b.try_iter()?.collect()
+        } else {
+            vec![b.clone()]
+        };
+        return format(state, a, Rest(args), cap);
+    }
+    let is_int = |v: &Value| {
+        v.kind() == ValueKind::Bool || (v.kind() == ValueKind::Number && v.is_integer())
+    };
+    let numeric = |v: &Value| matches!(v.kind(), ValueKind::Number | ValueKind::Bool);
+    if !numeric(a) || !numeric(b) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "unsupported operand types for %: {} and {}",
+                a.kind(),
+                b.kind()
+            ),
+        ));
+    }
+    let zero = || Error::new(ErrorKind::InvalidOperation, "modulo by zero");
+    if is_int(a) && is_int(b) {
+        let (x, y) = (i128::try_from(a.clone())?, i128::try_from(b.clone())?);
+        if y == 0 {
+            return Err(zero());
+        }
+        let r = x.checked_rem(y).ok_or_else(zero)?;
+        return Ok(Value::from(if r != 0 && (r < 0) != (y < 0) {
+            r + y
+        } else {
+            r
+        }));
+    }
+    let (x, y) = (f64::try_from(a.clone())?, f64::try_from(b.clone())?);
+    if y == 0.0 {
+        return Err(zero());
+    }
+    let r = x % y;
+    Ok(Value::from(if r != 0.0 && (r < 0.0) != (y < 0.0) {
+        r + y
+    } else {
+        r
+    }))
 }
 
 fn python_add(a: Value, b: Value) -> Result<Value, Error> {
@@ -319,6 +381,7 @@ impl Walk<'_> {
                     ast::BinOpKind::Add => self.rewrite(b.span(), &b.left, '+', "kiln_add("),
                     ast::BinOpKind::Concat => self.rewrite(b.span(), &b.left, '~', "kiln_concat("),
                     ast::BinOpKind::Mul => self.rewrite(b.span(), &b.left, '*', "kiln_mul("),
+                    ast::BinOpKind::Rem => self.rewrite(b.span(), &b.left, '%', "kiln_mod("),
                     _ => {}
                 }
                 self.expr(&b.left);

@@ -309,3 +309,14 @@ fn doubling_strings_hits_the_size_cap() {
         );
     }
 }
+
+#[test]
+fn percent_formats_and_modulo_like_python() {
+    let out = render(
+        "{{ '%s-%d' % ('a', 3) }}|{{ '%s' % none }}|{{ '%5.2f|%-4s|%x|%%' % (3.14159, 'ab', 255) }}|\
+         {{ -7 % 3 }} {{ 7 % -3 }} {{ -7.5 % 2 }} {{ 7 % 3 }}|{{ '%(a)s' % {'a': 1} }}",
+        json!({}),
+    )
+    .unwrap();
+    assert_eq!(out, "a-3|None| 3.14|ab  |ff|%|2 -2 0.5 1|1");
+}
