@@ -24,6 +24,7 @@ use env::{build_environment, RaisedException, NOW_VAR};
 use limits::SizeExceeded;
 use minijinja::{Environment, ErrorKind};
 use std::io;
+use std::path::{Path, PathBuf};
 
 /// The name the single template is stored under (shows in error locations).
 const TEMPLATE_NAME: &str = "chat_template";
@@ -64,9 +65,27 @@ pub enum ChatTemplateError {
     /// The rendering, or a string or list the template built, grew past its cap.
     #[error("chat template output or a value it built exceeded its limit of {limit}")]
     OutputTooLarge { limit: usize },
+    /// The `--chat-template` override file could not be read.
+    #[error("cannot read chat template {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     /// The render context was not a JSON object.
     #[error("chat template context must be a JSON object, got {kind}")]
     InvalidContext { kind: &'static str },
+}
+
+/// Where [`ChatTemplate::for_model`] took the template from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TemplateSource {
+    /// The `--chat-template` file.
+    Override,
+    /// The model's `tokenizer.chat_template`.
+    Model,
+    /// The built-in [`CHATML_TEMPLATE`] (the model has none).
+    ChatmlDefault,
 }
 
 /// A compiled chat template; compile once, render many times from any thread.
@@ -113,6 +132,28 @@ impl ChatTemplate {
     pub fn chatml_default() -> ChatTemplate {
         // The constant is tested to compile; a failure here is a bug in this file.
         Self::new(CHATML_TEMPLATE).expect("the built-in ChatML template compiles")
+    }
+
+    /// The template to use for a model: the override file if given (`--chat-template`), else
+    /// the model's own `tokenizer.chat_template`, else the ChatML default. Which one was
+    /// chosen is returned too, for logging.
+    pub fn for_model(
+        model_template: Option<&str>,
+        override_file: Option<&Path>,
+    ) -> Result<(ChatTemplate, TemplateSource), ChatTemplateError> {
+        if let Some(path) = override_file {
+            let source = std::fs::read_to_string(path).map_err(|source| ChatTemplateError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            return Ok((Self::new(&source)?, TemplateSource::Override));
+        }
+        match model_template {
+            Some(source) if !source.trim().is_empty() => {
+                Ok((Self::new(source)?, TemplateSource::Model))
+            }
+            _ => Ok((Self::chatml_default(), TemplateSource::ChatmlDefault)),
+        }
     }
 
     /// The budgets this template renders under.

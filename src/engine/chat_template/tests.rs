@@ -320,3 +320,27 @@ fn percent_formats_and_modulo_like_python() {
     .unwrap();
     assert_eq!(out, "a-3|None| 3.14|ab  |ff|%|2 -2 0.5 1|1");
 }
+
+#[test]
+fn for_model_prefers_override_then_model_then_chatml() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.jinja");
+    std::fs::write(&file, "override").unwrap();
+    let ctx = json!({"messages": []});
+    let (t, src) = ChatTemplate::for_model(Some("model"), Some(&file)).unwrap();
+    assert_eq!(
+        (t.render(&ctx, None).unwrap().as_str(), src),
+        ("override", TemplateSource::Override)
+    );
+    let (t, src) = ChatTemplate::for_model(Some("model"), None).unwrap();
+    assert_eq!(
+        (t.render(&ctx, None).unwrap().as_str(), src),
+        ("model", TemplateSource::Model)
+    );
+    let (_, src) = ChatTemplate::for_model(None, None).unwrap();
+    assert_eq!(src, TemplateSource::ChatmlDefault);
+    assert!(matches!(
+        ChatTemplate::for_model(None, Some(&dir.path().join("missing.jinja"))),
+        Err(ChatTemplateError::Io { .. })
+    ));
+}
