@@ -15,12 +15,13 @@ pub struct RenderLimits {
 
 impl Default for RenderLimits {
     /// 10M instructions (about half a second; the reference templates use ~100 per message,
-    /// so ~30k for a 300-message conversation), 16 MiB of output, recursion depth 64.
+    /// so ~30k for a 300-message conversation), 16 MiB of output, recursion depth 256 (about 40
+    /// nested macro calls; each costs 4 plus its loop frames).
     fn default() -> Self {
         RenderLimits {
             fuel: 10_000_000,
             max_output_bytes: 16 << 20,
-            max_recursion: 64,
+            max_recursion: 256,
         }
     }
 }

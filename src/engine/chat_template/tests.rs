@@ -344,3 +344,28 @@ fn for_model_prefers_override_then_model_then_chatml() {
         Err(ChatTemplateError::Io { .. })
     ));
 }
+
+#[test]
+fn recursion_limit_fits_a_small_thread_stack() {
+    // The HTTP layer may render on a 2 MiB blocking-pool thread: hitting the limit must be an
+    // error there, not a stack overflow. Legit recursive macros (JSON schemas) nest ~10 deep.
+    let handle = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(|| {
+            let deep = render(
+                "{% macro f(n) %}{% for i in [n] %}{% if n < 30 %}{{ f(n + 1) }}{% else %}\
+                 {{ n }}{% endif %}{% endfor %}{% endmacro %}{{ f(0) }}",
+                json!({}),
+            );
+            let endless = render(
+                "{% macro f(n) %}{% for i in [n] %}{{ f(n + 1) }}{% endfor %}{% endmacro %}\
+                 {{ f(0) }}",
+                json!({}),
+            );
+            (deep, endless)
+        })
+        .unwrap();
+    let (deep, endless) = handle.join().expect("no stack overflow");
+    assert_eq!(deep.unwrap(), "30");
+    assert!(matches!(endless, Err(ChatTemplateError::Render { .. })));
+}
