@@ -369,3 +369,137 @@ fn recursion_limit_fits_a_small_thread_stack() {
     assert_eq!(deep.unwrap(), "30");
     assert!(matches!(endless, Err(ChatTemplateError::Render { .. })));
 }
+
+mod never_panics {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Template-ish text: fragments of Jinja syntax glued together at random.
+    fn template_text() -> impl Strategy<Value = String> {
+        let pieces = prop::sample::select(vec![
+            "{%",
+            "%}",
+            "{{",
+            "}}",
+            "{#",
+            "#}",
+            "-",
+            "+",
+            "~",
+            "*",
+            "%",
+            " ",
+            "\n",
+            "'",
+            "\"",
+            "(",
+            ")",
+            "[",
+            "]",
+            "generation",
+            "endgeneration",
+            "raw",
+            "endraw",
+            "if",
+            "for",
+            "x",
+            "in",
+            "messages",
+            "|",
+            "safe",
+            "tojson",
+            "1",
+            "é",
+            "endfor",
+            "endif",
+            ",",
+        ]);
+        prop::collection::vec(pieces, 0..40).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn compile_and_render_never_panic(src in template_text()) {
+            if let Ok(t) = ChatTemplate::new(&src) {
+                let _ = t.render(&json!({"messages": [{"role": "user", "content": "hi"}]}), None);
+            }
+        }
+
+        #[test]
+        fn operator_rewrite_keeps_precedence(e in expr()) {
+            let out = render(&format!("{{{{ {} }}}}|{{{{ ({}) ~ '' }}}}", e.text(0, false), e.text(0, false)), json!({}));
+            let v = e.eval().to_string();
+            prop_assert_eq!(out.unwrap(), format!("{v}|{v}"));
+        }
+
+        #[test]
+        fn generation_rewrite_keeps_other_text(src in template_text()) {
+            let out = generation::rewrite_generation_tags(&src);
+            if !src.contains("generation") {
+                prop_assert_eq!(out, src);
+            }
+        }
+    }
+}
+
+/// Integer expressions over `+ - *` with as few parentheses as precedence allows (plus some
+/// redundant ones), to check the operator rewrite keeps the parse.
+#[derive(Clone, Debug)]
+enum Expr {
+    Lit(i64),
+    Bin(Box<Expr>, char, Box<Expr>, bool),
+}
+
+impl Expr {
+    fn prec(&self) -> u8 {
+        match self {
+            Expr::Lit(_) => 3,
+            Expr::Bin(_, '*', _, _) => 2,
+            Expr::Bin(..) => 1,
+        }
+    }
+
+    fn text(&self, parent: u8, right: bool) -> String {
+        match self {
+            Expr::Lit(n) => n.to_string(),
+            Expr::Bin(a, op, b, extra) => {
+                let p = self.prec();
+                let inner = format!("{} {op} {}", a.text(p, false), b.text(p, true));
+                if *extra || p < parent || (p == parent && right) {
+                    format!("({inner})")
+                } else {
+                    inner
+                }
+            }
+        }
+    }
+
+    fn eval(&self) -> i128 {
+        match self {
+            Expr::Lit(n) => i128::from(*n),
+            Expr::Bin(a, op, b, _) => {
+                let (x, y) = (a.eval(), b.eval());
+                match op {
+                    '+' => x + y,
+                    '-' => x - y,
+                    _ => x * y,
+                }
+            }
+        }
+    }
+}
+
+fn expr() -> impl proptest::strategy::Strategy<Value = Expr> {
+    use proptest::prelude::*;
+    let leaf = (0i64..20).prop_map(Expr::Lit);
+    leaf.prop_recursive(4, 16, 2, |inner| {
+        (
+            inner.clone(),
+            prop::sample::select(vec!['+', '-', '*']),
+            inner,
+            any::<bool>(),
+        )
+            .prop_map(|(a, op, b, extra)| Expr::Bin(Box::new(a), op, Box::new(b), extra))
+    })
+}
