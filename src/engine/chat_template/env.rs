@@ -116,6 +116,11 @@ pub fn build_environment(limits: &RenderLimits) -> Environment<'static> {
         "format",
         move |state: &State, v: &Value, args: Rest<Value>| filters::format(state, v, args, cap),
     );
+    env.add_filter("escape", move |v: &Value| filters::escape(v, false, cap));
+    env.add_filter("e", move |v: &Value| filters::escape(v, false, cap));
+    env.add_filter("forceescape", move |v: &Value| {
+        filters::escape(v, true, cap)
+    });
     env.add_filter("batch", filters::batch);
     env.add_filter("slice", filters::slice);
     env.add_filter("round", filters::round);

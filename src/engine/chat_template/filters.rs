@@ -1,6 +1,7 @@
 //! jinja2 filters whose minijinja versions differ from Python's behaviour.
 
 use super::limits::{check_len, items_error, MAX_SEQ_ITEMS};
+use super::operators::push_html_escaped;
 use super::python::{py_str, write_str};
 use minijinja::value::{Kwargs, Rest, Value, ValueKind};
 use minijinja::{Error, ErrorKind, State};
@@ -387,4 +388,17 @@ pub fn check_format_bound(fmt: &str, args: &[Value], cap: usize) -> Result<(), E
 pub fn format(state: &State, value: &Value, args: Rest<Value>, cap: usize) -> Result<Value, Error> {
     check_format_bound(value.as_str().unwrap_or_default(), &args, cap)?;
     minijinja::filters::format(state, value, args)
+}
+
+/// jinja2's `escape`/`e` (markupsafe: `& < > ' "`): a Markup string; already-Markup input is
+/// returned as is unless `force` (`forceescape`). The result is capped at `cap` bytes.
+pub fn escape(value: &Value, force: bool, cap: usize) -> Result<Value, Error> {
+    if !force && value.kind() == ValueKind::String && value.is_safe() {
+        return Ok(value.clone());
+    }
+    let s = py_str(value, cap)?;
+    let mut out = String::with_capacity(s.len());
+    push_html_escaped(&mut out, &s);
+    check_len(out.len(), cap)?;
+    Ok(Value::from_safe_string(out))
 }

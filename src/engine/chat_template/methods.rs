@@ -19,6 +19,38 @@ pub fn call_method(
     args: &[Value],
     cap: usize,
 ) -> Result<Value, Error> {
+    let rv = dispatch(state, value, method, args, cap)?;
+    // `Markup` methods that only transform the text return `Markup` again.
+    let keeps_markup = matches!(
+        method,
+        "upper"
+            | "lower"
+            | "title"
+            | "capitalize"
+            | "strip"
+            | "lstrip"
+            | "rstrip"
+            | "center"
+            | "ljust"
+            | "rjust"
+            | "removeprefix"
+            | "removesuffix"
+    );
+    if keeps_markup && value.kind() == ValueKind::String && value.is_safe() {
+        if let Some(s) = rv.as_str() {
+            return Ok(Value::from_safe_string(s.to_string()));
+        }
+    }
+    Ok(rv)
+}
+
+fn dispatch(
+    state: &State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+    cap: usize,
+) -> Result<Value, Error> {
     match (value.kind(), method) {
         (ValueKind::String, "join") => {
             let sep = value.as_str().unwrap_or_default();

@@ -239,12 +239,17 @@ fn type_error(a: &Value, b: &Value) -> Error {
     )
 }
 
-/// markupsafe's escape: `& < > ' "` become `&amp; &lt; &gt; &#39; &#34;`.
+/// Appends `s`, HTML-escaped unless it is `already_safe`.
 fn push_maybe_escaped(out: &mut String, s: &str, already_safe: bool) {
     if already_safe {
         out.push_str(s);
-        return;
+    } else {
+        push_html_escaped(out, s);
     }
+}
+
+/// markupsafe's escape: `& < > ' "` become `&amp; &lt; &gt; &#39; &#34;`.
+pub fn push_html_escaped(out: &mut String, s: &str) {
     for c in s.chars() {
         match c {
             '&' => out.push_str("&amp;"),

@@ -102,6 +102,13 @@ fn markup_concatenation_escapes_like_jinja2() {
     )
     .unwrap();
     assert_eq!(out, "<&#34;|&#34;<|2|3");
+    let out = render(
+        "{{ '<a>'|e }}|{{ x|escape }}|{{ ('<'|e) + '>' }}|{{ '\"'|safe|trim + '<' }}|\
+         {{ ('a'|safe).upper() + '&' }}|{{ 'a'|safe ~ '&' }}",
+        json!({"x": "a'b"}),
+    )
+    .unwrap();
+    assert_eq!(out, "&lt;a&gt;|a&#39;b|&lt;&gt;|\"&lt;|A&amp;|a&");
 }
 
 #[test]
