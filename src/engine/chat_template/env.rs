@@ -9,7 +9,7 @@ use super::generation::GENERATION_FN;
 use super::limits::{size_error, RenderLimits};
 use super::methods::call_method;
 use super::operators::{self, ADD_FN, CONCAT_FN, MOD_FN, MUL_FN};
-use super::python::{py_str, write_repr};
+use super::python::{pairs_to_tuples, py_str, write_repr};
 use super::tojson::tojson_filter;
 use minijinja::value::{Kwargs, Object, Rest, Value, ValueKind};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, State, UndefinedBehavior};
@@ -120,6 +120,15 @@ pub fn build_environment(limits: &RenderLimits) -> Environment<'static> {
     env.add_filter("e", move |v: &Value| filters::escape(v, false, cap));
     env.add_filter("forceescape", move |v: &Value| {
         filters::escape(v, true, cap)
+    });
+    env.add_filter("items", |v: &Value| -> Result<Value, Error> {
+        if v.is_undefined() {
+            return Ok(Value::from(Vec::<Value>::new()));
+        }
+        pairs_to_tuples(&minijinja::filters::items(v)?)
+    });
+    env.add_filter("dictsort", |v: &Value, kwargs: Kwargs| {
+        pairs_to_tuples(&minijinja::filters::dictsort(v, kwargs)?)
     });
     env.add_filter("batch", filters::batch);
     env.add_filter("slice", filters::slice);

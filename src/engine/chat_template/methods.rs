@@ -6,7 +6,7 @@
 
 use super::filters::{check_format_bound, replace_str};
 use super::limits::check_len;
-use super::python::{py_str, write_str};
+use super::python::{pair, py_str, write_str};
 use minijinja::value::{from_args, Value, ValueKind};
 use minijinja::{Error, ErrorKind, State};
 
@@ -103,6 +103,15 @@ fn dispatch(
             let (p,): (&str,) = from_args(args)?;
             let s = value.as_str().unwrap_or_default();
             Ok(Value::from(s.strip_suffix(p).unwrap_or(s)))
+        }
+        (ValueKind::Map, "items") => {
+            let () = from_args(args)?;
+            let mut out = Vec::new();
+            for key in value.try_iter()? {
+                let item = value.get_item(&key)?;
+                out.push(pair(key, item));
+            }
+            Ok(Value::from(out))
         }
         (_, "__str__") => py_str(value, cap).map(Value::from),
         _ => minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args),

@@ -5,8 +5,48 @@
 //! prints as the empty string.
 
 use super::limits::{check_len, size_error};
-use minijinja::value::{Value, ValueKind};
+use minijinja::value::{Enumerator, Object, ObjectRepr, Value, ValueKind};
 use minijinja::Error;
+use std::sync::Arc;
+
+/// A Python tuple: a sequence that prints as `('a', 1)`. Produced where jinja2 yields tuples
+/// (`dict.items()`, `|items`, `|dictsort`); otherwise it behaves like a list.
+#[derive(Debug)]
+pub struct Tuple(pub Vec<Value>);
+
+impl Object for Tuple {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Seq
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let idx = i64::try_from(key.clone()).ok()?;
+        let len = self.0.len() as i64;
+        let idx = if idx < 0 { idx + len } else { idx };
+        usize::try_from(idx)
+            .ok()
+            .and_then(|i| self.0.get(i).cloned())
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Seq(self.0.len())
+    }
+}
+
+/// A 2-tuple `(a, b)` as a template value.
+pub fn pair(a: Value, b: Value) -> Value {
+    Value::from_object(Tuple(vec![a, b]))
+}
+
+/// Turns each 2-item sequence yielded by `value` into a [`Tuple`].
+pub fn pairs_to_tuples(value: &Value) -> Result<Value, Error> {
+    let mut out = Vec::new();
+    for item in value.try_iter()? {
+        let parts: Vec<Value> = item.try_iter()?.collect();
+        out.push(Value::from_object(Tuple(parts)));
+    }
+    Ok(Value::from(out))
+}
 
 /// `str(value)` as Python would print it; an error once it passes `cap` bytes.
 pub fn py_str(value: &Value, cap: usize) -> Result<String, Error> {
@@ -43,6 +83,22 @@ pub fn write_repr(out: &mut String, value: &Value, cap: usize) -> Result<(), Err
             let s = value.as_str().unwrap_or_default();
             check_len(out.len() + s.len(), cap)?;
             write_str_repr(out, s);
+        }
+        ValueKind::Seq if value.downcast_object_ref::<Tuple>().is_some() => {
+            let items = &value
+                .downcast_object_ref::<Tuple>()
+                .map_or(&[][..], |t| &t.0[..]);
+            out.push('(');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_repr(out, item, cap)?;
+            }
+            if items.len() == 1 {
+                out.push(',');
+            }
+            out.push(')');
         }
         ValueKind::Seq | ValueKind::Iterable => {
             out.push('[');
@@ -234,6 +290,9 @@ mod tests {
         );
         assert_eq!(py_str(&Value::from(false), 100).unwrap(), "False");
         assert_eq!(py_str(&Value::UNDEFINED, 100).unwrap(), "");
+        let t = pair(Value::from("a"), Value::from(1));
+        assert_eq!(py_str(&t, 100).unwrap(), "('a', 1)");
+        assert_eq!(py_str(&Value::from(vec![t]), 100).unwrap(), "[('a', 1)]");
         let big = Value::from(vec![Value::from("x".repeat(100)); 1000]);
         assert!(py_str(&big, 1000).is_err());
     }

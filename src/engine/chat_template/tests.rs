@@ -90,6 +90,12 @@ fn python_methods_and_tests() {
     )
     .unwrap();
     assert_eq!(out, "TrueTrueFalseTrueTrueTrueFalseTrueTrueFalseTrue");
+    let out = render(
+        "{{ d.items()|list }} {{ d|dictsort(reverse=true) }} {{ (d|items|first)[-1] }}",
+        json!({"d": {"b": 1, "a": [2]}}),
+    )
+    .unwrap();
+    assert_eq!(out, "[('b', 1), ('a', [2])] [('b', 1), ('a', [2])] 1");
     // The immutable sandbox refuses mutation.
     assert!(render("{{ [1, 2].append(3) }}", json!({})).is_err());
 }
