@@ -4,13 +4,16 @@
 //! There is no loader: a template can never read a file (`include`/`import` fail).
 
 use super::datetime::DateTime;
+use super::filters;
 use super::generation::GENERATION_FN;
-use super::markup::{markup_add, MARKUP_ADD_FN};
+use super::limits::{size_error, RenderLimits};
 use super::methods::call_method;
-use super::python::{py_str, write_str};
+use super::operators::{self, ADD_FN, CONCAT_FN, MOD_FN, MUL_FN};
+use super::python::{pairs_to_tuples, py_str, write_repr};
 use super::tojson::tojson_filter;
-use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::value::{Kwargs, Object, Rest, Value, ValueKind};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, State, UndefinedBehavior};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The hidden context variable holding the ISO time `strftime_now` formats.
 pub const NOW_VAR: &str = "__kiln_now__";
@@ -27,28 +30,16 @@ impl std::fmt::Display for RaisedException {
 
 impl std::error::Error for RaisedException {}
 
-/// Budgets that keep a hostile or buggy template from running away.
-#[derive(Clone, Copy, Debug)]
-pub struct RenderLimits {
-    /// Template VM instructions per render (minijinja fuel).
-    pub fuel: u64,
-    /// Bytes of output per render.
-    pub max_output_bytes: usize,
-    /// Nesting depth of macro calls, includes and nested blocks.
-    pub max_recursion: usize,
-}
+/// Bytes `{{ }}` may print per render (output and captures), as a multiple of the output cap.
+const PRINT_BUDGET_FACTOR: usize = 4;
+/// The render-state slot counting printed bytes.
+const PRINTED_TEMP: &str = "kiln_printed_bytes";
 
-impl Default for RenderLimits {
-    /// 10M instructions (about half a second; the reference templates use ~100 per message,
-    /// so ~30k for a 300-message conversation), 16 MiB of output, recursion depth 64.
-    fn default() -> Self {
-        RenderLimits {
-            fuel: 10_000_000,
-            max_output_bytes: 16 << 20,
-            max_recursion: 64,
-        }
-    }
-}
+/// Bytes printed so far in one render.
+#[derive(Debug, Default)]
+struct PrintedBytes(AtomicUsize);
+
+impl Object for PrintedBytes {}
 
 /// Builds the environment (without templates).
 pub fn build_environment(limits: &RenderLimits) -> Environment<'static> {
@@ -60,21 +51,89 @@ pub fn build_environment(limits: &RenderLimits) -> Environment<'static> {
     env.set_undefined_behavior(UndefinedBehavior::Lenient);
     env.set_fuel(Some(limits.fuel));
     env.set_recursion_limit(limits.max_recursion);
-    env.set_formatter(|out, _state, value| {
-        if let Some(s) = value.as_str() {
-            out.write_str(s)?;
-        } else {
-            let mut s = String::new();
-            write_str(&mut s, value);
-            out.write_str(&s)?;
+    // Everything `{{ }}` prints, into the output or into `{% set %}` captures, counts against
+    // one per-render budget, so doubling a captured string in a loop stops early.
+    let print_cap = limits.max_output_bytes.saturating_mul(PRINT_BUDGET_FACTOR);
+    env.set_formatter(move |out, state, value| {
+        let owned;
+        let text = match value.as_str() {
+            Some(s) => s,
+            None => {
+                owned = py_str(value, print_cap)?;
+                &owned
+            }
+        };
+        let printed = state.get_or_set_temp_object(PRINTED_TEMP, PrintedBytes::default);
+        let total = printed.0.fetch_add(text.len(), Ordering::Relaxed) + text.len();
+        if total > print_cap {
+            return Err(size_error(print_cap));
         }
+        out.write_str(text)?;
         Ok(())
     });
-    env.set_unknown_method_callback(call_method);
+    let cap = limits.max_output_bytes;
+    env.set_unknown_method_callback(move |state, value, method, args| {
+        call_method(state, value, method, args, cap)
+    });
 
-    env.add_filter("tojson", tojson_filter);
-    env.add_filter("string", |v: &Value| Value::from(py_str(v)));
-    env.add_filter("join", join_filter);
+    env.add_filter(
+        "tojson",
+        move |v: &Value, a: Option<Value>, i: Option<Value>, kw: Kwargs| {
+            tojson_filter(v, a, i, kw, cap)
+        },
+    );
+    env.add_filter("string", move |v: &Value| py_str(v, cap).map(Value::from));
+    env.add_filter("pprint", move |v: &Value| {
+        let mut s = String::new();
+        write_repr(&mut s, v, cap)?;
+        Ok::<_, Error>(Value::from(s))
+    });
+    env.add_filter(
+        "join",
+        move |v: &Value, j: Option<String>, attr: Option<Value>| filters::join(v, j, attr, cap),
+    );
+    env.add_filter("int", filters::int);
+    env.add_filter("float", filters::float);
+    env.add_filter(
+        "replace",
+        move |v: &Value, old: &str, new: &str, n: Option<i64>| {
+            filters::replace(v, old, new, n, cap)
+        },
+    );
+    env.add_filter(
+        "truncate",
+        move |v: &Value, l: Option<usize>, k: Option<bool>, e: Option<String>, kw: Kwargs| {
+            filters::truncate(v, l, k, e, kw, cap)
+        },
+    );
+    env.add_filter(
+        "indent",
+        move |v: &Value, w: Option<Value>, f: Option<bool>, b: Option<bool>, kw: Kwargs| {
+            filters::indent(v, w, f, b, kw, cap)
+        },
+    );
+    env.add_filter(
+        "format",
+        move |state: &State, v: &Value, args: Rest<Value>| filters::format(state, v, args, cap),
+    );
+    env.add_filter("escape", move |v: &Value| filters::escape(v, false, cap));
+    env.add_filter("e", move |v: &Value| filters::escape(v, false, cap));
+    env.add_filter("forceescape", move |v: &Value| {
+        filters::escape(v, true, cap)
+    });
+    env.add_filter("items", |v: &Value| -> Result<Value, Error> {
+        if v.is_undefined() {
+            return Ok(Value::from(Vec::<Value>::new()));
+        }
+        pairs_to_tuples(&minijinja::filters::items(v)?)
+    });
+    env.add_filter("dictsort", |v: &Value, kwargs: Kwargs| {
+        pairs_to_tuples(&minijinja::filters::dictsort(v, kwargs)?)
+    });
+    env.add_filter("batch", filters::batch);
+    env.add_filter("slice", filters::slice);
+    env.add_filter("round", filters::round);
+    env.add_filter("wordcount", move |v: &Value| filters::wordcount(v, cap));
 
     env.add_test("sequence", |v: &Value| {
         matches!(
@@ -99,7 +158,10 @@ pub fn build_environment(limits: &RenderLimits) -> Environment<'static> {
     env.add_function(
         "raise_exception",
         |msg: Option<Value>| -> Result<Value, Error> {
-            let msg = msg.map(|m| py_str(&m)).unwrap_or_default();
+            let msg = match msg {
+                Some(m) => py_str(&m, 1 << 16)?,
+                None => String::new(),
+            };
             Err(Error::new(ErrorKind::InvalidOperation, msg.clone())
                 .with_source(RaisedException(msg)))
         },
@@ -113,7 +175,18 @@ pub fn build_environment(limits: &RenderLimits) -> Environment<'static> {
             caller.call(state, &[])
         },
     );
-    env.add_function(MARKUP_ADD_FN, markup_add);
+    env.add_function(ADD_FN, move |a: &Value, b: &Value| {
+        operators::add(a, b, cap)
+    });
+    env.add_function(CONCAT_FN, move |a: &Value, b: &Value| {
+        operators::concat(a, b, cap)
+    });
+    env.add_function(MUL_FN, move |a: &Value, b: &Value| {
+        operators::mul(a, b, cap)
+    });
+    env.add_function(MOD_FN, move |state: &State, a: &Value, b: &Value| {
+        operators::rem(state, a, b, cap)
+    });
     env
 }
 
@@ -124,45 +197,4 @@ fn strftime_now(state: &State, fmt: String) -> Result<Value, Error> {
         .and_then(|v| v.as_str().and_then(DateTime::parse_iso))
         .unwrap_or_else(DateTime::now_utc);
     Ok(Value::from(now.strftime(&fmt)))
-}
-
-/// jinja2's `join(value, d='', attribute=None)`: items printed with `str()`.
-fn join_filter(
-    state: &State,
-    value: &Value,
-    joiner: Option<String>,
-    attribute: Option<Value>,
-) -> Result<Value, Error> {
-    let _ = state;
-    if value.is_undefined() || value.is_none() {
-        return Ok(Value::from(""));
-    }
-    let joiner = joiner.unwrap_or_default();
-    let mut out = String::new();
-    for (i, item) in value.try_iter()?.enumerate() {
-        if i > 0 {
-            out.push_str(&joiner);
-        }
-        let item = match &attribute {
-            Some(attr) => match attr.as_str() {
-                Some(path) => attr_path(&item, path)?,
-                None => item.get_item(attr)?,
-            },
-            None => item,
-        };
-        write_str(&mut out, &item);
-    }
-    Ok(Value::from(out))
-}
-
-/// jinja2's attribute getter: `a.b.0` looks up `a`, then `b`, then index 0.
-fn attr_path(value: &Value, path: &str) -> Result<Value, Error> {
-    let mut cur = value.clone();
-    for part in path.split('.') {
-        cur = match part.parse::<usize>() {
-            Ok(idx) => cur.get_item_by_index(idx)?,
-            Err(_) => cur.get_attr(part)?,
-        };
-    }
-    Ok(cur)
 }

@@ -4,18 +4,75 @@
 //! lacks or gets subtly different from Python. Mutating methods (`list.append`, `dict.update`)
 //! are refused, as jinja2's ImmutableSandboxedEnvironment refuses them.
 
-use super::python::py_str;
+use super::filters::{check_format_bound, replace_str};
+use super::limits::check_len;
+use super::python::{pair, py_str, write_str};
 use minijinja::value::{from_args, Value, ValueKind};
 use minijinja::{Error, ErrorKind, State};
 
-/// The unknown-method callback installed on the environment.
+/// The unknown-method callback installed on the environment; strings it builds are capped at
+/// `cap` bytes.
 pub fn call_method(
     state: &State,
     value: &Value,
     method: &str,
     args: &[Value],
+    cap: usize,
+) -> Result<Value, Error> {
+    let rv = dispatch(state, value, method, args, cap)?;
+    // `Markup` methods that only transform the text return `Markup` again.
+    let keeps_markup = matches!(
+        method,
+        "upper"
+            | "lower"
+            | "title"
+            | "capitalize"
+            | "strip"
+            | "lstrip"
+            | "rstrip"
+            | "center"
+            | "ljust"
+            | "rjust"
+            | "removeprefix"
+            | "removesuffix"
+    );
+    if keeps_markup && value.kind() == ValueKind::String && value.is_safe() {
+        if let Some(s) = rv.as_str() {
+            return Ok(Value::from_safe_string(s.to_string()));
+        }
+    }
+    Ok(rv)
+}
+
+fn dispatch(
+    state: &State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+    cap: usize,
 ) -> Result<Value, Error> {
     match (value.kind(), method) {
+        (ValueKind::String, "join") => {
+            let sep = value.as_str().unwrap_or_default();
+            let (items,): (Value,) = from_args(args)?;
+            let mut out = String::new();
+            for (i, item) in items.try_iter()?.enumerate() {
+                if i > 0 {
+                    check_len(out.len() + sep.len(), cap)?;
+                    out.push_str(sep);
+                }
+                write_str(&mut out, &item, cap)?;
+            }
+            Ok(Value::from(out))
+        }
+        (ValueKind::String, "replace") => {
+            let (old, new, count): (&str, &str, Option<i64>) = from_args(args)?;
+            replace_str(value.as_str().unwrap_or_default(), old, new, count, cap).map(Value::from)
+        }
+        (ValueKind::String, "format") => {
+            check_format_bound(value.as_str().unwrap_or_default(), args, cap)?;
+            minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+        }
         (ValueKind::String, "__str__") | (ValueKind::String, "__repr__") => Ok(value.clone()),
         (ValueKind::String, "startswith") | (ValueKind::String, "endswith") => affix_test(
             value.as_str().unwrap_or_default(),
@@ -35,7 +92,7 @@ pub fn call_method(
         )),
         (ValueKind::String, "rsplit") => rsplit(value.as_str().unwrap_or_default(), args),
         (ValueKind::String, "center" | "ljust" | "rjust") => {
-            pad(value.as_str().unwrap_or_default(), method, args)
+            pad(value.as_str().unwrap_or_default(), method, args, cap)
         }
         (ValueKind::String, "removeprefix") => {
             let (p,): (&str,) = from_args(args)?;
@@ -47,7 +104,16 @@ pub fn call_method(
             let s = value.as_str().unwrap_or_default();
             Ok(Value::from(s.strip_suffix(p).unwrap_or(s)))
         }
-        (_, "__str__") => Ok(Value::from(py_str(value))),
+        (ValueKind::Map, "items") => {
+            let () = from_args(args)?;
+            let mut out = Vec::new();
+            for key in value.try_iter()? {
+                let item = value.get_item(&key)?;
+                out.push(pair(key, item));
+            }
+            Ok(Value::from(out))
+        }
+        (_, "__str__") => py_str(value, cap).map(Value::from),
         _ => minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args),
     }
 }
@@ -125,7 +191,7 @@ fn rsplit(s: &str, args: &[Value]) -> Result<Value, Error> {
 }
 
 /// `str.center` / `str.ljust` / `str.rjust` (width counted in characters, like Python).
-fn pad(s: &str, method: &str, args: &[Value]) -> Result<Value, Error> {
+fn pad(s: &str, method: &str, args: &[Value], cap: usize) -> Result<Value, Error> {
     let (width, fill): (usize, Option<&str>) = from_args(args)?;
     let fill = match fill {
         None => ' ',
@@ -138,7 +204,12 @@ fn pad(s: &str, method: &str, args: &[Value]) -> Result<Value, Error> {
         }
     };
     let len = s.chars().count();
-    let total = width.saturating_sub(len).min(1 << 20);
+    let total = width.saturating_sub(len);
+    check_len(
+        s.len()
+            .saturating_add(total.saturating_mul(fill.len_utf8())),
+        cap,
+    )?;
     let (left, right) = match method {
         "ljust" => (0, total),
         "rjust" => (total, 0),

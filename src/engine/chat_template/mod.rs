@@ -9,18 +9,22 @@
 
 mod datetime;
 mod env;
+mod filters;
 mod generation;
-mod markup;
+mod limits;
 mod methods;
+mod operators;
 mod python;
 mod tojson;
 
 pub use datetime::DateTime;
-pub use env::RenderLimits;
+pub use limits::RenderLimits;
 
 use env::{build_environment, RaisedException, NOW_VAR};
+use limits::SizeExceeded;
 use minijinja::{Environment, ErrorKind};
 use std::io;
+use std::path::{Path, PathBuf};
 
 /// The name the single template is stored under (shows in error locations).
 const TEMPLATE_NAME: &str = "chat_template";
@@ -58,12 +62,30 @@ pub enum ChatTemplateError {
     /// The template ran past its instruction budget (an endless or exploding loop).
     #[error("chat template exceeded its budget of {fuel} instructions (runaway loop?)")]
     FuelExhausted { fuel: u64 },
-    /// The rendering grew past the output cap.
-    #[error("chat template output exceeded {limit} bytes")]
+    /// The rendering, or a string or list the template built, grew past its cap.
+    #[error("chat template output or a value it built exceeded its limit of {limit}")]
     OutputTooLarge { limit: usize },
+    /// The `--chat-template` override file could not be read.
+    #[error("cannot read chat template {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     /// The render context was not a JSON object.
     #[error("chat template context must be a JSON object, got {kind}")]
     InvalidContext { kind: &'static str },
+}
+
+/// Where [`ChatTemplate::for_model`] took the template from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TemplateSource {
+    /// The `--chat-template` file.
+    Override,
+    /// The model's `tokenizer.chat_template`.
+    Model,
+    /// The built-in [`CHATML_TEMPLATE`] (the model has none).
+    ChatmlDefault,
 }
 
 /// A compiled chat template; compile once, render many times from any thread.
@@ -98,7 +120,7 @@ impl ChatTemplate {
             lstrip_blocks: true,
             trim_blocks: true,
         };
-        let source = markup::rewrite_markup_concat(&source, ws).unwrap_or(source);
+        let source = operators::rewrite_operators(&source, ws).unwrap_or(source);
         env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| ChatTemplateError::Syntax {
                 detail: describe(&e),
@@ -110,6 +132,28 @@ impl ChatTemplate {
     pub fn chatml_default() -> ChatTemplate {
         // The constant is tested to compile; a failure here is a bug in this file.
         Self::new(CHATML_TEMPLATE).expect("the built-in ChatML template compiles")
+    }
+
+    /// The template to use for a model: the override file if given (`--chat-template`), else
+    /// the model's own `tokenizer.chat_template`, else the ChatML default. Which one was
+    /// chosen is returned too, for logging.
+    pub fn for_model(
+        model_template: Option<&str>,
+        override_file: Option<&Path>,
+    ) -> Result<(ChatTemplate, TemplateSource), ChatTemplateError> {
+        if let Some(path) = override_file {
+            let source = std::fs::read_to_string(path).map_err(|source| ChatTemplateError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            return Ok((Self::new(&source)?, TemplateSource::Override));
+        }
+        match model_template {
+            Some(source) if !source.trim().is_empty() => {
+                Ok((Self::new(source)?, TemplateSource::Model))
+            }
+            _ => Ok((Self::chatml_default(), TemplateSource::ChatmlDefault)),
+        }
     }
 
     /// The budgets this template renders under.
@@ -165,8 +209,11 @@ impl ChatTemplate {
     }
 
     fn classify(&self, e: minijinja::Error) -> ChatTemplateError {
-        if let Some(raised) = find_raised(&e) {
+        if let Some(raised) = find_source::<RaisedException>(&e) {
             return ChatTemplateError::Raised(raised.0.clone());
+        }
+        if let Some(size) = find_source::<SizeExceeded>(&e) {
+            return ChatTemplateError::OutputTooLarge { limit: size.limit };
         }
         if e.kind() == ErrorKind::OutOfFuel {
             return ChatTemplateError::FuelExhausted {
@@ -179,11 +226,11 @@ impl ChatTemplate {
     }
 }
 
-/// The `raise_exception` error somewhere in `e`'s source chain, if any.
-fn find_raised(e: &minijinja::Error) -> Option<&RaisedException> {
+/// The error of type `T` somewhere in `e`'s source chain, if any.
+fn find_source<T: std::error::Error + 'static>(e: &minijinja::Error) -> Option<&T> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
-        if let Some(r) = err.downcast_ref::<RaisedException>() {
+        if let Some(r) = err.downcast_ref::<T>() {
             return Some(r);
         }
         cur = err.source();

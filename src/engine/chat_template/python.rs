@@ -4,32 +4,102 @@
 //! (`1.0`, `1e-05`), and containers as their `repr` (`['a', 1]`, `{'k': None}`). Undefined
 //! prints as the empty string.
 
-use minijinja::value::{Value, ValueKind};
+use super::limits::{check_len, size_error};
+use minijinja::value::{Enumerator, Object, ObjectRepr, Value, ValueKind};
+use minijinja::Error;
+use std::sync::Arc;
 
-/// `str(value)` as Python would print it.
-pub fn py_str(value: &Value) -> String {
-    let mut out = String::new();
-    write_str(&mut out, value);
-    out
-}
+/// A Python tuple: a sequence that prints as `('a', 1)`. Produced where jinja2 yields tuples
+/// (`dict.items()`, `|items`, `|dictsort`); otherwise it behaves like a list.
+#[derive(Debug)]
+pub struct Tuple(pub Vec<Value>);
 
-/// Appends `str(value)` to `out`.
-pub fn write_str(out: &mut String, value: &Value) {
-    match value.kind() {
-        ValueKind::String => out.push_str(value.as_str().unwrap_or_default()),
-        ValueKind::Undefined => {}
-        _ => write_repr(out, value),
+impl Object for Tuple {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Seq
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let idx = i64::try_from(key.clone()).ok()?;
+        let len = self.0.len() as i64;
+        let idx = if idx < 0 { idx + len } else { idx };
+        usize::try_from(idx)
+            .ok()
+            .and_then(|i| self.0.get(i).cloned())
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Seq(self.0.len())
     }
 }
 
-/// Appends `repr(value)` to `out`.
-pub fn write_repr(out: &mut String, value: &Value) {
+/// A 2-tuple `(a, b)` as a template value.
+pub fn pair(a: Value, b: Value) -> Value {
+    Value::from_object(Tuple(vec![a, b]))
+}
+
+/// Turns each 2-item sequence yielded by `value` into a [`Tuple`].
+pub fn pairs_to_tuples(value: &Value) -> Result<Value, Error> {
+    let mut out = Vec::new();
+    for item in value.try_iter()? {
+        let parts: Vec<Value> = item.try_iter()?.collect();
+        out.push(Value::from_object(Tuple(parts)));
+    }
+    Ok(Value::from(out))
+}
+
+/// `str(value)` as Python would print it; an error once it passes `cap` bytes.
+pub fn py_str(value: &Value, cap: usize) -> Result<String, Error> {
+    let mut out = String::new();
+    write_str(&mut out, value, cap)?;
+    Ok(out)
+}
+
+/// Appends `str(value)` to `out`; an error once `out` would pass `cap` bytes.
+pub fn write_str(out: &mut String, value: &Value, cap: usize) -> Result<(), Error> {
+    match value.kind() {
+        ValueKind::String => {
+            let s = value.as_str().unwrap_or_default();
+            check_len(out.len() + s.len(), cap)?;
+            out.push_str(s);
+        }
+        ValueKind::Undefined => {}
+        _ => write_repr(out, value, cap)?,
+    }
+    Ok(())
+}
+
+/// Appends `repr(value)` to `out`; an error once `out` passes `cap` bytes.
+pub fn write_repr(out: &mut String, value: &Value, cap: usize) -> Result<(), Error> {
+    if out.len() > cap {
+        return Err(size_error(cap));
+    }
     match value.kind() {
         ValueKind::Undefined => {}
         ValueKind::None => out.push_str("None"),
         ValueKind::Bool => out.push_str(if value.is_true() { "True" } else { "False" }),
         ValueKind::Number => write_number(out, value, FloatStyle::Python),
-        ValueKind::String => write_str_repr(out, value.as_str().unwrap_or_default()),
+        ValueKind::String => {
+            let s = value.as_str().unwrap_or_default();
+            check_len(out.len() + s.len(), cap)?;
+            write_str_repr(out, s);
+        }
+        ValueKind::Seq if value.downcast_object_ref::<Tuple>().is_some() => {
+            let items = &value
+                .downcast_object_ref::<Tuple>()
+                .map_or(&[][..], |t| &t.0[..]);
+            out.push('(');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_repr(out, item, cap)?;
+            }
+            if items.len() == 1 {
+                out.push(',');
+            }
+            out.push(')');
+        }
         ValueKind::Seq | ValueKind::Iterable => {
             out.push('[');
             if let Ok(iter) = value.try_iter() {
@@ -37,7 +107,7 @@ pub fn write_repr(out: &mut String, value: &Value) {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    write_repr(out, &item);
+                    write_repr(out, &item, cap)?;
                 }
             }
             out.push(']');
@@ -49,10 +119,10 @@ pub fn write_repr(out: &mut String, value: &Value) {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    write_repr(out, &key);
+                    write_repr(out, &key, cap)?;
                     out.push_str(": ");
                     let item = value.get_item(&key).unwrap_or_default();
-                    write_repr(out, &item);
+                    write_repr(out, &item, cap)?;
                 }
             }
             out.push('}');
@@ -60,6 +130,7 @@ pub fn write_repr(out: &mut String, value: &Value) {
         // Bytes, plain objects, invalid values: minijinja's own rendering is the best guess.
         _ => out.push_str(&value.to_string()),
     }
+    check_len(out.len(), cap)
 }
 
 /// How non-finite floats are spelled: `repr` (`nan`, `inf`) or `json.dumps` (`NaN`, `Infinity`).
@@ -214,10 +285,15 @@ mod tests {
             {"a": [1, 2.0, null, true], "b": "it's", "c": "x\n"}
         ));
         assert_eq!(
-            py_str(&v),
+            py_str(&v, 1000).unwrap(),
             r#"{'a': [1, 2.0, None, True], 'b': "it's", 'c': 'x\n'}"#
         );
-        assert_eq!(py_str(&Value::from(false)), "False");
-        assert_eq!(py_str(&Value::UNDEFINED), "");
+        assert_eq!(py_str(&Value::from(false), 100).unwrap(), "False");
+        assert_eq!(py_str(&Value::UNDEFINED, 100).unwrap(), "");
+        let t = pair(Value::from("a"), Value::from(1));
+        assert_eq!(py_str(&t, 100).unwrap(), "('a', 1)");
+        assert_eq!(py_str(&Value::from(vec![t]), 100).unwrap(), "[('a', 1)]");
+        let big = Value::from(vec![Value::from("x".repeat(100)); 1000]);
+        assert!(py_str(&big, 1000).is_err());
     }
 }

@@ -4,6 +4,7 @@
 //! Output matches Python byte for byte: `", "` and `": "` separators (`","` when indenting),
 //! floats as `repr(float)`, `NaN`/`Infinity`, keys in insertion order unless `sort_keys`.
 
+use super::limits::check_len;
 use super::python::{write_float, write_number, FloatStyle};
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{Error, ErrorKind};
@@ -16,15 +17,19 @@ struct Options {
     item_sep: String,
     key_sep: String,
     sort_keys: bool,
+    /// Most bytes the result may have.
+    cap: usize,
 }
 
 /// The `tojson` filter: `ensure_ascii` and `indent` positional or keyword, `separators` and
 /// `sort_keys` keyword.
+/// The result is capped at `cap` bytes.
 pub fn tojson_filter(
     value: &Value,
     ensure_ascii: Option<Value>,
     indent: Option<Value>,
     kwargs: Kwargs,
+    cap: usize,
 ) -> Result<Value, Error> {
     let pick = |pos: Option<Value>, name: &str| -> Result<Option<Value>, Error> {
         let kw: Option<Value> = kwargs.get(name)?;
@@ -61,6 +66,7 @@ pub fn tojson_filter(
         item_sep,
         key_sep,
         sort_keys,
+        cap,
     };
     let mut out = String::new();
     dump(&mut out, value, &opts, 0)?;
@@ -76,6 +82,7 @@ pub fn dumps(value: &Value) -> Result<String, Error> {
         item_sep: ", ".into(),
         key_sep: ": ".into(),
         sort_keys: false,
+        cap: usize::MAX,
     };
     let mut out = String::new();
     dump(&mut out, value, &opts, 0)?;
@@ -93,6 +100,7 @@ fn dump(out: &mut String, value: &Value, opts: &Options, level: usize) -> Result
     if level > MAX_DEPTH {
         return Err(invalid("tojson: value nested too deeply"));
     }
+    check_len(out.len(), opts.cap)?;
     match value.kind() {
         ValueKind::Undefined => {
             return Err(invalid("Object of type Undefined is not JSON serializable"))
