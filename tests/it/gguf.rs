@@ -218,7 +218,7 @@ fn edits(len: usize, hot: std::ops::Range<usize>) -> impl Strategy<Value = Vec<E
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn mutated_real_header_never_panics(e in edits(real_header().len(), real_tensor_infos_start()..real_header().len())) {
@@ -228,7 +228,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 10000, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn mutated_synthetic_file_never_panics(e in edits(synthetic().len(), 0..synthetic().len())) {

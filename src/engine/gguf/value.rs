@@ -184,7 +184,7 @@ impl MetaValue {
         })
     }
 
-    /// The value as a float, if it is `f32` or `f64` (an `f64` is rounded to `f32`).
+    /// The value as a float, if it is `f32` or `f64`.
     pub fn as_f64(&self) -> Option<f64> {
         match *self {
             MetaValue::F32(v) => Some(v.into()),
