@@ -8,8 +8,8 @@ use super::filters;
 use super::generation::GENERATION_FN;
 use super::limits::{size_error, RenderLimits};
 use super::methods::call_method;
-use super::operators::{self, ADD_FN, CONCAT_FN, MOD_FN, MUL_FN};
-use super::python::{pairs_to_tuples, py_str, write_repr};
+use super::operators::{self, ADD_FN, CONCAT_FN, MOD_FN, MUL_FN, TUPLE_FN};
+use super::python::{pairs_to_tuples, py_str, write_repr, Tuple};
 use super::tojson::tojson_filter;
 use minijinja::value::{Kwargs, Object, Rest, Value, ValueKind};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, State, UndefinedBehavior};
@@ -183,6 +183,9 @@ pub fn build_environment(limits: &RenderLimits) -> Environment<'static> {
     });
     env.add_function(MUL_FN, move |a: &Value, b: &Value| {
         operators::mul(a, b, cap)
+    });
+    env.add_function(TUPLE_FN, |items: &Value| -> Result<Value, Error> {
+        Ok(Value::from_object(Tuple(items.try_iter()?.collect())))
     });
     env.add_function(MOD_FN, move |state: &State, a: &Value, b: &Value| {
         operators::rem(state, a, b, cap)

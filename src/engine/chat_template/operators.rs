@@ -16,7 +16,7 @@
 
 use super::filters::format;
 use super::limits::{check_len, items_error, MAX_SEQ_ITEMS};
-use super::python::{py_str, write_str};
+use super::python::{py_str, write_str, Tuple};
 use minijinja::machinery::{ast, parse, WhitespaceConfig};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Rest, Value, ValueKind};
@@ -30,12 +30,14 @@ pub const CONCAT_FN: &str = "kiln_concat";
 pub const MUL_FN: &str = "kiln_mul";
 /// The global function `%` is rewritten into.
 pub const MOD_FN: &str = "kiln_mod";
+/// The global function tuple literals are wrapped in.
+pub const TUPLE_FN: &str = "kiln_tuple";
 
 /// Returns the rewritten source, or `None` when nothing needs rewriting, the source does not
 /// parse (the real compile then reports the syntax error) or a span looks unexpected (then the
 /// template is used as written).
 pub fn rewrite_operators(source: &str, ws: WhitespaceConfig) -> Option<String> {
-    if !source.contains(['+', '~', '*', '%']) {
+    if !source.contains(['+', '~', '*', '%', ',']) {
         return None;
     }
     let ast = parse(source, "chat_template", SyntaxConfig, ws).ok()?;
@@ -128,23 +130,14 @@ pub fn add(a: &Value, b: &Value, cap: usize) -> Result<Value, Error> {
     python_add(a.clone(), b.clone())
 }
 
-/// Python's `a % b`: printf-style formatting when `a` is a string, otherwise modulo with the
-/// sign of the divisor. Templates have no tuples, so a list on the right is the argument tuple
-/// unless the format has exactly one field and the list is not of length one.
+/// Python's `a % b`: printf-style formatting when `a` is a string (a tuple on the right is
+/// the argument list, anything else one argument), otherwise modulo with the sign of the
+/// divisor.
 pub fn rem(state: &State, a: &Value, b: &Value, cap: usize) -> Result<Value, Error> {
-    if let Some(fmt) = a.as_str() {
-        let mut fields = 0;
-        let mut chars = fmt.chars();
-        while let Some(c) = chars.next() {
-            if c == '%' && chars.next() != Some('%') {
-                fields += 1;
-            }
-        }
-        let spread = b.kind() == ValueKind::Seq && (fields != 1 || b.len() == Some(1));
-        let args: Vec<Value> = if spread {
-            b.try_iter()?.collect()
-        } else {
-            vec![b.clone()]
+    if a.kind() == ValueKind::String {
+        let args: Vec<Value> = match b.downcast_object_ref::<Tuple>() {
+            Some(t) => t.0.clone(),
+            None => vec![b.clone()],
         };
         return format(state, a, Rest(args), cap);
     }
@@ -290,8 +283,8 @@ impl Walk<'_> {
             S::Template(t) => self.stmts(&t.children),
             S::EmitExpr(e) => self.expr(&e.expr),
             S::EmitRaw(_) | S::Continue(_) | S::Break(_) => {}
+            // Assignment targets (`for (a, b) in`, `set x`) are names, never rewritten.
             S::ForLoop(f) => {
-                self.expr(&f.target);
                 self.expr(&f.iter);
                 if let Some(e) = &f.filter_expr {
                     self.expr(e);
@@ -305,18 +298,13 @@ impl Walk<'_> {
                 self.stmts(&i.false_body);
             }
             S::WithBlock(w) => {
-                for (a, b) in &w.assignments {
-                    self.expr(a);
-                    self.expr(b);
+                for (_target, value) in &w.assignments {
+                    self.expr(value);
                 }
                 self.stmts(&w.body);
             }
-            S::Set(s) => {
-                self.expr(&s.target);
-                self.expr(&s.expr);
-            }
+            S::Set(s) => self.expr(&s.expr),
             S::SetBlock(s) => {
-                self.expr(&s.target);
                 if let Some(f) = &s.filter {
                     self.expr(f);
                 }
@@ -348,7 +336,7 @@ impl Walk<'_> {
     }
 
     fn macro_decl(&mut self, m: &ast::Macro<'_>) {
-        for e in m.args.iter().chain(m.defaults.iter()) {
+        for e in &m.defaults {
             self.expr(e);
         }
         self.stmts(&m.body);
@@ -422,6 +410,12 @@ impl Walk<'_> {
             }
             E::Call(c) => self.call(c),
             E::List(l) => {
+                // `(a, b)` is a tuple in Python: wrap it so it prints as one.
+                let span = l.span();
+                let (start, end) = (span.start_offset as usize, span.end_offset as usize);
+                if self.src.as_bytes().get(start) == Some(&b'(') {
+                    self.wrap(start, end, "kiln_tuple(");
+                }
                 for e in &l.items {
                     self.expr(e);
                 }
@@ -432,6 +426,22 @@ impl Walk<'_> {
                 }
             }
         }
+    }
+
+    /// Records `call` (`kiln_xxx(`) before `start` and `)` at `end`.
+    fn wrap(&mut self, start: usize, end: usize, call: &'static str) {
+        self.edits.push(Edit {
+            at: start,
+            remove: 0,
+            text: call,
+            order: 2,
+        });
+        self.edits.push(Edit {
+            at: end,
+            remove: 0,
+            text: ")",
+            order: 0,
+        });
     }
 
     /// Records `call` (`kiln_xxx(`) at the node start, `,` for the operator, `)` at the end.

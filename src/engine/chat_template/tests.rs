@@ -96,6 +96,13 @@ fn python_methods_and_tests() {
     )
     .unwrap();
     assert_eq!(out, "[('b', 1), ('a', [2])] [('b', 1), ('a', [2])] 1");
+    let out = render(
+        "{{ (1, 2) }}{{ ('a',) }}{{ () }}{% for (a, b) in [(3, 4)] %}{{ a }}{% endfor %}\
+         {{ (1, 2)|tojson }}{{ '%s' % [1, 2] }}",
+        json!({}),
+    )
+    .unwrap();
+    assert_eq!(out, "(1, 2)('a',)()3[1, 2][1, 2]");
     // The immutable sandbox refuses mutation.
     assert!(render("{{ [1, 2].append(3) }}", json!({})).is_err());
 }
