@@ -23,6 +23,9 @@ pub struct Bpe {
 
 const NONE: u32 = u32::MAX;
 
+/// Texts at least this long cache each distinct word's tokens for the rest of the call.
+const CACHE_MIN_LEN: usize = 1024;
+
 #[derive(Clone, Copy)]
 struct Sym {
     id: u32,
@@ -82,32 +85,50 @@ impl Bpe {
     /// Appends the tokens of `text` (pre-tokenized, then merged piece by piece) to `out`.
     /// `scratch` carries buffers between calls so a long encode allocates once.
     pub fn encode(&self, vocab: &Vocab, text: &str, scratch: &mut Scratch, out: &mut Vec<u32>) {
+        // Long texts repeat words: remember where each word's tokens were first written.
+        let mut seen: Option<FxMap<&[u8], (usize, usize)>> =
+            (text.len() >= CACHE_MIN_LEN).then(FxMap::default);
         for r in self.pre.split(text) {
             let word = &text.as_bytes()[r];
-            if self.pre.ignore_merges {
-                scratch.encoded.clear();
-                scratch
-                    .encoded
-                    .extend(word.iter().map(|&b| byte_to_char(b)));
-                if let Some(id) = vocab.id(scratch.encoded.as_bytes()) {
-                    out.push(id);
+            if let Some(seen) = seen.as_mut() {
+                if let Some(&(start, end)) = seen.get(word) {
+                    out.extend_from_within(start..end);
                     continue;
                 }
+                let start = out.len();
+                self.encode_word(vocab, word, scratch, out);
+                seen.insert(word, (start, out.len()));
+            } else {
+                self.encode_word(vocab, word, scratch, out);
             }
-            if let [b] = word {
-                out.extend(self.byte_ids[*b as usize]);
-                continue;
+        }
+    }
+
+    /// Appends the tokens of one pre-tokenizer piece.
+    fn encode_word(&self, vocab: &Vocab, word: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) {
+        if self.pre.ignore_merges {
+            scratch.encoded.clear();
+            scratch
+                .encoded
+                .extend(word.iter().map(|&b| byte_to_char(b)));
+            if let Some(id) = vocab.id(scratch.encoded.as_bytes()) {
+                out.push(id);
+                return;
             }
-            self.merge_word(word, scratch);
-            let syms = &scratch.syms;
-            let mut i = 0u32;
-            while i != NONE {
-                let s = syms[i as usize];
-                if s.id != NONE {
-                    out.push(s.id);
-                }
-                i = s.next;
+        }
+        if let [b] = word {
+            out.extend(self.byte_ids[*b as usize]);
+            return;
+        }
+        self.merge_word(word, scratch);
+        let syms = &scratch.syms;
+        let mut i = 0u32;
+        while i != NONE {
+            let s = syms[i as usize];
+            if s.id != NONE {
+                out.push(s.id);
             }
+            i = s.next;
         }
     }
 
