@@ -121,9 +121,10 @@ impl Tokenizer {
                 }
             }
             Model::Bpe(bpe) => {
+                let mut scratch = bpe::Scratch::default();
                 for f in frags {
                     match f {
-                        Fragment::Text(t) => bpe.encode(&self.vocab, t, &mut out),
+                        Fragment::Text(t) => bpe.encode(&self.vocab, t, &mut scratch, &mut out),
                         Fragment::Token(id) => out.push(id),
                     }
                 }
