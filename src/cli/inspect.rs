@@ -21,7 +21,11 @@ const STRING_SHOWN: usize = 120;
 #[derive(clap::Args)]
 pub struct Args {
     /// The GGUF model file.
-    pub model: PathBuf,
+    #[arg(required_unless_present = "isa")]
+    pub model: Option<PathBuf>,
+    /// Print the kernel instruction sets (detected, selected, supported) instead of a model.
+    #[arg(long, conflicts_with_all = ["no_tensors"])]
+    pub isa: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -39,10 +43,15 @@ struct LoadCost {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.isa {
+        return emit(&isa_report(args.json)?);
+    }
+    let Some(model) = args.model.as_ref() else {
+        anyhow::bail!("a model file is required (or --isa)");
+    };
     let rss_before = rss_kib();
     let t0 = Instant::now();
-    let file =
-        GgufFile::open(&args.model).with_context(|| format!("loading {}", args.model.display()))?;
+    let file = GgufFile::open(model).with_context(|| format!("loading {}", model.display()))?;
     let hparams = HParams::from_gguf(&file);
     let cost = LoadCost {
         load_ms: t0.elapsed().as_secs_f64() * 1e3,
@@ -56,6 +65,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         emit(&print_text(&args, &file, &hparams, &cost))
     }
+}
+
+/// The model path (present whenever a model is inspected: `run` checked it).
+fn model_path(args: &Args) -> &std::path::Path {
+    args.model.as_deref().unwrap_or(std::path::Path::new(""))
 }
 
 /// Writes the report to stdout; a closed pipe (`kiln inspect m.gguf | head`) is not an error.
@@ -106,7 +120,7 @@ fn print_text(
     cost: &LoadCost,
 ) -> String {
     let mut o = String::new();
-    w!(o, "file        {}", args.model.display());
+    w!(o, "file        {}", model_path(args).display());
     w!(
         o,
         "gguf        v{}, {} bytes, alignment {}, data section at {}",
@@ -278,7 +292,7 @@ fn to_json(
         })
         .collect();
     let mut out = json!({
-        "file": args.model.display().to_string(),
+        "file": model_path(args).display().to_string(),
         "version": file.version(),
         "file_bytes": file.file_len(),
         "alignment": file.alignment(),
@@ -335,4 +349,35 @@ fn ms_since_process_start() -> Option<f64> {
         .ok()?;
     // USER_HZ is 100 on every mainstream Linux configuration.
     Some((uptime - start_ticks / 100.0).max(0.0) * 1e3)
+}
+
+/// The instruction sets: what the CPU supports, what `KILN_ISA` asks for, what kernels run.
+/// An unknown or unsupported `KILN_ISA` is an error here (the engine would warn and fall back).
+fn isa_report(as_json: bool) -> anyhow::Result<String> {
+    use kiln::kernels::isa::{self, Isa};
+    let forced = Isa::from_env().context("KILN_ISA")?;
+    let selected = kiln::kernels::isa();
+    let supported: Vec<String> = Isa::all_supported().map(|i| i.to_string()).collect();
+    let vnni = isa::has_avx512_vnni();
+    if as_json {
+        let v = json!({
+            "selected": selected.to_string(),
+            "detected": Isa::detect().to_string(),
+            "forced": forced.map(|i| i.to_string()),
+            "supported": supported,
+            "avx512_vnni": vnni,
+        });
+        return Ok(serde_json::to_string_pretty(&v)? + "\n");
+    }
+    let mut o = String::new();
+    w!(o, "selected:  {selected}");
+    w!(o, "detected:  {}", Isa::detect());
+    w!(
+        o,
+        "forced:    {}",
+        forced.map_or("no (set KILN_ISA to force)".into(), |i| i.to_string())
+    );
+    w!(o, "supported: {}", supported.join(", "));
+    w!(o, "avx512 vnni: {}", if vnni { "yes" } else { "no" });
+    Ok(o)
 }

@@ -67,3 +67,42 @@ fn json_report_and_zero_copy_load() {
         grew("anon_kib")
     );
 }
+
+fn inspect_isa(isa: Option<&str>) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    cmd.args(["inspect", "--isa", "--json"]);
+    match isa {
+        Some(v) => cmd.env("KILN_ISA", v),
+        None => cmd.env_remove("KILN_ISA"),
+    };
+    cmd.output().expect("run kiln inspect --isa")
+}
+
+#[test]
+fn isa_report_follows_kiln_isa() {
+    let out = inspect_isa(None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let supported: Vec<&str> = v["supported"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(supported.contains(&"scalar"));
+    assert_eq!(v["selected"], v["detected"]);
+    assert!(supported.contains(&v["selected"].as_str().unwrap()));
+
+    let out = inspect_isa(Some("scalar"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["selected"], "scalar");
+    assert_eq!(v["forced"], "scalar");
+
+    let out = inspect_isa(Some("sse9"));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("KILN_ISA"));
+}
