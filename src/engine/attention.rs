@@ -148,7 +148,32 @@ impl<'a> HeadView<'a> {
         let n = self.block_size.min(self.n_pos - i * self.block_size);
         (&self.k[base..][..tile], &self.v[base..][..tile], n)
     }
+
+    /// Hints the CPU to start loading logical block `i`'s K and V tiles into cache (no-op past
+    /// the end or off x86-64). Physical blocks are scattered, so the hardware prefetcher cannot
+    /// guess the next one; the kernels call this a couple of blocks ahead. One hint per 64-byte
+    /// line (one per 128 bytes, counting on the adjacent-line prefetcher, measured 2x slower).
+    #[inline]
+    fn prefetch(&self, i: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if i < self.n_blocks() {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            const STEP: usize = 64 / size_of::<f16>();
+            let (k, v, n) = self.block(i);
+            let v = &v[..n * self.head_dim];
+            for tile in [k, v] {
+                for at in (0..tile.len()).step_by(STEP) {
+                    // SAFETY: SSE is part of the x86-64 baseline; a prefetch never faults, and
+                    // `at < tile.len()` keeps the address inside the tile anyway.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(tile.as_ptr().wrapping_add(at).cast()) };
+                }
+            }
+        }
+    }
 }
+
+/// How many blocks ahead the SIMD kernels prefetch.
+const PREFETCH_AHEAD: usize = 2;
 
 /// One attention query: which layer, which sequence, which token.
 pub(crate) struct Query<'a> {
