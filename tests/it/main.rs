@@ -2,3 +2,4 @@
 //! reference data in ../shared (override with KILN_SHARED); a missing file fails loudly.
 
 mod common;
+mod kv_cache;
