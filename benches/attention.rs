@@ -5,8 +5,8 @@
 //! step does, so the K/V come from L3 (or DRAM) as in real decoding. Each is run with the
 //! detected kernel and with the scalar twin, the reference for the speed ratio.
 //!
-//! Time is this thread's CPU time (from /proc/thread-self/schedstat when readable, else wall
-//! time), so other processes sharing the cores do not inflate it.
+//! Time is this thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), so other processes sharing the
+//! cores do not inflate it (cache interference from them still can).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kiln::engine::kv_cache::{AttnIsa, AttnScratch, KvCache, KvCacheConfig};
@@ -24,11 +24,15 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
-/// CPU time this thread has run, if the kernel reports it.
+/// CPU time this thread has run, if the OS reports it.
 fn thread_cpu_time() -> Option<Duration> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
 /// Runs `f` `iters` times; returns the CPU time (or wall time) it took.

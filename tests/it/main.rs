@@ -7,3 +7,4 @@ mod gguf;
 mod gguf_inspect;
 mod gguf_malformed;
 mod tokenizer;
+mod kv_cache;

@@ -1,7 +1,7 @@
 //! AVX2 + FMA + F16C attention kernel (8 f32 lanes): the AVX-512 kernel's algorithm on half-width
 //! vectors, for CPUs without AVX-512. Scalar twin: `attend_group_scalar` in the parent.
 
-use super::HeadView;
+use super::{HeadView, PREFETCH_AHEAD};
 use half::f16;
 use std::arch::x86_64::*;
 
@@ -104,6 +104,7 @@ fn kernel<const G: usize, const C: usize>(view: &HeadView, q: &[f32], out: &mut 
     let mut m = [f32::NEG_INFINITY; G];
     let mut weights = [[0.0f32; W]; G];
     for bi in 0..view.n_blocks() {
+        view.prefetch(bi + PREFETCH_AHEAD);
         let (k, v, n) = view.block(bi);
         // Tiles are exactly `bs * d` long, `bs` a multiple of W and `t + W <= bs` below, so every
         // load below stays inside them (the invariant the unchecked loads rely on).

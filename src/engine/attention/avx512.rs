@@ -5,7 +5,7 @@
 //! three FMAs with q broadcast), the online softmax runs on those vectors, and each V row is
 //! converted once and added to the group's register-resident accumulators.
 
-use super::HeadView;
+use super::{HeadView, PREFETCH_AHEAD};
 use half::f16;
 use std::arch::x86_64::*;
 
@@ -86,6 +86,7 @@ fn kernel<const G: usize, const C: usize>(view: &HeadView, q: &[f32], out: &mut 
     let mut m = [f32::NEG_INFINITY; G];
     let mut weights = [[0.0f32; W]; G];
     for bi in 0..view.n_blocks() {
+        view.prefetch(bi + PREFETCH_AHEAD);
         let (k, v, n) = view.block(bi);
         // Tiles are exactly `bs * d` long, `bs` a multiple of W and `t + W <= bs` below, so every
         // load below stays inside them (the invariant the unchecked loads rely on).

@@ -287,6 +287,25 @@ fn bad_inputs_are_named_errors() {
 }
 
 #[test]
+fn shared_blocks_are_read_only() {
+    let mut cache = KvCache::new(cfg(1, 8, 4, 5)).unwrap();
+    let mut a = cache.new_table();
+    a.reserve(6).unwrap();
+    let row = vec![1.0; 8];
+    cache.write(0, &a, 5, &row, &row).unwrap();
+    let mut b = a.fork();
+    assert!(matches!(
+        cache.write(0, &b, 6, &row, &row),
+        Err(KvCacheError::SharedBlock { refs: 2, .. })
+    ));
+    // A block only the fork holds is writable.
+    b.reserve(9).unwrap();
+    cache.write(0, &b, 8, &row, &row).unwrap();
+    drop(a);
+    cache.write(0, &b, 6, &row, &row).unwrap();
+}
+
+#[test]
 fn out_of_blocks_leaks_nothing() {
     let cache = KvCache::new(cfg(1, 8, 4, 5)).unwrap();
     let mut a = cache.new_table();
