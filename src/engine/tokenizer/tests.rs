@@ -139,7 +139,10 @@ fn out_of_range_ids_decode_to_nothing() {
 fn long_text_word_cache_changes_nothing() {
     let t = tiny_bpe();
     let text = "hello world, hello wor1d 42 hello\n".repeat(100);
-    assert!(text.len() >= 1024, "long enough to use the per-call word cache");
+    assert!(
+        text.len() >= 1024,
+        "long enough to use the per-call word cache"
+    );
     let Model::Bpe(bpe) = &t.model else {
         panic!("tiny_bpe is BPE")
     };
