@@ -90,9 +90,23 @@ impl Measurement for ThreadCpu {
     }
 }
 
+fn golden_long_context() -> String {
+    let shared = std::env::var("KILN_SHARED")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared").into());
+    let path = format!("{shared}/golden/smollm2-135m-instruct-q4_1/tokenization.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("tokenization.json");
+    doc["cases"]
+        .as_array()
+        .and_then(|cases| cases.iter().find(|c| c["name"] == "long_context"))
+        .and_then(|c| c["text"].as_str())
+        .expect("long_context case")
+        .to_string()
+}
+
 fn bench(c: &mut Criterion<ThreadCpu>) {
     let tok = load();
-    let long: String = PARAGRAPH.repeat(200); // ~100 KB
+    let long: String = PARAGRAPH.repeat(200); // ~100 KB, one paragraph repeated
     let mut g = c.benchmark_group("tokenizer");
     g.throughput(Throughput::Bytes(long.len() as u64));
     g.bench_function("encode_long_english", |b| {
@@ -104,6 +118,13 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
     });
     g.bench_function("encode_short_string", |b| {
         b.iter(|| tok.encode(black_box("Hello, world! How are you today?"), false, false))
+    });
+    // Natural prose without repetition (the golden long_context case, ~5 KB), so the
+    // per-call word cache only helps as much as real text lets it.
+    let prose = golden_long_context();
+    g.throughput(Throughput::Bytes(prose.len() as u64));
+    g.bench_function("encode_prose_5k", |b| {
+        b.iter(|| tok.encode(black_box(&prose), false, false))
     });
     let ids = tok.encode(&long, false, false);
     let n = ids.len() as u64;

@@ -86,6 +86,12 @@ pub struct Tokenizer {
     pieces: Vec<Box<[u8]>>,
 }
 
+// The engine and the HTTP layer share one tokenizer across threads.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tokenizer>();
+};
+
 impl Tokenizer {
     /// Encodes `text`. `add_special` adds BOS/EOS as the vocabulary asks
     /// (`tokenizer.ggml.add_bos_token`...); `parse_special` recognises control tokens written
