@@ -99,3 +99,44 @@ proptest! {
         }
     }
 }
+
+/// Larger shapes than the proptest: full and partial 16-row panels, token tiles past 16,
+/// and enough blocks that the AVX-512 activation tables split the tokens into groups.
+#[test]
+fn gemm_matches_vec_dot_on_large_shapes() {
+    let (n_rows, n_tok) = (37, 21);
+    for nb in [18, 300] {
+        let k = nb * 32;
+        let wv: Vec<f32> = (0..n_rows * k)
+            .map(|i| ((i * 7919) % 1999) as f32 / 999.0 - 1.0)
+            .collect();
+        let av: Vec<f32> = (0..n_tok * k)
+            .map(|i| ((i * 104729) % 2003) as f32 / 1001.0 - 1.0)
+            .collect();
+        for dt in [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_1] {
+            let sk = kernels_for(dt, Isa::Scalar).unwrap();
+            let qw = quantize(sk, &wv);
+            let qa = quantize_act(sk, &av);
+            let (wr, ar) = (qw.len() / n_rows, qa.len() / n_tok);
+            for isa in Isa::all_supported() {
+                let kk = kernels_for(dt, isa).unwrap();
+                let mut out = vec![0f32; n_tok * n_rows];
+                (kk.gemm)(k, &qw, n_rows, &qa, n_tok, &mut out, n_rows);
+                for t in 0..n_tok {
+                    let at = &qa[t * ar..(t + 1) * ar];
+                    let ad = deq(sk, sk.vec_dot_type, at, k);
+                    for r in 0..n_rows {
+                        let wrow = &qw[r * wr..(r + 1) * wr];
+                        let want = (sk.vec_dot)(k, wrow, at);
+                        let tol = bound(&deq(sk, dt, wrow, k), &ad);
+                        let got = out[t * n_rows + r];
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{isa} {dt} k{k} r{r} t{t}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! AVX-512 (F, BW, VL) kernels using VNNI `vpdpbusd`.
 
+mod lanes;
 pub mod legacy;
 
 use crate::kernels::table::Table;
