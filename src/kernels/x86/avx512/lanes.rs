@@ -37,11 +37,14 @@ const fn adt(t: u8) -> DType {
     }
 }
 
-/// Activation tables for one token group: `[t * nb + b]`.
-struct ActTables {
-    d: [f32; SCRATCH],
-    s: [f32; SCRATCH],
-    start: [i32; SCRATCH],
+/// Small tables for decode-sized calls (zeroing 48 KiB per call would cost microseconds).
+const SMALL: usize = 256;
+
+/// Activation tables for one token group: `[t * nb + b]`, N entries.
+struct ActTables<const N: usize> {
+    d: [f32; N],
+    s: [f32; N],
+    start: [i32; N],
 }
 
 /// Transposes dword `0..4` of 16 rows' 16-byte chunks at `p[r] + off` into 4 zmm,
@@ -117,14 +120,14 @@ unsafe fn unpack<const T: u8>(
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-unsafe fn panel_tile<const T: u8, const TT: usize>(
+unsafe fn panel_tile<const T: u8, const TT: usize, const N: usize>(
     nb: usize,
     rows: &[*const u8; LANES],
     hdr_idx: __m512i,
     valid: usize,
     a: *const u8,
     ar: usize,
-    tab: &ActTables,
+    tab: &ActTables<N>,
     tab0: usize,
     out: *mut f32,
     os: usize,
@@ -174,7 +177,7 @@ unsafe fn panel_tile<const T: u8, const TT: usize>(
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn panel_dyn<const T: u8>(
+unsafe fn panel_dyn<const T: u8, const N: usize>(
     tt: usize,
     nb: usize,
     rows: &[*const u8; LANES],
@@ -182,7 +185,7 @@ unsafe fn panel_dyn<const T: u8>(
     valid: usize,
     a: *const u8,
     ar: usize,
-    tab: &ActTables,
+    tab: &ActTables<N>,
     tab0: usize,
     out: *mut f32,
     os: usize,
@@ -190,7 +193,7 @@ unsafe fn panel_dyn<const T: u8>(
     macro_rules! go {
         ($($n:literal)*) => {
             match tt {
-                $($n => unsafe { panel_tile::<T, $n>(nb, rows, hdr_idx, valid, a, ar, tab, tab0, out, os) },)*
+                $($n => unsafe { panel_tile::<T, $n, N>(nb, rows, hdr_idx, valid, a, ar, tab, tab0, out, os) },)*
                 _ => unreachable!("token tile of {tt}"),
             }
         };
@@ -218,6 +221,30 @@ pub(crate) unsafe fn gemm<const T: u8>(
     out: *mut f32,
     os: usize,
 ) {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        if n_tok * nb <= SMALL {
+            gemm_with::<T, SMALL>(nb, w, wr, n_rows, a, ar, n_tok, out, os)
+        } else {
+            gemm_with::<T, SCRATCH>(nb, w, wr, n_rows, a, ar, n_tok, out, os)
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_with<const T: u8, const N: usize>(
+    nb: usize,
+    w: *const u8,
+    wr: usize,
+    n_rows: usize,
+    a: *const u8,
+    ar: usize,
+    n_tok: usize,
+    out: *mut f32,
+    os: usize,
+) {
     let ab = adt(T).block_bytes();
     let qoff = if T == Q4_1 { 4 } else { 2 };
     let offset: i32 = match T {
@@ -225,12 +252,12 @@ pub(crate) unsafe fn gemm<const T: u8>(
         Q8_0 => 128,
         _ => 0,
     };
-    let mut tab = ActTables {
-        d: [0.0; SCRATCH],
-        s: [0.0; SCRATCH],
-        start: [0; SCRATCH],
+    let mut tab = ActTables::<N> {
+        d: [0.0; N],
+        s: [0.0; N],
+        start: [0; N],
     };
-    let group = (SCRATCH / nb).max(1);
+    let group = N / nb;
     for g0 in (0..n_tok).step_by(group) {
         let gn = group.min(n_tok - g0);
         for t in 0..gn {
@@ -274,7 +301,7 @@ pub(crate) unsafe fn gemm<const T: u8>(
                 let tok = g0 + t0;
                 // SAFETY: rows r0..r0+valid, tokens tok..tok+tt are in range; out cells too.
                 unsafe {
-                    panel_dyn::<T>(
+                    panel_dyn::<T, N>(
                         tt,
                         nb,
                         &rows,
