@@ -1,4 +1,4 @@
-//! The AVX-512 VNNI "row lanes" GEMM for Q4_0, Q4_1 and Q8_0: 16 weight rows side by side.
+//! The AVX-512 VNNI "row lanes" GEMM for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: 16 weight rows side by side.
 //!
 //! Per 32-value block, the 16 rows of a panel are transposed on the fly into 8 zmm registers
 //! whose i32 lane r holds 4 consecutive weights of row r (unsigned: Q4 as q, Q8_0 as q+128).
@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use super::legacy::{Q4_0, Q4_1, Q8_0};
+use super::legacy::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::kernels::blocks::f16_to_f32_at;
 use crate::kernels::DType;
 
@@ -25,15 +25,31 @@ const fn wdt(t: u8) -> DType {
     match t {
         Q4_0 => DType::Q4_0,
         Q4_1 => DType::Q4_1,
+        Q5_0 => DType::Q5_0,
+        Q5_1 => DType::Q5_1,
         _ => DType::Q8_0,
     }
 }
 
+const fn has_min(t: u8) -> bool {
+    t == Q4_1 || t == Q5_1
+}
+
 const fn adt(t: u8) -> DType {
-    if t == Q4_1 {
+    if has_min(t) {
         DType::Q8_1
     } else {
         DType::Q8_0
+    }
+}
+
+/// Offset of the 16 nibble bytes in a weight block.
+const fn nibble_off(t: u8) -> usize {
+    match t {
+        Q4_0 => 2,
+        Q4_1 => 4,
+        Q5_0 => 6,
+        _ => 8,
     }
 }
 
@@ -84,7 +100,8 @@ unsafe fn unpack<const T: u8>(
     base: *const u8,
 ) -> ([__m512i; 8], __m512, __m512) {
     let mut w = [_mm512_setzero_si512(); 8];
-    // SAFETY (both branches): row pointers address whole blocks of valid rows.
+    // SAFETY (both branches): row pointers address whole blocks of valid rows; the qh gather
+    // reads 4 bytes at `hoff` of the same blocks (lane r of `hdr_idx` = row r's offset from `base`).
     unsafe {
         if T == Q8_0 {
             let lo = transpose16x4(p, 2);
@@ -95,12 +112,27 @@ unsafe fn unpack<const T: u8>(
                 w[4 + i] = _mm512_xor_si512(hi[i], flip);
             }
         } else {
-            let qoff = if T == Q4_0 { 2 } else { 4 };
-            let q = transpose16x4(p, qoff);
+            let q = transpose16x4(p, nibble_off(T));
             let m4 = _mm512_set1_epi8(0x0F);
             for i in 0..4 {
                 w[i] = _mm512_and_si512(q[i], m4);
                 w[4 + i] = _mm512_and_si512(_mm512_srli_epi16(q[i], 4), m4);
+            }
+            if T == Q5_0 || T == Q5_1 {
+                // qh of each row; bits 4i..4i+4 become bit 4 of the 4 bytes of register i:
+                // (x & 0xF) * 0x02040810 moves bit j to bit 8j + 4 without carries.
+                let hoff = if T == Q5_0 { 2 } else { 4 };
+                let qh = _mm512_i32gather_epi32::<1>(hdr_idx, base.add(hoff) as *const i32);
+                let spread = _mm512_set1_epi32(0x0204_0810);
+                let keep = _mm512_set1_epi32(0x1010_1010);
+                for (i, wi) in w.iter_mut().enumerate() {
+                    let nib = _mm512_and_si512(
+                        _mm512_srlv_epi32(qh, _mm512_set1_epi32(4 * i as i32)),
+                        _mm512_set1_epi32(0xF),
+                    );
+                    let bits = _mm512_and_si512(_mm512_mullo_epi32(nib, spread), keep);
+                    *wi = _mm512_or_si512(*wi, bits);
+                }
             }
         }
     }
@@ -108,7 +140,7 @@ unsafe fn unpack<const T: u8>(
     // addresses the first 4 bytes of a block.
     let hdr = unsafe { _mm512_i32gather_epi32::<1>(hdr_idx, base as *const i32) };
     let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hdr));
-    let m = if T == Q4_1 {
+    let m = if has_min(T) {
         _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hdr, 16)))
     } else {
         _mm512_setzero_ps()
@@ -134,7 +166,7 @@ unsafe fn panel_tile<const T: u8, const TT: usize, const N: usize>(
 ) {
     let bw = wdt(T).block_bytes();
     let ab = adt(T).block_bytes();
-    let qoff = if T == Q4_1 { 4 } else { 2 };
+    let qoff = if has_min(T) { 4 } else { 2 };
     let mut acc = [_mm512_setzero_ps(); TT];
     for b in 0..nb {
         let p: [*const u8; LANES] = std::array::from_fn(|r| rows[r].wrapping_add(b * bw));
@@ -144,7 +176,7 @@ unsafe fn panel_tile<const T: u8, const TT: usize, const N: usize>(
             let ti = tab0 + t * nb + b;
             // SAFETY: token t's block b lies inside `a` (caller contract).
             let q = unsafe { a.add(t * ar + b * ab + qoff) } as *const i32;
-            let mut sumi = if T == Q4_1 {
+            let mut sumi = if has_min(T) {
                 _mm512_setzero_si512()
             } else {
                 _mm512_set1_epi32(tab.start[ti])
@@ -156,7 +188,7 @@ unsafe fn panel_tile<const T: u8, const TT: usize, const N: usize>(
             }
             let scale = _mm512_mul_ps(d, _mm512_set1_ps(tab.d[ti]));
             let mut x = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), scale, acc[t]);
-            if T == Q4_1 {
+            if has_min(T) {
                 x = _mm512_fmadd_ps(m, _mm512_set1_ps(tab.s[ti]), x);
             }
             acc[t] = x;
@@ -246,9 +278,10 @@ unsafe fn gemm_with<const T: u8, const N: usize>(
     os: usize,
 ) {
     let ab = adt(T).block_bytes();
-    let qoff = if T == Q4_1 { 4 } else { 2 };
+    let qoff = if has_min(T) { 4 } else { 2 };
     let offset: i32 = match T {
         Q4_0 => 8,
+        Q5_0 => 16,
         Q8_0 => 128,
         _ => 0,
     };
@@ -266,7 +299,7 @@ unsafe fn gemm_with<const T: u8, const N: usize>(
                 let blk = unsafe { std::slice::from_raw_parts(a.add((g0 + t) * ar + b * ab), ab) };
                 let i = t * nb + b;
                 tab.d[i] = f16_to_f32_at(blk, 0);
-                if T == Q4_1 {
+                if has_min(T) {
                     tab.s[i] = f16_to_f32_at(blk, 2);
                 } else {
                     let sum: i32 = blk[qoff..qoff + 32].iter().map(|&x| x as i8 as i32).sum();

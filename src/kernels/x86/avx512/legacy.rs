@@ -53,7 +53,7 @@ const fn offset(t: u8) -> i8 {
 }
 
 const ROWS_PER_PANEL: usize = 64;
-/// From this many tokens the row-lanes GEMM (lanes.rs) is used for Q4_0/Q4_1/Q8_0.
+/// From this many tokens the row-lanes GEMM (lanes.rs) is used.
 const LANES_MIN_TOK: usize = 1;
 
 /// Reads an unaligned little-endian u32.
@@ -321,10 +321,8 @@ unsafe fn gemm<const T: u8>(
     );
     let nb = k / 32;
     let (wp, ap, op) = (w.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    let lanes_ok = (T == Q4_0 || T == Q4_1 || T == Q8_0)
-        && nb <= super::lanes::SCRATCH
-        && n_rows * wr < i32::MAX as usize
-        && n_tok >= LANES_MIN_TOK;
+    let lanes_ok =
+        nb <= super::lanes::SCRATCH && n_rows * wr < i32::MAX as usize && n_tok >= LANES_MIN_TOK;
     if lanes_ok {
         // SAFETY: lengths checked by check_gemm; nb and row offsets within the lanes limits.
         unsafe { super::lanes::gemm::<T>(nb, wp, wr, n_rows, ap, ar, n_tok, op, out_stride) };
