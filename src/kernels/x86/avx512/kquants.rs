@@ -98,8 +98,9 @@ macro_rules! avx512_kquants {
             };
             use crate::kernels::DType;
 
-            /// Tokens per register tile in [`gemm_with`].
-            const TILE: usize = 4;
+            /// Tokens per register tile in [`gemm_with`] (8 measured ~10% faster than 4 for
+            /// 16+ tokens: the weight unpacking is shared by more tokens).
+            const TILE: usize = 8;
 
             /// A prepared block's values as four 64-value registers and its scales as i32
             /// lanes (scale in the low 16 bits, zero above) matching each register.

@@ -222,7 +222,7 @@ proptest! {
     fn simd_gemm_equals_scalar_dots(
         blocks in 1usize..3,
         n_rows in 1usize..4,
-        n_tok in 1usize..7,
+        n_tok in 1usize..12,
         pad in 0usize..3,
         seed in any::<u64>(),
         ws in scales(),
