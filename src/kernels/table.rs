@@ -220,6 +220,8 @@ fn legacy_scalar_row(d: DType) -> Option<TypeKernels> {
 // ===== K-quant rows [kern-k] =====
 // Scalar rows of Q2_K..Q6_K and Q8_K (all take Q8_K activations); the SIMD versions are
 // installed by `kquants::install` from `x86::avx2`, `x86::avx512` and `aarch64::neon`.
+// Q8_K's `from_f32` is bit-exact with ggml's `quantize_row_q8_K_ref`; the Q2_K..Q6_K weight
+// quantizers are kiln's own (same format, error within test-quantize-fns' limits).
 
 fn kquant_scalar_row(d: DType) -> Option<TypeKernels> {
     use super::scalar::kquants as k;

@@ -99,3 +99,86 @@ proptest! {
         }
     }
 }
+
+/// Larger shapes than the proptest: full and partial 16-row panels, token tiles past 16,
+/// and enough blocks that the AVX-512 activation tables split the tokens into groups.
+#[test]
+fn gemm_matches_vec_dot_on_large_shapes() {
+    let (n_rows, n_tok) = (37, 21);
+    for nb in [18, 300] {
+        let k = nb * 32;
+        let wv: Vec<f32> = (0..n_rows * k)
+            .map(|i| ((i * 7919) % 1999) as f32 / 999.0 - 1.0)
+            .collect();
+        let av: Vec<f32> = (0..n_tok * k)
+            .map(|i| ((i * 104729) % 2003) as f32 / 1001.0 - 1.0)
+            .collect();
+        for dt in [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_1] {
+            let sk = kernels_for(dt, Isa::Scalar).unwrap();
+            let qw = quantize(sk, &wv);
+            let qa = quantize_act(sk, &av);
+            let (wr, ar) = (qw.len() / n_rows, qa.len() / n_tok);
+            for isa in Isa::all_supported() {
+                let kk = kernels_for(dt, isa).unwrap();
+                let mut out = vec![0f32; n_tok * n_rows];
+                (kk.gemm)(k, &qw, n_rows, &qa, n_tok, &mut out, n_rows);
+                for t in 0..n_tok {
+                    let at = &qa[t * ar..(t + 1) * ar];
+                    let ad = deq(sk, sk.vec_dot_type, at, k);
+                    for r in 0..n_rows {
+                        let wrow = &qw[r * wr..(r + 1) * wr];
+                        let want = (sk.vec_dot)(k, wrow, at);
+                        let tol = bound(&deq(sk, dt, wrow, k), &ad);
+                        let got = out[t * n_rows + r];
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{isa} {dt} k{k} r{r} t{t}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// SIMD activation quantizers produce the scalar reference's exact bytes.
+    #[test]
+    fn q8_quantizers_match_scalar_bytes(nb in 1usize..6, v in values(6 * 32), halves in prop::collection::vec(-300i32..300, 8)) {
+        let mut x = v[..nb * 32].to_vec();
+        // Exact .5 products round away from zero: plant some (amax 127 -> id 1).
+        x[0] = 127.0;
+        for (i, h) in halves.iter().enumerate() {
+            x[1 + i] = (*h as f32 + 0.5).clamp(-127.0, 127.0);
+        }
+        for dt in [DType::Q8_0, DType::Q8_1] {
+            let want = quantize(kernels_for(dt, Isa::Scalar).unwrap(), &x);
+            for isa in Isa::all_supported() {
+                let got = quantize(kernels_for(dt, isa).unwrap(), &x);
+                prop_assert_eq!(&got, &want, "{} {}", isa, dt);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Float rows take any length (tails shorter than a vector).
+    #[test]
+    fn float_vec_dot_any_length(n in 1usize..100, wv in values(100), av in values(100)) {
+        for dt in [DType::F32, DType::F16, DType::BF16] {
+            let sk = kernels_for(dt, Isa::Scalar).unwrap();
+            let qw = quantize(sk, &wv[..n]);
+            let qa = quantize_act(sk, &av[..n]);
+            let want = (sk.vec_dot)(n, &qw, &qa);
+            let tol = bound(&deq(sk, dt, &qw, n), &av[..n]);
+            for isa in Isa::all_supported() {
+                let got = (kernels_for(dt, isa).unwrap().vec_dot)(n, &qw, &qa);
+                prop_assert!((got - want).abs() <= tol, "{} {} n{}: {} vs {}", isa, dt, n, got, want);
+            }
+        }
+    }
+}

@@ -173,6 +173,37 @@ fn quantizers_handle_zero_and_constant_blocks() {
 }
 
 #[test]
+fn quantizers_survive_non_finite_and_extreme_input() {
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        -f32::MAX,
+        1e-30,
+        0.0,
+    ];
+    let x: Vec<f32> = (0..2 * QK_K)
+        .map(|i| {
+            if i % 7 == 0 {
+                specials[i / 7 % specials.len()]
+            } else {
+                (i as f32).sin()
+            }
+        })
+        .collect();
+    for (d, quant, dequant, dot, _, _) in TYPES {
+        let mut w = bytes(d, x.len());
+        quant(&x, &mut w);
+        let mut back = vec![0f32; x.len()];
+        dequant(&w, &mut back);
+        let mut a = bytes(DType::Q8_K, x.len());
+        quantize_row_q8_k(&x, &mut a);
+        let _ = dot(x.len(), &w, &a);
+    }
+}
+
+#[test]
 #[should_panic(expected = "not a multiple")]
 fn partial_blocks_are_rejected() {
     vec_dot_q4_k_q8_k(100, &[0; 144], &[0; 292]);

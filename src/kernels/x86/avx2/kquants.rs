@@ -469,9 +469,10 @@ pub(crate) unsafe fn gemm_with(
         out_stride,
     );
     let (nb, bytes) = (k / QK_K, dt.block_bytes());
-    for r in 0..n_rows {
-        for t0 in (0..n_tok).step_by(TILE) {
-            let tn = TILE.min(n_tok - t0);
+    // Token tiles outside, rows inside: each output row (token) is written sequentially.
+    for t0 in (0..n_tok).step_by(TILE) {
+        let tn = TILE.min(n_tok - t0);
+        for r in 0..n_rows {
             let mut acc = [_mm256_setzero_ps(); TILE];
             for i in 0..nb {
                 let p = prep(w.as_ptr().add(r * w_row + i * bytes));

@@ -98,8 +98,9 @@ macro_rules! avx512_kquants {
             };
             use crate::kernels::DType;
 
-            /// Tokens per register tile in [`gemm_with`].
-            const TILE: usize = 4;
+            /// Tokens per register tile in [`gemm_with`] (8 measured ~10% faster than 4 for
+            /// 16+ tokens: the weight unpacking is shared by more tokens).
+            const TILE: usize = 8;
 
             /// A prepared block's values as four 64-value registers and its scales as i32
             /// lanes (scale in the low 16 bits, zero above) matching each register.
@@ -218,9 +219,10 @@ macro_rules! avx512_kquants {
                     k, dt, w.len(), n_rows, DType::Q8_K, a.len(), n_tok, out.len(), out_stride,
                 );
                 let (nb, bytes) = (k / QK_K, dt.block_bytes());
-                for r in 0..n_rows {
-                    for t0 in (0..n_tok).step_by(TILE) {
-                        let tn = TILE.min(n_tok - t0);
+                // Token tiles outside, rows inside: each token's outputs are written in order.
+                for t0 in (0..n_tok).step_by(TILE) {
+                    let tn = TILE.min(n_tok - t0);
+                    for r in 0..n_rows {
                         let mut acc = [_mm512_setzero_ps(); TILE];
                         for i in 0..nb {
                             let p = prep(w.as_ptr().add(r * w_row + i * bytes));

@@ -86,16 +86,6 @@ fn dots() -> Vec<(DType, &'static str, Dot, Dot)> {
     v
 }
 
-#[test]
-fn this_cpu_runs_every_x86_path() {
-    // The CI machine reports AVX-512 VNNI; make sure the proptests below are not vacuous there.
-    assert_eq!(
-        dots().len(),
-        15,
-        "expected AVX2, AVX-512 and VNNI paths on this CPU"
-    );
-}
-
 fn scales() -> impl Strategy<Value = Vec<f32>> {
     prop::collection::vec(prop_oneof![Just(0.0f32), -2.0f32..2.0, 1e-4f32..1e-2], 1..6)
 }
@@ -232,7 +222,7 @@ proptest! {
     fn simd_gemm_equals_scalar_dots(
         blocks in 1usize..3,
         n_rows in 1usize..4,
-        n_tok in 1usize..7,
+        n_tok in 1usize..12,
         pad in 0usize..3,
         seed in any::<u64>(),
         ws in scales(),
