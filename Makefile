@@ -3,23 +3,37 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := run
 
 MODEL        ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+PROMPT       ?= Write a haiku about a kiln.
 KILN_SHARED  ?= $(abspath ../shared)
 export KILN_SHARED
 CARGO        ?= cargo
 KILN         := target/release/kiln
+# Instruction sets the test suite runs under, beyond the detected default (only those the CPU has).
+TEST_ISAS    ?= avx2 scalar
 
-.PHONY: run test model build release fmt lint check unit bench profile clean
+.PHONY: run test model tools build release fmt check unit isa-matrix neon-test bench \
+        bench-compare quantized-models profile clean
 
-## run: fetch the default model if absent, build release, run kiln on it.
+## run: fetch the default model if absent, build release, generate from the default model.
 run: model release
-	$(KILN) inspect $(MODEL)
+	$(KILN) generate --model $(MODEL) --chat --prompt "$(PROMPT)" --max-tokens 128
 
 ## test: set up everything the tests need, then format, lint and the whole suite.
-test: model check unit
+test: model tools check unit isa-matrix neon-test
 
 model: $(MODEL)
 $(MODEL):
 	scripts/fetch-model.sh
+
+## tools: what the suite needs beyond cargo: the aarch64 target, a cross C compiler and
+## qemu-user, so the NEON kernels are built and their tests run under emulation.
+tools:
+	@rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || \
+	  rustup target add aarch64-unknown-linux-gnu || \
+	  { echo "make: error: cannot install the rust aarch64 target (needed for the NEON tests)" >&2; exit 1; }
+	@command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user; } || \
+	  { echo "make: error: cannot install gcc-aarch64-linux-gnu and qemu-user (Debian)" >&2; exit 1; }
 
 build:
 	$(CARGO) build
@@ -37,9 +51,47 @@ check:
 unit:
 	$(CARGO) test --all-targets
 
-## bench: criterion benchmarks.
+## isa-matrix: the kernel and engine tests again with each other instruction set forced.
+isa-matrix:
+	$(CARGO) build -q
+	@for isa in $(TEST_ISAS); do \
+	  if ! KILN_ISA=$$isa target/debug/kiln inspect --isa >/dev/null 2>&1; then \
+	    echo "isa-matrix: this CPU lacks $$isa: its tests cannot run here"; continue; fi; \
+	  echo "isa-matrix: KILN_ISA=$$isa"; \
+	  KILN_ISA=$$isa $(CARGO) test --lib --test it -q -- kernels engine golden || exit 1; \
+	done
+
+## neon-test: the kernel tests built for aarch64 and run under qemu-user, so the NEON
+## kernels are checked against their scalar twins on an x86 machine.
+AARCH64_ENV := CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+  CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc \
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+neon-test:
+	$(AARCH64_ENV) $(CARGO) test --lib --target aarch64-unknown-linux-gnu -- kernels
+
+## bench: criterion benchmarks (kernels, attention, tokenizer).
 bench: model
 	$(CARGO) bench
+
+quantized-models: models/SmolLM2-135M-Instruct.Q4_0.gguf models/SmolLM2-135M-Instruct.Q8_0.gguf
+models/SmolLM2-135M-Instruct.%.gguf: | $(MODEL) release
+	$(KILN) quantize $(MODEL) $@ --type $*
+
+## bench-compare: kiln vs llama.cpp (built once by ../shared/tools) on Q4_1, Q4_0, Q8_0.
+bench-compare: model release quantized-models
+	scripts/bench_compare.py --threads 2 --repeat 5 \
+	  --model $(MODEL) \
+	  --model models/SmolLM2-135M-Instruct.Q4_0.gguf \
+	  --model models/SmolLM2-135M-Instruct.Q8_0.gguf
+
+## profile: a generate workload under perf, written out as flamegraph.svg.
+profile: model release
+	@command -v perf >/dev/null || apt-get install -y linux-perf
+	@command -v inferno-flamegraph >/dev/null || $(CARGO) install --locked inferno
+	perf record -F 999 -g --call-graph dwarf -o target/perf.data -- \
+	  $(KILN) generate --model $(MODEL) --prompt "$(PROMPT)" --max-tokens 256 >/dev/null
+	perf script -i target/perf.data | inferno-collapse-perf | inferno-flamegraph > flamegraph.svg
+	@echo "profile: flamegraph.svg"
 
 clean:
 	$(CARGO) clean

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Side-by-side speed of kiln and llama.cpp on the same GGUF files, same thread count.
+
+For each model: prefill (pp512), single-stream decode (tg128) and aggregate decode with B
+sequences (128-token prompts, 128 new tokens each). Each figure is the median of --repeat runs;
+kiln and llama.cpp alternate so both see the same machine state. Prints a markdown table
+(kiln, llama.cpp, ratio) and writes the raw figures as JSON.
+
+    scripts/bench_compare.py --model models/X.gguf [--model ...] [--threads 2] [--repeat 5]
+
+llama.cpp comes from ../shared/tools/llama-cpp-reference.sh (built once per machine).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def reference_bin(shared: Path) -> Path:
+    out = subprocess.run(
+        ["bash", str(shared / "tools/llama-cpp-reference.sh")],
+        check=True, capture_output=True, text=True,
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def run_json(cmd, env=None):
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        sys.exit(f"bench_compare: {' '.join(map(str, cmd))} failed:\n{res.stderr[-2000:]}")
+    return res.stdout
+
+
+def kiln_once(kiln, model, threads, batches):
+    out = run_json([
+        str(kiln), "bench", "--model", str(model), "-p", "512", "-n", "128",
+        "--batch", ",".join(map(str, batches)), "--repeat", "1", "--threads", str(threads), "--json",
+    ])
+    d = json.loads(out)
+    return {
+        "isa": d["isa"],
+        "pp": d["prefill_tok_s"],
+        "tg": d["decode_tok_s"],
+        "batched": {int(b["batch"]): b["tok_s"] for b in d["batched"]},
+    }
+
+
+def llama_once(bin_dir, model, threads, batches):
+    env = dict(os.environ, LD_LIBRARY_PATH=str(bin_dir))
+    out = run_json([
+        str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(threads),
+        "-p", "512", "-n", "128", "-r", "1", "-o", "json",
+    ], env)
+    pp = tg = None
+    for e in json.loads(out):
+        if e["n_prompt"] > 0 and e["n_gen"] == 0:
+            pp = e["avg_ts"]
+        elif e["n_gen"] > 0 and e["n_prompt"] == 0:
+            tg = e["avg_ts"]
+    ctx = max(4096, max(batches) * 256 + 256)
+    out = run_json([
+        str(bin_dir / "llama-batched-bench"), "-m", str(model), "-t", str(threads),
+        "-c", str(ctx), "-npp", "128", "-ntg", "128",
+        "-npl", ",".join(map(str, batches)), "--output-format", "jsonl",
+    ], env)
+    batched = {}
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            e = json.loads(line)
+            batched[int(e["pl"])] = e["speed_tg"]
+    return {"pp": pp, "tg": tg, "batched": batched}
+
+
+def median_of(runs, key, batch=None):
+    vals = [r["batched"].get(batch) if batch else r[key] for r in runs]
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", action="append", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--batch", default="4,8,16,32")
+    ap.add_argument("--kiln", default=str(ROOT / "target/release/kiln"))
+    ap.add_argument("--shared", default=os.environ.get("KILN_SHARED", str(ROOT.parent / "shared")))
+    ap.add_argument("--out", default=str(ROOT / "target/bench-compare.json"))
+    args = ap.parse_args()
+    batches = [int(b) for b in args.batch.split(",")]
+    bin_dir = reference_bin(Path(args.shared))
+    results = {}
+    for model in args.model:
+        k_runs, l_runs = [], []
+        for i in range(args.repeat):
+            print(f"bench_compare: {Path(model).name} run {i + 1}/{args.repeat}", file=sys.stderr)
+            k_runs.append(kiln_once(args.kiln, model, args.threads, batches))
+            l_runs.append(llama_once(bin_dir, model, args.threads, batches))
+        rows = [("prefill pp512", "pp", None), ("decode tg128", "tg", None)]
+        rows += [(f"aggregate decode B={b}", None, b) for b in batches]
+        table = []
+        for label, key, b in rows:
+            kv, lv = median_of(k_runs, key, b), median_of(l_runs, key, b)
+            ratio = kv / lv if kv and lv else None
+            table.append({"metric": label, "kiln": kv, "llama_cpp": lv, "ratio": ratio})
+        results[Path(model).name] = {"isa": k_runs[0]["isa"], "table": table,
+                                     "kiln_runs": k_runs, "llama_runs": l_runs}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    print(f"threads={args.threads}, median of {args.repeat} runs, tok/s\n")
+    print("| model | metric | kiln | llama.cpp | ratio |")
+    print("|---|---|---:|---:|---:|")
+    for name, r in results.items():
+        for row in r["table"]:
+            f = lambda v: f"{v:.1f}" if v is not None else "n/a"
+            ratio = f"{row['ratio']:.2f}x" if row["ratio"] else "n/a"
+            print(f"| {name} | {row['metric']} | {f(row['kiln'])} | {f(row['llama_cpp'])} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
