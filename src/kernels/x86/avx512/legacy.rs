@@ -321,10 +321,9 @@ unsafe fn gemm<const T: u8>(
     );
     let nb = k / 32;
     let (wp, ap, op) = (w.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    let lanes_ok =
-        nb <= super::lanes::SCRATCH && n_rows * wr < i32::MAX as usize && n_tok >= LANES_MIN_TOK;
+    let lanes_ok = nb <= super::lanes::SCRATCH && n_tok >= LANES_MIN_TOK;
     if lanes_ok {
-        // SAFETY: lengths checked by check_gemm; nb and row offsets within the lanes limits.
+        // SAFETY: lengths checked by check_gemm; nb within the lanes table limit.
         unsafe { super::lanes::gemm::<T>(nb, wp, wr, n_rows, ap, ar, n_tok, op, out_stride) };
         return;
     }
