@@ -1,8 +1,9 @@
 //! The CPU engine: GGUF files over mmap, tokenizer, chat templates, the llama forward pass.
 
+pub mod attention;
 pub mod chat_template;
 pub mod gguf;
 pub mod hparams;
-pub mod tokenizer;
-pub mod attention;
 pub mod kv_cache;
+pub mod quantize;
+pub mod tokenizer;

@@ -6,4 +6,5 @@ mod common;
 mod gguf;
 mod gguf_inspect;
 mod gguf_malformed;
+mod quantize;
 mod tokenizer;
