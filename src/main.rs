@@ -28,6 +28,8 @@ enum Command {
     Tokenize(cli::tokenize::Args),
     /// Render a chat template with a JSON context, as the Python reference would.
     RenderTemplate(cli::render_template::Args),
+    /// Convert a model's weight matrices to another type (Q4_0, Q8_0, Q4_K, F16, ...).
+    Quantize(cli::quantize::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => cli::inspect::run(a),
         Command::Tokenize(a) => cli::tokenize::run(a),
         Command::RenderTemplate(a) => cli::render_template::run(a),
+        Command::Quantize(a) => cli::quantize::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

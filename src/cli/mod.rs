@@ -1,5 +1,6 @@
 //! One file per subcommand: argument struct (clap) and `run`.
 
 pub mod inspect;
+pub mod quantize;
 pub mod render_template;
 pub mod tokenize;

@@ -5,4 +5,5 @@ pub mod chat_template;
 pub mod gguf;
 pub mod hparams;
 pub mod kv_cache;
+pub mod quantize;
 pub mod tokenizer;

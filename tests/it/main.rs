@@ -6,5 +6,6 @@ mod common;
 mod gguf;
 mod gguf_inspect;
 mod gguf_malformed;
+mod quantize;
 mod tokenizer;
 mod kv_cache;
