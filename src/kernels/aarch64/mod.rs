@@ -1,0 +1,3 @@
+//! aarch64 SIMD kernels.
+
+pub mod neon;

@@ -1,0 +1,248 @@
+//! The dispatch table: one row of kernels per dtype and instruction set.
+//!
+//! Rows start from the scalar reference; each ISA's `install` then replaces the functions
+//! it has a faster version of ("falls back to scalar per fn"). SIMD functions are only
+//! installed for an ISA this CPU supports, so every function pointer in a row is safe to call.
+
+use std::sync::LazyLock;
+
+use super::isa::{isa, supported, Isa};
+use super::scalar::{float, legacy};
+use super::{DType, DTYPES};
+
+/// Dequantize `dst.len()` values (a whole number of blocks) from `src`.
+pub type ToF32Fn = fn(src: &[u8], dst: &mut [f32]);
+/// Quantize `src.len()` values (a whole number of blocks) into `dst`.
+pub type FromF32Fn = fn(src: &[f32], dst: &mut [u8]);
+/// Dot product of `n` values: weights in `dtype`, activations in `vec_dot_type`.
+pub type VecDotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
+/// `out[t * out_stride + r] = dot(w row r, a row t)`; see [`TypeKernels::gemm`].
+pub type GemmFn = fn(
+    k: usize,
+    w: &[u8],
+    n_rows: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+    out_stride: usize,
+);
+
+/// Everything kiln can do with one weight dtype on one instruction set.
+///
+/// All slices are bytes in the GGUF row layout. Lengths are checked with `assert!`
+/// (a wrong length is a caller bug); no function allocates.
+#[derive(Clone, Copy, Debug)]
+pub struct TypeKernels {
+    pub dtype: DType,
+    /// Activation format `vec_dot`/`gemm` take: Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for
+    /// Q4_1/Q5_1/Q8_1, Q8_K for K-quants, F32 for F32/F16/BF16 weights.
+    pub vec_dot_type: DType,
+    /// Dequantize `dst.len()` values (a whole number of blocks) from `src`.
+    pub to_f32: ToF32Fn,
+    /// Quantize `src.len()` values into `dst` (reference rounding, as ggml's `_ref`
+    /// quantizers; used for weights and, for the Q8 types, activations). `None` if kiln
+    /// can't produce this type.
+    pub from_f32: Option<FromF32Fn>,
+    /// Dot product of `n` values: `w` in `dtype`, `a` in `vec_dot_type`.
+    pub vec_dot: VecDotFn,
+    /// `out[t * out_stride + r] = dot(w row r, a row t)` for `r < n_rows`, `t < n_tok`.
+    /// Rows are `k` values long; `w` rows are `dtype` row-bytes apart, `a` rows
+    /// `vec_dot_type` row-bytes apart. Register-tiled where the ISA allows (each weight
+    /// block is loaded once per tile of tokens). Only the listed `out` cells are written.
+    pub gemm: GemmFn,
+}
+
+/// A dtype kiln has no kernels for (on any ISA).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelError {
+    #[error("kiln has no compute kernels for {0} tensors")]
+    NoKernels(DType),
+}
+
+/// One row per dtype, indexed by `DType as usize`.
+pub type Table = [Option<TypeKernels>; DTYPES.len()];
+
+static TABLES: LazyLock<[Table; Isa::ALL.len()]> = LazyLock::new(|| Isa::ALL.map(build));
+
+/// The kernels for `dtype` on the selected ISA ([`isa()`]).
+pub fn kernels(dtype: DType) -> Result<&'static TypeKernels, KernelError> {
+    kernels_for(dtype, isa())
+}
+
+/// The kernels for `dtype` on `isa`. An ISA this CPU does not support yields the scalar
+/// kernels (never an unsafe function pointer); functions an ISA has no version of are scalar.
+pub fn kernels_for(dtype: DType, isa: Isa) -> Result<&'static TypeKernels, KernelError> {
+    TABLES[isa as usize][dtype as usize]
+        .as_ref()
+        .ok_or(KernelError::NoKernels(dtype))
+}
+
+fn build(isa: Isa) -> Table {
+    let mut t: Table = [None; DTYPES.len()];
+    for info in DTYPES {
+        t[info.dtype as usize] =
+            legacy_scalar_row(info.dtype).or_else(|| kquant_scalar_row(info.dtype));
+    }
+    if supported(isa) {
+        install_simd(isa, &mut t);
+    }
+    t
+}
+
+#[cfg(target_arch = "x86_64")]
+fn install_simd(isa: Isa, t: &mut Table) {
+    use super::x86;
+    match isa {
+        // SAFETY: `build` only calls this when `supported(Avx2)`: AVX2, FMA and F16C are present.
+        Isa::Avx2 => unsafe { x86::avx2::install(t) },
+        Isa::Avx512 => {
+            // SAFETY: `supported(Avx512)` implies the AVX2 set (see `isa::has_avx512`), and
+            // the AVX-512 F/BW/VL kernels are installed only after that check.
+            unsafe {
+                x86::avx2::install(t);
+                x86::avx512::install(t);
+            }
+        }
+        Isa::Scalar | Isa::Neon => {}
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+fn install_simd(isa: Isa, t: &mut Table) {
+    if isa == Isa::Neon {
+        // SAFETY: `build` only calls this when `supported(Neon)`.
+        unsafe { super::aarch64::neon::install(t) }
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn install_simd(_isa: Isa, _t: &mut Table) {}
+
+const fn row(
+    dtype: DType,
+    vec_dot_type: DType,
+    to_f32: ToF32Fn,
+    from_f32: Option<FromF32Fn>,
+    vec_dot: VecDotFn,
+    gemm: GemmFn,
+) -> TypeKernels {
+    TypeKernels {
+        dtype,
+        vec_dot_type,
+        to_f32,
+        from_f32,
+        vec_dot,
+        gemm,
+    }
+}
+
+// ===== Legacy and float rows [kern-legacy] =====
+
+fn legacy_scalar_row(d: DType) -> Option<TypeKernels> {
+    use DType::*;
+    Some(match d {
+        F32 => row(
+            F32,
+            F32,
+            float::dequantize_f32,
+            Some(float::quantize_f32),
+            float::vec_dot_f32,
+            float::gemm_f32,
+        ),
+        F16 => row(
+            F16,
+            F32,
+            float::dequantize_f16,
+            Some(float::quantize_f16),
+            float::vec_dot_f16,
+            float::gemm_f16,
+        ),
+        BF16 => row(
+            BF16,
+            F32,
+            float::dequantize_bf16,
+            Some(float::quantize_bf16),
+            float::vec_dot_bf16,
+            float::gemm_bf16,
+        ),
+        Q4_0 => row(
+            Q4_0,
+            Q8_0,
+            legacy::dequantize_q4_0,
+            Some(legacy::quantize_q4_0),
+            legacy::vec_dot_q4_0,
+            legacy::gemm_q4_0,
+        ),
+        Q4_1 => row(
+            Q4_1,
+            Q8_1,
+            legacy::dequantize_q4_1,
+            Some(legacy::quantize_q4_1),
+            legacy::vec_dot_q4_1,
+            legacy::gemm_q4_1,
+        ),
+        Q5_0 => row(
+            Q5_0,
+            Q8_0,
+            legacy::dequantize_q5_0,
+            Some(legacy::quantize_q5_0),
+            legacy::vec_dot_q5_0,
+            legacy::gemm_q5_0,
+        ),
+        Q5_1 => row(
+            Q5_1,
+            Q8_1,
+            legacy::dequantize_q5_1,
+            Some(legacy::quantize_q5_1),
+            legacy::vec_dot_q5_1,
+            legacy::gemm_q5_1,
+        ),
+        Q8_0 => row(
+            Q8_0,
+            Q8_0,
+            legacy::dequantize_q8_0,
+            Some(legacy::quantize_q8_0),
+            legacy::vec_dot_q8_0,
+            legacy::gemm_q8_0,
+        ),
+        Q8_1 => row(
+            Q8_1,
+            Q8_1,
+            legacy::dequantize_q8_1,
+            Some(legacy::quantize_q8_1),
+            legacy::vec_dot_q8_1,
+            legacy::gemm_q8_1,
+        ),
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => return None,
+    })
+}
+
+// ===== K-quant rows [kern-k] =====
+// kern-k: return the scalar rows of Q2_K..Q6_K and Q8_K here (vec_dot_type Q8_K); SIMD
+// versions are installed from `x86::avx2::install`, `x86::avx512::install` and
+// `aarch64::neon::install` (add a `kquants::install(t)` call there).
+
+fn kquant_scalar_row(_d: DType) -> Option<TypeKernels> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_match_their_dtype() {
+        for i in Isa::ALL {
+            for info in DTYPES {
+                if let Ok(k) = kernels_for(info.dtype, i) {
+                    assert_eq!(k.dtype, info.dtype);
+                }
+            }
+        }
+        assert!(kernels(DType::Q4_1).is_ok());
+        assert_eq!(
+            kernels_for(DType::Q4_1, Isa::Scalar).unwrap().vec_dot_type,
+            DType::Q8_1
+        );
+    }
+}
