@@ -1,0 +1,309 @@
+//! The paged KV cache: one pool of fixed-size blocks holding K and V in f16 for every layer,
+//! a block allocator (free list + reference counts) and per-sequence block tables.
+//!
+//! # Storage layout
+//!
+//! K and V are two separate `f16` arrays, allocated once in [`KvCache::new`], both indexed
+//! `[layer][block][kv_head]` and then by a tile of `block_size x head_dim` values (2 KiB for
+//! 16 x 64), contiguous so the query heads of one GQA group stream it once, in order:
+//! - K tiles are transposed, `[head_dim][pos_in_block]`: 16 positions of one dimension are one
+//!   SIMD vector, so the scores of 16 positions come out of plain FMAs (q broadcast), with no
+//!   horizontal reductions;
+//! - V tiles are `[pos_in_block][head_dim]`: each weighted row is added to the output.
+//!
+//! The arrays start on a 64-byte boundary.
+//!
+//! # Threads
+//!
+//! [`KvCache::write`] takes `&mut self`: the engine writes the K/V of a layer sequentially
+//! (576 values per token for the default model, cheap) and then runs [`KvCache::attend`], which
+//! takes `&self`, in parallel (one [`AttnScratch`] per worker). `KvCache`, [`BlockTable`] and
+//! [`BlockAllocator`] are `Send + Sync`.
+
+mod free_list;
+mod table;
+
+pub use crate::engine::attention::{attention_isa, AttnScratch};
+pub use table::{BlockAllocator, BlockTable};
+
+use crate::engine::attention;
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+/// A KV cache problem, naming what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KvCacheError {
+    #[error("KV cache is full: {needed} more blocks needed, {free} free")]
+    OutOfBlocks { needed: usize, free: usize },
+    #[error("invalid KV cache config: {0}")]
+    InvalidConfig(String),
+    #[error("cannot allocate the KV cache ({bytes} bytes)")]
+    Alloc { bytes: usize },
+    #[error("block {id} is not live in the pool (double free or foreign id)")]
+    BadBlock { id: u32 },
+    #[error("block table belongs to another KV cache")]
+    ForeignTable,
+    #[error("layer {layer} out of range (the cache has {n_layer})")]
+    Layer { layer: usize, n_layer: usize },
+    #[error("position {pos} is beyond the block table's capacity {capacity}")]
+    Position { pos: usize, capacity: usize },
+    #[error("{what}: expected {expected} values, got {got}")]
+    Shape {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+}
+
+/// Shape and capacity of a [`KvCache`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvCacheConfig {
+    pub n_layer: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    /// Positions per block.
+    pub block_size: usize,
+    /// Blocks in the pool.
+    pub n_blocks: usize,
+}
+
+/// Positions per block unless configured otherwise.
+pub const DEFAULT_BLOCK_SIZE: usize = 16;
+
+/// Largest head dimension accepted (bounds the attention scratch).
+pub(crate) const MAX_HEAD_DIM: usize = 1024;
+
+impl KvCacheConfig {
+    /// As many blocks as fit in `capacity_bytes` (K and V of every layer, f16).
+    pub fn from_bytes(
+        n_layer: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        block_size: usize,
+        capacity_bytes: usize,
+    ) -> KvCacheConfig {
+        let mut cfg = KvCacheConfig {
+            n_layer,
+            n_head_kv,
+            head_dim,
+            block_size,
+            n_blocks: 0,
+        };
+        cfg.n_blocks = capacity_bytes
+            .checked_div(cfg.bytes_per_block())
+            .unwrap_or(0);
+        cfg
+    }
+
+    /// Bytes of one block: K and V, all layers, all KV heads (saturating on overflow).
+    pub fn bytes_per_block(&self) -> usize {
+        [self.n_layer, self.n_head_kv, self.block_size, self.head_dim]
+            .iter()
+            .fold(2 * size_of::<f16>(), |acc, &x| acc.saturating_mul(x))
+    }
+
+    /// Bytes of the whole pool.
+    pub fn bytes(&self) -> usize {
+        self.bytes_per_block().saturating_mul(self.n_blocks)
+    }
+
+    /// f16 values in one of the K (or V) arrays, or an error naming an invalid setting.
+    fn values_per_array(&self) -> Result<usize, KvCacheError> {
+        let bad = |m: &str| Err(KvCacheError::InvalidConfig(m.to_string()));
+        if self.n_layer == 0 || self.n_head_kv == 0 || self.head_dim == 0 {
+            return bad("n_layer, n_head_kv and head_dim must be positive");
+        }
+        if self.head_dim > MAX_HEAD_DIM {
+            return bad("head_dim above 1024");
+        }
+        if self.block_size == 0 {
+            return bad("block_size must be positive");
+        }
+        if self.n_blocks == 0 {
+            return bad("capacity too small for one block");
+        }
+        if u32::try_from(self.n_blocks).is_err() {
+            return bad("more than 2^32 blocks");
+        }
+        [self.n_layer, self.n_blocks, self.n_head_kv, self.block_size]
+            .iter()
+            .try_fold(self.head_dim, |acc, &x| acc.checked_mul(x))
+            .ok_or_else(|| KvCacheError::InvalidConfig("size overflows".to_string()))
+    }
+}
+
+/// f16 values per 64-byte line: arrays start on a line boundary.
+const LINE: usize = 64 / size_of::<f16>();
+
+/// The K/V pool (see the module docs for layout and threading).
+#[derive(Debug)]
+pub struct KvCache {
+    cfg: KvCacheConfig,
+    alloc: BlockAllocator,
+    /// Backing store of K; the array proper is `k[k_off..k_off + len]`.
+    k: Vec<f16>,
+    v: Vec<f16>,
+    k_off: usize,
+    v_off: usize,
+    /// f16 values per layer in each array.
+    layer_len: usize,
+}
+
+/// Allocates `len` zeroed f16 values plus slack, returning the store and the offset of the first
+/// 64-byte aligned value. Touches every page now so the decode step never faults one in.
+fn alloc_array(len: usize) -> Result<(Vec<f16>, usize), KvCacheError> {
+    let bytes = len.saturating_mul(size_of::<f16>());
+    let total = len.checked_add(LINE).ok_or(KvCacheError::Alloc { bytes })?;
+    let mut v: Vec<f16> = Vec::new();
+    v.try_reserve_exact(total)
+        .map_err(|_| KvCacheError::Alloc { bytes })?;
+    v.resize(total, f16::ZERO);
+    let misalign = (v.as_ptr() as usize % 64) / size_of::<f16>();
+    let off = (LINE - misalign) % LINE;
+    Ok((v, off))
+}
+
+impl KvCache {
+    /// Allocates the pool (all of it, up front) and its block allocator.
+    pub fn new(cfg: KvCacheConfig) -> Result<KvCache, KvCacheError> {
+        let len = cfg.values_per_array()?;
+        let (k, k_off) = alloc_array(len)?;
+        let (v, v_off) = alloc_array(len)?;
+        Ok(KvCache {
+            cfg,
+            // values_per_array checked that n_blocks fits in u32.
+            alloc: BlockAllocator::new(cfg.n_blocks as u32, cfg.block_size),
+            k,
+            v,
+            k_off,
+            v_off,
+            layer_len: len / cfg.n_layer,
+        })
+    }
+
+    /// The cache's shape and capacity.
+    pub fn config(&self) -> &KvCacheConfig {
+        &self.cfg
+    }
+
+    /// The allocator handing out this pool's blocks (clone it to keep a handle).
+    pub fn allocator(&self) -> &BlockAllocator {
+        &self.alloc
+    }
+
+    /// An empty block table drawing from this pool.
+    pub fn new_table(&self) -> BlockTable {
+        BlockTable::new(&self.alloc)
+    }
+
+    /// Blocks not held by any table.
+    pub fn free_blocks(&self) -> usize {
+        self.alloc.free_blocks()
+    }
+
+    /// Blocks in the pool.
+    pub fn total_blocks(&self) -> usize {
+        self.cfg.n_blocks
+    }
+
+    /// Checks that `layer`, `table` and `pos` address a slot of this cache; returns the physical
+    /// block holding `pos`.
+    fn locate(&self, layer: usize, table: &BlockTable, pos: usize) -> Result<usize, KvCacheError> {
+        if layer >= self.cfg.n_layer {
+            return Err(KvCacheError::Layer {
+                layer,
+                n_layer: self.cfg.n_layer,
+            });
+        }
+        if !self.alloc.owns(table) {
+            return Err(KvCacheError::ForeignTable);
+        }
+        match table.blocks().get(pos / self.cfg.block_size) {
+            Some(&b) => Ok(b as usize),
+            None => Err(KvCacheError::Position {
+                pos,
+                capacity: table.capacity(),
+            }),
+        }
+    }
+
+    /// Stores the K and V of one token at position `pos` of the sequence owning `table`, for
+    /// `layer`. `k` and `v` are `[n_head_kv][head_dim]` f32 (RoPE already applied to `k`),
+    /// rounded to f16 (nearest even). `pos` must be below `table.capacity()`.
+    pub fn write(
+        &mut self,
+        layer: usize,
+        table: &BlockTable,
+        pos: usize,
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<(), KvCacheError> {
+        let block = self.locate(layer, table, pos)?;
+        let (d, bs, hk) = (self.cfg.head_dim, self.cfg.block_size, self.cfg.n_head_kv);
+        for (what, x) in [("k", k), ("v", v)] {
+            if x.len() != hk * d {
+                return Err(KvCacheError::Shape {
+                    what,
+                    expected: hk * d,
+                    got: x.len(),
+                });
+            }
+        }
+        let p = pos % bs;
+        let mut row = [f16::ZERO; MAX_HEAD_DIM];
+        let row = &mut row[..d];
+        for h in 0..hk {
+            let tile = layer * self.layer_len + (block * hk + h) * bs * d;
+            let src = h * d..(h + 1) * d;
+            // K tile is [head_dim][pos]: scatter the converted row down column `p`.
+            row.convert_from_f32_slice(&k[src.clone()]);
+            let kt = &mut self.k[self.k_off + tile..][..bs * d];
+            for (i, &x) in row.iter().enumerate() {
+                kt[i * bs + p] = x;
+            }
+            self.v[self.v_off + tile + p * d..][..d].convert_from_f32_slice(&v[src]);
+        }
+        Ok(())
+    }
+
+    /// The K values of one layer: `[block][kv_head][head_dim][pos_in_block]`.
+    pub(crate) fn layer_k(&self, layer: usize) -> &[f16] {
+        &self.k[self.k_off + layer * self.layer_len..][..self.layer_len]
+    }
+
+    /// The V values of one layer: `[block][kv_head][pos_in_block][head_dim]`.
+    pub(crate) fn layer_v(&self, layer: usize) -> &[f16] {
+        &self.v[self.v_off + layer * self.layer_len..][..self.layer_len]
+    }
+
+    /// Causal attention of ONE query token at position `pos` over cached positions `0..=pos`.
+    ///
+    /// `q` is `[n_head][head_dim]` f32 (RoPE applied), `n_head` a multiple of `n_head_kv`
+    /// (query head `i` reads KV head `i / (n_head / n_head_kv)`); `out` receives
+    /// `[n_head][head_dim]`. Scale is `1/sqrt(head_dim)`. Online softmax over blocks (never a
+    /// full score matrix); the query heads of one KV head are processed together so each K/V row
+    /// is read and converted once. Deterministic: blocks in table order, positions in order; the
+    /// result depends only on `q` and the cached values at `0..=pos`, never on the physical block
+    /// ids, on other sequences or on positions after `pos`. Allocation-free.
+    pub fn attend(
+        &self,
+        layer: usize,
+        table: &BlockTable,
+        pos: usize,
+        q: &[f32],
+        out: &mut [f32],
+        scratch: &mut AttnScratch,
+    ) -> Result<(), KvCacheError> {
+        self.locate(layer, table, pos)?;
+        let query = attention::Query {
+            layer,
+            blocks: table.blocks(),
+            n_pos: pos + 1,
+            q,
+        };
+        attention::attend(self, &query, out, scratch)
+    }
+}
+
+#[cfg(test)]
+mod tests;
