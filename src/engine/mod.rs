@@ -4,3 +4,4 @@ pub mod attention;
 pub mod gguf;
 pub mod hparams;
 pub mod kv_cache;
+pub mod tokenizer;

@@ -4,3 +4,4 @@
 mod common;
 mod gguf;
 mod gguf_malformed;
+mod tokenizer;
