@@ -3,4 +3,5 @@
 //! whatever `KILN_ISA` says.
 
 mod accuracy;
+mod simd;
 mod util;

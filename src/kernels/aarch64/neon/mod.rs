@@ -1,11 +1,40 @@
-//! NEON kernels (using the `sdot` dot-product extension where present).
+//! NEON kernels.
+
+pub mod legacy;
 
 use crate::kernels::table::Table;
+use crate::kernels::DType;
+
+macro_rules! install_fns {
+    ($t:ident, $($dt:ident: $vd:ident, $gm:ident;)*) => {$(
+        {
+            fn vd(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                // SAFETY: only installed by `install`, whose caller verified NEON.
+                unsafe { legacy::$vd(n, w, a) }
+            }
+            fn gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
+                // SAFETY: only installed by `install`, whose caller verified NEON.
+                unsafe { legacy::$gm(k, w, n_rows, a, n_tok, out, os) }
+            }
+            if let Some(row) = $t[DType::$dt as usize].as_mut() {
+                row.vec_dot = vd;
+                row.gemm = gm;
+            }
+        }
+    )*};
+}
 
 /// Replaces the scalar functions in `t` with the NEON ones this module has.
 ///
 /// # Safety
-/// The CPU must support NEON (`isa::supported(Isa::Neon)`).
+/// The CPU must support NEON (`isa::supported(Isa::Neon)`): the installed
+/// safe wrappers call `#[target_feature]` functions without re-checking.
 pub unsafe fn install(t: &mut Table) {
-    let _ = t;
+    install_fns! { t,
+        Q4_0: vec_dot_q4_0, gemm_q4_0;
+        Q4_1: vec_dot_q4_1, gemm_q4_1;
+        Q5_0: vec_dot_q5_0, gemm_q5_0;
+        Q5_1: vec_dot_q5_1, gemm_q5_1;
+        Q8_0: vec_dot_q8_0, gemm_q8_0;
+    }
 }

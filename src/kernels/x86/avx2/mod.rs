@@ -1,6 +1,28 @@
 //! AVX2 + FMA + F16C kernels.
 
+pub mod legacy;
+
 use crate::kernels::table::Table;
+use crate::kernels::DType;
+
+macro_rules! install_fns {
+    ($t:ident, $($dt:ident: $vd:ident, $gm:ident;)*) => {$(
+        {
+            fn vd(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                // SAFETY: only installed by `install`, whose caller verified AVX2/FMA/F16C.
+                unsafe { legacy::$vd(n, w, a) }
+            }
+            fn gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
+                // SAFETY: only installed by `install`, whose caller verified AVX2/FMA/F16C.
+                unsafe { legacy::$gm(k, w, n_rows, a, n_tok, out, os) }
+            }
+            if let Some(row) = $t[DType::$dt as usize].as_mut() {
+                row.vec_dot = vd;
+                row.gemm = gm;
+            }
+        }
+    )*};
+}
 
 /// Replaces the scalar functions in `t` with the AVX2 ones this module has.
 ///
@@ -8,5 +30,11 @@ use crate::kernels::table::Table;
 /// The CPU must support AVX2, FMA and F16C (`isa::supported(Isa::Avx2)`): the installed
 /// safe wrappers call `#[target_feature]` functions without re-checking.
 pub unsafe fn install(t: &mut Table) {
-    let _ = t;
+    install_fns! { t,
+        Q4_0: vec_dot_q4_0, gemm_q4_0;
+        Q4_1: vec_dot_q4_1, gemm_q4_1;
+        Q5_0: vec_dot_q5_0, gemm_q5_0;
+        Q5_1: vec_dot_q5_1, gemm_q5_1;
+        Q8_0: vec_dot_q8_0, gemm_q8_0;
+    }
 }

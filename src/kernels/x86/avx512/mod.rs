@@ -1,12 +1,44 @@
 //! AVX-512 (F, BW, VL) kernels using VNNI `vpdpbusd`.
 
-use crate::kernels::table::Table;
+mod lanes;
+pub mod legacy;
 
-/// Replaces functions in `t` (already holding the AVX2 ones) with the AVX-512 VNNI versions.
+use crate::kernels::table::Table;
+use crate::kernels::DType;
+
+macro_rules! install_fns {
+    ($t:ident, $($dt:ident: $vd:ident, $gm:ident;)*) => {$(
+        {
+            fn vd(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                // SAFETY: only installed by `install`, whose caller verified the CPU features.
+                unsafe { legacy::$vd(n, w, a) }
+            }
+            fn gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
+                // SAFETY: only installed by `install`, whose caller verified the CPU features.
+                unsafe { legacy::$gm(k, w, n_rows, a, n_tok, out, os) }
+            }
+            if let Some(row) = $t[DType::$dt as usize].as_mut() {
+                row.vec_dot = vd;
+                row.gemm = gm;
+            }
+        }
+    )*};
+}
+
+/// Replaces functions in `t` (already holding the AVX2 ones) with the AVX-512 VNNI versions
+/// when the CPU has VNNI; without VNNI the AVX2 kernels stay.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL plus AVX2/FMA/F16C (`isa::supported(Isa::Avx512)`).
-/// The VNNI kernels are only installed when `isa::has_avx512_vnni()`.
 pub unsafe fn install(t: &mut Table) {
-    let _ = t;
+    if !crate::kernels::isa::has_avx512_vnni() {
+        return;
+    }
+    install_fns! { t,
+        Q4_0: vec_dot_q4_0, gemm_q4_0;
+        Q4_1: vec_dot_q4_1, gemm_q4_1;
+        Q5_0: vec_dot_q5_0, gemm_q5_0;
+        Q5_1: vec_dot_q5_1, gemm_q5_1;
+        Q8_0: vec_dot_q8_0, gemm_q8_0;
+    }
 }

@@ -1,0 +1,142 @@
+//! Every SIMD path equals the scalar reference on random data (within a tight bound
+//! relative to sum |w a|: the integer sums are exact, only float rounding order differs),
+//! and gemm equals a loop of vec_dot on odd shapes, for every ISA this CPU supports.
+
+use proptest::prelude::*;
+
+use super::util::{quantize, quantize_act};
+use crate::kernels::{kernels_for, DType, Isa, TypeKernels};
+
+const TYPES: [DType; 9] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q8_1,
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+];
+
+fn deq(k: &TypeKernels, dt: DType, q: &[u8], n: usize) -> Vec<f32> {
+    let dk = if dt == k.dtype {
+        k
+    } else {
+        kernels_for(dt, Isa::Scalar).unwrap()
+    };
+    let mut y = vec![0f32; n];
+    (dk.to_f32)(q, &mut y);
+    y
+}
+
+/// Allowed difference between two float evaluations of the same quantized dot product.
+fn bound(w: &[f32], a: &[f32]) -> f32 {
+    let mag: f32 = w.iter().zip(a).map(|(x, y)| (x * y).abs()).sum();
+    2e-5 * mag + 1e-6
+}
+
+fn values(n: usize) -> impl Strategy<Value = Vec<f32>> {
+    (
+        prop::collection::vec(-1.0f32..1.0, n),
+        0.01f32..20.0,
+        -2.0f32..2.0,
+    )
+        .prop_map(|(v, scale, shift)| v.into_iter().map(|x| x * scale + shift * scale).collect())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn vec_dot_matches_scalar(nb in 1usize..12, wv in values(11 * 32), av in values(11 * 32)) {
+        let n = nb * 32;
+        let (wv, av) = (&wv[..n.min(wv.len())], &av[..n.min(av.len())]);
+        let n = wv.len().min(av.len()) / 32 * 32;
+        prop_assume!(n > 0);
+        for dt in TYPES {
+            let sk = kernels_for(dt, Isa::Scalar).unwrap();
+            let qw = quantize(sk, &wv[..n]);
+            let qa = quantize_act(sk, &av[..n]);
+            let want = (sk.vec_dot)(n, &qw, &qa);
+            let tol = bound(&deq(sk, dt, &qw, n), &deq(sk, sk.vec_dot_type, &qa, n));
+            for isa in Isa::all_supported() {
+                let k = kernels_for(dt, isa).unwrap();
+                let got = (k.vec_dot)(n, &qw, &qa);
+                prop_assert!((got - want).abs() <= tol, "{} {}: {} vs {} (tol {})", isa, dt, got, want, tol);
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_matches_vec_dot(n_rows in 1usize..=13, n_tok in 1usize..=9, nb in 1usize..=5, wv in values(13 * 5 * 32), av in values(9 * 5 * 32)) {
+        let k = nb * 32;
+        let stride = n_rows + 3;
+        for dt in TYPES {
+            let sk = kernels_for(dt, Isa::Scalar).unwrap();
+            let qw = quantize(sk, &wv[..n_rows * k]);
+            let qa = quantize_act(sk, &av[..n_tok * k]);
+            let (wr, ar) = (qw.len() / n_rows, qa.len() / n_tok);
+            for isa in Isa::all_supported() {
+                let kk = kernels_for(dt, isa).unwrap();
+                let mut out = vec![f32::NAN; (n_tok - 1) * stride + n_rows + 3];
+                (kk.gemm)(k, &qw, n_rows, &qa, n_tok, &mut out, stride);
+                for t in 0..n_tok {
+                    let at = &qa[t * ar..(t + 1) * ar];
+                    let ad = deq(sk, sk.vec_dot_type, at, k);
+                    for r in 0..n_rows {
+                        let wrow = &qw[r * wr..(r + 1) * wr];
+                        let want = (sk.vec_dot)(k, wrow, at);
+                        let got = out[t * stride + r];
+                        let tol = bound(&deq(sk, dt, wrow, k), &ad);
+                        prop_assert!((got - want).abs() <= tol, "{} {} r{} t{}: {} vs {}", isa, dt, r, t, got, want);
+                    }
+                    for pad in n_rows..stride.min(out.len() - t * stride) {
+                        prop_assert!(out[t * stride + pad].is_nan(), "{} {} wrote outside its cells", isa, dt);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Larger shapes than the proptest: full and partial 16-row panels, token tiles past 16,
+/// and enough blocks that the AVX-512 activation tables split the tokens into groups.
+#[test]
+fn gemm_matches_vec_dot_on_large_shapes() {
+    let (n_rows, n_tok) = (37, 21);
+    for nb in [18, 300] {
+        let k = nb * 32;
+        let wv: Vec<f32> = (0..n_rows * k)
+            .map(|i| ((i * 7919) % 1999) as f32 / 999.0 - 1.0)
+            .collect();
+        let av: Vec<f32> = (0..n_tok * k)
+            .map(|i| ((i * 104729) % 2003) as f32 / 1001.0 - 1.0)
+            .collect();
+        for dt in [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_1] {
+            let sk = kernels_for(dt, Isa::Scalar).unwrap();
+            let qw = quantize(sk, &wv);
+            let qa = quantize_act(sk, &av);
+            let (wr, ar) = (qw.len() / n_rows, qa.len() / n_tok);
+            for isa in Isa::all_supported() {
+                let kk = kernels_for(dt, isa).unwrap();
+                let mut out = vec![0f32; n_tok * n_rows];
+                (kk.gemm)(k, &qw, n_rows, &qa, n_tok, &mut out, n_rows);
+                for t in 0..n_tok {
+                    let at = &qa[t * ar..(t + 1) * ar];
+                    let ad = deq(sk, sk.vec_dot_type, at, k);
+                    for r in 0..n_rows {
+                        let wrow = &qw[r * wr..(r + 1) * wr];
+                        let want = (sk.vec_dot)(k, wrow, at);
+                        let tol = bound(&deq(sk, dt, wrow, k), &ad);
+                        let got = out[t * n_rows + r];
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{isa} {dt} k{k} r{r} t{t}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! AVX2 (+FMA, F16C) kernels for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights.
+//!
+//! Same scheme as the AVX-512 microkernel, one 32-value block per ymm step: each weight
+//! block of an RM-row tile is unpacked once and dotted against RN tokens with
+//! `vpmaddubsw` + `vpmaddwd`. Q4/Q5 weights stay unsigned and the `_0` offset is removed
+//! exactly as `-offset * sum(a)`; Q8_0 uses the sign trick (`|w| * sign(a, w)`) because
+//! unsigned Q8 would saturate `vpmaddubsw`.
+
+use std::arch::x86_64::*;
+
+use crate::kernels::shape::{check_gemm, check_vec_dot};
+use crate::kernels::DType;
+
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+
+const fn wdt(t: u8) -> DType {
+    match t {
+        Q4_0 => DType::Q4_0,
+        Q4_1 => DType::Q4_1,
+        Q5_0 => DType::Q5_0,
+        Q5_1 => DType::Q5_1,
+        _ => DType::Q8_0,
+    }
+}
+
+const fn has_min(t: u8) -> bool {
+    t == Q4_1 || t == Q5_1
+}
+
+const fn adt(t: u8) -> DType {
+    if has_min(t) {
+        DType::Q8_1
+    } else {
+        DType::Q8_0
+    }
+}
+
+const fn offset(t: u8) -> i16 {
+    match t {
+        Q4_0 => 8,
+        Q5_0 => 16,
+        _ => 0,
+    }
+}
+
+const ROWS_PER_PANEL: usize = 64;
+const RM: usize = 3;
+const RN: usize = 2;
+
+#[inline(always)]
+unsafe fn rd16(p: *const u8) -> u16 {
+    // SAFETY: the caller guarantees 2 readable bytes at `p`.
+    unsafe { (p as *const u16).read_unaligned() }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn h2f(h: u16) -> __m128 {
+    _mm_cvtph_ps(_mm_cvtsi32_si128(h as i32))
+}
+
+/// One weight block: 32 bytes (unsigned except Q8_0), d broadcast, m in lane 0 only.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_w<const T: u8>(p: *const u8) -> (__m256i, __m256, __m256) {
+    // SAFETY (loads): `p` points at one whole block in the ggml layout (blocks/legacy.rs).
+    let q = unsafe {
+        if T == Q8_0 {
+            _mm256_loadu_si256(p.add(2) as *const __m256i)
+        } else {
+            let qoff = match T {
+                Q4_0 => 2,
+                Q4_1 => 4,
+                Q5_0 => 6,
+                _ => 8,
+            };
+            let x = _mm_loadu_si128(p.add(qoff) as *const __m128i);
+            let v = _mm256_and_si256(
+                _mm256_set_m128i(_mm_srli_epi16(x, 4), x),
+                _mm256_set1_epi8(0x0F),
+            );
+            if T == Q5_0 || T == Q5_1 {
+                let hoff = if T == Q5_0 { 2 } else { 4 };
+                let qh = (p.add(hoff) as *const i32).read_unaligned();
+                // Byte j takes qh byte j / 8, then tests its bit j % 8.
+                let idx = _mm256_set_epi64x(
+                    0x0303_0303_0303_0303,
+                    0x0202_0202_0202_0202,
+                    0x0101_0101_0101_0101,
+                    0,
+                );
+                let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), idx);
+                let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+                _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
+            } else {
+                v
+            }
+        }
+    };
+    // SAFETY: d (and m) are the first f16s of the block.
+    let d = _mm256_broadcastss_ps(h2f(unsafe { rd16(p) }));
+    let m = if has_min(T) {
+        _mm256_zextps128_ps256(h2f(unsafe { rd16(p.add(2)) }))
+    } else {
+        _mm256_setzero_ps()
+    };
+    (q, d, m)
+}
+
+/// One activation block: 32 signed bytes, d, s (Q8_1) and the integer start `-offset*sum(a)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_a<const T: u8>(p: *const u8) -> (__m256i, __m256, __m256, __m256i) {
+    let qoff = if has_min(T) { 4 } else { 2 };
+    // SAFETY: `p` points at one whole activation block.
+    let q = unsafe { _mm256_loadu_si256(p.add(qoff) as *const __m256i) };
+    // SAFETY: header f16s at the block start.
+    let d = _mm256_broadcastss_ps(h2f(unsafe { rd16(p) }));
+    let s = if has_min(T) {
+        _mm256_broadcastss_ps(h2f(unsafe { rd16(p.add(2)) }))
+    } else {
+        _mm256_setzero_ps()
+    };
+    let start = if offset(T) != 0 {
+        let ones16 = _mm256_set1_epi16(1);
+        let sum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), ones16);
+        _mm256_mullo_epi32(sum, _mm256_set1_epi32(-(offset(T) as i32)))
+    } else {
+        _mm256_setzero_si256()
+    };
+    (q, d, s, start)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_i32<const T: u8>(w: __m256i, a: __m256i) -> __m256i {
+    let ones16 = _mm256_set1_epi16(1);
+    if T == Q8_0 {
+        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+        _mm256_madd_epi16(p, ones16)
+    } else {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), ones16)
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum(v: __m256) -> f32 {
+    let x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    let x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    _mm_cvtss_f32(x)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+#[allow(clippy::needless_range_loop)] // indices address the register tile
+unsafe fn tile<const T: u8, const M: usize, const N: usize>(
+    nb: usize,
+    w: *const u8,
+    wr: usize,
+    a: *const u8,
+    ar: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let (bw, ab) = (wdt(T).block_bytes(), adt(T).block_bytes());
+    let mut acc = [[_mm256_setzero_ps(); N]; M];
+    for b in 0..nb {
+        let mut wq = [_mm256_setzero_si256(); M];
+        let mut wd = [_mm256_setzero_ps(); M];
+        let mut wm = [_mm256_setzero_ps(); M];
+        for r in 0..M {
+            // SAFETY: block b of row r is in bounds (caller contract).
+            (wq[r], wd[r], wm[r]) = unsafe { load_w::<T>(w.add(r * wr + b * bw)) };
+        }
+        for t in 0..N {
+            // SAFETY: block b of token t is in bounds (caller contract).
+            let (aq, ad, as_, start) = unsafe { load_a::<T>(a.add(t * ar + b * ab)) };
+            for r in 0..M {
+                let sumi = _mm256_add_epi32(dot_i32::<T>(wq[r], aq), start);
+                let mut x = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(sumi),
+                    _mm256_mul_ps(wd[r], ad),
+                    acc[r][t],
+                );
+                if has_min(T) {
+                    x = _mm256_fmadd_ps(wm[r], as_, x);
+                }
+                acc[r][t] = x;
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        for (t, v) in row.iter().enumerate() {
+            // SAFETY: the caller guarantees the M x N output cells are in bounds.
+            unsafe { *out.add(t * out_stride + r) = hsum(*v) };
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_dyn<const T: u8>(
+    rm: usize,
+    rn: usize,
+    nb: usize,
+    w: *const u8,
+    wr: usize,
+    a: *const u8,
+    ar: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        match (rm, rn) {
+            (3, 2) => tile::<T, 3, 2>(nb, w, wr, a, ar, out, os),
+            (3, 1) => tile::<T, 3, 1>(nb, w, wr, a, ar, out, os),
+            (2, 2) => tile::<T, 2, 2>(nb, w, wr, a, ar, out, os),
+            (2, 1) => tile::<T, 2, 1>(nb, w, wr, a, ar, out, os),
+            (1, 2) => tile::<T, 1, 2>(nb, w, wr, a, ar, out, os),
+            _ => tile::<T, 1, 1>(nb, w, wr, a, ar, out, os),
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm<const T: u8>(
+    k: usize,
+    w: &[u8],
+    n_rows: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let (wr, ar) = check_gemm(
+        k,
+        wdt(T),
+        w.len(),
+        n_rows,
+        adt(T),
+        a.len(),
+        n_tok,
+        out.len(),
+        out_stride,
+    );
+    let nb = k / 32;
+    let (wp, ap, op) = (w.as_ptr(), a.as_ptr(), out.as_mut_ptr());
+    for p0 in (0..n_rows).step_by(ROWS_PER_PANEL) {
+        let p1 = (p0 + ROWS_PER_PANEL).min(n_rows);
+        for t0 in (0..n_tok).step_by(RN) {
+            let rn = RN.min(n_tok - t0);
+            for r0 in (p0..p1).step_by(RM) {
+                let rm = RM.min(p1 - r0);
+                // SAFETY: check_gemm verified the rows and output cells; r0 + rm <= n_rows,
+                // t0 + rn <= n_tok.
+                unsafe {
+                    tile_dyn::<T>(
+                        rm,
+                        rn,
+                        nb,
+                        wp.add(r0 * wr),
+                        wr,
+                        ap.add(t0 * ar),
+                        ar,
+                        op.add(t0 * out_stride + r0),
+                        out_stride,
+                    )
+                };
+            }
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_vec_dot(n, wdt(T), w.len(), adt(T), a.len());
+    let mut out = 0f32;
+    // SAFETY: lengths checked; one output cell.
+    unsafe { tile::<T, 1, 1>(n / 32, w.as_ptr(), 0, a.as_ptr(), 0, &mut out, 0) };
+    out
+}
+
+macro_rules! entry_points {
+    ($($t:ident: $vd:ident, $gm:ident;)*) => {$(
+        /// AVX2 twin of the scalar `vec_dot` of the same name.
+        ///
+        /// # Safety
+        /// The CPU must support AVX2, FMA and F16C. Lengths are checked (panics).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $vd(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            // SAFETY: same target features as the caller.
+            unsafe { vec_dot::<$t>(n, w, a) }
+        }
+
+        /// AVX2 register-tiled twin of the scalar `gemm` of the same name.
+        ///
+        /// # Safety
+        /// The CPU must support AVX2, FMA and F16C. Lengths are checked (panics).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], out_stride: usize) {
+            // SAFETY: same target features as the caller.
+            unsafe { gemm::<$t>(k, w, n_rows, a, n_tok, out, out_stride) }
+        }
+    )*};
+}
+
+entry_points! {
+    Q4_0: vec_dot_q4_0, gemm_q4_0;
+    Q4_1: vec_dot_q4_1, gemm_q4_1;
+    Q5_0: vec_dot_q5_0, gemm_q5_0;
+    Q5_1: vec_dot_q5_1, gemm_q5_1;
+    Q8_0: vec_dot_q8_0, gemm_q8_0;
+}

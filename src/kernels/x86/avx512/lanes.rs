@@ -1,0 +1,294 @@
+//! The AVX-512 VNNI "row lanes" GEMM for Q4_0, Q4_1 and Q8_0: 16 weight rows side by side.
+//!
+//! Per 32-value block, the 16 rows of a panel are transposed on the fly into 8 zmm registers
+//! whose i32 lane r holds 4 consecutive weights of row r (unsigned: Q4 as q, Q8_0 as q+128).
+//! Each token's activation dwords are then broadcast from memory into `vpdpbusd`, so one
+//! instruction does 64 multiply-adds for 16 rows with no horizontal reduction, and each
+//! unpacked block serves a tile of up to 16 tokens. Activation scales, `s` (Q8_1) and the
+//! exact integer offset correction `-offset * sum(a)` (Q8_0 activations) are precomputed per
+//! (token, block) into stack tables once per token group, shared by all panels.
+//! This is llama.cpp's interleaved repacking done at multiply time instead of load time, so
+//! weights stay in the GGUF layout (no repacked copy).
+
+use std::arch::x86_64::*;
+
+use super::legacy::{Q4_0, Q4_1, Q8_0};
+use crate::kernels::blocks::f16_to_f32_at;
+use crate::kernels::DType;
+
+/// Entries of the per-(token, block) activation tables (stack: 3 x 16 KiB).
+pub(crate) const SCRATCH: usize = 4096;
+const LANES: usize = 16;
+const MAX_TT: usize = 16;
+
+const fn wdt(t: u8) -> DType {
+    match t {
+        Q4_0 => DType::Q4_0,
+        Q4_1 => DType::Q4_1,
+        _ => DType::Q8_0,
+    }
+}
+
+const fn adt(t: u8) -> DType {
+    if t == Q4_1 {
+        DType::Q8_1
+    } else {
+        DType::Q8_0
+    }
+}
+
+/// Activation tables for one token group: `[t * nb + b]`.
+struct ActTables {
+    d: [f32; SCRATCH],
+    s: [f32; SCRATCH],
+    start: [i32; SCRATCH],
+}
+
+/// Transposes dword `0..4` of 16 rows' 16-byte chunks at `p[r] + off` into 4 zmm,
+/// lane r of result i = dword i of row r.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn transpose16x4(p: &[*const u8; LANES], off: usize) -> [__m512i; 4] {
+    let ld = |r: usize| -> __m128i {
+        // SAFETY: every row pointer addresses a whole block; `off + 16` stays inside it.
+        unsafe { _mm_loadu_si128(p[r].add(off) as *const __m128i) }
+    };
+    // z[q]: 128-bit lane j holds row 4j + q.
+    let z: [__m512i; 4] = std::array::from_fn(|q| {
+        let v = _mm512_castsi128_si512(ld(q));
+        let v = _mm512_inserti32x4(v, ld(4 + q), 1);
+        let v = _mm512_inserti32x4(v, ld(8 + q), 2);
+        _mm512_inserti32x4(v, ld(12 + q), 3)
+    });
+    let t0 = _mm512_unpacklo_epi32(z[0], z[1]);
+    let t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    let t2 = _mm512_unpacklo_epi32(z[2], z[3]);
+    let t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    [
+        _mm512_unpacklo_epi64(t0, t2),
+        _mm512_unpackhi_epi64(t0, t2),
+        _mm512_unpacklo_epi64(t1, t3),
+        _mm512_unpackhi_epi64(t1, t3),
+    ]
+}
+
+/// Block `b` of the panel: 8 weight registers (dword i = values 4i..4i+4), d and m per row.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn unpack<const T: u8>(
+    p: &[*const u8; LANES],
+    hdr_idx: __m512i,
+    base: *const u8,
+) -> ([__m512i; 8], __m512, __m512) {
+    let mut w = [_mm512_setzero_si512(); 8];
+    // SAFETY (both branches): row pointers address whole blocks of valid rows.
+    unsafe {
+        if T == Q8_0 {
+            let lo = transpose16x4(p, 2);
+            let hi = transpose16x4(p, 18);
+            let flip = _mm512_set1_epi8(-128);
+            for i in 0..4 {
+                w[i] = _mm512_xor_si512(lo[i], flip);
+                w[4 + i] = _mm512_xor_si512(hi[i], flip);
+            }
+        } else {
+            let qoff = if T == Q4_0 { 2 } else { 4 };
+            let q = transpose16x4(p, qoff);
+            let m4 = _mm512_set1_epi8(0x0F);
+            for i in 0..4 {
+                w[i] = _mm512_and_si512(q[i], m4);
+                w[4 + i] = _mm512_and_si512(_mm512_srli_epi16(q[i], 4), m4);
+            }
+        }
+    }
+    // SAFETY: lane r of `hdr_idx` is the byte offset of (clamped) row r from `base`; each
+    // addresses the first 4 bytes of a block.
+    let hdr = unsafe { _mm512_i32gather_epi32::<1>(hdr_idx, base as *const i32) };
+    let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hdr));
+    let m = if T == Q4_1 {
+        _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hdr, 16)))
+    } else {
+        _mm512_setzero_ps()
+    };
+    (w, d, m)
+}
+
+/// One panel (16 rows, `valid` of them real) x TT tokens over all `nb` blocks.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn panel_tile<const T: u8, const TT: usize>(
+    nb: usize,
+    rows: &[*const u8; LANES],
+    hdr_idx: __m512i,
+    valid: usize,
+    a: *const u8,
+    ar: usize,
+    tab: &ActTables,
+    tab0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let bw = wdt(T).block_bytes();
+    let ab = adt(T).block_bytes();
+    let qoff = if T == Q4_1 { 4 } else { 2 };
+    let mut acc = [_mm512_setzero_ps(); TT];
+    for b in 0..nb {
+        let p: [*const u8; LANES] = std::array::from_fn(|r| rows[r].wrapping_add(b * bw));
+        // SAFETY: block b exists in every (clamped) row.
+        let (w, d, m) = unsafe { unpack::<T>(&p, hdr_idx, rows[0].wrapping_add(b * bw)) };
+        for t in 0..TT {
+            let ti = tab0 + t * nb + b;
+            // SAFETY: token t's block b lies inside `a` (caller contract).
+            let q = unsafe { a.add(t * ar + b * ab + qoff) } as *const i32;
+            let mut sumi = if T == Q4_1 {
+                _mm512_setzero_si512()
+            } else {
+                _mm512_set1_epi32(tab.start[ti])
+            };
+            for i in 0..8 {
+                // SAFETY: dword i of the 32 activation bytes.
+                let av = _mm512_set1_epi32(unsafe { q.add(i).read_unaligned() });
+                sumi = _mm512_dpbusd_epi32(sumi, w[i], av);
+            }
+            let scale = _mm512_mul_ps(d, _mm512_set1_ps(tab.d[ti]));
+            let mut x = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), scale, acc[t]);
+            if T == Q4_1 {
+                x = _mm512_fmadd_ps(m, _mm512_set1_ps(tab.s[ti]), x);
+            }
+            acc[t] = x;
+        }
+    }
+    let mask: __mmask16 = if valid >= LANES {
+        0xFFFF
+    } else {
+        (1u16 << valid) - 1
+    };
+    for t in 0..TT {
+        // SAFETY: the caller guarantees `valid` output cells per token row.
+        unsafe { _mm512_mask_storeu_ps(out.add(t * os), mask, acc[t]) };
+    }
+}
+
+/// Dispatches a token tile of `tt` (1..=16) tokens to its const instance.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn panel_dyn<const T: u8>(
+    tt: usize,
+    nb: usize,
+    rows: &[*const u8; LANES],
+    hdr_idx: __m512i,
+    valid: usize,
+    a: *const u8,
+    ar: usize,
+    tab: &ActTables,
+    tab0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    macro_rules! go {
+        ($($n:literal)*) => {
+            match tt {
+                $($n => unsafe { panel_tile::<T, $n>(nb, rows, hdr_idx, valid, a, ar, tab, tab0, out, os) },)*
+                _ => unreachable!("token tile of {tt}"),
+            }
+        };
+    }
+    // SAFETY: forwarded caller contract.
+    go!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+}
+
+/// Row-lanes GEMM (see module docs). Lengths must have been checked by the caller;
+/// `nb <= SCRATCH` and every row offset `< i32::MAX` (the caller falls back otherwise).
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI + AVX2/FMA/F16C; `w` holds `n_rows` rows of `wr` bytes, `a` holds
+/// `n_tok` rows of `ar` bytes, `out` holds `(n_tok - 1) * os + n_rows` floats.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm<const T: u8>(
+    nb: usize,
+    w: *const u8,
+    wr: usize,
+    n_rows: usize,
+    a: *const u8,
+    ar: usize,
+    n_tok: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let ab = adt(T).block_bytes();
+    let qoff = if T == Q4_1 { 4 } else { 2 };
+    let offset: i32 = match T {
+        Q4_0 => 8,
+        Q8_0 => 128,
+        _ => 0,
+    };
+    let mut tab = ActTables {
+        d: [0.0; SCRATCH],
+        s: [0.0; SCRATCH],
+        start: [0; SCRATCH],
+    };
+    let group = (SCRATCH / nb).max(1);
+    for g0 in (0..n_tok).step_by(group) {
+        let gn = group.min(n_tok - g0);
+        for t in 0..gn {
+            for b in 0..nb {
+                // SAFETY: token g0 + t < n_tok, block b < nb: inside `a`.
+                let blk = unsafe { std::slice::from_raw_parts(a.add((g0 + t) * ar + b * ab), ab) };
+                let i = t * nb + b;
+                tab.d[i] = f16_to_f32_at(blk, 0);
+                if T == Q4_1 {
+                    tab.s[i] = f16_to_f32_at(blk, 2);
+                } else {
+                    let sum: i32 = blk[qoff..qoff + 32].iter().map(|&x| x as i8 as i32).sum();
+                    tab.start[i] = -offset * sum;
+                }
+            }
+        }
+        for r0 in (0..n_rows).step_by(LANES) {
+            let valid = LANES.min(n_rows - r0);
+            let rows: [*const u8; LANES] =
+                std::array::from_fn(|r| w.wrapping_add((r0 + r.min(valid - 1)) * wr));
+            let hdr_idx = _mm512_setr_epi32(
+                0,
+                (1.min(valid - 1) * wr) as i32,
+                (2.min(valid - 1) * wr) as i32,
+                (3.min(valid - 1) * wr) as i32,
+                (4.min(valid - 1) * wr) as i32,
+                (5.min(valid - 1) * wr) as i32,
+                (6.min(valid - 1) * wr) as i32,
+                (7.min(valid - 1) * wr) as i32,
+                (8.min(valid - 1) * wr) as i32,
+                (9.min(valid - 1) * wr) as i32,
+                (10.min(valid - 1) * wr) as i32,
+                (11.min(valid - 1) * wr) as i32,
+                (12.min(valid - 1) * wr) as i32,
+                (13.min(valid - 1) * wr) as i32,
+                (14.min(valid - 1) * wr) as i32,
+                (15.min(valid - 1) * wr) as i32,
+            );
+            for t0 in (0..gn).step_by(MAX_TT) {
+                let tt = MAX_TT.min(gn - t0);
+                let tok = g0 + t0;
+                // SAFETY: rows r0..r0+valid, tokens tok..tok+tt are in range; out cells too.
+                unsafe {
+                    panel_dyn::<T>(
+                        tt,
+                        nb,
+                        &rows,
+                        hdr_idx,
+                        valid,
+                        a.add(tok * ar),
+                        ar,
+                        &tab,
+                        t0 * nb,
+                        out.add(tok * os + r0),
+                        os,
+                    )
+                };
+            }
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! AVX-512 VNNI kernels for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights.
+//!
+//! One register-tiled microkernel serves `vec_dot` (a 1x1 tile) and `gemm` (RM rows x RN
+//! tokens): each step unpacks two 32-value weight blocks of RM rows into zmm registers once
+//! and dots them against RN tokens' Q8 blocks with `vpdpbusd` (u8 weights x i8 activations).
+//! Weights are kept unsigned (Q4: q, Q5: q, Q8_0: q + 128); the offset of the `_0` types is
+//! removed exactly in the integer domain by starting each block's sum at `-offset * sum(a)`.
+//! Per block: `acc += f32(sum_i) * d_w * d_a` (+ `m_w * s_a` for Q4_1/Q5_1).
+
+use std::arch::x86_64::*;
+
+use crate::kernels::shape::{check_gemm, check_vec_dot};
+use crate::kernels::DType;
+
+/// Weight kinds handled by the shared microkernel (const-generic parameter).
+pub(crate) const Q4_0: u8 = 0;
+pub(crate) const Q4_1: u8 = 1;
+pub(crate) const Q5_0: u8 = 2;
+pub(crate) const Q5_1: u8 = 3;
+pub(crate) const Q8_0: u8 = 4;
+
+const fn wdt(t: u8) -> DType {
+    match t {
+        Q4_0 => DType::Q4_0,
+        Q4_1 => DType::Q4_1,
+        Q5_0 => DType::Q5_0,
+        Q5_1 => DType::Q5_1,
+        _ => DType::Q8_0,
+    }
+}
+
+const fn has_min(t: u8) -> bool {
+    t == Q4_1 || t == Q5_1
+}
+
+/// Activation dtype: Q8_1 for the types with a minimum, Q8_0 otherwise.
+const fn adt(t: u8) -> DType {
+    if has_min(t) {
+        DType::Q8_1
+    } else {
+        DType::Q8_0
+    }
+}
+
+/// The unsigned offset removed from `_0` weights (q - OFF): 8, 16, 128; 0 for `_1` types.
+const fn offset(t: u8) -> i8 {
+    match t {
+        Q4_0 => 8,
+        Q5_0 => 16,
+        Q8_0 => -128, // the byte 0x80 (128 as u8)
+        _ => 0,
+    }
+}
+
+const ROWS_PER_PANEL: usize = 64;
+/// From this many tokens the row-lanes GEMM (lanes.rs) is used for Q4_0/Q4_1/Q8_0.
+const LANES_MIN_TOK: usize = 1;
+
+/// Reads an unaligned little-endian u32.
+#[inline(always)]
+unsafe fn rd32(p: *const u8) -> u32 {
+    // SAFETY: the caller guarantees 4 readable bytes at `p`.
+    unsafe { (p as *const u32).read_unaligned() }
+}
+
+/// The f16 pairs at `p0` and `p1` (or zero) as f32 lanes [lo0, hi0, lo1, hi1].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn header_pair<const TWO: bool>(p0: *const u8, p1: *const u8) -> __m512 {
+    // SAFETY: every block starts with at least 4 header/data bytes.
+    let h1 = if TWO { unsafe { rd32(p1) } } else { 0 };
+    let h0 = unsafe { rd32(p0) };
+    let v = _mm_set_epi32(0, 0, h1 as i32, h0 as i32);
+    _mm512_castps128_ps512(_mm_cvtph_ps(v))
+}
+
+/// Two weight blocks (the second zero unless TWO) of one row: 64 unsigned bytes in value
+/// order, the scale d broadcast over each block's 8 lanes, and the minimum m in lanes 0 and 8.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn load_w<const T: u8, const TWO: bool>(p: *const u8) -> (__m512i, __m512, __m512) {
+    let bw = wdt(T).block_bytes();
+    let p1 = p.wrapping_add(bw);
+    // SAFETY (all loads below): `p` points at a whole block of the row and, when TWO, `p1`
+    // at the next one; offsets stay inside the ggml block layout (blocks/legacy.rs).
+    let q = unsafe {
+        if T == Q8_0 {
+            let lo = _mm256_loadu_si256(p.add(2) as *const __m256i);
+            let hi = if TWO {
+                _mm256_loadu_si256(p1.add(2) as *const __m256i)
+            } else {
+                _mm256_set1_epi8(-128)
+            };
+            let z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            _mm512_xor_si512(z, _mm512_set1_epi8(-128))
+        } else {
+            let qoff = match T {
+                Q4_0 => 2,
+                Q4_1 => 4,
+                Q5_0 => 6,
+                _ => 8,
+            };
+            let lo = _mm_loadu_si128(p.add(qoff) as *const __m128i);
+            let hi = if TWO {
+                _mm_loadu_si128(p1.add(qoff) as *const __m128i)
+            } else {
+                _mm_setzero_si128()
+            };
+            let x =
+                _mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+            // [qs0, qs0, qs1, qs1], then shift the 2nd and 4th 128-bit lanes right by 4.
+            let z = _mm512_shuffle_i64x2(x, x, 0x50);
+            let shifts = _mm512_set_epi64(
+                0x0004_0004_0004_0004,
+                0x0004_0004_0004_0004,
+                0,
+                0,
+                0x0004_0004_0004_0004,
+                0x0004_0004_0004_0004,
+                0,
+                0,
+            );
+            let mut v = _mm512_and_si512(_mm512_srlv_epi16(z, shifts), _mm512_set1_epi8(0x0F));
+            if T == Q5_0 || T == Q5_1 {
+                let hoff = if T == Q5_0 { 2 } else { 4 };
+                let h0 = rd32(p.add(hoff)) as u64;
+                let h1 = if TWO { rd32(p1.add(hoff)) as u64 } else { 0 };
+                let bits = _mm512_maskz_mov_epi8(h0 | (h1 << 32), _mm512_set1_epi8(0x10));
+                v = _mm512_or_si512(v, bits);
+            }
+            v
+        }
+    };
+    // SAFETY: headers are the first 4 bytes of each block.
+    let hdr = unsafe { header_pair::<TWO>(p, p1) };
+    let d = _mm512_permutexvar_ps(
+        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+        hdr,
+    );
+    let m = if has_min(T) {
+        _mm512_maskz_permutexvar_ps(
+            0x0101,
+            _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+            hdr,
+        )
+    } else {
+        _mm512_setzero_ps()
+    };
+    (q, d, m)
+}
+
+/// Two activation blocks (Q8_0 or Q8_1) of one token: 64 signed bytes, d per block lanes,
+/// s per block lanes (Q8_1), and the integer start value `-offset * sum(q)` per lane.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn load_a<const T: u8, const TWO: bool>(p: *const u8) -> (__m512i, __m512, __m512, __m512i) {
+    let ab = adt(T).block_bytes();
+    let qoff = if has_min(T) { 4 } else { 2 };
+    let p1 = p.wrapping_add(ab);
+    // SAFETY: `p` (and `p1` when TWO) point at whole activation blocks.
+    let q = unsafe {
+        let lo = _mm256_loadu_si256(p.add(qoff) as *const __m256i);
+        let hi = if TWO {
+            _mm256_loadu_si256(p1.add(qoff) as *const __m256i)
+        } else {
+            _mm256_setzero_si256()
+        };
+        _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)
+    };
+    // SAFETY: as above.
+    let hdr = unsafe { header_pair::<TWO>(p, p1) };
+    let d = _mm512_permutexvar_ps(
+        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+        hdr,
+    );
+    let s = if has_min(T) {
+        _mm512_permutexvar_ps(
+            _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+            hdr,
+        )
+    } else {
+        _mm512_setzero_ps()
+    };
+    let start = if has_min(T) {
+        _mm512_setzero_si512()
+    } else {
+        let off_sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(offset(T)), q);
+        _mm512_sub_epi32(_mm512_setzero_si512(), off_sum)
+    };
+    (q, d, s, start)
+}
+
+/// One step of two blocks for an RM x RN tile.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // indices address the register tile
+unsafe fn step<const T: u8, const RM: usize, const RN: usize, const TWO: bool>(
+    acc: &mut [[__m512; RN]; RM],
+    w: *const u8,
+    wr: usize,
+    a: *const u8,
+    ar: usize,
+) {
+    let mut wq = [_mm512_setzero_si512(); RM];
+    let mut wd = [_mm512_setzero_ps(); RM];
+    let mut wm = [_mm512_setzero_ps(); RM];
+    for r in 0..RM {
+        // SAFETY: the caller passes RM rows `wr` bytes apart with this step's blocks in range.
+        let (q, d, m) = unsafe { load_w::<T, TWO>(w.add(r * wr)) };
+        wq[r] = q;
+        wd[r] = d;
+        wm[r] = m;
+    }
+    for t in 0..RN {
+        // SAFETY: RN activation rows `ar` bytes apart with this step's blocks in range.
+        let (aq, ad, as_, start) = unsafe { load_a::<T, TWO>(a.add(t * ar)) };
+        for r in 0..RM {
+            let sumi = _mm512_dpbusd_epi32(start, wq[r], aq);
+            let scale = _mm512_mul_ps(wd[r], ad);
+            let mut x = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), scale, acc[r][t]);
+            if has_min(T) {
+                x = _mm512_fmadd_ps(wm[r], as_, x);
+            }
+            acc[r][t] = x;
+        }
+    }
+}
+
+/// Computes an RM x RN tile of the output over `nb` blocks.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const T: u8, const RM: usize, const RN: usize>(
+    nb: usize,
+    w: *const u8,
+    wr: usize,
+    a: *const u8,
+    ar: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let (bw, ab) = (wdt(T).block_bytes(), adt(T).block_bytes());
+    let mut acc = [[_mm512_setzero_ps(); RN]; RM];
+    let mut b = 0;
+    while b + 2 <= nb {
+        // SAFETY: blocks b and b+1 exist in every row (b + 2 <= nb).
+        unsafe { step::<T, RM, RN, true>(&mut acc, w.add(b * bw), wr, a.add(b * ab), ar) };
+        b += 2;
+    }
+    if b < nb {
+        // SAFETY: block b exists; the second half is not read (TWO = false).
+        unsafe { step::<T, RM, RN, false>(&mut acc, w.add(b * bw), wr, a.add(b * ab), ar) };
+    }
+    for (r, row) in acc.iter().enumerate() {
+        for (t, v) in row.iter().enumerate() {
+            // SAFETY: the caller guarantees the RM x RN output cells are in bounds.
+            unsafe { *out.add(t * out_stride + r) = _mm512_reduce_add_ps(*v) };
+        }
+    }
+}
+
+const RM: usize = 4;
+const RN: usize = 3;
+
+/// A tile with rm <= RM rows and rn <= RN tokens (dispatch to the const instance).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_dyn<const T: u8>(
+    rm: usize,
+    rn: usize,
+    nb: usize,
+    w: *const u8,
+    wr: usize,
+    a: *const u8,
+    ar: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        match (rm, rn) {
+            (4, 3) => tile::<T, 4, 3>(nb, w, wr, a, ar, out, os),
+            (4, 2) => tile::<T, 4, 2>(nb, w, wr, a, ar, out, os),
+            (4, 1) => tile::<T, 4, 1>(nb, w, wr, a, ar, out, os),
+            (3, 3) => tile::<T, 3, 3>(nb, w, wr, a, ar, out, os),
+            (3, 2) => tile::<T, 3, 2>(nb, w, wr, a, ar, out, os),
+            (3, 1) => tile::<T, 3, 1>(nb, w, wr, a, ar, out, os),
+            (2, 3) => tile::<T, 2, 3>(nb, w, wr, a, ar, out, os),
+            (2, 2) => tile::<T, 2, 2>(nb, w, wr, a, ar, out, os),
+            (2, 1) => tile::<T, 2, 1>(nb, w, wr, a, ar, out, os),
+            (1, 3) => tile::<T, 1, 3>(nb, w, wr, a, ar, out, os),
+            (1, 2) => tile::<T, 1, 2>(nb, w, wr, a, ar, out, os),
+            _ => tile::<T, 1, 1>(nb, w, wr, a, ar, out, os),
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm<const T: u8>(
+    k: usize,
+    w: &[u8],
+    n_rows: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let (wr, ar) = check_gemm(
+        k,
+        wdt(T),
+        w.len(),
+        n_rows,
+        adt(T),
+        a.len(),
+        n_tok,
+        out.len(),
+        out_stride,
+    );
+    let nb = k / 32;
+    let (wp, ap, op) = (w.as_ptr(), a.as_ptr(), out.as_mut_ptr());
+    let lanes_ok = (T == Q4_0 || T == Q4_1 || T == Q8_0)
+        && nb <= super::lanes::SCRATCH
+        && n_rows * wr < i32::MAX as usize
+        && n_tok >= LANES_MIN_TOK;
+    if lanes_ok {
+        // SAFETY: lengths checked by check_gemm; nb and row offsets within the lanes limits.
+        unsafe { super::lanes::gemm::<T>(nb, wp, wr, n_rows, ap, ar, n_tok, op, out_stride) };
+        return;
+    }
+    for p0 in (0..n_rows).step_by(ROWS_PER_PANEL) {
+        let p1 = (p0 + ROWS_PER_PANEL).min(n_rows);
+        for t0 in (0..n_tok).step_by(RN) {
+            let rn = RN.min(n_tok - t0);
+            for r0 in (p0..p1).step_by(RM) {
+                let rm = RM.min(p1 - r0);
+                // SAFETY: check_gemm verified n_rows weight rows, n_tok activation rows and
+                // the output cells; r0 + rm <= n_rows and t0 + rn <= n_tok.
+                unsafe {
+                    tile_dyn::<T>(
+                        rm,
+                        rn,
+                        nb,
+                        wp.add(r0 * wr),
+                        wr,
+                        ap.add(t0 * ar),
+                        ar,
+                        op.add(t0 * out_stride + r0),
+                        out_stride,
+                    )
+                };
+            }
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_vec_dot(n, wdt(T), w.len(), adt(T), a.len());
+    let mut out = 0f32;
+    // SAFETY: lengths checked; one output cell.
+    unsafe { tile::<T, 1, 1>(n / 32, w.as_ptr(), 0, a.as_ptr(), 0, &mut out, 0) };
+    out
+}
+
+macro_rules! entry_points {
+    ($($t:ident: $vd:ident, $gm:ident;)*) => {$(
+        /// AVX-512 VNNI twin of the scalar `vec_dot` of the same name.
+        ///
+        /// # Safety
+        /// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C. Lengths are checked (panics).
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        pub unsafe fn $vd(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            // SAFETY: same target features as the caller.
+            unsafe { vec_dot::<$t>(n, w, a) }
+        }
+
+        /// AVX-512 VNNI register-tiled twin of the scalar `gemm` of the same name.
+        ///
+        /// # Safety
+        /// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C. Lengths are checked (panics).
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        pub unsafe fn $gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], out_stride: usize) {
+            // SAFETY: same target features as the caller.
+            unsafe { gemm::<$t>(k, w, n_rows, a, n_tok, out, out_stride) }
+        }
+    )*};
+}
+
+entry_points! {
+    Q4_0: vec_dot_q4_0, gemm_q4_0;
+    Q4_1: vec_dot_q4_1, gemm_q4_1;
+    Q5_0: vec_dot_q5_0, gemm_q5_0;
+    Q5_1: vec_dot_q5_1, gemm_q5_1;
+    Q8_0: vec_dot_q8_0, gemm_q8_0;
+}
