@@ -28,6 +28,10 @@ enum Command {
     Tokenize(cli::tokenize::Args),
     /// Render a chat template with a JSON context, as the Python reference would.
     RenderTemplate(cli::render_template::Args),
+    /// Generate a continuation of one prompt (streamed), with speed figures.
+    Generate(cli::generate::Args),
+    /// Measure prefill, decode and batched decode speed.
+    Bench(cli::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,8 @@ fn main() -> ExitCode {
         Command::Inspect(a) => cli::inspect::run(a),
         Command::Tokenize(a) => cli::tokenize::run(a),
         Command::RenderTemplate(a) => cli::render_template::run(a),
+        Command::Generate(a) => cli::generate::run(a, cli.config.as_deref()),
+        Command::Bench(a) => cli::bench::run(a, cli.config.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

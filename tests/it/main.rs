@@ -2,6 +2,8 @@
 //! reference data in ../shared (override with KILN_SHARED); a missing file fails loudly.
 
 mod common;
+mod engine;
 mod gguf;
 mod gguf_malformed;
+mod golden;
 mod tokenizer;
