@@ -73,7 +73,7 @@ impl Sampler {
     /// Picks a token from `logits`. Temperature sampling draws from `softmax(logits / T)`
     /// without allocating (two passes over the row).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        if !(self.temperature > 1e-6) || logits.is_empty() {
+        if self.temperature.is_nan() || self.temperature <= 1e-6 || logits.is_empty() {
             return argmax(logits);
         }
         let inv_t = 1.0 / self.temperature;

@@ -41,7 +41,7 @@ impl LlamaConfig {
             }
         };
         let rope_dim = hp.rope_dim as usize;
-        if rope_dim == 0 || rope_dim % 2 != 0 || rope_dim > hp.head_dim as usize {
+        if rope_dim == 0 || !rope_dim.is_multiple_of(2) || rope_dim > hp.head_dim as usize {
             return Err(EngineError::BadHParam {
                 key: "rope.dimension_count",
                 message: format!(

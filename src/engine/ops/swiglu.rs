@@ -70,7 +70,7 @@ pub fn exp_poly(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let y = p * z + r + 1.0;
     // (bits(t) + 127) << 23 keeps the low 9 bits of n + 127: the biased exponent of 2^n.
     let pow2n = f32::from_bits(t.to_bits().wrapping_add(127) << 23);
