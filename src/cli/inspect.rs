@@ -34,10 +34,12 @@ pub struct Args {
 struct LoadCost {
     load_ms: f64,
     since_process_start_ms: Option<f64>,
-    rss_kib: Option<u64>,
+    rss_kib: Option<Rss>,
+    rss_before: Option<Rss>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let rss_before = rss_kib();
     let t0 = Instant::now();
     let file =
         GgufFile::open(&args.model).with_context(|| format!("loading {}", args.model.display()))?;
@@ -46,6 +48,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         load_ms: t0.elapsed().as_secs_f64() * 1e3,
         since_process_start_ms: ms_since_process_start(),
         rss_kib: rss_kib(),
+        rss_before,
     };
     if args.json {
         let v = to_json(&args, &file, &hparams, &cost);
@@ -117,7 +120,14 @@ fn print_text(
         wn!(o, ", ~{ms:.0} ms since process start");
     }
     match cost.rss_kib {
-        Some(k) => w!(o, ", RSS {:.1} MiB after load", k as f64 / 1024.0),
+        Some(r) => w!(
+            o,
+            ", RSS {:.1} MiB after load, {:.1} before (heap {:.1}, file-backed {:.1})",
+            mib(r.total_kib),
+            cost.rss_before.map_or(0.0, |b| mib(b.total_kib)),
+            mib(r.anon_kib),
+            mib(r.file_kib)
+        ),
         None => w!(o),
     }
 
@@ -174,6 +184,10 @@ fn print_text(
         Err(e) => w!(o, "  unusable: {e}"),
     }
     o
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
 }
 
 /// A value for the text table: long arrays summarized, long strings cut.
@@ -270,7 +284,7 @@ fn to_json(
         "alignment": file.alignment(),
         "data_start": file.data_start(),
         "load": { "load_ms": cost.load_ms, "since_process_start_ms": cost.since_process_start_ms,
-                  "rss_kib": cost.rss_kib },
+                  "rss": cost.rss_kib, "rss_before_open": cost.rss_before },
         "metadata": metadata,
         "parameters": n_params(file),
         "bytes_per_type": by_type,
@@ -285,11 +299,26 @@ fn to_json(
     out
 }
 
-/// Resident set size from `/proc/self/status` (Linux), in KiB.
-fn rss_kib() -> Option<u64> {
+/// Resident memory from `/proc/self/status` (Linux), in KiB: total, anonymous (heap), and
+/// file-backed (the binary's code and the mapped header pages).
+#[derive(Clone, Copy, serde::Serialize)]
+struct Rss {
+    total_kib: u64,
+    anon_kib: u64,
+    file_kib: u64,
+}
+
+fn rss_kib() -> Option<Rss> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    let field = |name: &str| -> Option<u64> {
+        let line = s.lines().find(|l| l.starts_with(name))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    Some(Rss {
+        total_kib: field("VmRSS:")?,
+        anon_kib: field("RssAnon:")?,
+        file_kib: field("RssFile:")?,
+    })
 }
 
 /// Wall time since this process started (Linux; clock-tick resolution, usually 10 ms).

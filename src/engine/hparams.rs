@@ -313,6 +313,11 @@ impl HParams {
         expect("blk.0.ffn_gate.weight", &[e, ff], true)?;
         expect("blk.0.ffn_up.weight", &[e, ff], true)?;
         expect("blk.0.ffn_down.weight", &[ff, e], true)?;
+        if self.has_qkv_bias {
+            expect("blk.0.attn_q.bias", &[self.q_dim()], true)?;
+            expect("blk.0.attn_k.bias", &[self.kv_dim()], true)?;
+            expect("blk.0.attn_v.bias", &[self.kv_dim()], true)?;
+        }
         let beyond = format!("blk.{}.", self.n_layer);
         if let Some(t) = f.tensors().iter().find(|t| t.name.starts_with(&beyond)) {
             return Err(inconsistent(format!(

@@ -23,7 +23,7 @@ fn default_model_header() {
     assert_eq!(f.get_str("general.architecture").unwrap(), Some("llama"));
     assert_eq!(f.get_u32("llama.block_count").unwrap(), Some(30));
     assert_eq!(
-        f.get_str_array("tokenizer.ggml.tokens").unwrap().unwrap()[1],
+        &f.get_str_array("tokenizer.ggml.tokens").unwrap().unwrap()[1],
         "<|im_start|>"
     );
     assert_eq!(
@@ -132,7 +132,7 @@ fn synthetic() -> &'static [u8] {
         w.add_meta("general.alignment", MetaValue::U32(16)).unwrap();
         w.add_meta(
             "tok",
-            MetaValue::Array(MetaArray::String(vec!["a".into(), "bc".into(), "".into()])),
+            MetaValue::Array(MetaArray::String(["a", "bc", ""].into_iter().collect())),
         )
         .unwrap();
         w.add_meta(
@@ -218,7 +218,7 @@ fn edits(len: usize, hot: std::ops::Range<usize>) -> impl Strategy<Value = Vec<E
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn mutated_real_header_never_panics(e in edits(real_header().len(), real_tensor_infos_start()..real_header().len())) {
@@ -228,7 +228,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 10000, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn mutated_synthetic_file_never_panics(e in edits(synthetic().len(), 0..synthetic().len())) {

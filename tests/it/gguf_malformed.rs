@@ -198,7 +198,7 @@ fn array_lengths_and_element_types_are_checked() {
     // Nested arrays within the limit parse, each inner array with its own type.
     let v = MetaValue::Array(MetaArray::Array(vec![
         MetaArray::U8(vec![1]),
-        MetaArray::String(vec!["x".into()]),
+        MetaArray::String(["x"].into_iter().collect()),
     ]));
     let f = Raw::new(0, 1).kv("n", v.clone()).parse().unwrap();
     assert_eq!(f.get("n"), Some(&v));
@@ -312,29 +312,39 @@ fn truncated_tensor_infos_name_the_field() {
     assert!(matches!(e, GgufError::Truncated { .. }), "{e}");
 }
 
+type Kv = Vec<(String, MetaValue)>;
+
 /// A minimal llama file whose metadata can be edited per test.
-fn llama(edit: impl FnOnce(&mut Vec<(&'static str, MetaValue)>)) -> GgufFile {
-    let mut kv: Vec<(&str, MetaValue)> = vec![
-        ("general.architecture", MetaValue::String("llama".into())),
-        ("llama.block_count", MetaValue::U32(1)),
-        ("llama.embedding_length", MetaValue::U32(32)),
-        ("llama.feed_forward_length", MetaValue::U32(64)),
-        ("llama.attention.head_count", MetaValue::U32(4)),
-        ("llama.attention.head_count_kv", MetaValue::U32(2)),
+fn llama(edit: impl FnOnce(&mut Kv)) -> GgufFile {
+    tiny_model("llama", false, edit)
+}
+
+/// A tiny model file of architecture `arch` (1 block, width 32, 4 heads, 2 kv heads, vocab
+/// 10), with q/k/v biases when `bias`; `edit` changes the metadata before writing.
+fn tiny_model(arch: &str, bias: bool, edit: impl FnOnce(&mut Kv)) -> GgufFile {
+    let mut kv: Kv = vec![
         (
-            "llama.attention.layer_norm_rms_epsilon",
+            "general.architecture".into(),
+            MetaValue::String(arch.into()),
+        ),
+        (format!("{arch}.block_count"), MetaValue::U32(1)),
+        (format!("{arch}.embedding_length"), MetaValue::U32(32)),
+        (format!("{arch}.feed_forward_length"), MetaValue::U32(64)),
+        (format!("{arch}.attention.head_count"), MetaValue::U32(4)),
+        (format!("{arch}.attention.head_count_kv"), MetaValue::U32(2)),
+        (
+            format!("{arch}.attention.layer_norm_rms_epsilon"),
             MetaValue::F32(1e-5),
         ),
-        ("llama.context_length", MetaValue::U32(128)),
-        ("llama.vocab_size", MetaValue::U32(10)),
+        (format!("{arch}.context_length"), MetaValue::U32(128)),
+        (format!("{arch}.vocab_size"), MetaValue::U32(10)),
     ];
     edit(&mut kv);
     let mut w = GgufWriter::new();
     for (k, v) in kv {
-        w.add_meta(k, v).unwrap();
+        w.add_meta(&k, v).unwrap();
     }
-    let f32s = |shape: &[u64]| vec![0u8; shape.iter().product::<u64>() as usize * 4];
-    for (name, shape) in [
+    let mut tensors = vec![
         ("token_embd.weight", vec![32, 10]),
         ("output_norm.weight", vec![32]),
         ("blk.0.attn_norm.weight", vec![32]),
@@ -346,21 +356,27 @@ fn llama(edit: impl FnOnce(&mut Vec<(&'static str, MetaValue)>)) -> GgufFile {
         ("blk.0.ffn_up.weight", vec![32, 64]),
         ("blk.0.ffn_down.weight", vec![64, 32]),
         ("blk.0.ffn_norm.weight", vec![32]),
-    ] {
-        w.add_tensor(name, DType::F32, &shape, f32s(&shape))
-            .unwrap();
+    ];
+    if bias {
+        tensors.push(("blk.0.attn_q.bias", vec![32]));
+        tensors.push(("blk.0.attn_k.bias", vec![16]));
+        tensors.push(("blk.0.attn_v.bias", vec![16]));
+    }
+    for (name, shape) in tensors {
+        let data = vec![0u8; shape.iter().product::<u64>() as usize * 4];
+        w.add_tensor(name, DType::F32, &shape, data).unwrap();
     }
     GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
 }
 
-fn set(kv: &mut Vec<(&'static str, MetaValue)>, key: &'static str, v: Option<MetaValue>) {
-    kv.retain(|(k, _)| *k != key);
+fn set(kv: &mut Kv, key: &str, v: Option<MetaValue>) {
+    kv.retain(|(k, _)| k != key);
     if let Some(v) = v {
-        kv.push((key, v));
+        kv.push((key.to_string(), v));
     }
 }
 
-fn hp_err(edit: impl FnOnce(&mut Vec<(&'static str, MetaValue)>), needle: &str) -> HParamsError {
+fn hp_err(edit: impl FnOnce(&mut Kv), needle: &str) -> HParamsError {
     let e = HParams::from_gguf(&llama(edit)).expect_err("must be refused");
     assert!(
         e.to_string().contains(needle),
@@ -471,4 +487,20 @@ fn hparams_rope_scaling() {
         (format!("{:?}", s.kind), s.factor),
         ("Linear".to_string(), 2.0)
     );
+}
+
+#[test]
+fn hparams_qwen2_has_biases_and_neox_rope() {
+    let f = tiny_model("qwen2", true, |_| {});
+    let h = HParams::from_gguf(&f).unwrap();
+    assert_eq!(h.arch, kiln::engine::hparams::Arch::Qwen2);
+    assert!(h.has_qkv_bias);
+    assert_eq!(h.rope_style, kiln::engine::hparams::RopeStyle::NeoX);
+    // Biases whose shapes disagree with the heads are refused.
+    let f = tiny_model("qwen2", true, |kv| {
+        set(kv, "qwen2.attention.key_length", Some(MetaValue::U32(4)));
+        set(kv, "qwen2.rope.dimension_count", Some(MetaValue::U32(4)));
+    });
+    let e = HParams::from_gguf(&f).unwrap_err().to_string();
+    assert!(e.contains("blk.0.attn_q.weight"), "{e}");
 }

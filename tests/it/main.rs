@@ -4,6 +4,7 @@
 mod common;
 mod engine;
 mod gguf;
+mod gguf_inspect;
 mod gguf_malformed;
 mod golden;
 mod tokenizer;

@@ -9,11 +9,13 @@ mod error;
 pub mod limits;
 mod parse;
 mod reader;
+mod strings;
 mod tensor;
 mod value;
 pub mod writer;
 
 pub use error::GgufError;
+pub use strings::StrArray;
 pub use tensor::{TensorData, TensorInfo};
 pub use value::{MetaArray, MetaType, MetaValue};
 pub use writer::{GgufWriter, WriteError};
@@ -205,7 +207,7 @@ impl GgufFile {
     }
 
     /// An array of strings (e.g. `tokenizer.ggml.tokens`, `tokenizer.ggml.merges`).
-    pub fn get_str_array(&self, key: &str) -> Result<Option<&[String]>, GgufError> {
+    pub fn get_str_array(&self, key: &str) -> Result<Option<&StrArray>, GgufError> {
         match self.get(key) {
             None => Ok(None),
             Some(MetaValue::Array(MetaArray::String(v))) => Ok(Some(v)),

@@ -8,6 +8,7 @@
 use super::error::GgufError;
 use super::limits::*;
 use super::reader::Reader;
+use super::strings::StrArray;
 use super::tensor::TensorInfo;
 use super::value::{MetaArray, MetaType, MetaValue};
 use crate::kernels::DType;
@@ -45,7 +46,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Header, GgufError> {
                 why: "GGUF v1 (32-bit counts) is obsolete; re-convert the model",
             })
         }
-        v if v.swap_bytes() <= 3 => {
+        v if (1..=3).contains(&v.swap_bytes()) => {
             return Err(GgufError::UnsupportedVersion {
                 version,
                 why: "a big-endian file; kiln reads little-endian GGUF only",
@@ -107,9 +108,9 @@ fn align_up(x: u64, a: u64) -> Option<u64> {
 type Metadata = (Vec<(String, MetaValue)>, Vec<u64>);
 
 fn parse_metadata(r: &mut Reader<'_>, n_kv: u64) -> Result<Metadata, GgufError> {
-    // n_kv <= remaining / MIN_KV_BYTES, so these allocations are bounded by the file size.
-    let mut metadata = Vec::with_capacity(n_kv as usize);
-    let mut offsets = Vec::with_capacity(n_kv as usize);
+    let left = r.remaining();
+    let mut metadata = Vec::with_capacity(capacity::<(String, MetaValue)>(n_kv, left));
+    let mut offsets = Vec::with_capacity(capacity::<u64>(n_kv, left));
     let mut seen = HashSet::new();
     for i in 0..n_kv {
         let at = r.pos();
@@ -156,7 +157,8 @@ fn read_value(
     })
 }
 
-/// Initial capacity for `len` elements of `T`: never more than the bytes left could hold.
+/// Initial capacity for `len` elements of `T`: never an allocation larger than the bytes
+/// left in the file (vectors may still grow as real elements are parsed).
 fn capacity<T>(len: u64, remaining: u64) -> usize {
     let fit = remaining / (std::mem::size_of::<T>().max(1) as u64);
     len.min(fit) as usize
@@ -211,7 +213,13 @@ fn read_array(r: &mut Reader<'_>, key: &str, depth: usize) -> Result<MetaArray, 
         MetaType::F32 => MetaArray::F32(read_vec(r, n, |r| r.f32(key))?),
         MetaType::F64 => MetaArray::F64(read_vec(r, n, |r| r.f64(key))?),
         MetaType::Bool => MetaArray::Bool(read_vec(r, n, |r| r.bool(key))?),
-        MetaType::String => MetaArray::String(read_vec(r, n, |r| r.string(key, MAX_STRING_LEN))?),
+        MetaType::String => {
+            let mut a = StrArray::with_capacity(capacity::<usize>(n, r.remaining()), 0);
+            for _ in 0..n {
+                a.push(r.str(key, MAX_STRING_LEN)?);
+            }
+            MetaArray::String(a)
+        }
         MetaType::Array => MetaArray::Array(read_vec(r, n, |r| read_array(r, key, depth + 1))?),
     })
 }
@@ -238,8 +246,7 @@ fn alignment(metadata: &[(String, MetaValue)], offsets: &[u64]) -> Result<u64, G
 }
 
 fn parse_tensor_infos(r: &mut Reader<'_>, n: u64) -> Result<Vec<TensorInfo>, GgufError> {
-    // n <= remaining / MIN_TENSOR_INFO_BYTES, checked by the caller.
-    let mut tensors: Vec<TensorInfo> = Vec::with_capacity(n as usize);
+    let mut tensors: Vec<TensorInfo> = Vec::with_capacity(capacity::<TensorInfo>(n, r.remaining()));
     let mut seen = HashSet::new();
     for i in 0..n {
         let at = r.pos();
@@ -348,4 +355,60 @@ fn place_tensors(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::gguf::writer::{put_str, put_u32, put_u64};
+
+    fn header(version: u32, n_tensors: u64, n_kv: u64) -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        put_u32(&mut b, version);
+        put_u64(&mut b, n_tensors);
+        put_u64(&mut b, n_kv);
+        b
+    }
+
+    #[test]
+    fn empty_v2_and_v3_files_parse() {
+        for v in [2, 3] {
+            let h = parse(&header(v, 0, 0)).unwrap();
+            assert_eq!((h.version, h.alignment, h.data_start), (v, 32, 32));
+            assert!(h.metadata.is_empty() && h.tensors.is_empty());
+        }
+    }
+
+    #[test]
+    fn offsets_become_absolute_and_aligned() {
+        let mut b = header(3, 1, 0);
+        put_str(&mut b, "t");
+        put_u32(&mut b, 1);
+        put_u64(&mut b, 8);
+        put_u32(&mut b, 0); // F32
+        put_u64(&mut b, 0);
+        let header_end = b.len() as u64;
+        b.resize(64 + 32, 0);
+        let h = parse(&b).unwrap();
+        assert_eq!(h.data_start, align_up(header_end, 32).unwrap());
+        assert_eq!(h.tensors[0].offset, h.data_start);
+        assert_eq!(h.tensors[0].n_bytes, 32);
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(align_up(0, 32), Some(0));
+        assert_eq!(align_up(33, 32), Some(64));
+        assert_eq!(align_up(u64::MAX, 32), None);
+        assert_eq!(capacity::<u64>(1000, 80), 10);
+        assert_eq!(capacity::<u8>(5, 80), 5);
+        assert_eq!(capacity::<()>(5, 0), 0);
+    }
+
+    #[test]
+    fn file_types_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<crate::engine::gguf::GgufFile>();
+        check::<crate::engine::gguf::TensorData>();
+    }
 }

@@ -86,6 +86,11 @@ impl<'a> Reader<'a> {
     /// A GGUF string: `u64` byte length then UTF-8 bytes. The length is checked against the
     /// bytes left and against `limit` before anything is allocated.
     pub fn string(&mut self, field: &str, limit: u64) -> Result<String, GgufError> {
+        self.str(field, limit).map(str::to_string)
+    }
+
+    /// Like [`Reader::string`], borrowing the bytes instead of copying them.
+    pub fn str(&mut self, field: &str, limit: u64) -> Result<&'a str, GgufError> {
         let at = self.pos();
         let len = self.u64(field)?;
         if len > limit {
@@ -93,7 +98,7 @@ impl<'a> Reader<'a> {
         }
         let bytes = self.take(len, field)?;
         match std::str::from_utf8(bytes) {
-            Ok(s) => Ok(s.to_string()),
+            Ok(s) => Ok(s),
             Err(_) => Err(GgufError::BadUtf8 {
                 field: field.to_string(),
                 offset: at,

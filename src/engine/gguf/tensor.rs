@@ -64,19 +64,20 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
-    /// Total number of values (product of the shape; checked at parse time not to overflow).
+    /// Total number of values (product of the shape; checked at parse time not to overflow,
+    /// saturating for hand-built infos).
     pub fn n_elems(&self) -> u64 {
-        self.shape.iter().product()
+        product(&self.shape)
     }
 
-    /// Row length `shape[0]`.
+    /// Row length `shape[0]` (0 for a hand-built info without dimensions).
     pub fn row_len(&self) -> u64 {
-        self.shape[0]
+        self.shape.first().copied().unwrap_or(0)
     }
 
     /// Number of rows: the product of `shape[1..]`.
     pub fn n_rows(&self) -> u64 {
-        self.shape[1..].iter().product()
+        product(self.shape.get(1..).unwrap_or(&[]))
     }
 
     /// The file byte range of the data.
@@ -87,6 +88,12 @@ impl TensorInfo {
         usize::try_from(self.offset).unwrap_or(usize::MAX)
             ..usize::try_from(end).unwrap_or(usize::MAX)
     }
+}
+
+fn product(dims: &[u64]) -> u64 {
+    dims.iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .unwrap_or(u64::MAX)
 }
 
 /// An owned, cheap-to-clone view of one tensor's bytes: keeps the file mapped while alive.
@@ -135,6 +142,50 @@ impl TensorData {
         let (pre, mid, post) = unsafe { b.align_to::<f32>() };
         (pre.is_empty() && post.is_empty()).then_some(mid)
     }
+
+    /// The data as `f16` values (dtype F16, 2-byte aligned); `None` otherwise.
+    pub fn as_f16(&self) -> Option<&[half::f16]> {
+        if self.dtype != DType::F16 {
+            return None;
+        }
+        // SAFETY: `half::f16` is `repr(transparent)` over u16, so every bit pattern is valid;
+        // only a fully aligned, whole-value view is accepted.
+        let (pre, mid, post) = unsafe { self.bytes().align_to::<half::f16>() };
+        (pre.is_empty() && post.is_empty()).then_some(mid)
+    }
+
+    /// The data as `bf16` values (dtype BF16, 2-byte aligned); `None` otherwise.
+    pub fn as_bf16(&self) -> Option<&[half::bf16]> {
+        if self.dtype != DType::BF16 {
+            return None;
+        }
+        // SAFETY: `half::bf16` is `repr(transparent)` over u16, so every bit pattern is valid;
+        // only a fully aligned, whole-value view is accepted.
+        let (pre, mid, post) = unsafe { self.bytes().align_to::<half::bf16>() };
+        (pre.is_empty() && post.is_empty()).then_some(mid)
+    }
+
+    /// Bytes of one row (`shape[0]` values, a whole number of blocks).
+    pub fn row_bytes(&self) -> usize {
+        let row_len = self.shape.first().copied().unwrap_or(0);
+        // The whole tensor's size fits in the file, so one row's size fits in usize.
+        self.dtype.bytes_for(row_len).unwrap_or(0) as usize
+    }
+
+    /// Number of rows (product of `shape[1..]`).
+    pub fn n_rows(&self) -> usize {
+        match self.row_bytes() {
+            0 => 0,
+            rb => self.len() / rb,
+        }
+    }
+
+    /// The bytes of row `i` (e.g. one token's embedding), `None` past the last row.
+    pub fn row(&self, i: usize) -> Option<&[u8]> {
+        let rb = self.row_bytes();
+        let start = i.checked_mul(rb)?;
+        self.bytes().get(start..start.checked_add(rb)?)
+    }
 }
 
 impl Deref for TensorData {
@@ -151,5 +202,32 @@ impl std::fmt::Debug for TensorData {
             .field("shape", &self.shape)
             .field("range", &self.range)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::gguf::{GgufFile, GgufWriter};
+    use crate::kernels::DType;
+
+    #[test]
+    fn typed_views_and_rows() {
+        let mut w = GgufWriter::new();
+        let halfs: Vec<u8> = (0..6u16)
+            .flat_map(|i| half::f16::from_f32(f32::from(i)).to_le_bytes())
+            .collect();
+        w.add_tensor("h", DType::F16, &[3, 2], halfs).unwrap();
+        w.add_tensor("q", DType::Q8_0, &[32, 3], (0..102).collect())
+            .unwrap();
+        let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        let h = f.tensor_data("h").unwrap();
+        assert_eq!(h.as_f16().unwrap()[4].to_f32(), 4.0);
+        assert!(h.as_f32().is_none() && h.as_bf16().is_none());
+        assert_eq!((h.row_bytes(), h.n_rows()), (6, 2));
+        let q = f.tensor_data("q").unwrap();
+        assert_eq!((q.row_bytes(), q.n_rows()), (34, 3));
+        assert_eq!(q.row(2).unwrap()[0], 68);
+        assert!(q.row(3).is_none());
+        assert!(q.row(usize::MAX).is_none());
     }
 }

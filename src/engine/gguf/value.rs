@@ -3,6 +3,7 @@
 //! Arrays are stored typed (`Vec<u32>`, `Vec<String>`, ...), so "every element has the declared
 //! type" holds by construction; nested arrays are a `Vec<MetaArray>`, each with its own type.
 
+use super::strings::StrArray;
 use std::fmt;
 
 /// A GGUF metadata value type, with its id in the file (`gguf_type` in gguf.h).
@@ -137,7 +138,7 @@ pub enum MetaArray {
     F32(Vec<f32>),
     F64(Vec<f64>),
     Bool(Vec<bool>),
-    String(Vec<String>),
+    String(StrArray),
     Array(Vec<MetaArray>),
 }
 
@@ -183,7 +184,7 @@ impl MetaValue {
         })
     }
 
-    /// The value as a float, if it is `f32` or `f64` (an `f64` is rounded to `f32`).
+    /// The value as a float, if it is `f32` or `f64`.
     pub fn as_f64(&self) -> Option<f64> {
         match *self {
             MetaValue::F32(v) => Some(v.into()),
@@ -263,7 +264,7 @@ impl MetaArray {
             MetaArray::F32(v) => MetaValue::F32(*v.get(i)?),
             MetaArray::F64(v) => MetaValue::F64(*v.get(i)?),
             MetaArray::Bool(v) => MetaValue::Bool(*v.get(i)?),
-            MetaArray::String(v) => MetaValue::String(v.get(i)?.clone()),
+            MetaArray::String(v) => MetaValue::String(v.get(i)?.to_string()),
             MetaArray::Array(v) => MetaValue::Array(v.get(i)?.clone()),
         })
     }

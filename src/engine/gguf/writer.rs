@@ -233,7 +233,7 @@ mod tests {
             MetaValue::F64(-2.25),
             MetaValue::Bool(true),
             MetaValue::String("héllo".into()),
-            MetaValue::Array(MetaArray::String(vec!["a".into(), "".into()])),
+            MetaValue::Array(MetaArray::String(["a", ""].into_iter().collect())),
             MetaValue::Array(MetaArray::Array(vec![
                 MetaArray::I32(vec![1, 2]),
                 MetaArray::F64(vec![]),
