@@ -140,3 +140,45 @@ fn gemm_matches_vec_dot_on_large_shapes() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// SIMD activation quantizers produce the scalar reference's exact bytes.
+    #[test]
+    fn q8_quantizers_match_scalar_bytes(nb in 1usize..6, v in values(6 * 32), halves in prop::collection::vec(-300i32..300, 8)) {
+        let mut x = v[..nb * 32].to_vec();
+        // Exact .5 products round away from zero: plant some (amax 127 -> id 1).
+        x[0] = 127.0;
+        for (i, h) in halves.iter().enumerate() {
+            x[1 + i] = (*h as f32 + 0.5).clamp(-127.0, 127.0);
+        }
+        for dt in [DType::Q8_0, DType::Q8_1] {
+            let want = quantize(kernels_for(dt, Isa::Scalar).unwrap(), &x);
+            for isa in Isa::all_supported() {
+                let got = quantize(kernels_for(dt, isa).unwrap(), &x);
+                prop_assert_eq!(&got, &want, "{} {}", isa, dt);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Float rows take any length (tails shorter than a vector).
+    #[test]
+    fn float_vec_dot_any_length(n in 1usize..100, wv in values(100), av in values(100)) {
+        for dt in [DType::F32, DType::F16, DType::BF16] {
+            let sk = kernels_for(dt, Isa::Scalar).unwrap();
+            let qw = quantize(sk, &wv[..n]);
+            let qa = quantize_act(sk, &av[..n]);
+            let want = (sk.vec_dot)(n, &qw, &qa);
+            let tol = bound(&deq(sk, dt, &qw, n), &av[..n]);
+            for isa in Isa::all_supported() {
+                let got = (kernels_for(dt, isa).unwrap().vec_dot)(n, &qw, &qa);
+                prop_assert!((got - want).abs() <= tol, "{} {} n{}: {} vs {}", isa, dt, n, got, want);
+            }
+        }
+    }
+}

@@ -1,20 +1,21 @@
 //! AVX2 + FMA + F16C kernels.
 
+pub mod float;
 pub mod legacy;
 
 use crate::kernels::table::Table;
 use crate::kernels::DType;
 
 macro_rules! install_fns {
-    ($t:ident, $($dt:ident: $vd:ident, $gm:ident;)*) => {$(
+    ($t:ident, $m:ident, $($dt:ident: $vd:ident, $gm:ident;)*) => {$(
         {
             fn vd(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 // SAFETY: only installed by `install`, whose caller verified AVX2/FMA/F16C.
-                unsafe { legacy::$vd(n, w, a) }
+                unsafe { $m::$vd(n, w, a) }
             }
             fn gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
                 // SAFETY: only installed by `install`, whose caller verified AVX2/FMA/F16C.
-                unsafe { legacy::$gm(k, w, n_rows, a, n_tok, out, os) }
+                unsafe { $m::$gm(k, w, n_rows, a, n_tok, out, os) }
             }
             if let Some(row) = $t[DType::$dt as usize].as_mut() {
                 row.vec_dot = vd;
@@ -30,7 +31,12 @@ macro_rules! install_fns {
 /// The CPU must support AVX2, FMA and F16C (`isa::supported(Isa::Avx2)`): the installed
 /// safe wrappers call `#[target_feature]` functions without re-checking.
 pub unsafe fn install(t: &mut Table) {
-    install_fns! { t,
+    install_fns! { t, float,
+        F32: vec_dot_f32, gemm_f32;
+        F16: vec_dot_f16, gemm_f16;
+        BF16: vec_dot_bf16, gemm_bf16;
+    }
+    install_fns! { t, legacy,
         Q4_0: vec_dot_q4_0, gemm_q4_0;
         Q4_1: vec_dot_q4_1, gemm_q4_1;
         Q5_0: vec_dot_q5_0, gemm_q5_0;

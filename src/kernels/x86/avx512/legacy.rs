@@ -53,7 +53,7 @@ const fn offset(t: u8) -> i8 {
 }
 
 const ROWS_PER_PANEL: usize = 64;
-/// From this many tokens the row-lanes GEMM (lanes.rs) is used for Q4_0/Q4_1/Q8_0.
+/// From this many tokens the row-lanes GEMM (lanes.rs) is used.
 const LANES_MIN_TOK: usize = 1;
 
 /// Reads an unaligned little-endian u32.
@@ -321,12 +321,9 @@ unsafe fn gemm<const T: u8>(
     );
     let nb = k / 32;
     let (wp, ap, op) = (w.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    let lanes_ok = (T == Q4_0 || T == Q4_1 || T == Q8_0)
-        && nb <= super::lanes::SCRATCH
-        && n_rows * wr < i32::MAX as usize
-        && n_tok >= LANES_MIN_TOK;
+    let lanes_ok = nb <= super::lanes::SCRATCH && n_tok >= LANES_MIN_TOK;
     if lanes_ok {
-        // SAFETY: lengths checked by check_gemm; nb and row offsets within the lanes limits.
+        // SAFETY: lengths checked by check_gemm; nb within the lanes table limit.
         unsafe { super::lanes::gemm::<T>(nb, wp, wr, n_rows, ap, ar, n_tok, op, out_stride) };
         return;
     }
@@ -396,4 +393,70 @@ entry_points! {
     Q5_0: vec_dot_q5_0, gemm_q5_0;
     Q5_1: vec_dot_q5_1, gemm_q5_1;
     Q8_0: vec_dot_q8_0, gemm_q8_0;
+}
+
+/// Quantizes one 32-value block to Q8 exactly as the scalar reference does (same `d`,
+/// same `x * id` products, `roundf` emulated as truncate + away-from-zero fix-up), writing
+/// the 32 quants at `qs`; returns (d, sum of quants).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn quantize_block_q8(x: &[f32], qs: &mut [u8]) -> (f32, i32) {
+    // SAFETY: `x` has 32 values (callers iterate chunks_exact(32)).
+    let (x0, x1) = unsafe {
+        (
+            _mm512_loadu_ps(x.as_ptr()),
+            _mm512_loadu_ps(x.as_ptr().add(16)),
+        )
+    };
+    let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let idv = _mm512_set1_ps(id);
+    let round = |v: __m512| -> __m512i {
+        let v = _mm512_mul_ps(v, idv);
+        let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+        let frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
+        let away = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, _mm512_set1_ps(0.5));
+        let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, _mm512_setzero_ps());
+        let one = _mm512_mask_blend_ps(neg, _mm512_set1_ps(1.0), _mm512_set1_ps(-1.0));
+        _mm512_cvttps_epi32(_mm512_mask_add_ps(t, away, t, one))
+    };
+    let (q0, q1) = (round(x0), round(x1));
+    let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    // SAFETY: `qs` has 32 bytes (callers pass a block's quant area).
+    unsafe {
+        _mm_storeu_si128(qs.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128(
+            qs.as_mut_ptr().add(16) as *mut __m128i,
+            _mm512_cvtepi32_epi8(q1),
+        );
+    }
+    (d, sum)
+}
+
+/// AVX-512 twin of the scalar `quantize_q8_0` (bit-identical output).
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C. Lengths are checked (panics).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn quantize_q8_0(x: &[f32], y: &mut [u8]) {
+    crate::kernels::shape::check_convert(DType::Q8_0, y.len(), x.len());
+    for (xb, yb) in x.chunks_exact(32).zip(y.chunks_exact_mut(34)) {
+        let (d, _) = quantize_block_q8(xb, &mut yb[2..34]);
+        yb[0..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+    }
+}
+
+/// AVX-512 twin of the scalar `quantize_q8_1` (bit-identical output).
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C. Lengths are checked (panics).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn quantize_q8_1(x: &[f32], y: &mut [u8]) {
+    crate::kernels::shape::check_convert(DType::Q8_1, y.len(), x.len());
+    for (xb, yb) in x.chunks_exact(32).zip(y.chunks_exact_mut(36)) {
+        let (d, sum) = quantize_block_q8(xb, &mut yb[4..36]);
+        yb[0..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+        yb[2..4].copy_from_slice(&half::f16::from_f32(sum as f32 * d).to_le_bytes());
+    }
 }

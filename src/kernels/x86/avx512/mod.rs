@@ -41,4 +41,18 @@ pub unsafe fn install(t: &mut Table) {
         Q5_1: vec_dot_q5_1, gemm_q5_1;
         Q8_0: vec_dot_q8_0, gemm_q8_0;
     }
+    fn q8_0(x: &[f32], y: &mut [u8]) {
+        // SAFETY: only installed by `install`, whose caller verified the CPU features.
+        unsafe { legacy::quantize_q8_0(x, y) }
+    }
+    fn q8_1(x: &[f32], y: &mut [u8]) {
+        // SAFETY: only installed by `install`, whose caller verified the CPU features.
+        unsafe { legacy::quantize_q8_1(x, y) }
+    }
+    if let Some(row) = t[DType::Q8_0 as usize].as_mut() {
+        row.from_f32 = Some(q8_0);
+    }
+    if let Some(row) = t[DType::Q8_1 as usize].as_mut() {
+        row.from_f32 = Some(q8_1);
+    }
 }
