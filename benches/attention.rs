@@ -2,11 +2,16 @@
 //! 3 KV heads of 64, blocks of 16): one query token against 128..2048 cached positions.
 //!
 //! `hot`: one layer, so the K/V stay in L2. `30-layer`: cycles through 30 layers like a forward
-//! step does, so the K/V come from L3 (or DRAM) as in real decoding.
+//! step does, so the K/V come from L3 (or DRAM) as in real decoding. Each is run with the
+//! detected kernel and with the scalar twin, the reference for the speed ratio.
+//!
+//! Time is this thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), so other processes sharing the
+//! cores do not inflate it (cache interference from them still can).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kiln::engine::kv_cache::{attention_isa, AttnScratch, KvCache, KvCacheConfig};
+use kiln::engine::kv_cache::{AttnIsa, AttnScratch, KvCache, KvCacheConfig};
 use std::hint::black_box;
+use std::time::{Duration, Instant};
 
 const N_HEAD: usize = 9;
 const N_HEAD_KV: usize = 3;
@@ -19,8 +24,32 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+/// CPU time this thread has run, if the OS reports it.
+fn thread_cpu_time() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+/// Runs `f` `iters` times; returns the CPU time (or wall time) it took.
+fn timed(iters: u64, mut f: impl FnMut()) -> Duration {
+    let (cpu0, wall0) = (thread_cpu_time(), Instant::now());
+    for _ in 0..iters {
+        f();
+    }
+    match (cpu0, thread_cpu_time()) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => wall0.elapsed(),
+    }
+}
+
 fn bench(c: &mut Criterion) {
-    eprintln!("attention kernel: {}", attention_isa());
+    let detected = AttnIsa::detected();
+    eprintln!("attention kernel: {}", detected.name());
     let mut group = c.benchmark_group("attend");
     for n_layer in [1usize, 30] {
         let cfg = KvCacheConfig {
@@ -43,20 +72,33 @@ fn bench(c: &mut Criterion) {
         }
         let q = values(N_HEAD * HEAD_DIM, 99);
         let mut out = vec![0.0f32; N_HEAD * HEAD_DIM];
-        let mut scratch = AttnScratch::new(&cfg, N_HEAD);
-        let label = if n_layer == 1 { "hot" } else { "30-layer" };
-        for n_pos in [128usize, 512, 1024, 2048] {
-            group.throughput(Throughput::Elements(n_pos as u64));
-            let mut layer = 0;
-            group.bench_with_input(BenchmarkId::new(label, n_pos), &n_pos, |b, &n| {
-                b.iter(|| {
-                    layer = (layer + 1) % n_layer;
-                    cache
-                        .attend(layer, &table, n - 1, black_box(&q), &mut out, &mut scratch)
-                        .expect("attend");
-                    black_box(&out);
-                })
-            });
+        let place = if n_layer == 1 { "hot" } else { "30-layer" };
+        for isa in [detected, AttnIsa::Scalar] {
+            let mut scratch = AttnScratch::new(&cfg, N_HEAD);
+            scratch.force_isa(isa);
+            for n_pos in [128usize, 512, 1024, 2048] {
+                group.throughput(Throughput::Elements(n_pos as u64));
+                let id = BenchmarkId::new(format!("{place}/{}", isa.name()), n_pos);
+                let mut layer = 0;
+                group.bench_function(id, |b| {
+                    b.iter_custom(|iters| {
+                        timed(iters, || {
+                            layer = (layer + 1) % n_layer;
+                            cache
+                                .attend(
+                                    layer,
+                                    &table,
+                                    n_pos - 1,
+                                    black_box(&q),
+                                    &mut out,
+                                    &mut scratch,
+                                )
+                                .expect("attend");
+                            black_box(&out);
+                        })
+                    })
+                });
+            }
         }
     }
     group.finish();

@@ -18,64 +18,68 @@ mod avx512;
 
 use crate::engine::kv_cache::{KvCache, KvCacheConfig, KvCacheError};
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use std::sync::OnceLock;
 
 /// Instruction set of an attention kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Isa {
+pub enum AttnIsa {
     Scalar,
     Avx2,
     Avx512,
 }
 
-impl Isa {
+impl AttnIsa {
     /// True when this CPU can run the kernel.
-    pub(crate) fn supported(self) -> bool {
+    pub fn supported(self) -> bool {
         match self {
-            Isa::Scalar => true,
+            AttnIsa::Scalar => true,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => {
+            AttnIsa::Avx2 => {
                 is_x86_feature_detected!("avx2")
                     && is_x86_feature_detected!("fma")
                     && is_x86_feature_detected!("f16c")
             }
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => is_x86_feature_detected!("avx512f"),
+            AttnIsa::Avx512 => is_x86_feature_detected!("avx512f"),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
     }
 
-    fn name(self) -> &'static str {
+    /// "scalar", "avx2" or "avx512".
+    pub fn name(self) -> &'static str {
         match self {
-            Isa::Scalar => "scalar",
-            Isa::Avx2 => "avx2",
-            Isa::Avx512 => "avx512",
+            AttnIsa::Scalar => "scalar",
+            AttnIsa::Avx2 => "avx2",
+            AttnIsa::Avx512 => "avx512",
         }
     }
-}
 
-/// The best kernel for this CPU, detected once.
-fn detected() -> Isa {
-    static ISA: OnceLock<Isa> = OnceLock::new();
-    *ISA.get_or_init(|| {
-        [Isa::Avx512, Isa::Avx2]
-            .into_iter()
-            .find(|isa| isa.supported())
-            .unwrap_or(Isa::Scalar)
-    })
+    /// The best kernel for this CPU, detected once per process.
+    pub fn detected() -> AttnIsa {
+        static ISA: OnceLock<AttnIsa> = OnceLock::new();
+        *ISA.get_or_init(|| {
+            [AttnIsa::Avx512, AttnIsa::Avx2]
+                .into_iter()
+                .find(|isa| isa.supported())
+                .unwrap_or(AttnIsa::Scalar)
+        })
+    }
 }
 
 /// Name of the attention kernel this process uses ("avx512", "avx2" or "scalar"), for logs and
 /// metric labels. Shapes a SIMD kernel does not cover fall back to the scalar one.
 pub fn attention_isa() -> &'static str {
-    detected().name()
+    AttnIsa::detected().name()
 }
 
 /// Per-thread scratch for [`KvCache::attend`], sized once from the cache shape and the number of
-/// query heads; `attend` never allocates.
+/// query heads; `attend` never allocates. It also names the kernel used ([`AttnIsa::detected`]
+/// unless forced with [`AttnScratch::force_isa`]).
 #[derive(Debug, Clone)]
 pub struct AttnScratch {
+    isa: AttnIsa,
     /// Scores, then weights, of one block: `[group][block_size]`.
     scores: Vec<f32>,
     /// Output accumulators `[group][head_dim]`.
@@ -83,6 +87,9 @@ pub struct AttnScratch {
     /// Running max and sum per query head of the group.
     m: Vec<f32>,
     l: Vec<f32>,
+    /// One K and one V tile converted to f32 (scalar kernel), `block_size * head_dim` each.
+    k_tile: Vec<f32>,
+    v_tile: Vec<f32>,
 }
 
 impl AttnScratch {
@@ -90,10 +97,29 @@ impl AttnScratch {
     pub fn new(cfg: &KvCacheConfig, n_head: usize) -> AttnScratch {
         let group = n_head.div_ceil(cfg.n_head_kv.max(1));
         AttnScratch {
+            isa: AttnIsa::detected(),
             scores: vec![0.0; group * cfg.block_size],
             acc: vec![0.0; group * cfg.head_dim],
             m: vec![0.0; group],
             l: vec![0.0; group],
+            k_tile: vec![0.0; cfg.block_size * cfg.head_dim],
+            v_tile: vec![0.0; cfg.block_size * cfg.head_dim],
+        }
+    }
+
+    /// Uses `isa` instead of the detected kernel (for benchmarks and tests comparing kernels);
+    /// an ISA this CPU lacks runs the scalar kernel. Results stay deterministic per kernel, but
+    /// differ in the last bits between kernels: one engine must use one kernel throughout.
+    pub fn force_isa(&mut self, isa: AttnIsa) {
+        self.isa = isa;
+    }
+
+    /// The kernel `attend` runs with this scratch.
+    pub fn isa(&self) -> AttnIsa {
+        if self.isa.supported() {
+            self.isa
+        } else {
+            AttnIsa::Scalar
         }
     }
 }
@@ -128,7 +154,32 @@ impl<'a> HeadView<'a> {
         let n = self.block_size.min(self.n_pos - i * self.block_size);
         (&self.k[base..][..tile], &self.v[base..][..tile], n)
     }
+
+    /// Hints the CPU to start loading logical block `i`'s K and V tiles into cache (no-op past
+    /// the end or off x86-64). Physical blocks are scattered, so the hardware prefetcher cannot
+    /// guess the next one; the kernels call this a couple of blocks ahead. One hint per 64-byte
+    /// line (one per 128 bytes, counting on the adjacent-line prefetcher, measured 2x slower).
+    #[inline]
+    fn prefetch(&self, i: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if i < self.n_blocks() {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            const STEP: usize = 64 / size_of::<f16>();
+            let (k, v, n) = self.block(i);
+            let v = &v[..n * self.head_dim];
+            for tile in [k, v] {
+                for at in (0..tile.len()).step_by(STEP) {
+                    // SAFETY: SSE is part of the x86-64 baseline; a prefetch never faults, and
+                    // `at < tile.len()` keeps the address inside the tile anyway.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(tile.as_ptr().wrapping_add(at).cast()) };
+                }
+            }
+        }
+    }
 }
+
+/// How many blocks ahead the SIMD kernels prefetch.
+const PREFETCH_AHEAD: usize = 2;
 
 /// One attention query: which layer, which sequence, which token.
 pub(crate) struct Query<'a> {
@@ -141,10 +192,9 @@ pub(crate) struct Query<'a> {
     pub(crate) q: &'a [f32],
 }
 
-/// Checks shapes, then attends every GQA group with the given kernel (or the scalar one when
-/// `isa` is unsupported here or does not cover the shape).
-pub(crate) fn attend_with(
-    isa: Isa,
+/// Checks shapes, then attends every GQA group with the scratch's kernel (or the scalar one when
+/// that does not cover the shape).
+pub(crate) fn attend(
     cache: &KvCache,
     query: &Query,
     out: &mut [f32],
@@ -174,14 +224,17 @@ pub(crate) fn attend_with(
         });
     }
     let group = n_head / hk;
-    if scratch.acc.len() < group * d || scratch.scores.len() < group * bs {
+    if scratch.acc.len() < group * d
+        || scratch.scores.len() < group * bs
+        || scratch.k_tile.len() < bs * d
+    {
         return Err(KvCacheError::Shape {
             what: "attention scratch (AttnScratch::new for this n_head)",
             expected: group * d,
             got: scratch.acc.len(),
         });
     }
-    let isa = if isa.supported() { isa } else { Isa::Scalar };
+    let isa = scratch.isa();
     let scale = 1.0 / (d as f32).sqrt();
     let (k, v) = (cache.layer_k(layer), cache.layer_v(layer));
     for h in 0..hk {
@@ -198,13 +251,13 @@ pub(crate) fn attend_with(
         let span = h * group * d..(h + 1) * group * d;
         let (qg, og) = (&q[span.clone()], &mut out[span]);
         let done = match isa {
-            Isa::Scalar => false,
+            AttnIsa::Scalar => false,
             // SAFETY: `isa` is only Avx512/Avx2 here when `supported()` confirmed the features.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe { avx512::attend_group(&view, qg, og, scale) },
+            AttnIsa::Avx512 => unsafe { avx512::attend_group(&view, qg, og, scale) },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { avx2::attend_group(&view, qg, og, scale) },
+            AttnIsa::Avx2 => unsafe { avx2::attend_group(&view, qg, og, scale) },
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         };
@@ -213,16 +266,6 @@ pub(crate) fn attend_with(
         }
     }
     Ok(())
-}
-
-/// [`attend_with`] using the kernel detected for this CPU.
-pub(crate) fn attend(
-    cache: &KvCache,
-    query: &Query,
-    out: &mut [f32],
-    scratch: &mut AttnScratch,
-) -> Result<(), KvCacheError> {
-    attend_with(detected(), cache, query, out, scratch)
 }
 
 /// Scalar twin of the SIMD kernels: attention of the `q.len() / head_dim` query heads of one
@@ -240,26 +283,31 @@ fn attend_group_scalar(
     acc.fill(0.0);
     s.m[..g].fill(f32::NEG_INFINITY);
     s.l[..g].fill(0.0);
+    let (kf, vf) = (&mut s.k_tile[..bs * d], &mut s.v_tile[..bs * d]);
     for bi in 0..view.n_blocks() {
         let (k, v, n) = view.block(bi);
+        // Convert each tile once (F16C when available), shared by the group's query heads.
+        k.convert_to_f32_slice(kf);
+        v[..n * d].convert_to_f32_slice(&mut vf[..n * d]);
         for j in 0..g {
             let qj = &q[j * d..][..d];
             let sj = &mut s.scores[j * bs..][..n];
-            for (p, score) in sj.iter_mut().enumerate() {
-                let mut dot = 0.0f32;
-                for (i, &qi) in qj.iter().enumerate() {
-                    dot += qi * scale * k[i * bs + p].to_f32();
+            sj.fill(0.0);
+            // K tile is [head_dim][pos]: accumulate dimension by dimension over positions.
+            for (i, &qi) in qj.iter().enumerate() {
+                let qi = qi * scale;
+                for (score, &x) in sj.iter_mut().zip(&kf[i * bs..][..n]) {
+                    *score += qi * x;
                 }
-                *score = dot;
             }
             softmax_fold(sj, &mut s.m[j], &mut s.l[j], &mut acc[j * d..][..d]);
         }
         for p in 0..n {
-            let row = &v[p * d..][..d];
+            let row = &vf[p * d..][..d];
             for j in 0..g {
                 let w = s.scores[j * bs + p];
                 for (a, &x) in acc[j * d..][..d].iter_mut().zip(row) {
-                    *a += w * x.to_f32();
+                    *a += w * x;
                 }
             }
         }

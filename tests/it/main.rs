@@ -7,4 +7,5 @@ mod gguf;
 mod gguf_inspect;
 mod gguf_malformed;
 mod golden;
+mod kv_cache;
 mod tokenizer;

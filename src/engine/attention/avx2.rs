@@ -1,7 +1,7 @@
 //! AVX2 + FMA + F16C attention kernel (8 f32 lanes): the AVX-512 kernel's algorithm on half-width
 //! vectors, for CPUs without AVX-512. Scalar twin: `attend_group_scalar` in the parent.
 
-use super::HeadView;
+use super::{HeadView, PREFETCH_AHEAD};
 use half::f16;
 use std::arch::x86_64::*;
 
@@ -38,13 +38,15 @@ pub(super) fn covers(g: usize, d: usize, bs: usize) -> bool {
     (1..=8).contains(&g) && (d == 64 || d == 128) && bs.is_multiple_of(W)
 }
 
-/// 8 f16 values from the start of `s`, as f32.
+/// 8 f16 values at `p`, as f32.
+///
+/// # Safety
+/// `p..p + 8` must be readable.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn load_f16(s: &[f16]) -> __m256 {
-    let s = &s[..W];
-    // SAFETY: `s` holds 8 f16 = 16 readable bytes; the load is unaligned.
-    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(s.as_ptr().cast()) })
+unsafe fn load_f16_at(p: *const f16) -> __m256 {
+    // SAFETY: the caller guarantees 8 readable f16 (16 bytes); the load is unaligned.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
 }
 
 /// Sum of the 8 lanes, in a fixed order.
@@ -92,6 +94,8 @@ fn exp(x: __m256) -> __m256 {
 fn kernel<const G: usize, const C: usize>(view: &HeadView, q: &[f32], out: &mut [f32], scale: f32) {
     let d = C * W;
     let bs = view.block_size;
+    // The unchecked loads below rely on whole W-lane chunks per block.
+    assert!(bs.is_multiple_of(W));
     let q = &q[..G * d];
     let out = &mut out[..G * d];
     let lane = _mm256_setr_ps(0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0);
@@ -100,14 +104,20 @@ fn kernel<const G: usize, const C: usize>(view: &HeadView, q: &[f32], out: &mut 
     let mut m = [f32::NEG_INFINITY; G];
     let mut weights = [[0.0f32; W]; G];
     for bi in 0..view.n_blocks() {
+        view.prefetch(bi + PREFETCH_AHEAD);
         let (k, v, n) = view.block(bi);
+        // Tiles are exactly `bs * d` long, `bs` a multiple of W and `t + W <= bs` below, so every
+        // load below stays inside them (the invariant the unchecked loads rely on).
+        assert!(k.len() == bs * d && v.len() == bs * d && n <= bs);
+        let (kp, vp) = (k.as_ptr(), v.as_ptr());
         for t in (0..n).step_by(W) {
             let valid = (n - t).min(W);
             let mask = _mm256_cmp_ps::<_CMP_LT_OQ>(lane, _mm256_set1_ps(valid as f32));
             let mut s = [[_mm256_setzero_ps(); 4]; G];
             for i in (0..d).step_by(4) {
                 for u in 0..4 {
-                    let kk = load_f16(&k[(i + u) * bs + t..]);
+                    // SAFETY: (i + u) * bs + t + W <= (d - 1) * bs + bs = k.len() (see above).
+                    let kk = unsafe { load_f16_at(kp.add((i + u) * bs + t)) };
                     for j in 0..G {
                         let qj = _mm256_set1_ps(q[j * d + i + u]);
                         s[j][u] = _mm256_fmadd_ps(qj, kk, s[j][u]);
@@ -135,11 +145,14 @@ fn kernel<const G: usize, const C: usize>(view: &HeadView, q: &[f32], out: &mut 
                 // SAFETY: `weights[j]` is 8 f32 = 32 writable bytes; the store is unaligned.
                 unsafe { _mm256_storeu_ps(weights[j].as_mut_ptr(), w) };
             }
+            // `p` indexes a column of `weights` and a V row: no single iterator fits.
+            #[allow(clippy::needless_range_loop)]
             for p in 0..valid {
-                let row = &v[(t + p) * d..][..d];
+                let row = (t + p) * d;
                 let mut vv = [_mm256_setzero_ps(); C];
                 for (c, x) in vv.iter_mut().enumerate() {
-                    *x = load_f16(&row[c * W..]);
+                    // SAFETY: row + c * W + W <= (t + p + 1) * d <= n * d <= v.len().
+                    *x = unsafe { load_f16_at(vp.add(row + c * W)) };
                 }
                 for j in 0..G {
                     let wj = _mm256_set1_ps(weights[j][p]);

@@ -5,7 +5,7 @@
 //! three FMAs with q broadcast), the online softmax runs on those vectors, and each V row is
 //! converted once and added to the group's register-resident accumulators.
 
-use super::HeadView;
+use super::{HeadView, PREFETCH_AHEAD};
 use half::f16;
 use std::arch::x86_64::*;
 
@@ -42,13 +42,15 @@ pub(super) fn covers(g: usize, d: usize, bs: usize) -> bool {
     (1..=8).contains(&g) && (d == 64 || d == 128) && bs.is_multiple_of(W)
 }
 
-/// 16 f16 values from the start of `s`, as f32.
+/// 16 f16 values at `p`, as f32.
+///
+/// # Safety
+/// `p..p + 16` must be readable.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn load_f16(s: &[f16]) -> __m512 {
-    let s = &s[..W];
-    // SAFETY: `s` holds 16 f16 = 32 readable bytes; the load is unaligned.
-    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(s.as_ptr().cast()) })
+unsafe fn load_f16_at(p: *const f16) -> __m512 {
+    // SAFETY: the caller guarantees 16 readable f16 (32 bytes); the load is unaligned.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast()) })
 }
 
 /// exp(x) for x <= 0 (larger x are not needed here), within ~2 ulp; exp(-inf) and anything
@@ -74,6 +76,8 @@ fn exp(x: __m512) -> __m512 {
 fn kernel<const G: usize, const C: usize>(view: &HeadView, q: &[f32], out: &mut [f32], scale: f32) {
     let d = C * W;
     let bs = view.block_size;
+    // The unchecked loads below rely on whole W-lane chunks per block.
+    assert!(bs.is_multiple_of(W));
     let q = &q[..G * d];
     let out = &mut out[..G * d];
     let mut acc = [[_mm512_setzero_ps(); C]; G];
@@ -82,7 +86,12 @@ fn kernel<const G: usize, const C: usize>(view: &HeadView, q: &[f32], out: &mut 
     let mut m = [f32::NEG_INFINITY; G];
     let mut weights = [[0.0f32; W]; G];
     for bi in 0..view.n_blocks() {
+        view.prefetch(bi + PREFETCH_AHEAD);
         let (k, v, n) = view.block(bi);
+        // Tiles are exactly `bs * d` long, `bs` a multiple of W and `t + W <= bs` below, so every
+        // load below stays inside them (the invariant the unchecked loads rely on).
+        assert!(k.len() == bs * d && v.len() == bs * d && n <= bs);
+        let (kp, vp) = (k.as_ptr(), v.as_ptr());
         for t in (0..n).step_by(W) {
             let valid = (n - t).min(W);
             let mask: __mmask16 = (((1u32 << valid) - 1) & 0xffff) as u16;
@@ -90,7 +99,8 @@ fn kernel<const G: usize, const C: usize>(view: &HeadView, q: &[f32], out: &mut 
             let mut s = [[_mm512_setzero_ps(); 4]; G];
             for i in (0..d).step_by(4) {
                 for u in 0..4 {
-                    let kk = load_f16(&k[(i + u) * bs + t..]);
+                    // SAFETY: (i + u) * bs + t + W <= (d - 1) * bs + bs = k.len() (see above).
+                    let kk = unsafe { load_f16_at(kp.add((i + u) * bs + t)) };
                     for j in 0..G {
                         let qj = _mm512_set1_ps(q[j * d + i + u]);
                         s[j][u] = _mm512_fmadd_ps(qj, kk, s[j][u]);
@@ -119,11 +129,14 @@ fn kernel<const G: usize, const C: usize>(view: &HeadView, q: &[f32], out: &mut 
                 // SAFETY: `weights[j]` is 16 f32 = 64 writable bytes; the store is unaligned.
                 unsafe { _mm512_storeu_ps(weights[j].as_mut_ptr(), w) };
             }
+            // `p` indexes a column of `weights` and a V row: no single iterator fits.
+            #[allow(clippy::needless_range_loop)]
             for p in 0..valid {
-                let row = &v[(t + p) * d..][..d];
+                let row = (t + p) * d;
                 let mut vv = [_mm512_setzero_ps(); C];
                 for (c, x) in vv.iter_mut().enumerate() {
-                    *x = load_f16(&row[c * W..]);
+                    // SAFETY: row + c * W + W <= (t + p + 1) * d <= n * d <= v.len().
+                    *x = unsafe { load_f16_at(vp.add(row + c * W)) };
                 }
                 for j in 0..G {
                     let wj = _mm512_set1_ps(weights[j][p]);

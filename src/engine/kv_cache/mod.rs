@@ -23,7 +23,7 @@
 mod free_list;
 mod table;
 
-pub use crate::engine::attention::{attention_isa, AttnScratch};
+pub use crate::engine::attention::{attention_isa, AttnIsa, AttnScratch};
 pub use table::{BlockAllocator, BlockTable};
 
 use crate::engine::attention;
@@ -41,6 +41,8 @@ pub enum KvCacheError {
     Alloc { bytes: usize },
     #[error("block {id} is not live in the pool (double free or foreign id)")]
     BadBlock { id: u32 },
+    #[error("block {id} is shared by {refs} tables (forked prefix): it is read-only")]
+    SharedBlock { id: u32, refs: u32 },
     #[error("block table belongs to another KV cache")]
     ForeignTable,
     #[error("layer {layer} out of range (the cache has {n_layer})")]
@@ -229,7 +231,9 @@ impl KvCache {
 
     /// Stores the K and V of one token at position `pos` of the sequence owning `table`, for
     /// `layer`. `k` and `v` are `[n_head_kv][head_dim]` f32 (RoPE already applied to `k`),
-    /// rounded to f16 (nearest even). `pos` must be below `table.capacity()`.
+    /// rounded to f16 (nearest even). `pos` must be below `table.capacity()`, in a block this
+    /// table alone holds: a block shared with a fork is read-only ([`KvCacheError::SharedBlock`]),
+    /// since writing it would change the other sequence's cache.
     pub fn write(
         &mut self,
         layer: usize,
@@ -239,6 +243,14 @@ impl KvCache {
         v: &[f32],
     ) -> Result<(), KvCacheError> {
         let block = self.locate(layer, table, pos)?;
+        // One uncontended lock per (token, layer): ~30 per token, negligible next to a step.
+        let refs = self.alloc.refcount(block as u32);
+        if refs != 1 {
+            return Err(KvCacheError::SharedBlock {
+                id: block as u32,
+                refs,
+            });
+        }
         let (d, bs, hk) = (self.cfg.head_dim, self.cfg.block_size, self.cfg.n_head_kv);
         for (what, x) in [("k", k), ("v", v)] {
             if x.len() != hk * d {

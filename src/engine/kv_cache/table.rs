@@ -230,4 +230,45 @@ mod tests {
         t.reserve(100).unwrap();
         assert_eq!(t.blocks.capacity(), cap);
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Random reserve/fork/drop of real tables (Drop does the releasing): the pool's free
+        /// count always matches the blocks held, and returns to the total at the end.
+        #[test]
+        fn tables_return_every_block(
+            ops in proptest::collection::vec((0u8..3, 0usize..6, 0usize..80), 0..60)
+        ) {
+            let a = BlockAllocator::new(16, 8);
+            let mut tables: Vec<Option<BlockTable>> = (0..6).map(|_| None).collect();
+            for (kind, slot, n) in ops {
+                match kind {
+                    0 => {
+                        let t = tables[slot].get_or_insert_with(|| BlockTable::new(&a));
+                        let (cap, free) = (t.capacity(), a.free_blocks());
+                        if t.reserve(n).is_err() {
+                            prop_assert_eq!(t.capacity(), cap);
+                            prop_assert_eq!(a.free_blocks(), free);
+                        }
+                    }
+                    1 => {
+                        let f = tables[slot].as_ref().map(BlockTable::fork);
+                        tables[(slot + 1) % 6] = f;
+                    }
+                    _ => tables[slot] = None,
+                }
+                let mut held: Vec<u32> = tables.iter().flatten().flat_map(|t| t.blocks().to_vec()).collect();
+                for id in 0..16 {
+                    let holders = held.iter().filter(|&&b| b == id).count() as u32;
+                    prop_assert_eq!(a.refcount(id), holders);
+                }
+                held.sort_unstable();
+                held.dedup();
+                prop_assert_eq!(a.free_blocks() + held.len(), 16);
+            }
+            drop(tables);
+            prop_assert_eq!(a.free_blocks(), 16);
+        }
+    }
 }

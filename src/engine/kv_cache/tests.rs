@@ -2,7 +2,7 @@
 //! the batch scheduler relies on.
 
 use super::*;
-use crate::engine::attention::{attend_with, Isa, Query};
+use crate::engine::attention::AttnIsa;
 
 /// Small deterministic generator (xorshift64*), values in [-1, 1).
 struct Rng(u64);
@@ -87,22 +87,20 @@ fn reference(c: &KvCacheConfig, wr: &Written, n_pos: usize, q: &[f32]) -> Vec<f6
     out
 }
 
-fn run(isa: Isa, cache: &KvCache, table: &BlockTable, pos: usize, q: &[f32]) -> Vec<f32> {
+fn run(isa: AttnIsa, cache: &KvCache, table: &BlockTable, pos: usize, q: &[f32]) -> Vec<f32> {
     let c = cache.config();
     let mut scratch = AttnScratch::new(c, q.len() / c.head_dim);
+    scratch.force_isa(isa);
+    assert_eq!(scratch.isa(), isa);
     let mut out = vec![f32::NAN; q.len()];
-    let query = Query {
-        layer: 1,
-        blocks: table.blocks(),
-        n_pos: pos + 1,
-        q,
-    };
-    attend_with(isa, cache, &query, &mut out, &mut scratch).unwrap();
+    cache
+        .attend(1, table, pos, q, &mut out, &mut scratch)
+        .unwrap();
     out
 }
 
-fn isas() -> Vec<Isa> {
-    [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+fn isas() -> Vec<AttnIsa> {
+    [AttnIsa::Scalar, AttnIsa::Avx2, AttnIsa::Avx512]
         .into_iter()
         .filter(|i| i.supported())
         .collect()
@@ -286,6 +284,25 @@ fn bad_inputs_are_named_errors() {
         Err(KvCacheError::Shape { .. })
     ));
     cache.attend(0, &t, 15, &q, &mut out, &mut s).unwrap();
+}
+
+#[test]
+fn shared_blocks_are_read_only() {
+    let mut cache = KvCache::new(cfg(1, 8, 4, 5)).unwrap();
+    let mut a = cache.new_table();
+    a.reserve(6).unwrap();
+    let row = vec![1.0; 8];
+    cache.write(0, &a, 5, &row, &row).unwrap();
+    let mut b = a.fork();
+    assert!(matches!(
+        cache.write(0, &b, 6, &row, &row),
+        Err(KvCacheError::SharedBlock { refs: 2, .. })
+    ));
+    // A block only the fork holds is writable.
+    b.reserve(9).unwrap();
+    cache.write(0, &b, 8, &row, &row).unwrap();
+    drop(a);
+    cache.write(0, &b, 6, &row, &row).unwrap();
 }
 
 #[test]
