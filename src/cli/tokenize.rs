@@ -39,8 +39,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let v = serde_json::json!({ "ids": ids, "pieces": pieces });
         println!("{v}");
     } else {
-        for (id, piece) in ids.iter().zip(&pieces) {
-            println!("{id:>7} {piece:?}");
+        for &id in &ids {
+            // Bytes that are not whole UTF-8 (part of a character) are shown escaped.
+            let bytes = tok.token_to_piece(id);
+            match std::str::from_utf8(bytes) {
+                Ok(s) => println!("{id:>7} {s:?}"),
+                Err(_) => println!("{id:>7} b\"{}\"", bytes.escape_ascii()),
+            }
         }
     }
     Ok(())

@@ -23,6 +23,9 @@ pub struct Bpe {
 
 const NONE: u32 = u32::MAX;
 
+/// Texts at least this long cache each distinct word's tokens for the rest of the call.
+const CACHE_MIN_LEN: usize = 1024;
+
 #[derive(Clone, Copy)]
 struct Sym {
     id: u32,
@@ -80,43 +83,58 @@ impl Bpe {
     }
 
     /// Appends the tokens of `text` (pre-tokenized, then merged piece by piece) to `out`.
-    pub fn encode(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
-        let mut syms: Vec<Sym> = Vec::new();
-        let mut heap: BinaryHeap<Reverse<(u32, u32, u32)>> = BinaryHeap::new();
-        let mut encoded = String::new();
+    /// `scratch` carries buffers between calls so a long encode allocates once.
+    pub fn encode(&self, vocab: &Vocab, text: &str, scratch: &mut Scratch, out: &mut Vec<u32>) {
+        // Long texts repeat words: remember where each word's tokens were first written.
+        let mut seen: Option<FxMap<&[u8], (usize, usize)>> =
+            (text.len() >= CACHE_MIN_LEN).then(FxMap::default);
         for r in self.pre.split(text) {
             let word = &text.as_bytes()[r];
-            if self.pre.ignore_merges {
-                encoded.clear();
-                encoded.extend(word.iter().map(|&b| byte_to_char(b)));
-                if let Some(id) = vocab.id(encoded.as_bytes()) {
-                    out.push(id);
+            if let Some(seen) = seen.as_mut() {
+                if let Some(&(start, end)) = seen.get(word) {
+                    out.extend_from_within(start..end);
                     continue;
                 }
-            }
-            if let [b] = word {
-                out.extend(self.byte_ids[*b as usize]);
-                continue;
-            }
-            self.merge_word(word, &mut syms, &mut heap);
-            let mut i = 0u32;
-            while i != NONE {
-                let s = syms[i as usize];
-                if s.id != NONE {
-                    out.push(s.id);
-                }
-                i = s.next;
+                let start = out.len();
+                self.encode_word(vocab, word, scratch, out);
+                seen.insert(word, (start, out.len()));
+            } else {
+                self.encode_word(vocab, word, scratch, out);
             }
         }
     }
 
+    /// Appends the tokens of one pre-tokenizer piece.
+    fn encode_word(&self, vocab: &Vocab, word: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) {
+        if self.pre.ignore_merges {
+            scratch.encoded.clear();
+            scratch
+                .encoded
+                .extend(word.iter().map(|&b| byte_to_char(b)));
+            if let Some(id) = vocab.id(scratch.encoded.as_bytes()) {
+                out.push(id);
+                return;
+            }
+        }
+        if let [b] = word {
+            out.extend(self.byte_ids[*b as usize]);
+            return;
+        }
+        self.merge_word(word, scratch);
+        let syms = &scratch.syms;
+        let mut i = 0u32;
+        while i != NONE {
+            let s = syms[i as usize];
+            if s.id != NONE {
+                out.push(s.id);
+            }
+            i = s.next;
+        }
+    }
+
     /// Runs the merges over one piece, leaving the surviving symbols linked from index 0.
-    fn merge_word(
-        &self,
-        word: &[u8],
-        syms: &mut Vec<Sym>,
-        heap: &mut BinaryHeap<Reverse<(u32, u32, u32)>>,
-    ) {
+    fn merge_word(&self, word: &[u8], scratch: &mut Scratch) {
+        let Scratch { syms, heap, .. } = scratch;
         syms.clear();
         heap.clear();
         let n = word.len() as u32;
@@ -129,41 +147,60 @@ impl Bpe {
                 i as u32 + 1
             },
         }));
-        // Heap entries: (rank, left index, merged id); stale entries are skipped on pop.
-        for i in 0..n.saturating_sub(1) {
-            if let Some((rank, j)) = self.merge(syms[i as usize].id, syms[i as usize + 1].id) {
-                heap.push(Reverse((rank, i, j)));
+        let push = |heap: &mut BinaryHeap<Reverse<Pair>>, syms: &[Sym], left: u32, right: u32| {
+            let (lid, rid) = (syms[left as usize].id, syms[right as usize].id);
+            if let Some((rank, merged)) = self.merge(lid, rid) {
+                heap.push(Reverse(Pair {
+                    rank,
+                    left,
+                    right,
+                    lid,
+                    rid,
+                    merged,
+                }));
             }
+        };
+        for i in 0..n.saturating_sub(1) {
+            push(heap, syms, i, i + 1);
         }
-        while let Some(Reverse((rank, left, merged))) = heap.pop() {
-            let l = syms[left as usize];
-            if l.id == NONE || l.next == NONE {
+        while let Some(Reverse(p)) = heap.pop() {
+            let l = syms[p.left as usize];
+            let r = syms[p.right as usize];
+            // Stale unless both symbols are unchanged and still neighbours.
+            if l.id != p.lid || r.id != p.rid || l.next != p.right || l.id == NONE {
                 continue;
             }
-            let right = l.next;
-            let r = syms[right as usize];
-            // Still valid only if this pair still merges with this rank into this token.
-            match self.merge(l.id, r.id) {
-                Some((rk, j)) if rk == rank && j == merged => {}
-                _ => continue,
-            }
-            syms[left as usize].id = merged;
-            syms[left as usize].next = r.next;
-            syms[right as usize].id = NONE;
-            syms[right as usize].next = NONE;
+            syms[p.left as usize].id = p.merged;
+            syms[p.left as usize].next = r.next;
+            syms[p.right as usize].id = NONE;
+            syms[p.right as usize].next = NONE;
             if r.next != NONE {
-                syms[r.next as usize].prev = left;
+                syms[r.next as usize].prev = p.left;
+                push(heap, syms, p.left, r.next);
             }
             if l.prev != NONE {
-                if let Some((rk, j)) = self.merge(syms[l.prev as usize].id, merged) {
-                    heap.push(Reverse((rk, l.prev, j)));
-                }
-            }
-            if r.next != NONE {
-                if let Some((rk, j)) = self.merge(merged, syms[r.next as usize].id) {
-                    heap.push(Reverse((rk, left, j)));
-                }
+                push(heap, syms, l.prev, p.left);
             }
         }
     }
+}
+
+/// A queued merge of the neighbours `left` and `right` (ids `lid`, `rid` when queued).
+/// Ordered by rank, then position: the leftmost best merge goes first.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Pair {
+    rank: u32,
+    left: u32,
+    right: u32,
+    lid: u32,
+    rid: u32,
+    merged: u32,
+}
+
+/// Reusable buffers for [`Bpe::encode`].
+#[derive(Default)]
+pub struct Scratch {
+    syms: Vec<Sym>,
+    heap: BinaryHeap<Reverse<Pair>>,
+    encoded: String,
 }

@@ -86,6 +86,12 @@ pub struct Tokenizer {
     pieces: Vec<Box<[u8]>>,
 }
 
+// The engine and the HTTP layer share one tokenizer across threads.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tokenizer>();
+};
+
 impl Tokenizer {
     /// Encodes `text`. `add_special` adds BOS/EOS as the vocabulary asks
     /// (`tokenizer.ggml.add_bos_token`...); `parse_special` recognises control tokens written
@@ -121,9 +127,10 @@ impl Tokenizer {
                 }
             }
             Model::Bpe(bpe) => {
+                let mut scratch = bpe::Scratch::default();
                 for f in frags {
                     match f {
-                        Fragment::Text(t) => bpe.encode(&self.vocab, t, &mut out),
+                        Fragment::Text(t) => bpe.encode(&self.vocab, t, &mut scratch, &mut out),
                         Fragment::Token(id) => out.push(id),
                     }
                 }

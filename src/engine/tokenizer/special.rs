@@ -117,3 +117,54 @@ impl SpecialMatcher {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::tokenizer::TokenType;
+
+    fn matcher(specials: &[(&str, TokenType)]) -> SpecialMatcher {
+        let mut texts = vec!["x".to_string()];
+        let mut types = vec![TokenType::Normal];
+        for (t, ty) in specials {
+            texts.push(t.to_string());
+            types.push(*ty);
+        }
+        SpecialMatcher::new(&Vocab::new(texts, Vec::new(), types).unwrap())
+    }
+
+    #[test]
+    fn longer_tokens_win_even_when_a_shorter_one_starts_first() {
+        // llama.cpp splits at "ABz" (longer) before looking for "xA".
+        let m = matcher(&[
+            ("xA", TokenType::UserDefined),
+            ("ABz", TokenType::UserDefined),
+        ]);
+        assert_eq!(
+            m.partition("xABz xA", false),
+            [
+                Fragment::Text("x"),
+                Fragment::Token(2),
+                Fragment::Text(" "),
+                Fragment::Token(1)
+            ]
+        );
+    }
+
+    #[test]
+    fn control_tokens_need_parse_special() {
+        let m = matcher(&[
+            ("<|c|>", TokenType::Control),
+            ("<u>", TokenType::UserDefined),
+        ]);
+        assert_eq!(
+            m.partition("a<|c|><u>", false),
+            [Fragment::Text("a<|c|>"), Fragment::Token(2)]
+        );
+        assert_eq!(
+            m.partition("a<|c|><u>", true),
+            [Fragment::Text("a"), Fragment::Token(1), Fragment::Token(2)]
+        );
+        assert_eq!(m.partition("", true), []);
+    }
+}

@@ -134,3 +134,21 @@ fn out_of_range_ids_decode_to_nothing() {
     assert_eq!(t.decode(&[u32::MAX, 5_000_000]), "");
     assert!(t.token_to_piece(u32::MAX).is_empty());
 }
+
+#[test]
+fn long_text_word_cache_changes_nothing() {
+    let t = tiny_bpe();
+    let text = "hello world, hello wor1d 42 hello\n".repeat(100);
+    assert!(
+        text.len() >= 1024,
+        "long enough to use the per-call word cache"
+    );
+    let Model::Bpe(bpe) = &t.model else {
+        panic!("tiny_bpe is BPE")
+    };
+    let mut piecewise = Vec::new();
+    for r in bpe.pre.split(&text) {
+        piecewise.extend(t.encode(&text[r], false, false));
+    }
+    assert_eq!(t.encode(&text, false, false), piecewise);
+}
