@@ -45,7 +45,7 @@ impl TokenizerSpec {
         let types_len = cut("token types", types.len())?;
         let merges = f
             .get_str_array("tokenizer.ggml.merges")?
-            .map(<[String]>::to_vec)
+            .map(|a| a.iter().map(str::to_string).collect::<Vec<_>>())
             .unwrap_or_default();
         if model == "gpt2" && merges.is_empty() {
             return Err(TokenizerError::MissingKey("tokenizer.ggml.merges"));
