@@ -19,6 +19,9 @@ use rayon::prelude::*;
 const ROW_ALIGN: usize = 16;
 /// Tasks per pool thread and matmul (more tasks balance better, fewer cost less to schedule).
 const TASKS_PER_THREAD: usize = 4;
+/// For decode-sized inputs (few tokens, microseconds per matmul) one task per thread: each
+/// extra task is a join and a possible wake-up, which cost more than the imbalance.
+const FEW_TOKENS: usize = 4;
 /// Below this many tokens, activation quantization runs on the calling thread.
 const PAR_QUANT_MIN_TOKENS: usize = 16;
 
@@ -135,7 +138,14 @@ pub fn matmul(input: &[f32], n_tok: usize, jobs: &mut [MatJob<'_>], s: &mut Matm
     for (j, job) in jobs.iter().enumerate() {
         let n_out = job.w.n_out;
         let r = n_out
-            .div_ceil(threads * TASKS_PER_THREAD)
+            .div_ceil(
+                threads
+                    * if n_tok <= FEW_TOKENS {
+                        1
+                    } else {
+                        TASKS_PER_THREAD
+                    },
+            )
             .next_multiple_of(ROW_ALIGN);
         rows_per_task[j] = r.max(1);
         first_task[j + 1] = first_task[j] + n_out.div_ceil(rows_per_task[j]);
