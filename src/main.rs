@@ -30,6 +30,10 @@ enum Command {
     RenderTemplate(cli::render_template::Args),
     /// Convert a model's weight matrices to another type (Q4_0, Q8_0, Q4_K, F16, ...).
     Quantize(cli::quantize::Args),
+    /// Generate a continuation of one prompt (streamed), with speed figures.
+    Generate(cli::generate::Args),
+    /// Measure prefill, decode and batched decode speed.
+    Bench(cli::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +50,8 @@ fn main() -> ExitCode {
         Command::Tokenize(a) => cli::tokenize::run(a),
         Command::RenderTemplate(a) => cli::render_template::run(a),
         Command::Quantize(a) => cli::quantize::run(a),
+        Command::Generate(a) => cli::generate::run(a, cli.config.as_deref()),
+        Command::Bench(a) => cli::bench::run(a, cli.config.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,7 @@
 //! One file per subcommand: argument struct (clap) and `run`.
 
+pub mod bench;
+pub mod generate;
 pub mod inspect;
 pub mod quantize;
 pub mod render_template;

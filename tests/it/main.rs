@@ -3,9 +3,12 @@
 
 mod chat_templates;
 mod common;
+mod engine;
 mod gguf;
 mod gguf_inspect;
 mod gguf_malformed;
 mod quantize;
 mod tokenizer;
+mod golden;
 mod kv_cache;
+mod tokenizer;

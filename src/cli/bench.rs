@@ -1,0 +1,175 @@
+//! `kiln bench`: prefill, single-stream decode and batched decode speed, in the spirit of
+//! llama-bench. Each figure is the median of `--repeat` runs.
+
+use crate::cli::generate::load_config;
+use anyhow::Context;
+use kiln::engine::runner::Runner;
+use kiln::engine::sampling::Rng;
+use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// GGUF model file (default: the config's model.path).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Prompt tokens of the prefill test.
+    #[arg(short = 'p', long = "prompt", default_value_t = 512)]
+    n_prompt: usize,
+    /// Generated tokens of the decode tests.
+    #[arg(short = 'n', long = "gen", default_value_t = 128)]
+    n_gen: usize,
+    /// Sequence counts of the batched decode test (each with a 128-token prompt).
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,32")]
+    batch: Vec<usize>,
+    /// Runs per figure (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
+    /// Worker threads (default: the config's engine.threads; 0 = physical cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prompt length of each sequence in the batched decode test.
+const BATCH_PROMPT: usize = 128;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Deterministic ordinary token ids.
+fn tokens(rng: &mut Rng, n: usize, n_vocab: usize) -> Vec<u32> {
+    (0..n)
+        .map(|_| 100 + rng.next_u32() % (n_vocab as u32 - 100))
+        .collect()
+}
+
+pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
+    let cfg = load_config(config)?;
+    let model_path = args.model.clone().unwrap_or(cfg.model_path.clone());
+    let model = LlamaModel::load(&model_path, args.threads.unwrap_or(cfg.threads))
+        .with_context(|| format!("loading {}", model_path.display()))?;
+    let n_vocab = model.config().n_vocab;
+    let max_batch = args.batch.iter().copied().max().unwrap_or(1).max(1);
+    let repeat = args.repeat.max(1);
+    let limits = BatchLimits {
+        max_tokens: args.n_prompt.max(BATCH_PROMPT).max(max_batch),
+        max_seqs: max_batch,
+        max_logit_rows: max_batch,
+    };
+    let positions = (args.n_prompt + 16)
+        .max(args.n_gen + 16)
+        .max(max_batch * (BATCH_PROMPT + args.n_gen + 16));
+    let mut runner = Runner::new(&model, limits, positions)?;
+    let mut rng = Rng::new(1);
+
+    // Prefill: one call of n_prompt tokens.
+    let mut pp = Vec::new();
+    for _ in 0..repeat {
+        let prompt = tokens(&mut rng, args.n_prompt, n_vocab);
+        let mut t = runner.new_seq();
+        let start = Instant::now();
+        runner.feed(
+            &mut t,
+            0,
+            &prompt,
+            args.n_prompt,
+            LogitsWanted::Last,
+            |_, _| {},
+        )?;
+        pp.push(args.n_prompt as f64 / start.elapsed().as_secs_f64());
+    }
+    // Single-stream decode: n_gen one-token calls from an empty context.
+    let mut tg = Vec::new();
+    for _ in 0..repeat {
+        let toks = tokens(&mut rng, args.n_gen, n_vocab);
+        let mut t = runner.new_seq();
+        t.reserve(args.n_gen)?;
+        let start = Instant::now();
+        for (pos, tok) in toks.iter().enumerate() {
+            let seq = [SeqInput {
+                tokens: std::slice::from_ref(tok),
+                start_pos: pos,
+                table: &t,
+                logits: LogitsWanted::Last,
+            }];
+            runner.forward(&seq)?;
+        }
+        tg.push(args.n_gen as f64 / start.elapsed().as_secs_f64());
+    }
+    // Batched decode: B sequences with 128-token prompts decode n_gen steps together.
+    let mut batched = Vec::new();
+    for &b in &args.batch {
+        let mut runs = Vec::new();
+        for _ in 0..repeat {
+            let mut tables = Vec::new();
+            for _ in 0..b.max(1) {
+                let mut t = runner.new_seq();
+                let prompt = tokens(&mut rng, BATCH_PROMPT, n_vocab);
+                runner.feed(
+                    &mut t,
+                    0,
+                    &prompt,
+                    BATCH_PROMPT,
+                    LogitsWanted::None,
+                    |_, _| {},
+                )?;
+                t.reserve(BATCH_PROMPT + args.n_gen)?;
+                tables.push(t);
+            }
+            let toks = tokens(&mut rng, args.n_gen * tables.len(), n_vocab);
+            let start = Instant::now();
+            for step in 0..args.n_gen {
+                let seqs: Vec<SeqInput<'_>> = tables
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| SeqInput {
+                        tokens: std::slice::from_ref(&toks[step * tables.len() + i]),
+                        start_pos: BATCH_PROMPT + step,
+                        table: t,
+                        logits: LogitsWanted::Last,
+                    })
+                    .collect();
+                runner.forward(&seqs)?;
+            }
+            runs.push((tables.len() * args.n_gen) as f64 / start.elapsed().as_secs_f64());
+        }
+        batched.push((b, median(runs)));
+    }
+
+    let isa = kiln::kernels::isa().to_string();
+    let threads = model.pool().threads();
+    let (pp, tg) = (median(pp), median(tg));
+    if args.json {
+        let obj = serde_json::json!({
+            "model": model_path.display().to_string(),
+            "isa": isa,
+            "threads": threads,
+            "prefill_tok_s": pp,
+            "decode_tok_s": tg,
+            "batched": batched
+                .iter()
+                .map(|&(b, x)| serde_json::json!({"batch": b, "tok_s": x}))
+                .collect::<Vec<_>>(),
+        });
+        println!("{obj}");
+    } else {
+        println!(
+            "model: {}  isa: {isa}  threads: {threads}  (median of {repeat})",
+            model_path.display()
+        );
+        println!("| test | tok/s |");
+        println!("|---|---:|");
+        println!("| pp{} | {pp:.1} |", args.n_prompt);
+        println!("| tg{} | {tg:.1} |", args.n_gen);
+        for (b, x) in batched {
+            println!("| tg{} x {b} seqs (aggregate) | {x:.1} |", args.n_gen);
+        }
+    }
+    Ok(())
+}

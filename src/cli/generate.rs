@@ -1,0 +1,174 @@
+//! `kiln generate`: run the model on one prompt and stream the continuation.
+
+use anyhow::{bail, Context};
+use kiln::config::Config;
+use kiln::engine::gguf::GgufFile;
+use kiln::engine::runner::Runner;
+use kiln::engine::sampling::{logprob, Sampler};
+use kiln::engine::tokenizer::Tokenizer;
+use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// GGUF model file (default: the config's model.path).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// The prompt text (special tokens such as <|im_start|> are parsed).
+    #[arg(
+        long,
+        conflicts_with = "prompt_ids",
+        required_unless_present = "prompt_ids"
+    )]
+    prompt: Option<String>,
+    /// The prompt as comma-separated token ids instead of text.
+    #[arg(long, value_delimiter = ',')]
+    prompt_ids: Option<Vec<u32>>,
+    /// Wrap the prompt as one user turn of a ChatML conversation.
+    #[arg(long)]
+    chat: bool,
+    /// Tokens to generate at most (stops earlier at an end-of-generation token).
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Seed of the sampler's generator.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Worker threads (default: the config's engine.threads; 0 = physical cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print one JSON object at the end instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The configuration: `--config`, else config/default.toml when present, else defaults.
+pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
+    match path {
+        Some(p) => Ok(Config::load(p)?),
+        None if Path::new("config/default.toml").is_file() => {
+            Ok(Config::load(Path::new("config/default.toml"))?)
+        }
+        None => Ok(Config::default()),
+    }
+}
+
+/// Prefill chunk size (tokens per forward call).
+const CHUNK: usize = 512;
+
+pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
+    let cfg = load_config(config)?;
+    let model_path = args.model.clone().unwrap_or(cfg.model_path.clone());
+    let file = GgufFile::open(&model_path)
+        .with_context(|| format!("opening model {}", model_path.display()))?;
+    let tokenizer = Tokenizer::from_gguf(&file).context("loading the tokenizer")?;
+    let model = LlamaModel::from_gguf(&file, args.threads.unwrap_or(cfg.threads))
+        .context("loading the model")?;
+    drop(file);
+
+    let prompt_ids = match (&args.prompt_ids, &args.prompt) {
+        (Some(ids), _) => ids.clone(),
+        (None, Some(text)) => {
+            let text = if args.chat {
+                chatml_user_turn(text)
+            } else {
+                text.clone()
+            };
+            tokenizer.encode(&text, tokenizer.add_bos(), true)
+        }
+        (None, None) => bail!("give --prompt or --prompt-ids"),
+    };
+    if prompt_ids.is_empty() {
+        bail!("the prompt is empty");
+    }
+    let n_ctx = model.config().n_ctx_train;
+    let total = prompt_ids.len() + args.max_tokens;
+    if total > n_ctx {
+        bail!(
+            "prompt ({}) + max tokens ({}) exceed the model's context of {n_ctx}",
+            prompt_ids.len(),
+            args.max_tokens
+        );
+    }
+    let limits = BatchLimits {
+        max_tokens: CHUNK,
+        max_seqs: 1,
+        max_logit_rows: 1,
+    };
+    let mut runner = Runner::new(&model, limits, total + 1)?;
+    let mut table = runner.new_seq();
+    let mut sampler = Sampler::new(args.temperature, args.seed);
+    let mut output_ids = Vec::new();
+    let mut logprobs = Vec::new();
+    let mut decoder = tokenizer.stream_decoder_continuing();
+    let mut stdout = std::io::stdout().lock();
+
+    let t0 = Instant::now();
+    let mut next = 0;
+    runner.feed(
+        &mut table,
+        0,
+        &prompt_ids,
+        CHUNK,
+        LogitsWanted::Last,
+        |_, row| {
+            next = sampler.sample(row);
+            logprobs.push(logprob(row, next));
+        },
+    )?;
+    let prompt_secs = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    table.reserve(total)?;
+    loop {
+        output_ids.push(next);
+        if !args.json {
+            write!(stdout, "{}", decoder.push(next))?;
+            stdout.flush()?;
+        }
+        if tokenizer.is_eog(next) || output_ids.len() >= args.max_tokens {
+            break;
+        }
+        let pos = prompt_ids.len() + output_ids.len() - 1;
+        let seq = [SeqInput {
+            tokens: std::slice::from_ref(&next),
+            start_pos: pos,
+            table: &table,
+            logits: LogitsWanted::Last,
+        }];
+        let logits = runner.forward(&seq)?;
+        let row = logits.last(0).context("no logits")?;
+        next = sampler.sample(row);
+        logprobs.push(logprob(row, next));
+    }
+    let gen_secs = t1.elapsed().as_secs_f64();
+    if args.json {
+        let obj = serde_json::json!({
+            "prompt_ids": prompt_ids,
+            "output_ids": output_ids,
+            "logprobs": logprobs,
+            "text": tokenizer.decode(&output_ids),
+        });
+        writeln!(stdout, "{obj}")?;
+    } else {
+        writeln!(stdout, "{}", decoder.flush())?;
+        // The first output token comes from the prefill; the rest are decode steps.
+        let n_decode = output_ids.len().saturating_sub(1);
+        eprintln!(
+            "prompt: {} tokens, {:.1} tok/s; generation: {} tokens, {:.1} tok/s",
+            prompt_ids.len(),
+            prompt_ids.len() as f64 / prompt_secs.max(1e-9),
+            output_ids.len(),
+            n_decode as f64 / gen_secs.max(1e-9),
+        );
+    }
+    Ok(())
+}
+
+/// One user turn in ChatML, ending where the assistant's reply starts.
+fn chatml_user_turn(text: &str) -> String {
+    format!("<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")
+}

@@ -1,0 +1,212 @@
+//! `out = a · Wᵀ` for a batch of activation rows, over the engine's pool.
+//!
+//! The f32 activations are quantized ONCE per matmul input into the weights' `vec_dot_type`
+//! (Q8_1 for Q4_1 weights, Q8_0 for Q8_0 ...), as llama.cpp does. The weight rows are then
+//! split into chunks, one rayon task each; a task calls the kernel's `gemm` (register-tiled;
+//! for one token it is a GEMV) on its chunk for all tokens. Several matmuls sharing one input
+//! (Q, K, V; gate, up) run in ONE parallel region.
+//!
+//! Batch invariance: the kernels guarantee `gemm`'s `out[t][r]` is bit-identical to
+//! `vec_dot(w_r, a_t)` for any tile shape, and quantization is per row, so a token's outputs do
+//! not depend on the other tokens of the batch nor on the chunking.
+
+use crate::engine::weights::Weight;
+use crate::kernels::table::FromF32Fn;
+use crate::kernels::DType;
+use rayon::prelude::*;
+
+/// Weight rows per task are a multiple of this (kernels tile rows by 4 or 8).
+const ROW_ALIGN: usize = 16;
+/// Tasks per pool thread and matmul (more tasks balance better, fewer cost less to schedule).
+const TASKS_PER_THREAD: usize = 4;
+/// For decode-sized inputs (few tokens, microseconds per matmul) one task per thread: each
+/// extra task is a join and a possible wake-up, which cost more than the imbalance.
+const FEW_TOKENS: usize = 4;
+/// Below this many tokens, activation quantization runs on the calling thread.
+const PAR_QUANT_MIN_TOKENS: usize = 16;
+
+/// One matmul of a group: `out[t * w.n_out + r] = dot(w row r, input row t)`.
+pub struct MatJob<'a> {
+    pub w: &'a Weight,
+    /// `n_tok * w.n_out` values.
+    pub out: &'a mut [f32],
+}
+
+/// Buffers for [`matmul`], allocated up front for `max_tok` tokens.
+pub struct MatmulScratch {
+    /// Quantized activations: at most two vec_dot types per group.
+    act: [(Option<DType>, Vec<u8>); 2],
+    /// Per-task outputs before they are scattered (only for n_tok > 1).
+    tmp: Vec<f32>,
+}
+
+impl MatmulScratch {
+    /// Room for `max_tok` tokens of up to `max_act_row_bytes` quantized bytes each, and
+    /// `max_tmp` f32 task outputs (tokens x summed output rows of the largest group).
+    pub fn new(max_tok: usize, max_act_row_bytes: usize, max_tmp: usize) -> MatmulScratch {
+        MatmulScratch {
+            act: [
+                (None, vec![0u8; max_tok * max_act_row_bytes]),
+                (None, vec![0u8; max_tok * max_act_row_bytes]),
+            ],
+            tmp: vec![0f32; max_tmp],
+        }
+    }
+}
+
+/// A raw pointer that may cross threads; each task writes a disjoint part of its target.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+// SAFETY: only used to hand disjoint output regions to pool tasks; see the uses.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+/// Quantizes `n_tok` rows of `k` f32 values from `input` into `dst` with `q`.
+fn quantize_rows(
+    q: FromF32Fn,
+    input: &[f32],
+    k: usize,
+    n_tok: usize,
+    row_bytes: usize,
+    dst: &mut [u8],
+) {
+    let dst = &mut dst[..n_tok * row_bytes];
+    let input = &input[..n_tok * k];
+    if n_tok >= PAR_QUANT_MIN_TOKENS {
+        dst.par_chunks_mut(row_bytes)
+            .zip(input.par_chunks(k))
+            .for_each(|(d, s)| q(s, d));
+    } else {
+        for (d, s) in dst.chunks_mut(row_bytes).zip(input.chunks(k)) {
+            q(s, d);
+        }
+    }
+}
+
+/// Runs every job of the group on `input` (`n_tok` rows of `k` values, `k` = each job's
+/// `w.k`). Must run on the engine pool (inside `Pool::install`); allocates nothing.
+pub fn matmul(input: &[f32], n_tok: usize, jobs: &mut [MatJob<'_>], s: &mut MatmulScratch) {
+    assert!(!jobs.is_empty() && jobs.len() <= 4, "1 to 4 jobs per group");
+    let k = jobs[0].w.k;
+    assert!(input.len() >= n_tok * k, "matmul input too short");
+    // Quantize the input once per distinct activation format.
+    let mut slot_of = [0usize; 4];
+    let mut n_slots = 0;
+    for (j, job) in jobs.iter().enumerate() {
+        assert_eq!(job.w.k, k, "jobs of a group share their input");
+        assert!(
+            job.out.len() >= n_tok * job.w.n_out,
+            "matmul output too short"
+        );
+        let vdt = job.w.vec_dot_type;
+        let slot = match s.act[..n_slots].iter().position(|(d, _)| *d == Some(vdt)) {
+            Some(i) => i,
+            None => {
+                assert!(n_slots < 2, "at most two activation formats per group");
+                s.act[n_slots].0 = Some(vdt);
+                quantize_rows(
+                    job.w.quantize_act,
+                    input,
+                    k,
+                    n_tok,
+                    job.w.act_row_bytes,
+                    &mut s.act[n_slots].1,
+                );
+                n_slots += 1;
+                n_slots - 1
+            }
+        };
+        slot_of[j] = slot;
+    }
+    for a in s.act[n_slots..].iter_mut() {
+        a.0 = None;
+    }
+    // Plan: rows per task for each job, and where each job's task outputs go in `tmp`.
+    let threads = rayon::current_num_threads().max(1);
+    let mut rows_per_task = [0usize; 4];
+    let mut first_task = [0usize; 5];
+    let mut tmp_base = [0usize; 4];
+    let mut tmp_len = 0;
+    for (j, job) in jobs.iter().enumerate() {
+        let n_out = job.w.n_out;
+        let r = n_out
+            .div_ceil(
+                threads
+                    * if n_tok <= FEW_TOKENS {
+                        1
+                    } else {
+                        TASKS_PER_THREAD
+                    },
+            )
+            .next_multiple_of(ROW_ALIGN);
+        rows_per_task[j] = r.max(1);
+        first_task[j + 1] = first_task[j] + n_out.div_ceil(rows_per_task[j]);
+        tmp_base[j] = tmp_len;
+        tmp_len += n_tok * n_out;
+    }
+    let n_tasks = first_task[jobs.len()];
+    let ws_ptrs: [SendPtr<f32>; 4] = std::array::from_fn(|j| {
+        SendPtr(
+            jobs.get_mut(j)
+                .map_or(std::ptr::null_mut(), |x| x.out.as_mut_ptr()),
+        )
+    });
+    if n_tok > 1 {
+        assert!(s.tmp.len() >= tmp_len, "matmul scratch too small");
+    }
+    let outs = ws_ptrs;
+    let tmp = SendPtr(s.tmp.as_mut_ptr());
+    let acts: [&[u8]; 2] = [&s.act[0].1, &s.act[1].1];
+    let n_jobs = jobs.len();
+    let ws: [Option<&Weight>; 4] = std::array::from_fn(|j| jobs.get(j).map(|x| x.w));
+    let run_task = |task: usize| {
+        let j = (0..n_jobs).rfind(|&j| first_task[j] <= task).unwrap_or(0);
+        let Some(w) = ws[j] else { return };
+        let kern = w.kern;
+        let r0 = (task - first_task[j]) * rows_per_task[j];
+        let r1 = (r0 + rows_per_task[j]).min(w.n_out);
+        let rows = r1 - r0;
+        let a = &acts[slot_of[j]][..n_tok * w.act_row_bytes];
+        if n_tok == 1 {
+            // SAFETY: `outs[j]` points at `jobs[j].out` (>= n_out values, checked above);
+            // tasks of job j cover disjoint row ranges r0..r1, so this slice aliases no other.
+            let out = unsafe { std::slice::from_raw_parts_mut(outs[j].get().add(r0), rows) };
+            (kern.gemm)(k, w.rows(r0, r1), rows, a, 1, out, rows);
+        } else {
+            // SAFETY: job j's tmp region is tmp_base[j]..+n_tok*n_out (within `tmp_len`,
+            // checked); this task's part n_tok*r0..n_tok*r1 of it is disjoint from all others.
+            let part = unsafe {
+                std::slice::from_raw_parts_mut(
+                    tmp.get().add(tmp_base[j] + n_tok * r0),
+                    n_tok * rows,
+                )
+            };
+            (kern.gemm)(k, w.rows(r0, r1), rows, a, n_tok, part, rows);
+            let n_out = w.n_out;
+            for (t, src) in part.chunks_exact(rows).enumerate() {
+                // SAFETY: out[t*n_out + r0 .. + rows] lies inside jobs[j].out (n_tok*n_out
+                // values) and only this task writes columns r0..r1 of job j.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(outs[j].get().add(t * n_out + r0), rows)
+                };
+                dst.copy_from_slice(src);
+            }
+        }
+    };
+    if n_tasks == 1 {
+        run_task(0);
+    } else {
+        (0..n_tasks)
+            .into_par_iter()
+            .with_max_len(1)
+            .for_each(run_task);
+    }
+}

@@ -1,0 +1,117 @@
+//! Rotary position embedding, computed as llama.cpp does (`rope_cache_init` + `rope_yarn`
+//! without YaRN extrapolation): for pair `i` of the first `n_dims` dims,
+//! `theta_i = pos * freq_scale * base^(-2i/n_dims) / factor_i`, accumulated in f32 by
+//! repeated multiplication like ggml.
+
+/// Which dims form a rotated pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeKind {
+    /// Adjacent pairs `(2i, 2i+1)`: llama files (the converter permutes Q/K rows for it).
+    Normal,
+    /// Halves `(i, i + n_dims/2)`: GPT-NeoX style, used by qwen2.
+    NeoX,
+}
+
+/// RoPE settings of a model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeTable {
+    pub kind: RopeKind,
+    /// Rotated dims per head (`rope.dimension_count`), even, <= head_dim.
+    pub n_dims: usize,
+    pub freq_base: f32,
+    /// `1 / linear scaling factor` (1.0 without scaling).
+    pub freq_scale: f32,
+    /// Per-pair frequency divisors (`rope_freqs.weight`, Llama 3.1), `n_dims / 2` long.
+    pub freq_factors: Option<Vec<f32>>,
+}
+
+impl RopeTable {
+    /// Fills `cache` (`n_dims` long) with `cos, sin` of each pair's angle at position `pos`.
+    pub fn fill(&self, pos: usize, cache: &mut [f32]) {
+        assert_eq!(cache.len(), self.n_dims, "rope cache length");
+        let theta_scale = self.freq_base.powf(-2.0 / self.n_dims as f32);
+        let mut theta = pos as f32;
+        for (i, cs) in cache.chunks_exact_mut(2).enumerate() {
+            let ff = self.freq_factors.as_ref().map_or(1.0, |f| f[i]);
+            let angle = self.freq_scale * (theta / ff);
+            cs[0] = angle.cos();
+            cs[1] = angle.sin();
+            theta *= theta_scale;
+        }
+    }
+
+    /// Rotates each `head_dim`-long head of `x` in place using `cache` from [`RopeTable::fill`].
+    pub fn apply(&self, cache: &[f32], x: &mut [f32], head_dim: usize) {
+        let half = self.n_dims / 2;
+        for head in x.chunks_exact_mut(head_dim) {
+            match self.kind {
+                RopeKind::Normal => {
+                    for (pair, cs) in head[..self.n_dims]
+                        .chunks_exact_mut(2)
+                        .zip(cache.chunks_exact(2))
+                    {
+                        let (x0, x1) = (pair[0], pair[1]);
+                        pair[0] = x0 * cs[0] - x1 * cs[1];
+                        pair[1] = x0 * cs[1] + x1 * cs[0];
+                    }
+                }
+                RopeKind::NeoX => {
+                    let (lo, hi) = head[..self.n_dims].split_at_mut(half);
+                    for ((a, b), cs) in lo.iter_mut().zip(hi).zip(cache.chunks_exact(2)) {
+                        let (x0, x1) = (*a, *b);
+                        *a = x0 * cs[0] - x1 * cs[1];
+                        *b = x0 * cs[1] + x1 * cs[0];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(kind: RopeKind) -> RopeTable {
+        RopeTable {
+            kind,
+            n_dims: 8,
+            freq_base: 10000.0,
+            freq_scale: 1.0,
+            freq_factors: None,
+        }
+    }
+
+    #[test]
+    fn position_zero_is_identity_and_norm_is_kept() {
+        for kind in [RopeKind::Normal, RopeKind::NeoX] {
+            let t = table(kind);
+            let mut cache = vec![0.0; 8];
+            t.fill(0, &mut cache);
+            let x0: Vec<f32> = (0..16).map(|i| i as f32 - 3.0).collect();
+            let mut x = x0.clone();
+            t.apply(&cache, &mut x, 8);
+            assert_eq!(x, x0);
+            t.fill(37, &mut cache);
+            t.apply(&cache, &mut x, 8);
+            let n0: f32 = x0.iter().map(|v| v * v).sum();
+            let n1: f32 = x.iter().map(|v| v * v).sum();
+            assert!((n0 - n1).abs() < 1e-3);
+        }
+    }
+
+    #[test]
+    fn normal_rotates_adjacent_pairs() {
+        let t = table(RopeKind::Normal);
+        let mut cache = vec![0.0; 8];
+        t.fill(1, &mut cache);
+        // First pair has frequency 1: angle = 1 radian.
+        let mut x = vec![1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        t.apply(&cache, &mut x, 8);
+        assert!((x[0] - 1f32.cos()).abs() < 1e-6 && (x[1] - 1f32.sin()).abs() < 1e-6);
+        let t = table(RopeKind::NeoX);
+        let mut x = vec![1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        t.apply(&cache, &mut x, 8);
+        assert!((x[0] - 1f32.cos()).abs() < 1e-6 && (x[4] - 1f32.sin()).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,85 @@
+//! A model plus the state one caller needs to run it: the KV cache and the scratch space.
+//! Convenience for the command line, benchmarks and tests (the scheduler drives
+//! [`LlamaModel::forward`] directly with its own batches).
+
+use crate::engine::batch::{LogitsWanted, SeqInput};
+use crate::engine::error::EngineError;
+use crate::engine::kv_cache::{BlockTable, KvCache, DEFAULT_BLOCK_SIZE};
+use crate::engine::model::LlamaModel;
+use crate::engine::scratch::{BatchLimits, Scratch};
+use crate::engine::Logits;
+
+/// Owns a KV cache and scratch space for one model.
+pub struct Runner<'m> {
+    pub model: &'m LlamaModel,
+    pub kv: KvCache,
+    pub scratch: Scratch,
+}
+
+impl<'m> Runner<'m> {
+    /// A cache holding `kv_positions` positions in total and scratch for `limits`.
+    pub fn new(
+        model: &'m LlamaModel,
+        limits: BatchLimits,
+        kv_positions: usize,
+    ) -> Result<Runner<'m>, EngineError> {
+        let kv_cfg = model.kv_config(kv_positions, DEFAULT_BLOCK_SIZE);
+        let kv = KvCache::new(kv_cfg)?;
+        let scratch = model.new_scratch(limits, &kv_cfg)?;
+        Ok(Runner { model, kv, scratch })
+    }
+
+    /// An empty sequence (its KV blocks return to the pool when it is dropped).
+    pub fn new_seq(&self) -> BlockTable {
+        self.kv.new_table()
+    }
+
+    /// One forward call over `seqs` (tables already reserved).
+    pub fn forward(&mut self, seqs: &[SeqInput<'_>]) -> Result<Logits<'_>, EngineError> {
+        self.model.forward(seqs, &mut self.kv, &mut self.scratch)
+    }
+
+    /// Feeds `tokens` to one sequence starting at `start_pos`, in chunks of at most `chunk`
+    /// tokens; calls `on_logits(pos, row)` for each position whose logits `want` asks for
+    /// (`Last` = the last of `tokens`).
+    pub fn feed(
+        &mut self,
+        table: &mut BlockTable,
+        start_pos: usize,
+        tokens: &[u32],
+        chunk: usize,
+        want: LogitsWanted,
+        mut on_logits: impl FnMut(usize, &[f32]),
+    ) -> Result<(), EngineError> {
+        table.reserve(start_pos + tokens.len())?;
+        let chunk = chunk
+            .min(self.scratch.limits().max_tokens)
+            .min(self.scratch.limits().max_logit_rows.max(1))
+            .max(1);
+        let mut pos = start_pos;
+        for part in tokens.chunks(chunk) {
+            let is_last = pos + part.len() == start_pos + tokens.len();
+            let logits = match want {
+                LogitsWanted::Last if is_last => LogitsWanted::Last,
+                LogitsWanted::All => LogitsWanted::All,
+                _ => LogitsWanted::None,
+            };
+            let seq = [SeqInput {
+                tokens: part,
+                start_pos: pos,
+                table,
+                logits,
+            }];
+            let out = self.forward(&seq)?;
+            let first = match logits {
+                LogitsWanted::Last => pos + part.len() - 1,
+                _ => pos,
+            };
+            for (i, row) in out.seq_rows(0).enumerate() {
+                on_logits(first + i, row);
+            }
+            pos += part.len();
+        }
+        Ok(())
+    }
+}

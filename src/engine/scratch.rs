@@ -1,0 +1,121 @@
+//! Every buffer the forward pass writes, allocated once for a maximum batch so that a step
+//! (prefill chunk or decode) allocates nothing.
+
+use crate::engine::error::EngineError;
+use crate::engine::kv_cache::{AttnScratch, KvCacheConfig};
+use crate::engine::matmul::MatmulScratch;
+use crate::engine::model::LlamaConfig;
+use std::sync::Mutex;
+
+/// Size limits of one forward call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// New tokens in one call, over all sequences.
+    pub max_tokens: usize,
+    /// Sequences in one call.
+    pub max_seqs: usize,
+    /// Logits rows in one call (each is `n_vocab` f32).
+    pub max_logit_rows: usize,
+}
+
+impl Default for BatchLimits {
+    fn default() -> Self {
+        BatchLimits {
+            max_tokens: 512,
+            max_seqs: 64,
+            max_logit_rows: 64,
+        }
+    }
+}
+
+/// The forward pass's working memory. Create one per engine (it is reused by every call).
+pub struct Scratch {
+    pub(crate) limits: BatchLimits,
+    // Per token of the batch.
+    pub(crate) tok_seq: Vec<u32>,
+    pub(crate) tok_pos: Vec<u32>,
+    /// Batch token index of each logits row.
+    pub(crate) logit_tok: Vec<u32>,
+    /// Per sequence: first logits row (`max_seqs + 1` entries).
+    pub(crate) row_start: Vec<usize>,
+    /// Residual stream `[T][d]`.
+    pub(crate) x: Vec<f32>,
+    /// Normed input of the next matmul `[T][max(d, ...)]`.
+    pub(crate) xn: Vec<f32>,
+    pub(crate) q: Vec<f32>,    // [T][n_head * head_dim]
+    pub(crate) k: Vec<f32>,    // [T][n_head_kv * head_dim]
+    pub(crate) v: Vec<f32>,    // [T][n_head_kv * head_dim]
+    pub(crate) attn: Vec<f32>, // [T][n_head * head_dim]
+    pub(crate) proj: Vec<f32>, // [T][d]
+    pub(crate) gate: Vec<f32>, // [T][n_ff]
+    pub(crate) up: Vec<f32>,   // [T][n_ff]
+    /// RoPE cos/sin per token `[T][n_rot]`.
+    pub(crate) rope: Vec<f32>,
+    /// Final-normed rows that want logits `[R][d]`.
+    pub(crate) out_norm: Vec<f32>,
+    pub(crate) logits: Vec<f32>, // [R][n_vocab]
+    pub(crate) mm: MatmulScratch,
+    /// One per pool thread (indexed by the rayon thread index); locks are uncontended.
+    pub(crate) attn_scratch: Vec<Mutex<AttnScratch>>,
+}
+
+impl Scratch {
+    /// Buffers for `cfg` and `limits`, with one attention scratch per thread of a `threads`
+    /// pool attending over a cache shaped `kv`.
+    pub fn new(
+        cfg: &LlamaConfig,
+        limits: BatchLimits,
+        kv: &KvCacheConfig,
+        threads: usize,
+    ) -> Result<Scratch, EngineError> {
+        let BatchLimits {
+            max_tokens: t,
+            max_seqs,
+            max_logit_rows: r,
+        } = limits;
+        if t == 0 || max_seqs == 0 {
+            return Err(EngineError::BadHParam {
+                key: "batch limits",
+                message: "max_tokens and max_seqs must be at least 1".to_string(),
+            });
+        }
+        let d = cfg.n_embd;
+        let nq = cfg.n_head * cfg.head_dim;
+        let nkv = cfg.n_head_kv * cfg.head_dim;
+        let f = cfg.n_ff;
+        let max_k = d.max(nq).max(f);
+        // Largest quantized activation row: Q8_1 (36 bytes per 32) or f32 rows, whichever.
+        let max_act_row = (max_k * 4).max(max_k.div_ceil(32) * 36);
+        let max_tmp = (t * (nq + 2 * nkv))
+            .max(t * 2 * f)
+            .max(t * d)
+            .max(r * cfg.n_vocab);
+        Ok(Scratch {
+            limits,
+            tok_seq: vec![0; t],
+            tok_pos: vec![0; t],
+            logit_tok: vec![0; r],
+            row_start: vec![0; max_seqs + 1],
+            x: vec![0.0; t * d],
+            xn: vec![0.0; t * max_k],
+            q: vec![0.0; t * nq],
+            k: vec![0.0; t * nkv],
+            v: vec![0.0; t * nkv],
+            attn: vec![0.0; t * nq],
+            proj: vec![0.0; t * d],
+            gate: vec![0.0; t * f],
+            up: vec![0.0; t * f],
+            rope: vec![0.0; t * cfg.rope.n_dims],
+            out_norm: vec![0.0; r * d],
+            logits: vec![0.0; r * cfg.n_vocab],
+            mm: MatmulScratch::new(t.max(r), max_act_row, max_tmp),
+            attn_scratch: (0..threads.max(1))
+                .map(|_| Mutex::new(AttnScratch::new(kv, cfg.n_head)))
+                .collect(),
+        })
+    }
+
+    pub fn limits(&self) -> BatchLimits {
+        self.limits
+    }
+}

@@ -1,0 +1,140 @@
+//! Typed views of a model's weights, borrowed from the GGUF memory map (never copied, except
+//! the small f32 norm vectors and biases).
+
+use crate::engine::error::EngineError;
+use crate::engine::gguf::TensorData;
+use crate::kernels::table::{kernels, FromF32Fn, TypeKernels};
+use crate::kernels::DType;
+
+/// A weight matrix in the file's layout: `n_out` rows of `k` values of `dtype`, rows
+/// `row_bytes` apart. `// (n_out, k)` below means this shape; in ggml order it is `[k, n_out]`.
+#[derive(Clone, Debug)]
+pub struct Weight {
+    pub dtype: DType,
+    /// The kernel row for `dtype` (on the ISA chosen at start-up).
+    pub kern: &'static TypeKernels,
+    /// Quantizes f32 activations into `vec_dot_type`.
+    pub quantize_act: FromF32Fn,
+    /// The activation format its kernels take (`kernels(dtype).vec_dot_type`).
+    pub vec_dot_type: DType,
+    pub data: TensorData,
+    pub n_out: usize,
+    pub k: usize,
+    pub row_bytes: usize,
+    /// Bytes of one activation row of `k` values in `vec_dot_type`.
+    pub act_row_bytes: usize,
+}
+
+impl Weight {
+    /// Wraps tensor `name` after checking it is a `(n_out, k)` matrix kiln can multiply.
+    pub fn new(
+        name: &str,
+        data: TensorData,
+        n_out: usize,
+        k: usize,
+    ) -> Result<Weight, EngineError> {
+        let want = [k as u64, n_out as u64];
+        if data.shape() != want {
+            return Err(EngineError::BadShape {
+                name: name.to_string(),
+                got: data.shape().to_vec(),
+                want: want.to_vec(),
+            });
+        }
+        let dtype = data.dtype();
+        let unsupported = |what| EngineError::UnsupportedDType {
+            name: name.to_string(),
+            dtype,
+            what,
+        };
+        let kern = kernels(dtype).map_err(|_| unsupported("matmul"))?;
+        let vec_dot_type = kern.vec_dot_type;
+        let quantize_act = kernels(vec_dot_type)
+            .ok()
+            .and_then(|k| k.from_f32)
+            .ok_or_else(|| unsupported("activation quantization"))?;
+        let row_bytes = dtype
+            .bytes_for(k as u64)
+            .ok_or_else(|| unsupported("row length"))? as usize;
+        let act_row_bytes = vec_dot_type
+            .bytes_for(k as u64)
+            .ok_or_else(|| unsupported("row length"))? as usize;
+        Ok(Weight {
+            dtype,
+            kern,
+            quantize_act,
+            vec_dot_type,
+            data,
+            n_out,
+            k,
+            row_bytes,
+            act_row_bytes,
+        })
+    }
+
+    /// The bytes of rows `r0..r1`.
+    pub fn rows(&self, r0: usize, r1: usize) -> &[u8] {
+        &self.data.bytes()[r0 * self.row_bytes..r1 * self.row_bytes]
+    }
+
+    /// Dequantizes row `r` into `out` (`k` values): embedding lookups.
+    pub fn row_to_f32(&self, r: usize, out: &mut [f32]) {
+        (self.kern.to_f32)(self.rows(r, r + 1), out);
+    }
+}
+
+/// A 1-D tensor of `n` values (norm weights, biases), dequantized to f32 at load.
+pub fn vector(name: &str, data: &TensorData, n: usize) -> Result<Vec<f32>, EngineError> {
+    if data.shape() != [n as u64] {
+        return Err(EngineError::BadShape {
+            name: name.to_string(),
+            got: data.shape().to_vec(),
+            want: vec![n as u64],
+        });
+    }
+    let dtype = data.dtype();
+    if dtype.bytes_for(n as u64) != Some(data.bytes().len() as u64) {
+        return Err(EngineError::UnsupportedDType {
+            name: name.to_string(),
+            dtype,
+            what: "vector",
+        });
+    }
+    let kern = kernels(dtype).map_err(|_| EngineError::UnsupportedDType {
+        name: name.to_string(),
+        dtype,
+        what: "dequantization",
+    })?;
+    let mut out = vec![0f32; n];
+    (kern.to_f32)(data.bytes(), &mut out);
+    Ok(out)
+}
+
+/// One transformer block's weights. `d` = n_embd, `q` = n_head * head_dim,
+/// `kv` = n_head_kv * head_dim, `f` = n_ff.
+#[derive(Clone, Debug)]
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>,  // (d)
+    pub wq: Weight,           // (q, d)
+    pub wk: Weight,           // (kv, d)
+    pub wv: Weight,           // (kv, d)
+    pub bq: Option<Vec<f32>>, // (q)   qwen2
+    pub bk: Option<Vec<f32>>, // (kv)  qwen2
+    pub bv: Option<Vec<f32>>, // (kv)  qwen2
+    pub wo: Weight,           // (d, q)
+    pub ffn_norm: Vec<f32>,   // (d)
+    pub w_gate: Weight,       // (f, d)
+    pub w_up: Weight,         // (f, d)
+    pub w_down: Weight,       // (d, f)
+}
+
+/// All weights of a llama-family model.
+#[derive(Clone, Debug)]
+pub struct LlamaWeights {
+    pub token_embd: Weight, // (n_vocab, d)
+    pub layers: Vec<LayerWeights>,
+    pub output_norm: Vec<f32>, // (d)
+    /// The LM head: `output.weight`, or `token_embd` when the model ties them.
+    pub output: Weight, // (n_vocab, d)
+    pub tied_output: bool,
+}
