@@ -21,6 +21,14 @@ model: $(MODEL)
 $(MODEL):
 	scripts/fetch-model.sh
 
+## quantized-models: Q4_0 and Q8_0 copies of the default model (for benchmarks), made by
+## `kiln quantize` from the release binary.
+QUANTIZED := models/SmolLM2-135M-Instruct.Q4_0.gguf models/SmolLM2-135M-Instruct.Q8_0.gguf
+.PHONY: quantized-models
+quantized-models: $(QUANTIZED)
+$(QUANTIZED): models/SmolLM2-135M-Instruct.%.gguf: $(MODEL) | release
+	$(KILN) quantize $(MODEL) $@ --type $* --quiet
+
 build:
 	$(CARGO) build
 
