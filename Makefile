@@ -35,6 +35,14 @@ tools:
 	  { apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user; } || \
 	  { echo "make: error: cannot install gcc-aarch64-linux-gnu and qemu-user (Debian)" >&2; exit 1; }
 
+## quantized-models: Q4_0 and Q8_0 copies of the default model (for benchmarks), made by
+## `kiln quantize` from the release binary.
+QUANTIZED := models/SmolLM2-135M-Instruct.Q4_0.gguf models/SmolLM2-135M-Instruct.Q8_0.gguf
+.PHONY: quantized-models
+quantized-models: $(QUANTIZED)
+$(QUANTIZED): models/SmolLM2-135M-Instruct.%.gguf: $(MODEL) | release
+	$(KILN) quantize $(MODEL) $@ --type $* --quiet
+
 build:
 	$(CARGO) build
 
@@ -72,10 +80,6 @@ neon-test:
 ## bench: criterion benchmarks (kernels, attention, tokenizer).
 bench: model
 	$(CARGO) bench
-
-quantized-models: models/SmolLM2-135M-Instruct.Q4_0.gguf models/SmolLM2-135M-Instruct.Q8_0.gguf
-models/SmolLM2-135M-Instruct.%.gguf: | $(MODEL) release
-	$(KILN) quantize $(MODEL) $@ --type $*
 
 ## bench-compare: kiln vs llama.cpp (built once by ../shared/tools) on Q4_1, Q4_0, Q8_0.
 bench-compare: model release quantized-models

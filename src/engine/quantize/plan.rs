@@ -7,8 +7,8 @@
 //!    copied byte for byte in its source type.
 //! 2. With a quantized target, the output projection (`output.weight`) and, when the model
 //!    ties it to the embedding (no `output.weight`), `token_embd.weight` keep more bits:
-//!    Q8_0 when the target is Q8_0 or the row length is not a multiple of the target's
-//!    block, Q6_K otherwise (a Q6_K that does not fit the row falls back to Q8_0 by rule 3).
+//!    Q6_K, or Q8_0 when the target is Q8_0 or the row length is not a multiple of 256
+//!    (llama.cpp reaches the same Q8_0 through its Q6_K -> Q8_0 fallback).
 //!    Float targets (F32, F16, BF16) convert every matrix to that type.
 //! 3. A row length that is not a multiple of the chosen type's block size falls back to a
 //!    32-element type of similar or higher precision: Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0,
@@ -95,9 +95,9 @@ pub fn plan_tensor(
         return (src, PlanReason::NotAMatrix);
     }
     let is_output = name == "output.weight" || (!has_output && name == "token_embd.weight");
+    let fits = |d: DType| row_len.is_multiple_of(d.block_elems() as u64);
     let (wanted, reason) = if is_output && target.is_quantized() {
-        let fits = row_len.is_multiple_of(target.block_elems() as u64);
-        if target == DType::Q8_0 || !fits {
+        if target == DType::Q8_0 || !fits(target) || !fits(DType::Q6_K) {
             (DType::Q8_0, PlanReason::OutputPrecision)
         } else {
             (DType::Q6_K, PlanReason::OutputPrecision)
@@ -105,7 +105,6 @@ pub fn plan_tensor(
     } else {
         (target, PlanReason::Target)
     };
-    let fits = |d: DType| row_len.is_multiple_of(d.block_elems() as u64);
     if fits(wanted) {
         return (wanted, reason);
     }
@@ -145,7 +144,10 @@ mod tests {
     #[test]
     fn tied_embedding_keeps_more_bits() {
         // 576 is not a multiple of 256: Q8_0, as llama.cpp does for SmolLM2.
-        assert_eq!(plan("token_embd.weight", 2, 576, Q4_0, false), Q8_0);
+        assert_eq!(
+            plan_tensor("token_embd.weight", 2, 576, Q4_1, Q4_0, false),
+            (Q8_0, PlanReason::OutputPrecision)
+        );
         assert_eq!(plan("token_embd.weight", 2, 576, Q4_K, false), Q8_0);
         assert_eq!(plan("token_embd.weight", 2, 576, Q8_0, false), Q8_0);
         // A row that fits 256: Q6_K.
