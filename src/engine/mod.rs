@@ -1,13 +1,8 @@
 //! The CPU engine: GGUF files over mmap, tokenizer, chat templates, the llama forward pass.
 
 pub mod attention;
-pub mod chat_template;
-pub mod gguf;
-pub mod hparams;
-pub mod kv_cache;
-pub mod quantize;
-pub mod tokenizer;
 pub mod batch;
+pub mod chat_template;
 pub mod error;
 pub mod gguf;
 pub mod hparams;
@@ -16,6 +11,7 @@ pub mod matmul;
 pub mod model;
 pub mod ops;
 pub mod pool;
+pub mod quantize;
 pub mod runner;
 pub mod sampling;
 pub mod scratch;
