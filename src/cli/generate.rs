@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context};
 use kiln::config::Config;
+use kiln::engine::chat_template::ChatTemplate;
 use kiln::engine::gguf::GgufFile;
 use kiln::engine::runner::Runner;
 use kiln::engine::sampling::{logprob, Sampler};
@@ -26,9 +27,14 @@ pub struct Args {
     /// The prompt as comma-separated token ids instead of text.
     #[arg(long, value_delimiter = ',')]
     prompt_ids: Option<Vec<u32>>,
-    /// Wrap the prompt as one user turn of a ChatML conversation.
+    /// Render the prompt as one user turn with the chat template, ending where the assistant's
+    /// reply starts.
     #[arg(long)]
     chat: bool,
+    /// Chat template (Jinja) overriding the model's `tokenizer.chat_template` (default: the
+    /// config's model.chat_template; without either, the model's own, else ChatML).
+    #[arg(long, requires = "chat")]
+    chat_template: Option<PathBuf>,
     /// Tokens to generate at most (stops earlier at an end-of-generation token).
     #[arg(long, default_value_t = 128)]
     max_tokens: usize,
@@ -66,6 +72,16 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     let file = GgufFile::open(&model_path)
         .with_context(|| format!("opening model {}", model_path.display()))?;
     let tokenizer = Tokenizer::from_gguf(&file).context("loading the tokenizer")?;
+    let chat_prompt = match (&args.prompt, args.chat) {
+        (Some(text), true) => {
+            let override_file = args
+                .chat_template
+                .as_deref()
+                .or(cfg.chat_template.as_deref());
+            Some(render_user_turn(&file, &tokenizer, override_file, text)?)
+        }
+        _ => None,
+    };
     let model = LlamaModel::from_gguf(&file, args.threads.unwrap_or(cfg.threads))
         .context("loading the model")?;
     drop(file);
@@ -73,12 +89,8 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     let prompt_ids = match (&args.prompt_ids, &args.prompt) {
         (Some(ids), _) => ids.clone(),
         (None, Some(text)) => {
-            let text = if args.chat {
-                chatml_user_turn(text)
-            } else {
-                text.clone()
-            };
-            tokenizer.encode(&text, tokenizer.add_bos(), true)
+            let text = chat_prompt.as_deref().unwrap_or(text);
+            tokenizer.encode(text, tokenizer.add_bos(), true)
         }
         (None, None) => bail!("give --prompt or --prompt-ids"),
     };
@@ -168,7 +180,29 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One user turn in ChatML, ending where the assistant's reply starts.
-fn chatml_user_turn(text: &str) -> String {
-    format!("<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")
+/// One user turn rendered with the chosen chat template (override file, else the model's
+/// `tokenizer.chat_template`, else ChatML), with the generation prompt appended.
+fn render_user_turn(
+    file: &GgufFile,
+    tokenizer: &Tokenizer,
+    override_file: Option<&Path>,
+    text: &str,
+) -> anyhow::Result<String> {
+    let model_template = file.get_str("tokenizer.chat_template")?;
+    let (template, source) = ChatTemplate::for_model(model_template, override_file)
+        .context("loading the chat template")?;
+    tracing::info!(?source, "chat template");
+    let piece = |id: Option<u32>| {
+        id.map(|i| String::from_utf8_lossy(tokenizer.token_to_piece(i)).into_owned())
+            .unwrap_or_default()
+    };
+    let context = serde_json::json!({
+        "messages": [{"role": "user", "content": text}],
+        "add_generation_prompt": true,
+        "bos_token": piece(tokenizer.bos()),
+        "eos_token": piece(tokenizer.eos()),
+    });
+    Ok(template
+        .render(&context, None)
+        .context("rendering the chat template")?)
 }
