@@ -202,7 +202,7 @@ fn render_user_turn(
         "bos_token": piece(tokenizer.bos()),
         "eos_token": piece(tokenizer.eos()),
     });
-    Ok(template
+    template
         .render(&context, None)
-        .context("rendering the chat template")?)
+        .context("rendering the chat template")
 }
