@@ -159,9 +159,9 @@ impl<'a> HeadView<'a> {
     /// the end or off x86-64). Physical blocks are scattered, so the hardware prefetcher cannot
     /// guess the next one; the kernels call this a couple of blocks ahead. One hint per 64-byte
     /// line (one per 128 bytes, counting on the adjacent-line prefetcher, measured 2x slower).
+    #[cfg(target_arch = "x86_64")]
     #[inline]
     fn prefetch(&self, i: usize) {
-        #[cfg(target_arch = "x86_64")]
         if i < self.n_blocks() {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             const STEP: usize = 64 / size_of::<f16>();
@@ -179,6 +179,7 @@ impl<'a> HeadView<'a> {
 }
 
 /// How many blocks ahead the SIMD kernels prefetch.
+#[cfg(target_arch = "x86_64")]
 const PREFETCH_AHEAD: usize = 2;
 
 /// One attention query: which layer, which sequence, which token.
