@@ -7,37 +7,9 @@
 use std::arch::aarch64::*;
 
 use crate::kernels::blocks::f16_to_f32_at;
+use crate::kernels::legacy_kind::*;
 use crate::kernels::scalar::gemm_by_vec_dot;
 use crate::kernels::shape::check_vec_dot;
-use crate::kernels::DType;
-
-const Q4_0: u8 = 0;
-const Q4_1: u8 = 1;
-const Q5_0: u8 = 2;
-const Q5_1: u8 = 3;
-const Q8_0: u8 = 4;
-
-const fn wdt(t: u8) -> DType {
-    match t {
-        Q4_0 => DType::Q4_0,
-        Q4_1 => DType::Q4_1,
-        Q5_0 => DType::Q5_0,
-        Q5_1 => DType::Q5_1,
-        _ => DType::Q8_0,
-    }
-}
-
-const fn has_min(t: u8) -> bool {
-    t == Q4_1 || t == Q5_1
-}
-
-const fn adt(t: u8) -> DType {
-    if has_min(t) {
-        DType::Q8_1
-    } else {
-        DType::Q8_0
-    }
-}
 
 /// Sum of the 16 products of two i8x16 vectors, widened to i32x4.
 #[inline]

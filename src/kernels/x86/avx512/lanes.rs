@@ -12,36 +12,13 @@
 
 use std::arch::x86_64::*;
 
-use super::legacy::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::kernels::blocks::f16_to_f32_at;
-use crate::kernels::DType;
+use crate::kernels::legacy_kind::*;
 
 /// Entries of the per-(token, block) activation tables (stack: 3 x 16 KiB).
 pub(crate) const SCRATCH: usize = 4096;
 const LANES: usize = 16;
 const MAX_TT: usize = 16;
-
-const fn wdt(t: u8) -> DType {
-    match t {
-        Q4_0 => DType::Q4_0,
-        Q4_1 => DType::Q4_1,
-        Q5_0 => DType::Q5_0,
-        Q5_1 => DType::Q5_1,
-        _ => DType::Q8_0,
-    }
-}
-
-const fn has_min(t: u8) -> bool {
-    t == Q4_1 || t == Q5_1
-}
-
-const fn adt(t: u8) -> DType {
-    if has_min(t) {
-        DType::Q8_1
-    } else {
-        DType::Q8_0
-    }
-}
 
 /// Offset of the 16 nibble bytes in a weight block.
 const fn nibble_off(t: u8) -> usize {

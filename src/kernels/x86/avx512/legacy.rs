@@ -9,39 +9,11 @@
 
 use std::arch::x86_64::*;
 
+use crate::kernels::legacy_kind::*;
 use crate::kernels::shape::{check_gemm, check_vec_dot};
 use crate::kernels::DType;
 
-/// Weight kinds handled by the shared microkernel (const-generic parameter).
-pub(crate) const Q4_0: u8 = 0;
-pub(crate) const Q4_1: u8 = 1;
-pub(crate) const Q5_0: u8 = 2;
-pub(crate) const Q5_1: u8 = 3;
-pub(crate) const Q8_0: u8 = 4;
-
-const fn wdt(t: u8) -> DType {
-    match t {
-        Q4_0 => DType::Q4_0,
-        Q4_1 => DType::Q4_1,
-        Q5_0 => DType::Q5_0,
-        Q5_1 => DType::Q5_1,
-        _ => DType::Q8_0,
-    }
-}
-
-const fn has_min(t: u8) -> bool {
-    t == Q4_1 || t == Q5_1
-}
-
 /// Activation dtype: Q8_1 for the types with a minimum, Q8_0 otherwise.
-const fn adt(t: u8) -> DType {
-    if has_min(t) {
-        DType::Q8_1
-    } else {
-        DType::Q8_0
-    }
-}
-
 /// The unsigned offset removed from `_0` weights (q - OFF): 8, 16, 128; 0 for `_1` types.
 const fn offset(t: u8) -> i8 {
     match t {

@@ -1,0 +1,37 @@
+//! The legacy (32-value block) weight kinds as const-generic codes, shared by every ISA's
+//! microkernels: `T` selects the weight dtype, its activation partner and whether blocks
+//! carry a minimum (`m`), so one kernel body serves Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0.
+
+use crate::kernels::DType;
+
+pub(crate) const Q4_0: u8 = 0;
+pub(crate) const Q4_1: u8 = 1;
+pub(crate) const Q5_0: u8 = 2;
+pub(crate) const Q5_1: u8 = 3;
+pub(crate) const Q8_0: u8 = 4;
+
+/// The weight dtype of kind `t`.
+pub(crate) const fn wdt(t: u8) -> DType {
+    match t {
+        Q4_0 => DType::Q4_0,
+        Q4_1 => DType::Q4_1,
+        Q5_0 => DType::Q5_0,
+        Q5_1 => DType::Q5_1,
+        _ => DType::Q8_0,
+    }
+}
+
+/// Whether blocks of kind `t` store a minimum (value = d * q + m).
+pub(crate) const fn has_min(t: u8) -> bool {
+    t == Q4_1 || t == Q5_1
+}
+
+/// The activation dtype kind `t` is multiplied with: Q8_1 (with its sum) for the kinds with a
+/// minimum, Q8_0 otherwise.
+pub(crate) const fn adt(t: u8) -> DType {
+    if has_min(t) {
+        DType::Q8_1
+    } else {
+        DType::Q8_0
+    }
+}
