@@ -2,6 +2,7 @@
 
 mod lanes;
 pub mod legacy;
+mod q4_1_ggml;
 
 use crate::kernels::table::Table;
 use crate::kernels::DType;
