@@ -99,7 +99,7 @@ pub(super) fn attend_group(
                 for (a, &x) in acc.iter_mut().zip(&v[p * d..][..d]) {
                     *a = f16::from_f32(x.to_f32().mul_add(vs, *a)).to_f32();
                 }
-                l = l * ms + vs;
+                l = l.mul_add(ms, vs);
             }
         }
         let inv = if l == 0.0 { 0.0 } else { 1.0 / l };
@@ -107,4 +107,113 @@ pub(super) fn attend_group(
             *o = a * inv;
         }
     }
+}
+
+/// AVX-512 twin of [`attend_group`] (bit-identical): scores of 16 positions at once (every
+/// f16·f16 product is exact in f32, so only the order of the additions matters, and that order
+/// is reproduced lane-wise over positions), then the sequential online softmax with the f16
+/// accumulator rounded through `vcvtps2ph` after every step. Returns false, touching nothing,
+/// unless `head_dim` is a multiple of 64 and the block size a multiple of 16.
+///
+/// # Safety
+/// The CPU must support AVX-512F, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma,f16c")]
+pub(super) unsafe fn attend_group_avx512(
+    view: &HeadView,
+    q: &[f32],
+    out: &mut [f32],
+    scale: f32,
+) -> bool {
+    use std::arch::x86_64::*;
+    let (d, bs) = (view.head_dim, view.block_size);
+    if !d.is_multiple_of(LANES * PARTS) || d > 256 || !bs.is_multiple_of(LANES) || q.len() != out.len() {
+        return false;
+    }
+    let g = q.len() / d;
+    let c = d / LANES;
+    #[inline(always)]
+    fn round16(x: __m512) -> __m512 {
+        // SAFETY: callers run with AVX-512F enabled.
+        unsafe {
+            _mm512_cvtph_ps(_mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x))
+        }
+    }
+    let mut qh = [0f32; 256];
+    let mut acc = [_mm512_setzero_ps(); 16];
+    let mut scores = [0f32; LANES];
+    for j in 0..g {
+        for (h, &x) in qh.iter_mut().zip(&q[j * d..][..d]) {
+            *h = f16::from_f32(x).to_f32();
+        }
+        acc[..c].fill(_mm512_setzero_ps());
+        let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
+        for bi in 0..view.n_blocks() {
+            let (k, v, n) = view.block(bi);
+            assert!(k.len() == bs * d && v.len() >= n * d);
+            for t in (0..n).step_by(LANES) {
+                // parts[j][lane]: lane-vectors over 16 positions.
+                let mut parts = [[_mm512_setzero_ps(); LANES]; PARTS];
+                for base in (0..d).step_by(LANES * PARTS) {
+                    for (pj, part) in parts.iter_mut().enumerate() {
+                        for (lane, a) in part.iter_mut().enumerate() {
+                            let i = base + pj * LANES + lane;
+                            // SAFETY: i * bs + t + 16 <= (d - 1) * bs + bs = k.len().
+                            let kk = unsafe {
+                                _mm512_cvtph_ps(_mm256_loadu_si256(k.as_ptr().add(i * bs + t).cast()))
+                            };
+                            *a = _mm512_fmadd_ps(_mm512_set1_ps(qh[i]), kk, *a);
+                        }
+                    }
+                }
+                let [p0, p1, p2, p3] = parts;
+                let mut s = [_mm512_setzero_ps(); LANES];
+                for lane in 0..LANES {
+                    s[lane] = _mm512_add_ps(
+                        _mm512_add_ps(p0[lane], p2[lane]),
+                        _mm512_add_ps(p1[lane], p3[lane]),
+                    );
+                }
+                let mut w = LANES / 2;
+                while w >= 1 {
+                    for lane in 0..w {
+                        s[lane] = _mm512_add_ps(s[lane], s[lane + w]);
+                    }
+                    w /= 2;
+                }
+                // SAFETY: `scores` holds 16 f32.
+                unsafe { _mm512_storeu_ps(scores.as_mut_ptr(), s[0]) };
+                for (p, &sc) in scores.iter().enumerate().take((n - t).min(LANES)) {
+                    let s = sc * scale;
+                    let (mut ms, mut vs) = (1.0f32, 1.0f32);
+                    if s > m {
+                        ms = (m - s).exp();
+                        m = s;
+                        let msv = _mm512_set1_ps(ms);
+                        for a in acc[..c].iter_mut() {
+                            *a = round16(_mm512_mul_ps(*a, msv));
+                        }
+                    } else {
+                        vs = (s - m).exp();
+                    }
+                    let vsv = _mm512_set1_ps(vs);
+                    let row = (t + p) * d;
+                    for (ci, a) in acc[..c].iter_mut().enumerate() {
+                        // SAFETY: row + ci * 16 + 16 <= (t + p + 1) * d <= n * d <= v.len().
+                        let vv = unsafe {
+                            _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(row + ci * LANES).cast()))
+                        };
+                        *a = round16(_mm512_fmadd_ps(vv, vsv, *a));
+                    }
+                    l = l.mul_add(ms, vs);
+                }
+            }
+        }
+        let inv = _mm512_set1_ps(if l == 0.0 { 0.0 } else { 1.0 / l });
+        for (ci, a) in acc[..c].iter().enumerate() {
+            // SAFETY: j * d + ci * 16 + 16 <= (j + 1) * d <= out.len().
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(j * d + ci * LANES), _mm512_mul_ps(*a, inv)) };
+        }
+    }
+    true
 }
