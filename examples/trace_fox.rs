@@ -19,22 +19,38 @@ fn main() {
             for r in rows.chunks(w) {
                 s += &format!(
                     " | {:.4} {:.4} {:.4} .. {:.4} {:.4} {:.4}",
-                    r[0], r[1], r[2], r[w - 3], r[w - 2], r[w - 1]
+                    r[0],
+                    r[1],
+                    r[2],
+                    r[w - 3],
+                    r[w - 2],
+                    r[w - 1]
                 );
             }
         }
         println!("{s}");
     })));
-    let limits = BatchLimits { max_tokens: 64, max_seqs: 1, max_logit_rows: 64 };
+    let limits = BatchLimits {
+        max_tokens: 64,
+        max_seqs: 1,
+        max_logit_rows: 64,
+    };
     let mut runner = Runner::new(&model, limits, 256).expect("runner");
     let mut table = runner.new_seq();
     runner
-        .feed(&mut table, 0, &[504, 2365, 6354, 16438], 64, LogitsWanted::Last, |_, row| {
-            let mut idx: Vec<usize> = (0..row.len()).collect();
-            idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
-            for &i in &idx[..5] {
-                println!("top {i} {:.6}", row[i]);
-            }
-        })
+        .feed(
+            &mut table,
+            0,
+            &[504, 2365, 6354, 16438],
+            64,
+            LogitsWanted::Last,
+            |_, row| {
+                let mut idx: Vec<usize> = (0..row.len()).collect();
+                idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+                for &i in &idx[..5] {
+                    println!("top {i} {:.6}", row[i]);
+                }
+            },
+        )
         .expect("feed");
 }

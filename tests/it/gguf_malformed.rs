@@ -295,7 +295,7 @@ fn tensor_data_ranges_are_checked() {
     // Tensors declared but the file ends inside the header padding.
     let mut r = Raw::new(1, 0).tensor("w", &[8], F32, 0);
     let len = r.0.len();
-    if len % 32 != 0 {
+    if !len.is_multiple_of(32) {
         let e = err(r, "data section padding");
         assert!(matches!(e, GgufError::Truncated { .. }), "{e}");
     } else {

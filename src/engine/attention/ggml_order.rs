@@ -50,8 +50,9 @@ fn score(q: &[f32], k: &[f16], bs: usize, pos: usize) -> f32 {
     let mut w = PARTS / 2;
     while w >= 1 {
         for j in 0..w {
-            for lane in 0..LANES {
-                acc[j][lane] += acc[j + w][lane];
+            let add = acc[j + w];
+            for (a, b) in acc[j].iter_mut().zip(add) {
+                *a += b;
             }
         }
         w /= 2;
@@ -127,7 +128,11 @@ pub(super) unsafe fn attend_group_avx512(
 ) -> bool {
     use std::arch::x86_64::*;
     let (d, bs) = (view.head_dim, view.block_size);
-    if !d.is_multiple_of(LANES * PARTS) || d > 256 || !bs.is_multiple_of(LANES) || q.len() != out.len() {
+    if !d.is_multiple_of(LANES * PARTS)
+        || d > 256
+        || !bs.is_multiple_of(LANES)
+        || q.len() != out.len()
+    {
         return false;
     }
     let g = q.len() / d;
@@ -136,7 +141,9 @@ pub(super) unsafe fn attend_group_avx512(
     fn round16(x: __m512) -> __m512 {
         // SAFETY: callers run with AVX-512F enabled.
         unsafe {
-            _mm512_cvtph_ps(_mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x))
+            _mm512_cvtph_ps(_mm512_cvtps_ph::<
+                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+            >(x))
         }
     }
     let mut qh = [0f32; 256];
@@ -160,7 +167,9 @@ pub(super) unsafe fn attend_group_avx512(
                             let i = base + pj * LANES + lane;
                             // SAFETY: i * bs + t + 16 <= (d - 1) * bs + bs = k.len().
                             let kk = unsafe {
-                                _mm512_cvtph_ps(_mm256_loadu_si256(k.as_ptr().add(i * bs + t).cast()))
+                                _mm512_cvtph_ps(_mm256_loadu_si256(
+                                    k.as_ptr().add(i * bs + t).cast(),
+                                ))
                             };
                             *a = _mm512_fmadd_ps(_mm512_set1_ps(qh[i]), kk, *a);
                         }
@@ -201,7 +210,9 @@ pub(super) unsafe fn attend_group_avx512(
                     for (ci, a) in acc[..c].iter_mut().enumerate() {
                         // SAFETY: row + ci * 16 + 16 <= (t + p + 1) * d <= n * d <= v.len().
                         let vv = unsafe {
-                            _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(row + ci * LANES).cast()))
+                            _mm512_cvtph_ps(_mm256_loadu_si256(
+                                v.as_ptr().add(row + ci * LANES).cast(),
+                            ))
                         };
                         *a = round16(_mm512_fmadd_ps(vv, vsv, *a));
                     }
@@ -212,7 +223,12 @@ pub(super) unsafe fn attend_group_avx512(
         let inv = _mm512_set1_ps(if l == 0.0 { 0.0 } else { 1.0 / l });
         for (ci, a) in acc[..c].iter().enumerate() {
             // SAFETY: j * d + ci * 16 + 16 <= (j + 1) * d <= out.len().
-            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(j * d + ci * LANES), _mm512_mul_ps(*a, inv)) };
+            unsafe {
+                _mm512_storeu_ps(
+                    out.as_mut_ptr().add(j * d + ci * LANES),
+                    _mm512_mul_ps(*a, inv),
+                )
+            };
         }
     }
     true

@@ -1,8 +1,9 @@
 //! SwiGLU: `h = silu(gate) * up`, `silu(x) = x / (1 + e^-x)`.
 //!
-//! `e^x` is a branch-free polynomial ([`exp_poly`], Cephes' expf, within 2 ulp of libm) so the
-//! loop vectorizes; the AVX2 twin compiles the very same code with wider vectors. No FMA
-//! contraction happens in Rust, so every ISA gives bit-identical results.
+//! `e^x` is [`exp_poly`]: llama.cpp's vectorized `ggml_v_expf` in its exact operation order
+//! (fused multiply-adds via `mul_add`), so the output is bit-identical to the reference's x86
+//! SwiGLU. The AVX2+FMA twin compiles the very same code with hardware FMA; without it
+//! `mul_add` is a (slower) libm call with the same result, so every ISA agrees bit for bit.
 
 /// Writes `silu(gate[i]) * up[i]` into `out[i]`.
 pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
@@ -29,7 +30,9 @@ pub fn swiglu_scalar(gate: &[f32], up: &[f32], out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 fn avx2() -> bool {
     static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
+    *AVX2.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    })
 }
 
 /// [`swiglu_scalar`] compiled for AVX2.

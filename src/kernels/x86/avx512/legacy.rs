@@ -405,9 +405,9 @@ entry_points! {
     Q8_0: vec_dot_q8_0, gemm_q8_0;
 }
 
-/// Quantizes one 32-value block to Q8 exactly as the scalar reference does (same `d`,
-/// same `x * id` products, `roundf` emulated as truncate + away-from-zero fix-up), writing
-/// the 32 quants at `qs`; returns (d, sum of quants).
+/// Quantizes one 32-value block to Q8 exactly as the scalar reference (and llama.cpp's x86
+/// build) does: `d = amax / 127`, `x * (127 / amax)` rounded half to even; writes the 32
+/// quants at `qs` and returns (d, sum of quants).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn quantize_block_q8(x: &[f32], qs: &mut [u8]) -> (f32, i32) {
@@ -424,7 +424,9 @@ fn quantize_block_q8(x: &[f32], qs: &mut [u8]) -> (f32, i32) {
     let idv = _mm512_set1_ps(id);
     let round = |v: __m512| -> __m512i {
         let v = _mm512_mul_ps(v, idv);
-        _mm512_cvtps_epi32(_mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v))
+        _mm512_cvtps_epi32(_mm512_roundscale_ps::<
+            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+        >(v))
     };
     let (q0, q1) = (round(x0), round(x1));
     let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));

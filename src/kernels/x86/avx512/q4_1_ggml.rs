@@ -130,7 +130,15 @@ pub(super) unsafe fn gemm(
                     _ => {
                         for r in 0..rm {
                             for t in 0..rn {
-                                tile::<1, 1>(nb, w.add(r * wr), wr, a.add(t * ar), ar, o.add(t * os + r), os);
+                                tile::<1, 1>(
+                                    nb,
+                                    w.add(r * wr),
+                                    wr,
+                                    a.add(t * ar),
+                                    ar,
+                                    o.add(t * os + r),
+                                    os,
+                                );
                             }
                         }
                     }
