@@ -15,6 +15,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod ggml_order;
 
 use crate::engine::kv_cache::{KvCache, KvCacheConfig, KvCacheError};
 use half::f16;
@@ -251,6 +252,20 @@ pub(crate) fn attend(
         };
         let span = h * group * d..(h + 1) * group * d;
         let (qg, og) = (&q[span.clone()], &mut out[span]);
+        // llama.cpp's order first (see ggml_order): the AVX-512 twin, else the scalar one.
+        #[cfg(target_arch = "x86_64")]
+        if isa == AttnIsa::Avx512
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+            // SAFETY: AVX-512F (isa), FMA and F16C were detected.
+            && unsafe { ggml_order::attend_group_avx512(&view, qg, og, scale) }
+        {
+            continue;
+        }
+        if scratch.k_tile.len() >= 2 * d {
+            ggml_order::attend_group(&view, qg, og, scale, &mut scratch.k_tile);
+            continue;
+        }
         let done = match isa {
             AttnIsa::Scalar => false,
             // SAFETY: `isa` is only Avx512/Avx2 here when `supported()` confirmed the features.

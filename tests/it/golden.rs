@@ -11,12 +11,12 @@
 //! those steps are left out of the teacher-forced figures (detected from the data: a step
 //! whose reported text is not its token's own piece), and that case cannot match greedily.
 //!
-//! STATUS: kiln does not meet the bars yet (mean ~0.045 instead of 0.03, worst ~0.47
-//! instead of 0.25, ~97% top-1 agreement instead of 100%, ~9 sequences instead of 16). The
-//! spread equals the one between kiln's own scalar and AVX-512 kernels (a naive f64 forward
-//! lands as close), i.e. the chaos of Q8 activation quantization with SmolLM2's outlier
-//! activations; matching llama.cpp closer needs its exact op order. The assertions below guard
-//! the level reached (regressions fail); the bars are printed as MET / NOT MET.
+//! STATUS: the bars are met (mean ~0.0016, max ~0.19 on long_context, 621/621, 23/24):
+//! kiln's x86 forward pass reproduces llama.cpp's CPU numerics op by op (Q8 activation
+//! rounding, Q4_1 dot order, SwiGLU expf, RoPE fused rotation, flash-attention order with an
+//! f16 accumulator), bit-identical on short prompts. What remains is llama.cpp's own variation
+//! on long prompts (its tiled prefill attention for >= 64 query tokens and split-KV decode
+//! attention for >= 512 cached positions, which kiln does not replicate).
 
 use crate::common;
 use kiln::engine::gguf::GgufFile;
@@ -246,18 +246,18 @@ fn golden_teacher_forced_and_greedy() {
         bar(agree == confident),
         bar(matched >= 16)
     );
-    // Regression guards at the level reached (see the module docs).
-    assert!(mean_dev <= 0.06, "mean logprob deviation {mean_dev}");
+    // The bars.
+    assert!(mean_dev <= 0.03, "mean logprob deviation {mean_dev}");
     assert!(
-        max_dev <= 0.75,
+        max_dev <= 0.25,
         "max logprob deviation {max_dev} at {worst}"
     );
     assert!(
-        agree * 100 >= confident * 95,
+        agree == confident,
         "top-1 agreement {agree}/{confident}: {disagreements:?}"
     );
     assert!(
-        matched >= 7,
+        matched >= 16,
         "only {matched} of 24 greedy sequences reproduced"
     );
 }

@@ -280,6 +280,8 @@ impl LlamaModel {
                 ],
                 &mut s.mm,
             );
+            self.trace("q_mm", lt, &s.q[..n_tok * nq]);
+            self.trace("k_mm", lt, &s.k[..n_tok * nkv]);
             let rope_c = &s.rope;
             for_rows(&mut s.q, nq, n_tok, |t, row| {
                 if let Some(b) = &lw.bq {

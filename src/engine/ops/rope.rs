@@ -41,6 +41,8 @@ impl RopeTable {
     }
 
     /// Rotates each `head_dim`-long head of `x` in place using `cache` from [`RopeTable::fill`].
+    /// Rounding as llama.cpp's x86 build (GCC contracts its `x0*c - x1*s`): `fma(x0, c, -(x1 * s))`
+    /// and `fma(x0, s, x1 * c)`, so the rotated values are bit-identical to the reference's.
     pub fn apply(&self, cache: &[f32], x: &mut [f32], head_dim: usize) {
         let half = self.n_dims / 2;
         for head in x.chunks_exact_mut(head_dim) {
@@ -51,16 +53,16 @@ impl RopeTable {
                         .zip(cache.chunks_exact(2))
                     {
                         let (x0, x1) = (pair[0], pair[1]);
-                        pair[0] = x0 * cs[0] - x1 * cs[1];
-                        pair[1] = x0 * cs[1] + x1 * cs[0];
+                        pair[0] = x0.mul_add(cs[0], -(x1 * cs[1]));
+                        pair[1] = x0.mul_add(cs[1], x1 * cs[0]);
                     }
                 }
                 RopeKind::NeoX => {
                     let (lo, hi) = head[..self.n_dims].split_at_mut(half);
                     for ((a, b), cs) in lo.iter_mut().zip(hi).zip(cache.chunks_exact(2)) {
                         let (x0, x1) = (*a, *b);
-                        *a = x0 * cs[0] - x1 * cs[1];
-                        *b = x0 * cs[1] + x1 * cs[0];
+                        *a = x0.mul_add(cs[0], -(x1 * cs[1]));
+                        *b = x0.mul_add(cs[1], x1 * cs[0]);
                     }
                 }
             }

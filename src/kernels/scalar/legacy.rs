@@ -1,8 +1,10 @@
 //! Reference kernels for the 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1).
 //!
-//! Rounding follows ggml's `quantize_row_*_ref` in `ggml/src/ggml-quants.c` exactly
-//! (`roundf` = half away from zero, `d = amax / 127`, `id = 1 / d`, truncating casts), so
-//! activations quantize to the same bytes as llama.cpp's reference path.
+//! Rounding of the 4/5-bit formats follows ggml's `quantize_row_*_ref` in
+//! `ggml/src/ggml-quants.c` exactly (`roundf` = half away from zero, `id = 1 / d`, truncating
+//! casts). Q8_0/Q8_1 (the activation formats) follow llama.cpp's x86 `quantize_row_q8_0/1`
+//! instead, the code its x86 builds run on activations: `id = 127 / amax` and round half to
+//! even. That is what makes kiln's activations the same bytes as the reference's.
 //! Pairings: Q4_0, Q5_0, Q8_0 weights dot Q8_0 activations; Q4_1, Q5_1 (and Q8_1) dot Q8_1.
 
 use super::gemm_by_vec_dot;
@@ -52,14 +54,15 @@ fn inv(d: f32) -> f32 {
     }
 }
 
-/// Q8_0 quantization of one 32-value block (also the activation format).
+/// Q8_0 quantization of one 32-value block (also the activation format), as llama.cpp's x86
+/// build does it: `d = amax / 127`, `q = round_half_even(x * (127 / amax))`.
 #[inline]
 pub fn quantize_block_q8_0(x: &[f32]) -> BlockQ8_0 {
-    let d = amax(x) / 127.0;
-    let id = inv(d);
+    let m = amax(x);
+    let id = if m != 0.0 { 127.0 / m } else { 0.0 };
     BlockQ8_0 {
-        d: f16::from_f32(d),
-        qs: std::array::from_fn(|j| (x[j] * id).round() as i8),
+        d: f16::from_f32(m / 127.0),
+        qs: std::array::from_fn(|j| (x[j] * id).round_ties_even() as i8),
     }
 }
 

@@ -66,7 +66,8 @@ fn dot_error_within_limits() {
 
 #[test]
 fn q8_0_rounds_like_ggml() {
-    // amax = 127 -> d = 1, values x.5 round away from zero (roundf), not to even.
+    // amax = 127 -> d = 1; as llama.cpp's x86 quantize_row_q8_0 (`_mm256_round_ps` nearest),
+    // values x.5 round half to even, not away from zero.
     let mut x = [0f32; 32];
     x[0] = 127.0;
     x[1] = 2.5;
@@ -76,7 +77,7 @@ fn q8_0_rounds_like_ggml() {
     let q = quantize(k, &x);
     assert_eq!(&q[0..2], &half::f16::from_f32(1.0).to_le_bytes());
     assert_eq!(q[2] as i8, 127);
-    assert_eq!(q[3] as i8, 3);
-    assert_eq!(q[4] as i8, -3);
-    assert_eq!(q[5] as i8, 1);
+    assert_eq!(q[3] as i8, 2);
+    assert_eq!(q[4] as i8, -2);
+    assert_eq!(q[5] as i8, 0);
 }

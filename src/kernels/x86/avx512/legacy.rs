@@ -293,6 +293,11 @@ unsafe fn gemm<const T: u8>(
     );
     let nb = k / 32;
     let (wp, ap, op) = (w.as_ptr(), a.as_ptr(), out.as_mut_ptr());
+    if T == Q4_1 {
+        // SAFETY: lengths checked by check_gemm.
+        unsafe { super::q4_1_ggml::gemm(nb, wp, wr, n_rows, ap, ar, n_tok, op, out_stride) };
+        return;
+    }
     let lanes_ok = nb <= super::lanes::SCRATCH && n_tok >= LANES_MIN_TOK;
     if lanes_ok {
         // SAFETY: lengths checked by check_gemm; nb within the lanes table limit.
@@ -330,6 +335,11 @@ unsafe fn gemm<const T: u8>(
 unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_vec_dot(n, wdt(T), w.len(), adt(T), a.len());
     let mut out = 0f32;
+    if T == Q4_1 {
+        // SAFETY: lengths checked; one output cell.
+        unsafe { super::q4_1_ggml::gemm(n / 32, w.as_ptr(), 0, 1, a.as_ptr(), 0, 1, &mut out, 0) };
+        return out;
+    }
     // SAFETY: lengths checked; one output cell.
     unsafe { tile::<T, 1, 1>(n / 32, w.as_ptr(), 0, a.as_ptr(), 0, &mut out, 0) };
     out
@@ -367,9 +377,9 @@ entry_points! {
     Q8_0: vec_dot_q8_0, gemm_q8_0;
 }
 
-/// Quantizes one 32-value block to Q8 exactly as the scalar reference does (same `d`,
-/// same `x * id` products, `roundf` emulated as truncate + away-from-zero fix-up), writing
-/// the 32 quants at `qs`; returns (d, sum of quants).
+/// Quantizes one 32-value block to Q8 exactly as the scalar reference (and llama.cpp's x86
+/// build) does: `d = amax / 127`, `x * (127 / amax)` rounded half to even; writes the 32
+/// quants at `qs` and returns (d, sum of quants).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn quantize_block_q8(x: &[f32], qs: &mut [u8]) -> (f32, i32) {
@@ -382,16 +392,13 @@ fn quantize_block_q8(x: &[f32], qs: &mut [u8]) -> (f32, i32) {
     };
     let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
     let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     let idv = _mm512_set1_ps(id);
     let round = |v: __m512| -> __m512i {
         let v = _mm512_mul_ps(v, idv);
-        let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
-        let frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
-        let away = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, _mm512_set1_ps(0.5));
-        let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, _mm512_setzero_ps());
-        let one = _mm512_mask_blend_ps(neg, _mm512_set1_ps(1.0), _mm512_set1_ps(-1.0));
-        _mm512_cvttps_epi32(_mm512_mask_add_ps(t, away, t, one))
+        _mm512_cvtps_epi32(_mm512_roundscale_ps::<
+            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+        >(v))
     };
     let (q0, q1) = (round(x0), round(x1));
     let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));

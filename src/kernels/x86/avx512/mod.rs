@@ -3,6 +3,7 @@
 pub mod kquants;
 mod lanes;
 pub mod legacy;
+mod q4_1_ggml;
 
 use crate::kernels::table::Table;
 use crate::kernels::DType;

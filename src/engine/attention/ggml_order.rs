@@ -1,0 +1,235 @@
+//! Attention in llama.cpp's CPU flash-attention order (one query row, f16 K/V): the query is
+//! rounded to f16, each score is an f16·f16 dot product summed in a fixed tree (four 16-lane
+//! partial vectors, then a halving reduction), the online softmax visits positions one by one
+//! with `expf`, and the weighted V sum is kept in an **f16** accumulator (rounded after every
+//! fused multiply-add and every rescale), divided by the softmax sum at the end.
+//!
+//! Why: SmolLM2's activations are quantized to 8 bits right after attention (the Wo matmul), so
+//! output differences of ~1e-5 flip Q8 roundings and grow into visible logit differences. Using
+//! the reference's order and roundings makes kiln's attention output bit-identical to it for
+//! head_dim 64 (the default model), which is what the golden test compares against.
+
+use super::HeadView;
+use half::f16;
+
+/// Lanes of the reference's score vectors (AVX-512: 16 f32).
+const LANES: usize = 16;
+/// Partial-sum vectors of the reference's f16 dot product (64 values per step).
+const PARTS: usize = 4;
+
+/// Sums `p` (16 lanes) the way `_mm512_reduce_add_ps` does: halves, then quarters, ...
+fn reduce_lanes(p: &[f32; LANES]) -> f32 {
+    let mut v = *p;
+    let mut w = LANES / 2;
+    while w >= 1 {
+        for i in 0..w {
+            v[i] += v[i + w];
+        }
+        w /= 2;
+    }
+    v[0]
+}
+
+/// Dot product of the f16 query `q` with position `pos` of a K tile laid out `[dim][pos]`
+/// (`bs` positions per dimension), in the reference's summation order. `q.len()` is a multiple
+/// of 64 (the caller checks); the tail past the last full 64 is summed left to right.
+fn score(q: &[f32], k: &[f16], bs: usize, pos: usize) -> f32 {
+    let d = q.len();
+    let step = LANES * PARTS;
+    let full = d - d % step;
+    let mut acc = [[0.0f32; LANES]; PARTS];
+    for base in (0..full).step_by(step) {
+        for (j, part) in acc.iter_mut().enumerate() {
+            for (lane, a) in part.iter_mut().enumerate() {
+                let i = base + j * LANES + lane;
+                *a = q[i].mul_add(k[i * bs + pos].to_f32(), *a);
+            }
+        }
+    }
+    // Halving over the partial vectors: (0 + 2), (1 + 3), then (0 + 1).
+    let mut w = PARTS / 2;
+    while w >= 1 {
+        for j in 0..w {
+            let add = acc[j + w];
+            for (a, b) in acc[j].iter_mut().zip(add) {
+                *a += b;
+            }
+        }
+        w /= 2;
+    }
+    let mut s = f64::from(reduce_lanes(&acc[0]));
+    for (i, &qi) in q.iter().enumerate().skip(full) {
+        s += f64::from(qi * k[i * bs + pos].to_f32());
+    }
+    s as f32
+}
+
+/// Attends the `q.len() / head_dim` query heads of one GQA group in the reference's order,
+/// writing `out` (same shape as `q`). `scratch` must hold at least `2 * head_dim` values.
+pub(super) fn attend_group(
+    view: &HeadView,
+    q: &[f32],
+    out: &mut [f32],
+    scale: f32,
+    scratch: &mut [f32],
+) {
+    let (d, bs) = (view.head_dim, view.block_size);
+    let g = q.len() / d;
+    let (qh, acc) = scratch[..2 * d].split_at_mut(d);
+    for j in 0..g {
+        for (h, &x) in qh.iter_mut().zip(&q[j * d..][..d]) {
+            *h = f16::from_f32(x).to_f32();
+        }
+        // The f16 accumulator, held as f32 values that are always f16-representable.
+        acc.fill(0.0);
+        let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
+        for bi in 0..view.n_blocks() {
+            let (k, v, n) = view.block(bi);
+            for p in 0..n {
+                let s = score(qh, k, bs, p) * scale;
+                let (mut ms, mut vs) = (1.0f32, 1.0f32);
+                if s > m {
+                    ms = (m - s).exp();
+                    m = s;
+                    for a in acc.iter_mut() {
+                        *a = f16::from_f32(*a * ms).to_f32();
+                    }
+                } else {
+                    vs = (s - m).exp();
+                }
+                for (a, &x) in acc.iter_mut().zip(&v[p * d..][..d]) {
+                    *a = f16::from_f32(x.to_f32().mul_add(vs, *a)).to_f32();
+                }
+                l = l.mul_add(ms, vs);
+            }
+        }
+        let inv = if l == 0.0 { 0.0 } else { 1.0 / l };
+        for (o, &a) in out[j * d..][..d].iter_mut().zip(acc.iter()) {
+            *o = a * inv;
+        }
+    }
+}
+
+/// AVX-512 twin of [`attend_group`] (bit-identical): scores of 16 positions at once (every
+/// f16·f16 product is exact in f32, so only the order of the additions matters, and that order
+/// is reproduced lane-wise over positions), then the sequential online softmax with the f16
+/// accumulator rounded through `vcvtps2ph` after every step. Returns false, touching nothing,
+/// unless `head_dim` is a multiple of 64 and the block size a multiple of 16.
+///
+/// # Safety
+/// The CPU must support AVX-512F, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma,f16c")]
+pub(super) unsafe fn attend_group_avx512(
+    view: &HeadView,
+    q: &[f32],
+    out: &mut [f32],
+    scale: f32,
+) -> bool {
+    use std::arch::x86_64::*;
+    let (d, bs) = (view.head_dim, view.block_size);
+    if !d.is_multiple_of(LANES * PARTS)
+        || d > 256
+        || !bs.is_multiple_of(LANES)
+        || q.len() != out.len()
+    {
+        return false;
+    }
+    let g = q.len() / d;
+    let c = d / LANES;
+    #[inline(always)]
+    fn round16(x: __m512) -> __m512 {
+        // SAFETY: callers run with AVX-512F enabled.
+        unsafe {
+            _mm512_cvtph_ps(_mm512_cvtps_ph::<
+                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+            >(x))
+        }
+    }
+    let mut qh = [0f32; 256];
+    let mut acc = [_mm512_setzero_ps(); 16];
+    let mut scores = [0f32; LANES];
+    for j in 0..g {
+        for (h, &x) in qh.iter_mut().zip(&q[j * d..][..d]) {
+            *h = f16::from_f32(x).to_f32();
+        }
+        acc[..c].fill(_mm512_setzero_ps());
+        let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
+        for bi in 0..view.n_blocks() {
+            let (k, v, n) = view.block(bi);
+            assert!(k.len() == bs * d && v.len() >= n * d);
+            for t in (0..n).step_by(LANES) {
+                // parts[j][lane]: lane-vectors over 16 positions.
+                let mut parts = [[_mm512_setzero_ps(); LANES]; PARTS];
+                for base in (0..d).step_by(LANES * PARTS) {
+                    for (pj, part) in parts.iter_mut().enumerate() {
+                        for (lane, a) in part.iter_mut().enumerate() {
+                            let i = base + pj * LANES + lane;
+                            // SAFETY: i * bs + t + 16 <= (d - 1) * bs + bs = k.len().
+                            let kk = unsafe {
+                                _mm512_cvtph_ps(_mm256_loadu_si256(
+                                    k.as_ptr().add(i * bs + t).cast(),
+                                ))
+                            };
+                            *a = _mm512_fmadd_ps(_mm512_set1_ps(qh[i]), kk, *a);
+                        }
+                    }
+                }
+                let [p0, p1, p2, p3] = parts;
+                let mut s = [_mm512_setzero_ps(); LANES];
+                for lane in 0..LANES {
+                    s[lane] = _mm512_add_ps(
+                        _mm512_add_ps(p0[lane], p2[lane]),
+                        _mm512_add_ps(p1[lane], p3[lane]),
+                    );
+                }
+                let mut w = LANES / 2;
+                while w >= 1 {
+                    for lane in 0..w {
+                        s[lane] = _mm512_add_ps(s[lane], s[lane + w]);
+                    }
+                    w /= 2;
+                }
+                // SAFETY: `scores` holds 16 f32.
+                unsafe { _mm512_storeu_ps(scores.as_mut_ptr(), s[0]) };
+                for (p, &sc) in scores.iter().enumerate().take((n - t).min(LANES)) {
+                    let s = sc * scale;
+                    let (mut ms, mut vs) = (1.0f32, 1.0f32);
+                    if s > m {
+                        ms = (m - s).exp();
+                        m = s;
+                        let msv = _mm512_set1_ps(ms);
+                        for a in acc[..c].iter_mut() {
+                            *a = round16(_mm512_mul_ps(*a, msv));
+                        }
+                    } else {
+                        vs = (s - m).exp();
+                    }
+                    let vsv = _mm512_set1_ps(vs);
+                    let row = (t + p) * d;
+                    for (ci, a) in acc[..c].iter_mut().enumerate() {
+                        // SAFETY: row + ci * 16 + 16 <= (t + p + 1) * d <= n * d <= v.len().
+                        let vv = unsafe {
+                            _mm512_cvtph_ps(_mm256_loadu_si256(
+                                v.as_ptr().add(row + ci * LANES).cast(),
+                            ))
+                        };
+                        *a = round16(_mm512_fmadd_ps(vv, vsv, *a));
+                    }
+                    l = l.mul_add(ms, vs);
+                }
+            }
+        }
+        let inv = _mm512_set1_ps(if l == 0.0 { 0.0 } else { 1.0 / l });
+        for (ci, a) in acc[..c].iter().enumerate() {
+            // SAFETY: j * d + ci * 16 + 16 <= (j + 1) * d <= out.len().
+            unsafe {
+                _mm512_storeu_ps(
+                    out.as_mut_ptr().add(j * d + ci * LANES),
+                    _mm512_mul_ps(*a, inv),
+                )
+            };
+        }
+    }
+    true
+}
