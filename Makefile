@@ -59,14 +59,16 @@ check:
 unit:
 	$(CARGO) test --all-targets
 
-## isa-matrix: the kernel and engine tests again with each other instruction set forced.
+## isa-matrix: the kernel and engine tests (batch invariance, chunking, zero-allocation, tokenizer,
+## templates) again with each other instruction set forced. The golden bars are held on the
+## default path: only the AVX-512 kernels follow llama.cpp's x86 operation order bit for bit.
 isa-matrix:
 	$(CARGO) build -q
 	@for isa in $(TEST_ISAS); do \
 	  if ! KILN_ISA=$$isa target/debug/kiln inspect --isa >/dev/null 2>&1; then \
 	    echo "isa-matrix: this CPU lacks $$isa: its tests cannot run here"; continue; fi; \
 	  echo "isa-matrix: KILN_ISA=$$isa"; \
-	  KILN_ISA=$$isa $(CARGO) test --lib --test it -q -- kernels engine golden || exit 1; \
+	  KILN_ISA=$$isa $(CARGO) test --lib --test it -q -- kernels engine || exit 1; \
 	done
 
 ## neon-test: the kernel tests built for aarch64 and run under qemu-user, so the NEON
