@@ -79,6 +79,10 @@ unsafe fn bits(v: uint8x16_t, s: i32, mask: u8) -> uint8x16_t {
     vandq_u8(vshlq_u8(v, vdupq_n_s8(-(s as i8))), vdupq_n_u8(mask))
 }
 
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn unpack_2bit(qs: *const u8) -> Unpacked {
@@ -93,6 +97,10 @@ unsafe fn unpack_2bit(qs: *const u8) -> Unpacked {
     out
 }
 
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn unpack_nibbles(qs: *const u8) -> Unpacked {
@@ -109,6 +117,11 @@ unsafe fn unpack_nibbles(qs: *const u8) -> Unpacked {
 
 /// OR bit `r / 2` of `hb[16 * (r % 2) + l]`, shifted to `to`, into register `r`
 /// (the Q3_K hmask / Q5_K qh layout: bit m of byte l belongs to value 32m + l).
+///
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn add_high_bits(out: &mut Unpacked, hb: *const u8, to: i32) {
@@ -119,6 +132,10 @@ unsafe fn add_high_bits(out: &mut Unpacked, hb: *const u8, to: i32) {
     }
 }
 
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn unpack_q6k(x: *const u8) -> Unpacked {

@@ -21,6 +21,11 @@ fn dot16(w: int8x16_t, a: int8x16_t) -> int32x4_t {
 }
 
 /// The block's 32 weights as two signed vectors (values 0..16 and 16..32), offset removed.
+///
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn load_w<const T: u8>(p: *const u8) -> (int8x16_t, int8x16_t) {
@@ -61,6 +66,10 @@ unsafe fn load_w<const T: u8>(p: *const u8) -> (int8x16_t, int8x16_t) {
     }
 }
 
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {

@@ -22,6 +22,11 @@ const fn wdt(t: u8) -> DType {
 }
 
 /// 8 weights starting at value `i` as f32.
+///
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load8<const T: u8>(w: *const u8, i: usize) -> __m256 {

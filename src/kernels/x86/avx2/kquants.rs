@@ -115,6 +115,11 @@ pub(crate) unsafe fn scaled_sum(u: &Unpacked, q8: *const u8, scales: Groups) -> 
 }
 
 /// The four 2-bit planes of 32 packed bytes: values `32s + l` at bits `2s`.
+///
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline(always)]
 unsafe fn planes_2bit(q: __m256i) -> [__m256i; 4] {
     let m3 = _mm256_set1_epi8(3);

@@ -23,6 +23,10 @@ const ROWS_PER_PANEL: usize = 64;
 const RM: usize = 3;
 const RN: usize = 2;
 
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline(always)]
 unsafe fn rd16(p: *const u8) -> u16 {
     // SAFETY: the caller guarantees 2 readable bytes at `p`.
@@ -129,6 +133,10 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(x)
 }
 
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]

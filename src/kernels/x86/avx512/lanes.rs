@@ -42,6 +42,11 @@ struct ActTables<const N: usize> {
 
 /// Transposes dword `0..4` of 16 rows' 16-byte chunks at `p[r] + off` into 4 zmm,
 /// lane r of result i = dword i of row r.
+///
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn transpose16x4(p: &[*const u8; LANES], off: usize) -> [__m512i; 4] {
@@ -213,6 +218,8 @@ unsafe fn panel_dyn<const T: u8, const N: usize>(
     macro_rules! go {
         ($($n:literal)*) => {
             match tt {
+                // SAFETY: this function's own contract (features detected, pointers covering
+                // `nb` blocks of the rows and `tt` activation rows) is what panel_tile needs.
                 $($n => unsafe { panel_tile::<T, $n, N>(nb, rows, valid, a, ar, tab, tab0, out, os) },)*
                 _ => unreachable!("token tile of {tt}"),
             }

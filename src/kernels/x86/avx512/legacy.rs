@@ -29,6 +29,11 @@ const ROWS_PER_PANEL: usize = 64;
 const LANES_MIN_TOK: usize = 1;
 
 /// Reads an unaligned little-endian u32.
+///
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline(always)]
 unsafe fn rd32(p: *const u8) -> u32 {
     // SAFETY: the caller guarantees 4 readable bytes at `p`.
@@ -163,6 +168,11 @@ unsafe fn load_a<const T: u8, const TWO: bool>(p: *const u8) -> (__m512i, __m512
 }
 
 /// One step of two blocks for an RM x RN tile.
+///
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // indices address the register tile

@@ -16,6 +16,10 @@ const WB: usize = 20;
 /// Q8_1 block: f16 d, f16 s, 32 signed bytes.
 const AB: usize = 36;
 
+/// # Safety
+/// The CPU must support the target features this kernel is compiled for (the dispatch table
+/// installs kernels only after detecting them), and every pointer or slice must cover the
+/// bytes the block layout reads from it.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn f16_pair(p: *const u8) -> (f32, f32) {
