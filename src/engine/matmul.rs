@@ -10,13 +10,11 @@
 //! `vec_dot(w_r, a_t)` for any tile shape, and quantization is per row, so a token's outputs do
 //! not depend on the other tokens of the batch nor on the chunking.
 
-use crate::engine::weights::Weight;
+use crate::engine::weights::{Weight, ROW_ALIGN};
 use crate::kernels::table::FromF32Fn;
 use crate::kernels::DType;
 use rayon::prelude::*;
 
-/// Weight rows per task are a multiple of this (kernels tile rows by 4 or 8).
-const ROW_ALIGN: usize = 16;
 /// Tasks per pool thread and matmul (more tasks balance better, fewer cost less to schedule).
 const TASKS_PER_THREAD: usize = 4;
 /// For decode-sized inputs (few tokens, microseconds per matmul) one task per thread: each
@@ -170,7 +168,6 @@ pub fn matmul(input: &[f32], n_tok: usize, jobs: &mut [MatJob<'_>], s: &mut Matm
     let run_task = |task: usize| {
         let j = (0..n_jobs).rfind(|&j| first_task[j] <= task).unwrap_or(0);
         let Some(w) = ws[j] else { return };
-        let kern = w.kern;
         let r0 = (task - first_task[j]) * rows_per_task[j];
         let r1 = (r0 + rows_per_task[j]).min(w.n_out);
         let rows = r1 - r0;
@@ -179,7 +176,7 @@ pub fn matmul(input: &[f32], n_tok: usize, jobs: &mut [MatJob<'_>], s: &mut Matm
             // SAFETY: `outs[j]` points at `jobs[j].out` (>= n_out values, checked above);
             // tasks of job j cover disjoint row ranges r0..r1, so this slice aliases no other.
             let out = unsafe { std::slice::from_raw_parts_mut(outs[j].get().add(r0), rows) };
-            (kern.gemm)(k, w.rows(r0, r1), rows, a, 1, out, rows);
+            w.gemm_rows(r0, r1, a, 1, out, rows);
         } else {
             // SAFETY: job j's tmp region is tmp_base[j]..+n_tok*n_out (within `tmp_len`,
             // checked); this task's part n_tok*r0..n_tok*r1 of it is disjoint from all others.
@@ -189,7 +186,7 @@ pub fn matmul(input: &[f32], n_tok: usize, jobs: &mut [MatJob<'_>], s: &mut Matm
                     n_tok * rows,
                 )
             };
-            (kern.gemm)(k, w.rows(r0, r1), rows, a, n_tok, part, rows);
+            w.gemm_rows(r0, r1, a, n_tok, part, rows);
             let n_out = w.n_out;
             for (t, src) in part.chunks_exact(rows).enumerate() {
                 // SAFETY: out[t*n_out + r0 .. + rows] lies inside jobs[j].out (n_tok*n_out

@@ -6,6 +6,9 @@ use crate::engine::gguf::TensorData;
 use crate::kernels::table::{kernels, FromF32Fn, TypeKernels};
 use crate::kernels::DType;
 
+/// Row ranges handed to [`Weight::gemm_rows`] start at multiples of this.
+pub const ROW_ALIGN: usize = 16;
+
 /// A weight matrix in the file's layout: `n_out` rows of `k` values of `dtype`, rows
 /// `row_bytes` apart. `// (n_out, k)` below means this shape; in ggml order it is `[k, n_out]`.
 #[derive(Clone, Debug)]
@@ -75,6 +78,23 @@ impl Weight {
     /// The bytes of rows `r0..r1`.
     pub fn rows(&self, r0: usize, r1: usize) -> &[u8] {
         &self.data.bytes()[r0 * self.row_bytes..r1 * self.row_bytes]
+    }
+
+    /// `out[t * os + (r - r0)] = dot(row r, activation row t)` for `r` in `r0..r1`, `t < n_tok`;
+    /// `a` holds `n_tok` rows of `act_row_bytes` in `vec_dot_type`. `r0` must be a multiple of
+    /// [`ROW_ALIGN`] (matmul splits rows that way). Each output is bit-identical to the
+    /// kernel's `vec_dot` of that row and token, whatever `r0..r1` and `n_tok` are.
+    pub fn gemm_rows(
+        &self,
+        r0: usize,
+        r1: usize,
+        a: &[u8],
+        n_tok: usize,
+        out: &mut [f32],
+        os: usize,
+    ) {
+        debug_assert!(r0 % ROW_ALIGN == 0 && r0 <= r1 && r1 <= self.n_out);
+        (self.kern.gemm)(self.k, self.rows(r0, r1), r1 - r0, a, n_tok, out, os);
     }
 
     /// Dequantizes row `r` into `out` (`k` values): embedding lookups.
