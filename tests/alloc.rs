@@ -75,10 +75,8 @@ fn decode_step_allocates_nothing_after_warm_up() {
             .expect("prefill");
         t.reserve(prompt.len() + steps + 1).expect("reserve");
     }
-    let pool = model.pool();
-    // The caller runs its steps on a pool worker (as the scheduler's engine loop does), so
-    // the step injects no jobs into rayon's global queue.
-    let counted = pool.install(|| {
+    // The calling thread is the team's worker 0; the other workers spin or park between steps.
+    let counted = {
         let mut counted = 0;
         for step in 0..steps {
             let pos = prompt.len() + step;
@@ -104,13 +102,13 @@ fn decode_step_allocates_nothing_after_warm_up() {
             ];
             let after = ALLOCS.load(Ordering::Relaxed);
             last = next;
-            // The first steps warm up (lazy statics, rayon's per-thread state).
+            // The first steps warm up (lazy statics, per-thread state).
             if step >= 4 {
                 counted += after - before;
             }
         }
         counted
-    });
+    };
     println!("alloc: {counted} allocations in {} decode steps", steps - 4);
     assert_eq!(counted, 0, "the decode step allocated");
 }

@@ -2,7 +2,7 @@
 //!
 //! The f32 activations are quantized ONCE per matmul input into the weights' `vec_dot_type`
 //! (Q8_1 for Q4_1 weights, Q8_0 for Q8_0 ...), as llama.cpp does. The weight rows are then
-//! split into chunks, one rayon task each; a task calls the kernel's `gemm` (register-tiled;
+//! split into chunks, one pool task each; a task calls the kernel's `gemm` (register-tiled;
 //! for one token it is a GEMV) on its chunk for all tokens. Several matmuls sharing one input
 //! (Q, K, V; gate, up) run in ONE parallel region.
 //!
@@ -10,10 +10,10 @@
 //! `vec_dot(w_r, a_t)` for any tile shape, and quantization is per row, so a token's outputs do
 //! not depend on the other tokens of the batch nor on the chunking.
 
+use crate::engine::pool::{Pool, SendPtr};
 use crate::engine::weights::{Weight, ROW_ALIGN};
 use crate::kernels::table::FromF32Fn;
 use crate::kernels::DType;
-use rayon::prelude::*;
 
 /// Tasks per pool thread and matmul (more tasks balance better, fewer cost less to schedule).
 const TASKS_PER_THREAD: usize = 4;
@@ -52,23 +52,9 @@ impl MatmulScratch {
     }
 }
 
-/// A raw pointer that may cross threads; each task writes a disjoint part of its target.
-#[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
-// SAFETY: only used to hand disjoint output regions to pool tasks; see the uses.
-unsafe impl<T> Send for SendPtr<T> {}
-// SAFETY: as above.
-unsafe impl<T> Sync for SendPtr<T> {}
-
-impl<T> SendPtr<T> {
-    /// The pointer (a method, so closures capture the whole `Send` wrapper).
-    fn get(self) -> *mut T {
-        self.0
-    }
-}
-
 /// Quantizes `n_tok` rows of `k` f32 values from `input` into `dst` with `q`.
 fn quantize_rows(
+    pool: &Pool,
     q: FromF32Fn,
     input: &[f32],
     k: usize,
@@ -79,9 +65,9 @@ fn quantize_rows(
     let dst = &mut dst[..n_tok * row_bytes];
     let input = &input[..n_tok * k];
     if n_tok >= PAR_QUANT_MIN_TOKENS {
-        dst.par_chunks_mut(row_bytes)
-            .zip(input.par_chunks(k))
-            .for_each(|(d, s)| q(s, d));
+        pool.for_chunks(dst, row_bytes, n_tok, |t, d| {
+            q(&input[t * k..(t + 1) * k], d)
+        });
     } else {
         for (d, s) in dst.chunks_mut(row_bytes).zip(input.chunks(k)) {
             q(s, d);
@@ -90,8 +76,14 @@ fn quantize_rows(
 }
 
 /// Runs every job of the group on `input` (`n_tok` rows of `k` values, `k` = each job's
-/// `w.k`). Must run on the engine pool (inside `Pool::install`); allocates nothing.
-pub fn matmul(input: &[f32], n_tok: usize, jobs: &mut [MatJob<'_>], s: &mut MatmulScratch) {
+/// `w.k`) over `pool`; allocates nothing.
+pub fn matmul(
+    pool: &Pool,
+    input: &[f32],
+    n_tok: usize,
+    jobs: &mut [MatJob<'_>],
+    s: &mut MatmulScratch,
+) {
     assert!(!jobs.is_empty() && jobs.len() <= 4, "1 to 4 jobs per group");
     let k = jobs[0].w.k;
     assert!(input.len() >= n_tok * k, "matmul input too short");
@@ -111,6 +103,7 @@ pub fn matmul(input: &[f32], n_tok: usize, jobs: &mut [MatJob<'_>], s: &mut Matm
                 assert!(n_slots < 2, "at most two activation formats per group");
                 s.act[n_slots].0 = Some(vdt);
                 quantize_rows(
+                    pool,
                     job.w.quantize_act,
                     input,
                     k,
@@ -128,7 +121,7 @@ pub fn matmul(input: &[f32], n_tok: usize, jobs: &mut [MatJob<'_>], s: &mut Matm
         a.0 = None;
     }
     // Plan: rows per task for each job, and where each job's task outputs go in `tmp`.
-    let threads = rayon::current_num_threads().max(1);
+    let threads = pool.threads();
     let mut rows_per_task = [0usize; 4];
     let mut first_task = [0usize; 5];
     let mut tmp_base = [0usize; 4];
@@ -165,7 +158,7 @@ pub fn matmul(input: &[f32], n_tok: usize, jobs: &mut [MatJob<'_>], s: &mut Matm
     let acts: [&[u8]; 2] = [&s.act[0].1, &s.act[1].1];
     let n_jobs = jobs.len();
     let ws: [Option<&Weight>; 4] = std::array::from_fn(|j| jobs.get(j).map(|x| x.w));
-    let run_task = |task: usize| {
+    let run_task = |task: usize, _worker: usize| {
         let j = (0..n_jobs).rfind(|&j| first_task[j] <= task).unwrap_or(0);
         let Some(w) = ws[j] else { return };
         let r0 = (task - first_task[j]) * rows_per_task[j];
@@ -198,12 +191,5 @@ pub fn matmul(input: &[f32], n_tok: usize, jobs: &mut [MatJob<'_>], s: &mut Matm
             }
         }
     };
-    if n_tasks == 1 {
-        run_task(0);
-    } else {
-        (0..n_tasks)
-            .into_par_iter()
-            .with_max_len(1)
-            .for_each(run_task);
-    }
+    pool.run(n_tasks, &run_task);
 }

@@ -93,7 +93,7 @@ impl Weight {
         out: &mut [f32],
         os: usize,
     ) {
-        debug_assert!(r0 % ROW_ALIGN == 0 && r0 <= r1 && r1 <= self.n_out);
+        debug_assert!(r0.is_multiple_of(ROW_ALIGN) && r0 <= r1 && r1 <= self.n_out);
         (self.kern.gemm)(self.k, self.rows(r0, r1), r1 - r0, a, n_tok, out, os);
     }
 

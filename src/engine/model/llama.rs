@@ -17,10 +17,9 @@ use crate::engine::matmul::{matmul, MatJob};
 use crate::engine::model::config::LlamaConfig;
 use crate::engine::model::load::load_weights;
 use crate::engine::ops::{rms_norm, swiglu};
-use crate::engine::pool::Pool;
+use crate::engine::pool::{Pool, SendPtr};
 use crate::engine::scratch::{BatchLimits, Scratch};
 use crate::engine::weights::LlamaWeights;
-use rayon::prelude::*;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -50,14 +49,29 @@ pub struct LlamaModel {
     trace: Option<TraceHook>,
 }
 
-/// Applies `f(t, row)` to each of the `n` first `width`-long rows of `buf`, in parallel when
-/// there are many.
-fn for_rows(buf: &mut [f32], width: usize, n: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+/// Applies `f(t, row)` to each of the `n` first `width`-long rows of `buf`, over the pool
+/// when there are many (in groups of rows, a few groups per thread).
+fn for_rows(
+    pool: &Pool,
+    buf: &mut [f32],
+    width: usize,
+    n: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync,
+) {
     let buf = &mut buf[..n * width];
-    if n >= PAR_ROWS_MIN {
-        buf.par_chunks_mut(width)
-            .enumerate()
-            .for_each(|(t, row)| f(t, row));
+    if n >= PAR_ROWS_MIN && pool.threads() > 1 {
+        let per = n.div_ceil(pool.threads() * 4);
+        let groups = n.div_ceil(per);
+        let base = SendPtr(buf.as_mut_ptr());
+        pool.run(groups, &|g, _| {
+            for t in g * per..((g + 1) * per).min(n) {
+                // SAFETY: row t lies inside `buf` (t < n) and every row belongs to exactly one
+                // group, run once, so no two calls alias.
+                let row =
+                    unsafe { std::slice::from_raw_parts_mut(base.get().add(t * width), width) };
+                f(t, row);
+            }
+        });
     } else {
         for (t, row) in buf.chunks_mut(width).enumerate() {
             f(t, row);
@@ -98,8 +112,7 @@ impl LlamaModel {
         &self.w
     }
 
-    /// The engine's one pool. Wrapping many steps in `pool().install(..)` runs them on a pool
-    /// worker directly (no job injection per step).
+    /// The engine's one worker team (the thread calling `forward` is its worker 0).
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
@@ -150,7 +163,7 @@ impl LlamaModel {
         s: &'s mut Scratch,
     ) -> Result<Logits<'s>, EngineError> {
         let (n_tok, n_rows) = self.plan(seqs, s)?;
-        self.pool.install(|| self.run(seqs, n_tok, n_rows, kv, s))?;
+        self.run(seqs, n_tok, n_rows, kv, s)?;
         let n_seq = seqs.len();
         Ok(Logits {
             data: &s.logits[..n_rows * self.cfg.n_vocab],
@@ -249,7 +262,7 @@ impl LlamaModel {
         self.trace("inp_embd", None, &s.x[..n_tok * d]);
         // RoPE angles, once per token for all layers.
         let rope = &c.rope;
-        for_rows(&mut s.rope, n_rot, n_tok, |t, row| {
+        for_rows(&self.pool, &mut s.rope, n_rot, n_tok, |t, row| {
             rope.fill(tok_pos[t] as usize, row)
         });
 
@@ -257,11 +270,12 @@ impl LlamaModel {
             let lt = Some(l);
             // Attention block.
             let x = &s.x;
-            for_rows(&mut s.xn, d, n_tok, |t, row| {
+            for_rows(&self.pool, &mut s.xn, d, n_tok, |t, row| {
                 rms_norm(&x[t * d..(t + 1) * d], &lw.attn_norm, c.rms_eps, row)
             });
             self.trace("attn_norm", lt, &s.xn[..n_tok * d]);
             matmul(
+                &self.pool,
                 &s.xn,
                 n_tok,
                 &mut [
@@ -283,20 +297,22 @@ impl LlamaModel {
             self.trace("q_mm", lt, &s.q[..n_tok * nq]);
             self.trace("k_mm", lt, &s.k[..n_tok * nkv]);
             let rope_c = &s.rope;
-            for_rows(&mut s.q, nq, n_tok, |t, row| {
+            for_rows(&self.pool, &mut s.q, nq, n_tok, |t, row| {
                 if let Some(b) = &lw.bq {
                     add_in_place(row, b);
                 }
                 rope.apply(&rope_c[t * n_rot..(t + 1) * n_rot], row, hd);
             });
-            for_rows(&mut s.k, nkv, n_tok, |t, row| {
+            for_rows(&self.pool, &mut s.k, nkv, n_tok, |t, row| {
                 if let Some(b) = &lw.bk {
                     add_in_place(row, b);
                 }
                 rope.apply(&rope_c[t * n_rot..(t + 1) * n_rot], row, hd);
             });
             if let Some(b) = &lw.bv {
-                for_rows(&mut s.v, nkv, n_tok, |_, row| add_in_place(row, b));
+                for_rows(&self.pool, &mut s.v, nkv, n_tok, |_, row| {
+                    add_in_place(row, b)
+                });
             }
             self.trace("q", lt, &s.q[..n_tok * nq]);
             self.trace("k", lt, &s.k[..n_tok * nkv]);
@@ -315,6 +331,7 @@ impl LlamaModel {
             self.attention(l, &at, kv, &s.attn_scratch, &mut s.attn[..n_tok * nq])?;
             self.trace("attn_out", lt, &s.attn[..n_tok * nq]);
             matmul(
+                &self.pool,
                 &s.attn,
                 n_tok,
                 &mut [MatJob {
@@ -329,11 +346,12 @@ impl LlamaModel {
 
             // Feed-forward block.
             let x = &s.x;
-            for_rows(&mut s.xn, d, n_tok, |t, row| {
+            for_rows(&self.pool, &mut s.xn, d, n_tok, |t, row| {
                 rms_norm(&x[t * d..(t + 1) * d], &lw.ffn_norm, c.rms_eps, row)
             });
             self.trace("ffn_norm", lt, &s.xn[..n_tok * d]);
             matmul(
+                &self.pool,
                 &s.xn,
                 n_tok,
                 &mut [
@@ -351,11 +369,12 @@ impl LlamaModel {
             self.trace("ffn_gate", lt, &s.gate[..n_tok * nf]);
             self.trace("ffn_up", lt, &s.up[..n_tok * nf]);
             let (gate, up) = (&s.gate, &s.up);
-            for_rows(&mut s.xn, nf, n_tok, |t, row| {
+            for_rows(&self.pool, &mut s.xn, nf, n_tok, |t, row| {
                 swiglu(&gate[t * nf..(t + 1) * nf], &up[t * nf..(t + 1) * nf], row)
             });
             self.trace("ffn_act", lt, &s.xn[..n_tok * nf]);
             matmul(
+                &self.pool,
                 &s.xn,
                 n_tok,
                 &mut [MatJob {
@@ -372,12 +391,13 @@ impl LlamaModel {
         // Final norm and LM head, only for the rows asked for.
         if n_rows > 0 {
             let (x, logit_tok) = (&s.x, &s.logit_tok);
-            for_rows(&mut s.out_norm, d, n_rows, |r, row| {
+            for_rows(&self.pool, &mut s.out_norm, d, n_rows, |r, row| {
                 let t = logit_tok[r] as usize;
                 rms_norm(&x[t * d..(t + 1) * d], &self.w.output_norm, c.rms_eps, row)
             });
             self.trace("result_norm", None, &s.out_norm[..n_rows * d]);
             matmul(
+                &self.pool,
                 &s.out_norm,
                 n_rows,
                 &mut [MatJob {
@@ -409,19 +429,33 @@ impl LlamaModel {
             tok_pos,
             q,
         } = *at;
-        let one = |t: usize, out: &mut [f32]| {
-            let i = rayon::current_thread_index().unwrap_or(0) % scratches.len();
+        let one = |t: usize, worker: usize, out: &mut [f32]| {
+            let i = worker % scratches.len();
             let mut sc = scratches[i].lock().unwrap_or_else(|e| e.into_inner());
             let table = seqs[tok_seq[t] as usize].table;
             let qt = &q[t * nq..(t + 1) * nq];
             kv.attend(layer, table, tok_pos[t] as usize, qt, out, &mut sc)
         };
         if n_tok == 1 {
-            one(0, out)
-        } else {
-            out.par_chunks_mut(nq)
-                .enumerate()
-                .try_for_each(|(t, row)| one(t, row))
+            return one(0, 0, out);
+        }
+        // Later tokens attend over more positions: hand them out first so the tail balances.
+        let first_err: Mutex<Option<KvCacheError>> = Mutex::new(None);
+        let base = SendPtr(out.as_mut_ptr());
+        self.pool.run(n_tok, &|task, worker| {
+            let t = n_tok - 1 - task;
+            // SAFETY: row t of `out` (n_tok rows of nq) belongs to this task alone.
+            let row = unsafe { std::slice::from_raw_parts_mut(base.get().add(t * nq), nq) };
+            if let Err(e) = one(t, worker, row) {
+                first_err
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(e);
+            }
+        });
+        match first_err.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 }
