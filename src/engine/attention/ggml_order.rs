@@ -110,11 +110,18 @@ pub(super) fn attend_group(
     }
 }
 
+/// Query heads of one GQA group attended together by the AVX-512 twin (their K/V tiles are
+/// converted from f16 once, and their independent softmax chains interleave).
+#[cfg(target_arch = "x86_64")]
+const HEADS: usize = 4;
+
 /// AVX-512 twin of [`attend_group`] (bit-identical): scores of 16 positions at once (every
 /// f16·f16 product is exact in f32, so only the order of the additions matters, and that order
 /// is reproduced lane-wise over positions), then the sequential online softmax with the f16
-/// accumulator rounded through `vcvtps2ph` after every step. Returns false, touching nothing,
-/// unless `head_dim` is a multiple of 64 and the block size a multiple of 16.
+/// accumulator rounded through `vcvtps2ph` after every step. Up to [`HEADS`] query heads of the
+/// group run side by side; each head's arithmetic is exactly the one-head order. Returns
+/// false, touching nothing, unless `head_dim` is a multiple of 64 (at most 256) and the block
+/// size a multiple of 16.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, FMA and F16C.
@@ -126,7 +133,6 @@ pub(super) unsafe fn attend_group_avx512(
     out: &mut [f32],
     scale: f32,
 ) -> bool {
-    use std::arch::x86_64::*;
     let (d, bs) = (view.head_dim, view.block_size);
     if !d.is_multiple_of(LANES * PARTS)
         || d > 256
@@ -136,6 +142,32 @@ pub(super) unsafe fn attend_group_avx512(
         return false;
     }
     let g = q.len() / d;
+    for j0 in (0..g).step_by(HEADS) {
+        let span = j0 * d..(j0 + HEADS).min(g) * d;
+        // SAFETY: features as required by this function; d and bs checked above.
+        unsafe {
+            match (g - j0).min(HEADS) {
+                1 => heads_avx512::<1>(view, &q[span.clone()], &mut out[span], scale),
+                2 => heads_avx512::<2>(view, &q[span.clone()], &mut out[span], scale),
+                3 => heads_avx512::<3>(view, &q[span.clone()], &mut out[span], scale),
+                _ => heads_avx512::<4>(view, &q[span.clone()], &mut out[span], scale),
+            }
+        }
+    }
+    true
+}
+
+/// `G` query heads of one KV head (see [`attend_group_avx512`]); `q` and `out` hold `G` heads.
+///
+/// # Safety
+/// AVX-512F, FMA and F16C; `head_dim` a multiple of 64 and at most 256, block size a multiple
+/// of 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // indices address registers of several heads
+unsafe fn heads_avx512<const G: usize>(view: &HeadView, q: &[f32], out: &mut [f32], scale: f32) {
+    use std::arch::x86_64::*;
+    let (d, bs) = (view.head_dim, view.block_size);
     let c = d / LANES;
     #[inline(always)]
     fn round16(x: __m512) -> __m512 {
@@ -146,90 +178,93 @@ pub(super) unsafe fn attend_group_avx512(
             >(x))
         }
     }
-    let mut qh = [0f32; 256];
-    let mut acc = [_mm512_setzero_ps(); 16];
-    let mut scores = [0f32; LANES];
-    for j in 0..g {
-        for (h, &x) in qh.iter_mut().zip(&q[j * d..][..d]) {
+    let mut qh = [[0f32; 256]; G];
+    for j in 0..G {
+        for (h, &x) in qh[j].iter_mut().zip(&q[j * d..][..d]) {
             *h = f16::from_f32(x).to_f32();
         }
-        acc[..c].fill(_mm512_setzero_ps());
-        let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
-        for bi in 0..view.n_blocks() {
-            let (k, v, n) = view.block(bi);
-            assert!(k.len() == bs * d && v.len() >= n * d);
-            for t in (0..n).step_by(LANES) {
-                // parts[j][lane]: lane-vectors over 16 positions.
-                let mut parts = [[_mm512_setzero_ps(); LANES]; PARTS];
+    }
+    let mut acc = [[_mm512_setzero_ps(); 16]; G];
+    let (mut m, mut l) = ([f32::NEG_INFINITY; G], [0.0f32; G]);
+    let mut scores = [[0f32; LANES]; G];
+    for bi in 0..view.n_blocks() {
+        let (k, v, n) = view.block(bi);
+        assert!(k.len() == bs * d && v.len() >= n * d);
+        for t in (0..n).step_by(LANES) {
+            // s[j][lane]: head j's lane-`lane` partial sums, vectorized over 16 positions.
+            let mut s = [[_mm512_setzero_ps(); LANES]; G];
+            for lane in 0..LANES {
+                let mut parts = [[_mm512_setzero_ps(); PARTS]; G];
                 for base in (0..d).step_by(LANES * PARTS) {
-                    for (pj, part) in parts.iter_mut().enumerate() {
-                        for (lane, a) in part.iter_mut().enumerate() {
-                            let i = base + pj * LANES + lane;
-                            // SAFETY: i * bs + t + 16 <= (d - 1) * bs + bs = k.len().
-                            let kk = unsafe {
-                                _mm512_cvtph_ps(_mm256_loadu_si256(
-                                    k.as_ptr().add(i * bs + t).cast(),
-                                ))
-                            };
-                            *a = _mm512_fmadd_ps(_mm512_set1_ps(qh[i]), kk, *a);
+                    for pj in 0..PARTS {
+                        let i = base + pj * LANES + lane;
+                        // SAFETY: i * bs + t + 16 <= (d - 1) * bs + bs = k.len().
+                        let kk = unsafe {
+                            _mm512_cvtph_ps(_mm256_loadu_si256(k.as_ptr().add(i * bs + t).cast()))
+                        };
+                        for j in 0..G {
+                            parts[j][pj] =
+                                _mm512_fmadd_ps(_mm512_set1_ps(qh[j][i]), kk, parts[j][pj]);
                         }
                     }
                 }
-                let [p0, p1, p2, p3] = parts;
-                let mut s = [_mm512_setzero_ps(); LANES];
-                for lane in 0..LANES {
-                    s[lane] = _mm512_add_ps(
-                        _mm512_add_ps(p0[lane], p2[lane]),
-                        _mm512_add_ps(p1[lane], p3[lane]),
-                    );
+                for j in 0..G {
+                    let [p0, p1, p2, p3] = parts[j];
+                    s[j][lane] = _mm512_add_ps(_mm512_add_ps(p0, p2), _mm512_add_ps(p1, p3));
                 }
+            }
+            for j in 0..G {
                 let mut w = LANES / 2;
                 while w >= 1 {
                     for lane in 0..w {
-                        s[lane] = _mm512_add_ps(s[lane], s[lane + w]);
+                        s[j][lane] = _mm512_add_ps(s[j][lane], s[j][lane + w]);
                     }
                     w /= 2;
                 }
-                // SAFETY: `scores` holds 16 f32.
-                unsafe { _mm512_storeu_ps(scores.as_mut_ptr(), s[0]) };
-                for (p, &sc) in scores.iter().enumerate().take((n - t).min(LANES)) {
-                    let s = sc * scale;
+                // SAFETY: `scores[j]` holds 16 f32.
+                unsafe { _mm512_storeu_ps(scores[j].as_mut_ptr(), s[j][0]) };
+            }
+            for p in 0..(n - t).min(LANES) {
+                let mut vsv = [_mm512_setzero_ps(); G];
+                for j in 0..G {
+                    let sc = scores[j][p] * scale;
                     let (mut ms, mut vs) = (1.0f32, 1.0f32);
-                    if s > m {
-                        ms = (m - s).exp();
-                        m = s;
+                    if sc > m[j] {
+                        ms = (m[j] - sc).exp();
+                        m[j] = sc;
                         let msv = _mm512_set1_ps(ms);
-                        for a in acc[..c].iter_mut() {
+                        for a in acc[j][..c].iter_mut() {
                             *a = round16(_mm512_mul_ps(*a, msv));
                         }
                     } else {
-                        vs = (s - m).exp();
+                        vs = (sc - m[j]).exp();
                     }
-                    let vsv = _mm512_set1_ps(vs);
-                    let row = (t + p) * d;
-                    for (ci, a) in acc[..c].iter_mut().enumerate() {
-                        // SAFETY: row + ci * 16 + 16 <= (t + p + 1) * d <= n * d <= v.len().
-                        let vv = unsafe {
-                            _mm512_cvtph_ps(_mm256_loadu_si256(
-                                v.as_ptr().add(row + ci * LANES).cast(),
-                            ))
-                        };
-                        *a = round16(_mm512_fmadd_ps(vv, vsv, *a));
+                    vsv[j] = _mm512_set1_ps(vs);
+                    l[j] = l[j].mul_add(ms, vs);
+                }
+                let row = (t + p) * d;
+                for ci in 0..c {
+                    // SAFETY: row + ci * 16 + 16 <= (t + p + 1) * d <= n * d <= v.len().
+                    let vv = unsafe {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(row + ci * LANES).cast()))
+                    };
+                    for j in 0..G {
+                        acc[j][ci] = round16(_mm512_fmadd_ps(vv, vsv[j], acc[j][ci]));
                     }
-                    l = l.mul_add(ms, vs);
                 }
             }
         }
-        let inv = _mm512_set1_ps(if l == 0.0 { 0.0 } else { 1.0 / l });
-        for (ci, a) in acc[..c].iter().enumerate() {
+    }
+    for j in 0..G {
+        let inv = _mm512_set1_ps(if l[j] == 0.0 { 0.0 } else { 1.0 / l[j] });
+        for ci in 0..c {
             // SAFETY: j * d + ci * 16 + 16 <= (j + 1) * d <= out.len().
             unsafe {
                 _mm512_storeu_ps(
                     out.as_mut_ptr().add(j * d + ci * LANES),
-                    _mm512_mul_ps(*a, inv),
+                    _mm512_mul_ps(acc[j][ci], inv),
                 )
             };
         }
     }
-    true
 }
