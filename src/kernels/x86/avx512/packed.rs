@@ -37,7 +37,8 @@ struct ActTables<const N: usize> {
 ///
 /// # Safety
 /// CPU features as enabled; `q` is a 64-byte aligned block of the panel's quants.
-#[inline(always)]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn weights<const T: u8>(q: *const u8, i: usize) -> __m512i {
     // SAFETY: chunk `i` (Q8_0) or `i % 4` (Q4) lies inside the aligned block (caller contract).
     unsafe {
@@ -55,7 +56,8 @@ unsafe fn weights<const T: u8>(q: *const u8, i: usize) -> __m512i {
 ///
 /// # Safety
 /// CPU features as enabled; 32 readable bytes at `p`, 32-byte aligned.
-#[inline(always)]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn f16x16(p: *const u8) -> __m512 {
     // SAFETY: caller contract.
     _mm512_cvtph_ps(unsafe { _mm256_load_si256(p as *const __m256i) })
@@ -65,12 +67,14 @@ unsafe fn f16x16(p: *const u8) -> __m512 {
 ///
 /// # Safety
 /// 4 readable bytes at `q + 4i`.
-#[inline(always)]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn act(q: *const u8, i: usize) -> __m512i {
     // SAFETY: caller contract.
     _mm512_set1_epi32(unsafe { (q.add(4 * i) as *const i32).read_unaligned() })
 }
 
+#[inline(always)]
 fn mask(valid: usize) -> __mmask16 {
     if valid >= PANEL {
         0xFFFF
