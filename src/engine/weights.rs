@@ -1,5 +1,6 @@
 //! Typed views of a model's weights, borrowed from the GGUF memory map (never copied, except
-//! the small f32 norm vectors and biases).
+//! the small f32 norm vectors and biases, and the matrices the ISA multiplies faster in a
+//! repacked panel layout: those get one packed copy at load, see [`Weight::packed`]).
 
 use std::sync::Arc;
 
@@ -95,8 +96,9 @@ impl Weight {
 
     /// `out[t * os + (r - r0)] = dot(row r, activation row t)` for `r` in `r0..r1`, `t < n_tok`;
     /// `a` holds `n_tok` rows of `act_row_bytes` in `vec_dot_type`. `r0` must be a multiple of
-    /// [`ROW_ALIGN`] (matmul splits rows that way). Each output is bit-identical to the
-    /// kernel's `vec_dot` of that row and token, whatever `r0..r1` and `n_tok` are.
+    /// [`ROW_ALIGN`] (matmul splits rows that way; a packed copy is addressed by panel). Each
+    /// output is bit-identical to the kernel's `vec_dot` of that row and token, whatever
+    /// `r0..r1` and `n_tok` are; the packed GEMM equals the plain `gemm` bit for bit.
     pub fn gemm_rows(
         &self,
         r0: usize,

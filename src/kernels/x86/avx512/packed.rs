@@ -169,15 +169,24 @@ unsafe fn tile_q0<const T: u8, const TT: usize, const N: usize>(
             let ti = tab0 + t * nb + b;
             let qa = a.wrapping_add(t * ar + b * 34 + 2);
             let mut s0 = _mm512_set1_epi32(tab.start[ti]);
-            // Two chains halve the vpdpbusd latency path (matters at few tokens).
-            let mut s1 = _mm512_setzero_si512();
-            for i in (0..8).step_by(2) {
-                // SAFETY: dwords i and i + 1 of token t's block b quants.
-                let (x0, x1) = unsafe { (act(qa, i), act(qa, i + 1)) };
-                s0 = _mm512_dpbusd_epi32(s0, w[i], x0);
-                s1 = _mm512_dpbusd_epi32(s1, w[i + 1], x1);
-            }
-            let sum = _mm512_add_epi32(s0, s1);
+            let sum = if TT < 8 {
+                // Two chains halve the vpdpbusd latency path (matters at few tokens).
+                let mut s1 = _mm512_setzero_si512();
+                for i in (0..8).step_by(2) {
+                    // SAFETY: dwords i and i + 1 of token t's block b quants.
+                    let (x0, x1) = unsafe { (act(qa, i), act(qa, i + 1)) };
+                    s0 = _mm512_dpbusd_epi32(s0, w[i], x0);
+                    s1 = _mm512_dpbusd_epi32(s1, w[i + 1], x1);
+                }
+                _mm512_add_epi32(s0, s1)
+            } else {
+                // Enough tokens to hide the latency: one chain saves the add.
+                for i in 0..8 {
+                    // SAFETY: dword i of token t's block b quants.
+                    s0 = _mm512_dpbusd_epi32(s0, w[i], unsafe { act(qa, i) });
+                }
+                s0
+            };
             let scale = _mm512_mul_ps(dw, _mm512_set1_ps(tab.d[ti]));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[t]);
         }
