@@ -74,6 +74,21 @@ unsafe fn act(q: *const u8, i: usize) -> __m512i {
     _mm512_set1_epi32(unsafe { (q.add(4 * i) as *const i32).read_unaligned() })
 }
 
+/// Prefetches the quants of the block `PF_BLOCKS` ahead of `q` (and so, past a panel's last
+/// block, the next panel's first ones). Prefetches never fault, so no bounds are needed.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn prefetch_ahead(q: *const u8, quant_bytes: usize) {
+    let p = q.wrapping_add(PF_BLOCKS * quant_bytes);
+    for c in (0..quant_bytes).step_by(64) {
+        // A prefetch is only a hint: it never faults, whatever the address.
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8);
+    }
+}
+
+/// How far ahead (in blocks) decode-sized tiles prefetch the weight stream.
+const PF_BLOCKS: usize = 8;
+
 #[inline(always)]
 fn mask(valid: usize) -> __mmask16 {
     if valid >= PANEL {
@@ -104,6 +119,9 @@ unsafe fn tile_q4_1<const TT: usize>(
     let mut summs = [_mm512_setzero_ps(); TT];
     for b in 0..l.nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
+        if TT == 1 {
+            prefetch_ahead(q, l.quant_bytes);
+        }
         let sc = panel.wrapping_add(l.scales_at(b));
         // SAFETY: block b's scales (d then m) lie in the panel, 32-byte aligned.
         let (dw, mw) = unsafe { (f16x16(sc), f16x16(sc.add(32))) };
@@ -161,6 +179,9 @@ unsafe fn tile_q0<const T: u8, const TT: usize, const N: usize>(
     let mut acc = [_mm512_setzero_ps(); TT];
     for b in 0..nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
+        if TT <= 2 {
+            prefetch_ahead(q, l.quant_bytes);
+        }
         // SAFETY: q is block b's aligned quants (4 or 8 chunks inside the panel).
         let w: [__m512i; 8] = std::array::from_fn(|i| unsafe { weights::<T>(q, i) });
         // SAFETY: block b's d lies in the panel, 32-byte aligned.
