@@ -1,6 +1,8 @@
 //! Kernel throughput per dtype and ISA: vec_dot (k = 576) and gemm at the SmolLM2 FFN shape
 //! (n_rows = 1536, k = 576) for n_tok = 1, 4, 16, 64; K-quants (256-value blocks) use k = 768. Throughput is in multiply-adds
 //! ("elements" = n_rows * k * n_tok); weights/s = elements / n_tok.
+//! Where an ISA has a panel GEMM (weights repacked at load), `gemm_packed/<isa>` measures it at
+//! n_tok = 1, 16, 64 on the same data.
 //! `KILN_BENCH_ISA=avx512` restricts to one ISA; `KILN_BENCH_TYPES=Q4_1,Q8_0` to some types.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -79,6 +81,25 @@ fn bench(c: &mut Criterion) {
                         (k.gemm)(
                             kl,
                             black_box(&w),
+                            N_ROWS,
+                            black_box(&a[..n_tok * ar]),
+                            n_tok,
+                            &mut out,
+                            N_ROWS,
+                        )
+                    })
+                });
+            }
+            let Some(pk) = k.packed else { continue };
+            let p = kiln::kernels::packed::pack(dt, kl, &w, N_ROWS).expect("packable");
+            for n_tok in [1usize, 16, 64] {
+                let mut out = vec![0f32; n_tok * N_ROWS];
+                g.throughput(Throughput::Elements((N_ROWS * kl * n_tok) as u64));
+                g.bench_function(BenchmarkId::new(format!("gemm_packed/{isa}"), n_tok), |b| {
+                    b.iter(|| {
+                        (pk.gemm)(
+                            kl,
+                            black_box(p.bytes()),
                             N_ROWS,
                             black_box(&a[..n_tok * ar]),
                             n_tok,

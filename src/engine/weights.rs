@@ -1,9 +1,13 @@
 //! Typed views of a model's weights, borrowed from the GGUF memory map (never copied, except
-//! the small f32 norm vectors and biases).
+//! the small f32 norm vectors and biases, and the matrices the ISA multiplies faster in a
+//! repacked panel layout: those get one packed copy at load, see [`Weight::packed`]).
+
+use std::sync::Arc;
 
 use crate::engine::error::EngineError;
 use crate::engine::gguf::TensorData;
-use crate::kernels::table::{kernels, FromF32Fn, TypeKernels};
+use crate::kernels::packed::{pack, PackedWeights};
+use crate::kernels::table::{kernels, FromF32Fn, PackedKernels, TypeKernels};
 use crate::kernels::DType;
 
 /// Row ranges handed to [`Weight::gemm_rows`] start at multiples of this.
@@ -26,6 +30,10 @@ pub struct Weight {
     pub row_bytes: usize,
     /// Bytes of one activation row of `k` values in `vec_dot_type`.
     pub act_row_bytes: usize,
+    /// The rows repacked into panels at load when the ISA has a panel GEMM for `dtype`
+    /// (shared by clones: a tied LM head reuses the embedding's copy). `gemm_rows` uses it;
+    /// `rows`/`row_to_f32` keep reading the mmap.
+    pub packed: Option<(PackedKernels, Arc<PackedWeights>)>,
 }
 
 impl Weight {
@@ -62,7 +70,13 @@ impl Weight {
         let act_row_bytes = vec_dot_type
             .bytes_for(k as u64)
             .ok_or_else(|| unsupported("row length"))? as usize;
+        let packed = kern.packed.and_then(|pk| {
+            let bytes = data.bytes();
+            let p = pack(dtype, k, bytes, n_out)?;
+            Some((pk, Arc::new(p)))
+        });
         Ok(Weight {
+            packed,
             dtype,
             kern,
             quantize_act,
@@ -82,8 +96,9 @@ impl Weight {
 
     /// `out[t * os + (r - r0)] = dot(row r, activation row t)` for `r` in `r0..r1`, `t < n_tok`;
     /// `a` holds `n_tok` rows of `act_row_bytes` in `vec_dot_type`. `r0` must be a multiple of
-    /// [`ROW_ALIGN`] (matmul splits rows that way). Each output is bit-identical to the
-    /// kernel's `vec_dot` of that row and token, whatever `r0..r1` and `n_tok` are.
+    /// [`ROW_ALIGN`] (matmul splits rows that way; a packed copy is addressed by panel). Each
+    /// output is bit-identical to the kernel's `vec_dot` of that row and token, whatever
+    /// `r0..r1` and `n_tok` are; the packed GEMM equals the plain `gemm` bit for bit.
     pub fn gemm_rows(
         &self,
         r0: usize,
@@ -94,6 +109,10 @@ impl Weight {
         os: usize,
     ) {
         debug_assert!(r0.is_multiple_of(ROW_ALIGN) && r0 <= r1 && r1 <= self.n_out);
+        if let Some((pk, p)) = &self.packed {
+            (pk.gemm)(self.k, p.from_row(r0), r1 - r0, a, n_tok, out, os);
+            return;
+        }
         (self.kern.gemm)(self.k, self.rows(r0, r1), r1 - r0, a, n_tok, out, os);
     }
 

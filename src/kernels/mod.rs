@@ -7,6 +7,7 @@ pub mod blocks;
 pub mod dtype;
 pub mod isa;
 mod legacy_kind;
+pub mod packed;
 pub mod scalar;
 pub mod shape;
 pub mod table;

@@ -27,6 +27,26 @@ pub type GemmFn = fn(
     out_stride: usize,
 );
 
+/// `out[t * out_stride + r] = dot(row r, activation row t)` over weights repacked into panels
+/// ([`super::packed`]): `packed` starts at a panel (64-byte aligned) and holds the panels of
+/// rows `0..n_rows`; otherwise the [`GemmFn`] contract.
+pub type PackedGemmFn = fn(
+    k: usize,
+    packed: &[u8],
+    n_rows: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+    out_stride: usize,
+);
+
+/// The panel-layout GEMM of an ISA that has one for a dtype. Its results are bit-identical to
+/// the same row's [`TypeKernels::gemm`] on that ISA, so using it is invisible in the output.
+#[derive(Clone, Copy, Debug)]
+pub struct PackedKernels {
+    pub gemm: PackedGemmFn,
+}
+
 /// Everything kiln can do with one weight dtype on one instruction set.
 ///
 /// All slices are bytes in the GGUF row layout. Lengths are checked with `assert!`
@@ -50,6 +70,9 @@ pub struct TypeKernels {
     /// `vec_dot_type` row-bytes apart. Register-tiled where the ISA allows (each weight
     /// block is loaded once per tile of tokens). Only the listed `out` cells are written.
     pub gemm: GemmFn,
+    /// A GEMM over weights repacked at load ([`super::packed::pack`]), where this ISA has one
+    /// (AVX-512 VNNI: Q4_0, Q4_1, Q8_0); `None` means multiply the GGUF rows with `gemm`.
+    pub packed: Option<PackedKernels>,
 }
 
 /// A dtype kiln has no kernels for (on any ISA).
@@ -133,6 +156,7 @@ const fn row(
         from_f32,
         vec_dot,
         gemm,
+        packed: None,
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod float;
 pub mod kquants;
 pub mod legacy;
+pub mod packed;
 
 use super::shape::check_gemm;
 use super::DType;

@@ -4,5 +4,6 @@
 
 mod accuracy;
 mod kquants;
+mod packed;
 mod simd;
 mod util;

@@ -3,9 +3,10 @@
 pub mod kquants;
 mod lanes;
 pub mod legacy;
+mod packed;
 mod q4_1_ggml;
 
-use crate::kernels::table::Table;
+use crate::kernels::table::{PackedKernels, Table};
 use crate::kernels::DType;
 
 macro_rules! install_fns {
@@ -46,6 +47,20 @@ pub unsafe fn install(t: &mut Table) {
         Q5_1: vec_dot_q5_1, gemm_q5_1;
         Q8_0: vec_dot_q8_0, gemm_q8_0;
     }
+    macro_rules! install_packed {
+        ($($dt:ident),*) => {$(
+            {
+                fn gp(k: usize, p: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
+                    // SAFETY: only installed by `install`, whose caller verified the CPU features.
+                    unsafe { packed::gemm_packed::<{ crate::kernels::legacy_kind::$dt }>(k, p, n_rows, a, n_tok, out, os) }
+                }
+                if let Some(row) = t[DType::$dt as usize].as_mut() {
+                    row.packed = Some(PackedKernels { gemm: gp });
+                }
+            }
+        )*};
+    }
+    install_packed!(Q4_0, Q4_1, Q8_0);
     fn q8_0(x: &[f32], y: &mut [u8]) {
         // SAFETY: only installed by `install`, whose caller verified the CPU features.
         unsafe { legacy::quantize_q8_0(x, y) }

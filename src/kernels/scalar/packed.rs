@@ -1,0 +1,115 @@
+//! Scalar twins of the panel GEMMs (`x86/avx512/packed.rs`): the same arithmetic, in the same
+//! order, read from the packed bytes ([`crate::kernels::packed`]). The SIMD versions must match
+//! these bit for bit, and these match the GGUF-layout kernels they replace:
+//!
+//! * Q4_1 x Q8_1 in llama.cpp's order (`x86/avx512/q4_1_ggml.rs`): eight partial sums per
+//!   output (lane `i` = values `4i..4i+4` of each block), `acc_i = fma(d_w * d_a, f32(sum_i),
+//!   acc_i)` block after block, `summs = fma(m_w, s_a, summs)`, then
+//!   `((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)) + summs`.
+//! * Q4_0 / Q8_0 x Q8_0 as the row-lanes GEMM (`x86/avx512/lanes.rs`): the exact integer block
+//!   sum `-offset * sum(a) + sum(u * a)` (u the unsigned weight), then
+//!   `acc = fma(f32(sum), d_w * d_a, acc)`.
+
+use crate::kernels::blocks::f16_to_f32_at;
+use crate::kernels::packed::{PanelLayout, PANEL};
+use crate::kernels::DType;
+
+/// Unsigned weight `v` (0..32) of row `r` in block `b` of a panel, and its dword index in
+/// ggml's Q4_1 order (`v / 4`).
+fn weight(l: &PanelLayout, panel: &[u8], b: usize, r: usize, v: usize) -> i32 {
+    let q = &panel[b * l.quant_bytes..];
+    if l.dtype == DType::Q8_0 {
+        q[(v / 4) * 64 + 4 * r + v % 4] as i32
+    } else {
+        let (j, hi) = ((v % 16) / 4, v >= 16);
+        let byte = q[j * 64 + 4 * r + v % 4];
+        (if hi { byte >> 4 } else { byte & 0xF }) as i32
+    }
+}
+
+/// One output: row `r` of `panel` times the activation row `a` (Q8_0 or Q8_1 blocks).
+fn dot(l: &PanelLayout, panel: &[u8], r: usize, a: &[u8]) -> f32 {
+    let ab = if l.dtype == DType::Q4_1 { 36 } else { 34 };
+    let qa = if l.dtype == DType::Q4_1 { 4 } else { 2 };
+    if l.dtype == DType::Q4_1 {
+        let mut acc = [0f32; 8];
+        let mut summs = 0f32;
+        for b in 0..l.nb {
+            let blk = &a[b * ab..(b + 1) * ab];
+            let s = l.scales_at(b);
+            let (dw, mw) = (
+                f16_to_f32_at(panel, s + 2 * r),
+                f16_to_f32_at(panel, s + 32 + 2 * r),
+            );
+            let (da, sa) = (f16_to_f32_at(blk, 0), f16_to_f32_at(blk, 2));
+            let scale = dw * da;
+            for (i, acc_i) in acc.iter_mut().enumerate() {
+                let p: i32 = (4 * i..4 * i + 4)
+                    .map(|v| weight(l, panel, b, r, v) * blk[qa + v] as i8 as i32)
+                    .sum();
+                *acc_i = scale.mul_add(p as f32, *acc_i);
+            }
+            summs = mw.mul_add(sa, summs);
+        }
+        let s: [f32; 4] = std::array::from_fn(|j| acc[4 + j] + acc[j]);
+        ((s[0] + s[2]) + (s[1] + s[3])) + summs
+    } else {
+        let offset = if l.dtype == DType::Q8_0 { 128 } else { 8 };
+        let mut acc = 0f32;
+        for b in 0..l.nb {
+            let blk = &a[b * ab..(b + 1) * ab];
+            let q = |v: usize| blk[qa + v] as i8 as i32;
+            let sum_a: i32 = (0..QK).map(q).sum();
+            let sum: i32 = -offset * sum_a
+                + (0..QK)
+                    .map(|v| weight(l, panel, b, r, v) * q(v))
+                    .sum::<i32>();
+            let dw = f16_to_f32_at(panel, l.scales_at(b) + 2 * r);
+            acc = (sum as f32).mul_add(dw * f16_to_f32_at(blk, 0), acc);
+        }
+        acc
+    }
+}
+
+const QK: usize = 32;
+
+/// Panel GEMM, scalar: `out[t * out_stride + r] = dot(row r, activation row t)` for
+/// `r < n_rows`, `t < n_tok`; `packed` holds the panels of rows `0..n_rows` (64-byte aligned)
+/// of `dtype` (Q4_0, Q4_1 or Q8_0), `a` activation rows in the dtype's `vec_dot_type`.
+/// Panics on lengths that don't fit (a caller bug) or a dtype without a panel layout.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_packed(
+    dtype: DType,
+    k: usize,
+    packed: &[u8],
+    n_rows: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let l = PanelLayout::new(dtype, k).expect("dtype with a panel layout");
+    let ar = l.check_gemm(packed, n_rows, a.len(), n_tok, out.len(), out_stride);
+    for t in 0..n_tok {
+        let at = &a[t * ar..(t + 1) * ar];
+        for r in 0..n_rows {
+            let panel = &packed[r / PANEL * l.panel_bytes..][..l.panel_bytes];
+            out[t * out_stride + r] = dot(&l, panel, r % PANEL, at);
+        }
+    }
+}
+
+macro_rules! typed {
+    ($($name:ident = $dt:ident;)*) => {$(
+        /// [`gemm_packed`] for one dtype (the kernel table's `PackedGemmFn`).
+        pub fn $name(k: usize, packed: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], out_stride: usize) {
+            gemm_packed(DType::$dt, k, packed, n_rows, a, n_tok, out, out_stride)
+        }
+    )*};
+}
+
+typed! {
+    gemm_packed_q4_0 = Q4_0;
+    gemm_packed_q4_1 = Q4_1;
+    gemm_packed_q8_0 = Q8_0;
+}

@@ -1,0 +1,385 @@
+//! AVX-512 VNNI panel GEMMs over load-time repacked weights ([`crate::kernels::packed`]):
+//! Q4_0, Q4_1 and Q8_0, bit-identical to their scalar twins in `scalar/packed.rs`.
+//!
+//! A panel block is 4 (Q4) or 8 (Q8_0) aligned 64-byte loads whose i32 lane r already holds
+//! 4 weights of row r, so one `vpdpbusd` with a broadcast activation dword does 64
+//! multiply-adds for 16 rows with no shuffles and no horizontal reduction.
+//!
+//! * Q4_1 follows llama.cpp's order (see `q4_1_ggml.rs`): eight accumulators per token
+//!   (accumulator i, lane r = partial sum i of row r), so 2 tokens per register tile.
+//! * Q4_0 / Q8_0 sum each block exactly in i32 (start `-offset * sum(a)`, precomputed per
+//!   token and block into stack tables shared by all panels) and do one convert + fma per
+//!   block, so one panel block serves a tile of up to 16 tokens.
+//!
+//! Prefill loops token tiles inside a panel, so the panel (≤ ~26 KiB) stays in L1.
+
+use std::arch::x86_64::*;
+
+use crate::kernels::legacy_kind::*;
+use crate::kernels::packed::{PanelLayout, PANEL};
+
+/// Per-(token, block) activation table entries (stack: 2 x 16 KiB).
+const SCRATCH: usize = 4096;
+/// Small tables for decode-sized calls (zeroing 32 KiB per call would cost a microsecond).
+const SMALL: usize = 256;
+/// Largest token tile of the Q4_0 / Q8_0 kernel (16 accumulators + 8 weights + temporaries).
+const MAX_TT: usize = 16;
+/// Token tile of the Q4_1 kernel (8 accumulators + 1 minimum sum per token).
+const Q4_1_TT: usize = 2;
+
+/// Activation terms of one token group, `[t * nb + b]`: d_a and `-offset * sum(a)`.
+struct ActTables<const N: usize> {
+    d: [f32; N],
+    start: [i32; N],
+}
+
+/// Weight register `i` (dword i = values 4i..4i+4, unsigned) of the block at `q`.
+///
+/// # Safety
+/// CPU features as enabled; `q` is a 64-byte aligned block of the panel's quants.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn weights<const T: u8>(q: *const u8, i: usize) -> __m512i {
+    // SAFETY: chunk `i` (Q8_0) or `i % 4` (Q4) lies inside the aligned block (caller contract).
+    unsafe {
+        if T == Q8_0 {
+            _mm512_load_si512(q.add(64 * i) as *const __m512i)
+        } else {
+            let x = _mm512_load_si512(q.add(64 * (i % 4)) as *const __m512i);
+            let x = if i >= 4 { _mm512_srli_epi16::<4>(x) } else { x };
+            _mm512_and_si512(x, _mm512_set1_epi8(0x0F))
+        }
+    }
+}
+
+/// 16 f16 at `p` as f32 lanes.
+///
+/// # Safety
+/// CPU features as enabled; 32 readable bytes at `p`, 32-byte aligned.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn f16x16(p: *const u8) -> __m512 {
+    // SAFETY: caller contract.
+    _mm512_cvtph_ps(unsafe { _mm256_load_si256(p as *const __m256i) })
+}
+
+/// Broadcast of the activation dword `i` of the block whose quants start at `q`.
+///
+/// # Safety
+/// 4 readable bytes at `q + 4i`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn act(q: *const u8, i: usize) -> __m512i {
+    // SAFETY: caller contract.
+    _mm512_set1_epi32(unsafe { (q.add(4 * i) as *const i32).read_unaligned() })
+}
+
+/// Prefetches the quants of the block `PF_BLOCKS` ahead of `q` (and so, past a panel's last
+/// block, the next panel's first ones). Prefetches never fault, so no bounds are needed.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn prefetch_ahead(q: *const u8, quant_bytes: usize) {
+    let p = q.wrapping_add(PF_BLOCKS * quant_bytes);
+    for c in (0..quant_bytes).step_by(64) {
+        // A prefetch is only a hint: it never faults, whatever the address.
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8);
+    }
+}
+
+/// How far ahead (in blocks) decode-sized tiles prefetch the weight stream.
+const PF_BLOCKS: usize = 8;
+
+#[inline(always)]
+fn mask(valid: usize) -> __mmask16 {
+    if valid >= PANEL {
+        0xFFFF
+    } else {
+        (1u16 << valid) - 1
+    }
+}
+
+/// Q4_1 x Q8_1, llama.cpp order: one panel x TT tokens over all blocks.
+///
+/// # Safety
+/// CPU features as enabled; `panel` is a whole aligned panel of `l`, `a` holds TT activation
+/// rows `ar` bytes apart, `out` `valid` cells per token row (`os` apart).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)]
+unsafe fn tile_q4_1<const TT: usize>(
+    l: &PanelLayout,
+    panel: *const u8,
+    a: *const u8,
+    ar: usize,
+    out: *mut f32,
+    os: usize,
+    valid: usize,
+) {
+    let mut acc = [[_mm512_setzero_ps(); 8]; TT];
+    let mut summs = [_mm512_setzero_ps(); TT];
+    for b in 0..l.nb {
+        let q = panel.wrapping_add(b * l.quant_bytes);
+        if TT == 1 {
+            prefetch_ahead(q, l.quant_bytes);
+        }
+        let sc = panel.wrapping_add(l.scales_at(b));
+        // SAFETY: block b's scales (d then m) lie in the panel, 32-byte aligned.
+        let (dw, mw) = unsafe { (f16x16(sc), f16x16(sc.add(32))) };
+        let mut scale = [_mm512_setzero_ps(); TT];
+        for t in 0..TT {
+            let blk = a.wrapping_add(t * ar + b * 36);
+            // SAFETY: token t's block b (f16 d, f16 s, 32 quants) is inside `a`.
+            let h = unsafe { (blk as *const i32).read_unaligned() };
+            let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(h));
+            scale[t] = _mm512_mul_ps(dw, _mm512_broadcastss_ps(ds));
+            let sa = _mm512_broadcastss_ps(_mm_movehdup_ps(ds));
+            summs[t] = _mm512_fmadd_ps(mw, sa, summs[t]);
+        }
+        for i in 0..8 {
+            // SAFETY: q is block b's aligned quants.
+            let w = unsafe { weights::<Q4_1>(q, i) };
+            for t in 0..TT {
+                // SAFETY: dword i of token t's block b quants.
+                let x = unsafe { act(a.wrapping_add(t * ar + b * 36 + 4), i) };
+                let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+                acc[t][i] = _mm512_fmadd_ps(scale[t], _mm512_cvtepi32_ps(p), acc[t][i]);
+            }
+        }
+    }
+    for t in 0..TT {
+        let c = &acc[t];
+        let s: [__m512; 4] = std::array::from_fn(|j| _mm512_add_ps(c[4 + j], c[j]));
+        let r = _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3]));
+        let r = _mm512_add_ps(r, summs[t]);
+        // SAFETY: `valid` cells of token row t (caller contract).
+        unsafe { _mm512_mask_storeu_ps(out.add(t * os), mask(valid), r) };
+    }
+}
+
+/// Q4_0 / Q8_0 x Q8_0: one panel x TT tokens over all blocks, activation terms from `tab`
+/// (entries `tab0 + t * nb + b`).
+///
+/// # Safety
+/// As [`tile_q4_1`]; `tab` holds the entries of the TT tokens.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn tile_q0<const T: u8, const TT: usize, const N: usize>(
+    l: &PanelLayout,
+    panel: *const u8,
+    a: *const u8,
+    ar: usize,
+    tab: &ActTables<N>,
+    tab0: usize,
+    out: *mut f32,
+    os: usize,
+    valid: usize,
+) {
+    let nb = l.nb;
+    let mut acc = [_mm512_setzero_ps(); TT];
+    for b in 0..nb {
+        let q = panel.wrapping_add(b * l.quant_bytes);
+        if TT <= 2 {
+            prefetch_ahead(q, l.quant_bytes);
+        }
+        // SAFETY: q is block b's aligned quants (4 or 8 chunks inside the panel).
+        let w: [__m512i; 8] = std::array::from_fn(|i| unsafe { weights::<T>(q, i) });
+        // SAFETY: block b's d lies in the panel, 32-byte aligned.
+        let dw = unsafe { f16x16(panel.wrapping_add(l.scales_at(b))) };
+        for t in 0..TT {
+            let ti = tab0 + t * nb + b;
+            let qa = a.wrapping_add(t * ar + b * 34 + 2);
+            let mut s0 = _mm512_set1_epi32(tab.start[ti]);
+            let sum = if TT < 8 {
+                // Two chains halve the vpdpbusd latency path (matters at few tokens).
+                let mut s1 = _mm512_setzero_si512();
+                for i in (0..8).step_by(2) {
+                    // SAFETY: dwords i and i + 1 of token t's block b quants.
+                    let (x0, x1) = unsafe { (act(qa, i), act(qa, i + 1)) };
+                    s0 = _mm512_dpbusd_epi32(s0, w[i], x0);
+                    s1 = _mm512_dpbusd_epi32(s1, w[i + 1], x1);
+                }
+                _mm512_add_epi32(s0, s1)
+            } else {
+                // Enough tokens to hide the latency: one chain saves the add.
+                for i in 0..8 {
+                    // SAFETY: dword i of token t's block b quants.
+                    s0 = _mm512_dpbusd_epi32(s0, w[i], unsafe { act(qa, i) });
+                }
+                s0
+            };
+            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(tab.d[ti]));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[t]);
+        }
+    }
+    for t in 0..TT {
+        // SAFETY: `valid` cells of token row t (caller contract).
+        unsafe { _mm512_mask_storeu_ps(out.add(t * os), mask(valid), acc[t]) };
+    }
+}
+
+/// Dispatches a Q4_0 / Q8_0 token tile of `tt` (1..=16) tokens to its const instance.
+///
+/// # Safety
+/// As [`tile_q0`] with TT = `tt`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_q0_dyn<const T: u8, const N: usize>(
+    tt: usize,
+    l: &PanelLayout,
+    panel: *const u8,
+    a: *const u8,
+    ar: usize,
+    tab: &ActTables<N>,
+    tab0: usize,
+    out: *mut f32,
+    os: usize,
+    valid: usize,
+) {
+    macro_rules! go {
+        ($($n:literal)*) => {
+            match tt {
+                // SAFETY: this function's contract is tile_q0's with TT = tt.
+                $($n => unsafe { tile_q0::<T, $n, N>(l, panel, a, ar, tab, tab0, out, os, valid) },)*
+                _ => unreachable!("token tile of {tt}"),
+            }
+        };
+    }
+    go!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+}
+
+/// Sum of the 32 signed quants at `q`.
+///
+/// # Safety
+/// CPU features as enabled; 32 readable bytes at `q`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn sum_i8x32(q: *const u8) -> i32 {
+    // SAFETY: caller contract.
+    let v = unsafe { _mm256_loadu_si256(q as *const __m256i) };
+    // (a + 128) as unsigned bytes, summed in 4 u64 lanes by vpsadbw.
+    let s = _mm256_sad_epu8(
+        _mm256_xor_si256(v, _mm256_set1_epi8(-128)),
+        _mm256_setzero_si256(),
+    );
+    let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+    let s = _mm_add_epi64(s, _mm_unpackhi_epi64(s, s));
+    _mm_cvtsi128_si32(s) - 32 * 128
+}
+
+/// Q4_0 / Q8_0 GEMM with `N`-entry activation tables.
+///
+/// # Safety
+/// As [`gemm_packed`], with the lengths checked and `nb <= N`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_q0<const T: u8, const N: usize>(
+    l: &PanelLayout,
+    packed: *const u8,
+    n_rows: usize,
+    a: *const u8,
+    ar: usize,
+    n_tok: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let nb = l.nb;
+    let offset = if T == Q8_0 { 128 } else { 8 };
+    let mut tab = ActTables::<N> {
+        d: [0.0; N],
+        start: [0; N],
+    };
+    let group = N / nb;
+    for g0 in (0..n_tok).step_by(group) {
+        let gn = group.min(n_tok - g0);
+        for t in 0..gn {
+            for b in 0..nb {
+                let blk = a.wrapping_add((g0 + t) * ar + b * 34);
+                // SAFETY: token g0 + t < n_tok, block b < nb: 34 bytes inside `a`.
+                let (h, sum) =
+                    unsafe { ((blk as *const u16).read_unaligned(), sum_i8x32(blk.add(2))) };
+                tab.d[t * nb + b] = half::f16::from_bits(h).to_f32();
+                tab.start[t * nb + b] = -offset * sum;
+            }
+        }
+        for p in 0..PanelLayout::panels(n_rows) {
+            let valid = PANEL.min(n_rows - p * PANEL);
+            let panel = packed.wrapping_add(p * l.panel_bytes);
+            for t0 in (0..gn).step_by(MAX_TT) {
+                let tt = MAX_TT.min(gn - t0);
+                let tok = g0 + t0;
+                // SAFETY: panel p, tokens tok..tok + tt and their output cells are in range
+                // (checked by the caller); the table holds tokens g0..g0 + gn.
+                unsafe {
+                    tile_q0_dyn::<T, N>(
+                        tt,
+                        l,
+                        panel,
+                        a.add(tok * ar),
+                        ar,
+                        &tab,
+                        t0 * nb,
+                        out.add(tok * os + p * PANEL),
+                        os,
+                        valid,
+                    )
+                };
+            }
+        }
+    }
+}
+
+/// Panel GEMM: `out[t * out_stride + r] = dot(row r, activation row t)` for `r < n_rows`,
+/// `t < n_tok`, with `packed` the 64-byte aligned panels of rows `0..n_rows` of kind `T`
+/// (Q4_0, Q4_1 or Q8_0) and `a` rows in its activation dtype. Lengths are checked (panics).
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_packed<const T: u8>(
+    k: usize,
+    packed: &[u8],
+    n_rows: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+    os: usize,
+) {
+    let l = PanelLayout::new(wdt(T), k).expect("dtype with a panel layout");
+    let ar = l.check_gemm(packed, n_rows, a.len(), n_tok, out.len(), os);
+    if n_rows == 0 || n_tok == 0 {
+        return;
+    }
+    let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
+    if T == Q4_1 {
+        for p in 0..PanelLayout::panels(n_rows) {
+            let valid = PANEL.min(n_rows - p * PANEL);
+            let panel = pp.wrapping_add(p * l.panel_bytes);
+            for t0 in (0..n_tok).step_by(Q4_1_TT) {
+                // SAFETY: lengths checked above; panel p and tokens t0.. are in range.
+                unsafe {
+                    let (a, o) = (ap.add(t0 * ar), op.add(t0 * os + p * PANEL));
+                    if n_tok - t0 >= 2 {
+                        tile_q4_1::<2>(&l, panel, a, ar, o, os, valid)
+                    } else {
+                        tile_q4_1::<1>(&l, panel, a, ar, o, os, valid)
+                    }
+                }
+            }
+        }
+        return;
+    }
+    // SAFETY: lengths checked above; `PanelLayout::new` caps nb at SCRATCH.
+    unsafe {
+        if n_tok * l.nb <= SMALL {
+            gemm_q0::<T, SMALL>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+        } else {
+            gemm_q0::<T, SCRATCH>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+        }
+    }
+}
+
+const _: () = assert!(crate::kernels::packed::MAX_K / 32 <= SCRATCH);
