@@ -60,9 +60,9 @@ fn bench(c: &mut Criterion) {
         let kl = if dt.block_elems() == 256 { K_KQUANT } else { K };
         let sk = kernels_for(dt, Isa::Scalar).expect("kernels");
         let w = quant(dt, &data(N_ROWS * kl, 1));
-        let a = quant(sk.vec_dot_type, &data(64 * kl, 7));
+        let a = quant(sk.vec_dot_type, &data(512 * kl, 7));
         let wr = w.len() / N_ROWS;
-        let ar = a.len() / 64;
+        let ar = a.len() / 512;
         let mut g = c.benchmark_group(format!("{dt}"));
         g.warm_up_time(Duration::from_millis(300))
             .measurement_time(Duration::from_millis(1200))
@@ -92,7 +92,7 @@ fn bench(c: &mut Criterion) {
             }
             let Some(pk) = k.packed else { continue };
             let p = kiln::kernels::packed::pack(dt, kl, &w, N_ROWS).expect("packable");
-            for n_tok in [1usize, 16, 64] {
+            for n_tok in [1usize, 16, 64, 512] {
                 let mut out = vec![0f32; n_tok * N_ROWS];
                 g.throughput(Throughput::Elements((N_ROWS * kl * n_tok) as u64));
                 g.bench_function(BenchmarkId::new(format!("gemm_packed/{isa}"), n_tok), |b| {

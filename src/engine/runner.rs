@@ -52,10 +52,13 @@ impl<'m> Runner<'m> {
         mut on_logits: impl FnMut(usize, &[f32]),
     ) -> Result<(), EngineError> {
         table.reserve(start_pos + tokens.len())?;
-        let chunk = chunk
-            .min(self.scratch.limits().max_tokens)
-            .min(self.scratch.limits().max_logit_rows.max(1))
-            .max(1);
+        let limits = self.scratch.limits();
+        // Every position of a chunk needs a logits row only when all are wanted.
+        let rows_cap = match want {
+            LogitsWanted::All => limits.max_logit_rows.max(1),
+            _ => usize::MAX,
+        };
+        let chunk = chunk.min(limits.max_tokens).min(rows_cap).max(1);
         let mut pos = start_pos;
         for part in tokens.chunks(chunk) {
             let is_last = pos + part.len() == start_pos + tokens.len();

@@ -24,6 +24,8 @@ const SCRATCH: usize = 4096;
 const SMALL: usize = 256;
 /// Largest token tile of the Q4_0 / Q8_0 kernel (16 accumulators + 8 weights + temporaries).
 const MAX_TT: usize = 16;
+/// Tokens whose activations stay in L1 while a call's panels stream past (prefill).
+const TOKEN_GROUP: usize = 64;
 /// Token tile of the Q4_1 kernel (8 accumulators + 1 minimum sum per token).
 const Q4_1_TT: usize = 2;
 
@@ -291,7 +293,7 @@ unsafe fn gemm_q0<const T: u8, const N: usize>(
         d: [0.0; N],
         start: [0; N],
     };
-    let group = N / nb;
+    let group = (N / nb).min(TOKEN_GROUP);
     for g0 in (0..n_tok).step_by(group) {
         let gn = group.min(n_tok - g0);
         for t in 0..gn {
@@ -355,17 +357,21 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
     }
     let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
     if T == Q4_1 {
-        for p in 0..PanelLayout::panels(n_rows) {
-            let valid = PANEL.min(n_rows - p * PANEL);
-            let panel = pp.wrapping_add(p * l.panel_bytes);
-            for t0 in (0..n_tok).step_by(Q4_1_TT) {
-                // SAFETY: lengths checked above; panel p and tokens t0.. are in range.
-                unsafe {
-                    let (a, o) = (ap.add(t0 * ar), op.add(t0 * os + p * PANEL));
-                    if n_tok - t0 >= 2 {
-                        tile_q4_1::<2>(&l, panel, a, ar, o, os, valid)
-                    } else {
-                        tile_q4_1::<1>(&l, panel, a, ar, o, os, valid)
+        // Token groups keep their activations in L1 while every panel streams past.
+        for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
+            let g1 = (g0 + TOKEN_GROUP).min(n_tok);
+            for p in 0..PanelLayout::panels(n_rows) {
+                let valid = PANEL.min(n_rows - p * PANEL);
+                let panel = pp.wrapping_add(p * l.panel_bytes);
+                for t0 in (g0..g1).step_by(Q4_1_TT) {
+                    // SAFETY: lengths checked above; panel p and tokens t0.. are in range.
+                    unsafe {
+                        let (a, o) = (ap.add(t0 * ar), op.add(t0 * os + p * PANEL));
+                        if g1 - t0 >= 2 {
+                            tile_q4_1::<2>(&l, panel, a, ar, o, os, valid)
+                        } else {
+                            tile_q4_1::<1>(&l, panel, a, ar, o, os, valid)
+                        }
                     }
                 }
             }
