@@ -73,6 +73,9 @@ impl Weight {
         let packed = kern.packed.and_then(|pk| {
             let bytes = data.bytes();
             let p = pack(dtype, k, bytes, n_out)?;
+            // The packed copy serves every matmul; the file's pages are read again only for
+            // embedding rows, so they need not stay resident.
+            data.release_pages();
             Some((pk, Arc::new(p)))
         });
         Ok(Weight {

@@ -34,6 +34,26 @@ impl Backing {
         }
     }
 
+    /// Lets the OS drop the resident pages of `range` of a mapped file (a no-op for owned
+    /// bytes): later reads fault the same file bytes back in. Best effort.
+    fn release(&self, range: Range<usize>) {
+        #[cfg(unix)]
+        if let Backing::Mmap(m) = self {
+            // SAFETY: `Mmap` is a read-only private map that kiln never writes, so discarding
+            // its pages loses nothing: a later read re-faults the file's bytes unchanged, and
+            // no reference can observe a difference. The range lies inside the map.
+            let _ = unsafe {
+                m.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    range.start,
+                    range.len(),
+                )
+            };
+        }
+        #[cfg(not(unix))]
+        let _ = range;
+    }
+
     pub fn bytes(&self) -> &[u8] {
         match self {
             Backing::Mmap(m) => m,
@@ -127,6 +147,13 @@ impl TensorData {
 
     pub fn bytes(&self) -> &[u8] {
         &self.backing.bytes()[self.range.clone()]
+    }
+
+    /// Tells the OS this tensor's mapped pages are not needed for now (after a load-time
+    /// copy, e.g. repacked weights), so they stop counting as resident memory. The bytes stay
+    /// readable through [`TensorData::bytes`]; pages come back on access.
+    pub fn release_pages(&self) {
+        self.backing.release(self.range.clone());
     }
 
     /// The data as `f32` values when the dtype is F32 and the bytes are 4-byte aligned
