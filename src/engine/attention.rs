@@ -15,6 +15,8 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod expf;
 mod ggml_order;
 
 use crate::engine::kv_cache::{KvCache, KvCacheConfig, KvCacheError};

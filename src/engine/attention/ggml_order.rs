@@ -224,21 +224,42 @@ unsafe fn heads_avx512<const G: usize>(view: &HeadView, q: &[f32], out: &mut [f3
                 // SAFETY: `scores[j]` holds 16 f32.
                 unsafe { _mm512_storeu_ps(scores[j].as_mut_ptr(), s[j][0]) };
             }
-            for p in 0..(n - t).min(LANES) {
+            // The running max and each position's exp argument are a cheap serial scan; the
+            // exps of the 16 positions then run as one vector (bit-identical to expf).
+            let nv = (n - t).min(LANES);
+            let mut grew = [0u16; G];
+            let mut e = [[0f32; LANES]; G];
+            for j in 0..G {
+                let mut arg = [0f32; LANES];
+                for p in 0..nv {
+                    let sc = scores[j][p] * scale;
+                    if sc > m[j] {
+                        arg[p] = m[j] - sc;
+                        m[j] = sc;
+                        grew[j] |= 1 << p;
+                    } else {
+                        arg[p] = sc - m[j];
+                    }
+                }
+                // SAFETY: AVX-512F (this function's contract); the arguments are <= 0 or NaN.
+                unsafe {
+                    let v = super::expf::expf16_nonpositive(_mm512_loadu_ps(arg.as_ptr()));
+                    _mm512_storeu_ps(e[j].as_mut_ptr(), v);
+                }
+            }
+            for p in 0..nv {
                 let mut vsv = [_mm512_setzero_ps(); G];
                 for j in 0..G {
-                    let sc = scores[j][p] * scale;
-                    let (mut ms, mut vs) = (1.0f32, 1.0f32);
-                    if sc > m[j] {
-                        ms = (m[j] - sc).exp();
-                        m[j] = sc;
+                    let (ms, vs) = if grew[j] & (1 << p) != 0 {
+                        let ms = e[j][p];
                         let msv = _mm512_set1_ps(ms);
                         for a in acc[j][..c].iter_mut() {
                             *a = round16(_mm512_mul_ps(*a, msv));
                         }
+                        (ms, 1.0f32)
                     } else {
-                        vs = (sc - m[j]).exp();
-                    }
+                        (1.0f32, e[j][p])
+                    };
                     vsv[j] = _mm512_set1_ps(vs);
                     l[j] = l[j].mul_add(ms, vs);
                 }
