@@ -152,7 +152,7 @@ mod tests {
             -1e30,
             f32::MIN,
         ]);
-        while xs.len() % 16 != 0 {
+        while !xs.len().is_multiple_of(16) {
             xs.push(-1.0);
         }
         check(&xs);
