@@ -55,7 +55,7 @@ pub struct Scratch {
     pub(crate) out_norm: Vec<f32>,
     pub(crate) logits: Vec<f32>, // [R][n_vocab]
     pub(crate) mm: MatmulScratch,
-    /// One per pool thread (indexed by the rayon thread index); locks are uncontended.
+    /// One per pool thread (indexed by the worker index `Pool::run` passes); locks are uncontended.
     pub(crate) attn_scratch: Vec<Mutex<AttnScratch>>,
 }
 

@@ -146,12 +146,22 @@ pub(super) unsafe fn attend_group_avx512(
         let span = j0 * d..(j0 + HEADS).min(g) * d;
         // SAFETY: features as required by this function; d and bs checked above.
         unsafe {
-            match (g - j0).min(HEADS) {
-                1 => heads_avx512::<1>(view, &q[span.clone()], &mut out[span], scale),
-                2 => heads_avx512::<2>(view, &q[span.clone()], &mut out[span], scale),
-                3 => heads_avx512::<3>(view, &q[span.clone()], &mut out[span], scale),
-                _ => heads_avx512::<4>(view, &q[span.clone()], &mut out[span], scale),
+            let (qs, os) = (&q[span.clone()], &mut out[span]);
+            // Const head counts and accumulator widths keep the accumulators in registers.
+            macro_rules! go {
+                ($($g:literal)*) => {
+                    match ((g - j0).min(HEADS), d / LANES) {
+                        $(
+                            ($g, 4) => heads_avx512::<$g, 4>(view, qs, os, scale),
+                            ($g, 8) => heads_avx512::<$g, 8>(view, qs, os, scale),
+                            ($g, 12) => heads_avx512::<$g, 12>(view, qs, os, scale),
+                            ($g, _) => heads_avx512::<$g, 16>(view, qs, os, scale),
+                        )*
+                        _ => unreachable!("at most {HEADS} heads per pass"),
+                    }
+                };
             }
+            go!(1 2 3 4)
         }
     }
     true
@@ -165,10 +175,15 @@ pub(super) unsafe fn attend_group_avx512(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // indices address registers of several heads
-unsafe fn heads_avx512<const G: usize>(view: &HeadView, q: &[f32], out: &mut [f32], scale: f32) {
+unsafe fn heads_avx512<const G: usize, const C: usize>(
+    view: &HeadView,
+    q: &[f32],
+    out: &mut [f32],
+    scale: f32,
+) {
     use std::arch::x86_64::*;
     let (d, bs) = (view.head_dim, view.block_size);
-    let c = d / LANES;
+    debug_assert_eq!(d, C * LANES);
     #[inline(always)]
     fn round16(x: __m512) -> __m512 {
         // SAFETY: callers run with AVX-512F enabled.
@@ -184,7 +199,7 @@ unsafe fn heads_avx512<const G: usize>(view: &HeadView, q: &[f32], out: &mut [f3
             *h = f16::from_f32(x).to_f32();
         }
     }
-    let mut acc = [[_mm512_setzero_ps(); 16]; G];
+    let mut acc = [[_mm512_setzero_ps(); C]; G];
     let (mut m, mut l) = ([f32::NEG_INFINITY; G], [0.0f32; G]);
     let mut scores = [[0f32; LANES]; G];
     for bi in 0..view.n_blocks() {
@@ -253,7 +268,7 @@ unsafe fn heads_avx512<const G: usize>(view: &HeadView, q: &[f32], out: &mut [f3
                     let (ms, vs) = if grew[j] & (1 << p) != 0 {
                         let ms = e[j][p];
                         let msv = _mm512_set1_ps(ms);
-                        for a in acc[j][..c].iter_mut() {
+                        for a in acc[j].iter_mut() {
                             *a = round16(_mm512_mul_ps(*a, msv));
                         }
                         (ms, 1.0f32)
@@ -264,7 +279,7 @@ unsafe fn heads_avx512<const G: usize>(view: &HeadView, q: &[f32], out: &mut [f3
                     l[j] = l[j].mul_add(ms, vs);
                 }
                 let row = (t + p) * d;
-                for ci in 0..c {
+                for ci in 0..C {
                     // SAFETY: row + ci * 16 + 16 <= (t + p + 1) * d <= n * d <= v.len().
                     let vv = unsafe {
                         _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(row + ci * LANES).cast()))
@@ -278,7 +293,7 @@ unsafe fn heads_avx512<const G: usize>(view: &HeadView, q: &[f32], out: &mut [f3
     }
     for j in 0..G {
         let inv = _mm512_set1_ps(if l[j] == 0.0 { 0.0 } else { 1.0 / l[j] });
-        for ci in 0..c {
+        for ci in 0..C {
             // SAFETY: j * d + ci * 16 + 16 <= (j + 1) * d <= out.len().
             unsafe {
                 _mm512_storeu_ps(

@@ -2,7 +2,7 @@
 //!
 //! Why `Arc<Mutex<FreeList>>`: a [`BlockTable`] must give its blocks back in `Drop` without a
 //! borrow of the cache (a sequence outlives any one engine step), and it must be `Send + Sync`
-//! (the scheduler moves sequences between threads; rayon workers read tables while attending).
+//! (the scheduler moves sequences between threads; pool workers read tables while attending).
 //! The lock is taken once per `block_size` positions (in [`BlockTable::reserve`]) and once per
 //! dropped table, by one engine thread, so it is uncontended (~20 ns) and costs nothing next to a
 //! forward step. An `Rc<RefCell<_>>` would be cheaper but not `Sync`; returning blocks by an
