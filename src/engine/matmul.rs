@@ -20,6 +20,11 @@ const TASKS_PER_THREAD: usize = 4;
 /// For decode-sized inputs (few tokens, microseconds per matmul) one task per thread: each
 /// extra task is a join and a possible wake-up, which cost more than the imbalance.
 const FEW_TOKENS: usize = 4;
+/// Prefill-sized inputs (at least two groups per thread) are split by token groups of this
+/// size instead of by rows: each task multiplies all rows for its tokens, so the kernels'
+/// per-token activation terms are computed once per matmul and each task writes contiguous
+/// output rows directly (no scatter).
+const TOKEN_GROUP: usize = 64;
 /// Below this many tokens, activation quantization runs on the calling thread.
 const PAR_QUANT_MIN_TOKENS: usize = 16;
 
@@ -120,8 +125,12 @@ pub fn matmul(
     for a in s.act[n_slots..].iter_mut() {
         a.0 = None;
     }
-    // Plan: rows per task for each job, and where each job's task outputs go in `tmp`.
     let threads = pool.threads();
+    if n_tok >= 2 * TOKEN_GROUP * threads {
+        by_token_groups(pool, n_tok, jobs, &slot_of, [&s.act[0].1, &s.act[1].1]);
+        return;
+    }
+    // Plan: rows per task for each job, and where each job's task outputs go in `tmp`.
     let mut rows_per_task = [0usize; 4];
     let mut first_task = [0usize; 5];
     let mut tmp_base = [0usize; 4];
@@ -192,4 +201,36 @@ pub fn matmul(
         }
     };
     pool.run(n_tasks, &run_task);
+}
+
+/// Prefill-sized matmuls: one task per (job, group of [`TOKEN_GROUP`] tokens), all rows.
+fn by_token_groups(
+    pool: &Pool,
+    n_tok: usize,
+    jobs: &mut [MatJob<'_>],
+    slot_of: &[usize; 4],
+    acts: [&[u8]; 2],
+) {
+    let groups = n_tok.div_ceil(TOKEN_GROUP);
+    let n_jobs = jobs.len();
+    let outs: [SendPtr<f32>; 4] = std::array::from_fn(|j| {
+        SendPtr(
+            jobs.get_mut(j)
+                .map_or(std::ptr::null_mut(), |x| x.out.as_mut_ptr()),
+        )
+    });
+    let ws: [Option<&Weight>; 4] = std::array::from_fn(|j| jobs.get(j).map(|x| x.w));
+    pool.run(n_jobs * groups, &|task, _| {
+        let (j, g) = (task / groups, task % groups);
+        let Some(w) = ws[j] else { return };
+        let t0 = g * TOKEN_GROUP;
+        let nt = TOKEN_GROUP.min(n_tok - t0);
+        let a = &acts[slot_of[j]][t0 * w.act_row_bytes..(t0 + nt) * w.act_row_bytes];
+        // SAFETY: `outs[j]` points at `jobs[j].out` (>= n_tok * n_out values, checked by
+        // `matmul`); this task alone writes its tokens' rows t0..t0 + nt of it.
+        let out = unsafe {
+            std::slice::from_raw_parts_mut(outs[j].get().add(t0 * w.n_out), nt * w.n_out)
+        };
+        w.gemm_rows(0, w.n_out, a, nt, out, w.n_out);
+    });
 }

@@ -61,6 +61,25 @@ fn prefill_chunk_size_does_not_change_logits() {
     }
 }
 
+/// Long chunks take the matmul's token-group split (at least 2 x 64 tokens per pool thread);
+/// short ones the row split. Both must give the same bits.
+#[test]
+fn long_prefill_chunks_match_short_ones() {
+    let limits = BatchLimits {
+        max_tokens: 320,
+        max_seqs: 1,
+        max_logit_rows: 320,
+    };
+    let mut runner = Runner::new(model(), limits, 1024).expect("runner");
+    let tokens = prompt(300, 9);
+    let whole = all_logits(&mut runner, &tokens, 300);
+    let parts = all_logits(&mut runner, &tokens, 37);
+    assert_eq!(parts.len(), whole.len());
+    for (p, (a, b)) in whole.iter().zip(&parts).enumerate() {
+        assert_bits_eq(a, b, &format!("chunk 37 vs 300, position {p}"));
+    }
+}
+
 #[test]
 fn batch_company_does_not_change_logits() {
     let mut runner = Runner::new(model(), LIMITS, 2048).expect("runner");
