@@ -124,7 +124,7 @@ impl Pool {
         }
         let _one_caller = self.caller.lock().unwrap_or_else(|e| e.into_inner());
         let sh = &*self.shared;
-        // SAFETY (lifetime erasure): workers dereference the pointer only between seeing the
+        // SAFETY: (lifetime erasure) workers dereference the pointer only between seeing the
         // new epoch and decrementing `pending`; this function does not return (nor unwind)
         // before `pending` is 0, so `f` outlives every use.
         let job: *const Task<'_> = f;
