@@ -10,8 +10,8 @@
 
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use kiln::engine::gguf::GgufFile;
-use kiln::engine::tokenizer::Tokenizer;
+use kiln::gguf::GgufFile;
+use kiln::tokenizer::Tokenizer;
 
 const PARAGRAPH: &str = "The history of computing is a story of ideas building on ideas. Early \
 mechanical calculators, such as those designed by Pascal and Leibniz, could add and multiply \

@@ -1,7 +1,12 @@
 //! kiln: a CPU-native, OpenAI-compatible LLM inference server.
 //!
-//! Layers depend one way: `http -> scheduler -> engine -> kernels`.
+//! Layers depend one way: `cli -> server -> scheduler -> engine -> kernels`, with `gguf`,
+//! `tokenizer`, `chat_template` and `config` beside them (used by the engine and the server
+//! alike; they import nothing from the layers).
 
+pub mod chat_template;
 pub mod config;
 pub mod engine;
+pub mod gguf;
 pub mod kernels;
+pub mod tokenizer;

@@ -3,7 +3,7 @@
 //! exhaust memory (the sandbox has no loader, so no file can be read).
 #![no_main]
 
-use kiln::engine::chat_template::ChatTemplate;
+use kiln::chat_template::ChatTemplate;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

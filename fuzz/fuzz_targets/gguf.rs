@@ -3,7 +3,7 @@
 //! parses must have every tensor view inside the input.
 #![no_main]
 
-use kiln::engine::gguf::GgufFile;
+use kiln::gguf::GgufFile;
 use kiln::engine::hparams::HParams;
 use libfuzzer_sys::fuzz_target;
 

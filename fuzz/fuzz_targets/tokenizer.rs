@@ -4,8 +4,8 @@
 //! Needs `../models/SmolLM2-135M-Instruct.Q4_1.gguf` (`scripts/fetch-model.sh`) or KILN_MODEL.
 #![no_main]
 
-use kiln::engine::gguf::GgufFile;
-use kiln::engine::tokenizer::Tokenizer;
+use kiln::gguf::GgufFile;
+use kiln::tokenizer::Tokenizer;
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 

@@ -1,13 +1,13 @@
 //! `kiln generate`: run the model on one prompt and stream the continuation.
 
 use anyhow::{bail, Context};
+use kiln::chat_template::ChatTemplate;
 use kiln::config::Config;
-use kiln::engine::chat_template::ChatTemplate;
-use kiln::engine::gguf::GgufFile;
 use kiln::engine::runner::Runner;
 use kiln::engine::sampling::{logprob, Sampler};
-use kiln::engine::tokenizer::Tokenizer;
 use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
+use kiln::gguf::GgufFile;
+use kiln::tokenizer::Tokenizer;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

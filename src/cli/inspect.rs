@@ -3,8 +3,8 @@
 //! open and describe the model, resident memory right after).
 
 use anyhow::Context;
-use kiln::engine::gguf::{GgufFile, MetaArray, MetaValue, TensorInfo};
 use kiln::engine::hparams::HParams;
+use kiln::gguf::{GgufFile, MetaArray, MetaValue, TensorInfo};
 use kiln::kernels::DType;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 //! an error goes to stderr with a non-zero exit.
 
 use anyhow::{anyhow, Context};
-use kiln::engine::chat_template::{ChatTemplate, DateTime};
+use kiln::chat_template::{ChatTemplate, DateTime};
 use std::io::Write;
 use std::path::PathBuf;
 

@@ -2,8 +2,8 @@
 //! text under a model's tokenizer.
 
 use anyhow::Context;
-use kiln::engine::gguf::GgufFile;
-use kiln::engine::tokenizer::Tokenizer;
+use kiln::gguf::GgufFile;
+use kiln::tokenizer::Tokenizer;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]

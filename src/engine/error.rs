@@ -7,7 +7,7 @@ use crate::kernels::DType;
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(transparent)]
-    Gguf(#[from] crate::engine::gguf::GgufError),
+    Gguf(#[from] crate::gguf::GgufError),
     #[error(transparent)]
     HParams(#[from] crate::engine::hparams::HParamsError),
     #[error(transparent)]

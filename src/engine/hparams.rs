@@ -4,7 +4,7 @@
 //! Keys are `{arch}.…` as written by llama.cpp's converter. Mistral-style files use arch
 //! `llama`; Qwen2 differs by q/k/v biases and NeoX-style (half-split) RoPE.
 
-use super::gguf::{GgufError, GgufFile};
+use crate::gguf::{GgufError, GgufFile};
 use std::fmt;
 
 /// Most transformer blocks accepted (the largest public models have ~130).

@@ -1,10 +1,9 @@
-//! The CPU engine: GGUF files over mmap, tokenizer, chat templates, the llama forward pass.
+//! The CPU engine: weights from a GGUF file, the llama forward pass over ragged batches, the paged
+//! KV cache, attention and the worker team.
 
 pub mod attention;
 pub mod batch;
-pub mod chat_template;
 pub mod error;
-pub mod gguf;
 pub mod hparams;
 pub mod kv_cache;
 pub mod matmul;
@@ -15,7 +14,6 @@ pub mod quantize;
 pub mod runner;
 pub mod sampling;
 pub mod scratch;
-pub mod tokenizer;
 pub mod weights;
 
 pub use batch::{Logits, LogitsWanted, SeqInput};

@@ -15,7 +15,7 @@ mod stream;
 pub use plan::{llama_ftype, plan_tensor, PlanReason, TARGETS};
 pub use stream::quantize_to;
 
-use crate::engine::gguf::{GgufError, GgufFile};
+use crate::gguf::{GgufError, GgufFile};
 use crate::kernels::{self, DType};
 use std::fs;
 use std::io::{self, BufWriter, Write};

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::engine::error::EngineError;
-use crate::engine::gguf::TensorData;
+use crate::gguf::TensorData;
 use crate::kernels::packed::{pack, PackedWeights};
 use crate::kernels::table::{kernels, FromF32Fn, PackedKernels, TypeKernels};
 use crate::kernels::DType;

@@ -3,7 +3,7 @@
 //! `kiln render-template` run as a binary on one case.
 
 use crate::common;
-use kiln::engine::chat_template::{ChatTemplate, DateTime};
+use kiln::chat_template::{ChatTemplate, DateTime};
 use std::path::PathBuf;
 
 fn case_files() -> Vec<PathBuf> {

@@ -2,8 +2,8 @@
 //! real and synthetic headers and require `Err` or `Ok`, never a panic.
 
 use crate::common::default_model;
-use kiln::engine::gguf::{GgufFile, GgufWriter, MetaArray, MetaValue};
 use kiln::engine::hparams::{Arch, HParams, RopeScalingKind, RopeStyle};
+use kiln::gguf::{GgufFile, GgufWriter, MetaArray, MetaValue};
 use kiln::kernels::DType;
 use proptest::prelude::*;
 use std::sync::OnceLock;

@@ -1,9 +1,9 @@
 //! A corpus of hand-made malformed GGUF files, one per published attack pattern
 //! (RELIABILITY.md item 21), each asserting the specific named error.
 
-use kiln::engine::gguf::writer::{put_str, put_u32, put_u64, put_value};
-use kiln::engine::gguf::{GgufError, GgufFile, GgufWriter, MetaArray, MetaValue};
 use kiln::engine::hparams::{HParams, HParamsError};
+use kiln::gguf::writer::{put_str, put_u32, put_u64, put_value};
+use kiln::gguf::{GgufError, GgufFile, GgufWriter, MetaArray, MetaValue};
 use kiln::kernels::DType;
 
 /// Builds raw GGUF bytes field by field, so each field can be made wrong.

@@ -19,12 +19,12 @@
 //! attention for >= 512 cached positions, which kiln does not replicate).
 
 use crate::common;
-use kiln::engine::gguf::GgufFile;
 use kiln::engine::ops::log_softmax_at;
 use kiln::engine::runner::Runner;
 use kiln::engine::sampling::argmax;
-use kiln::engine::tokenizer::Tokenizer;
 use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
+use kiln::gguf::GgufFile;
+use kiln::tokenizer::Tokenizer;
 use serde_json::Value;
 
 struct Step {

@@ -3,9 +3,9 @@
 //! source (relative RMS error per tensor within a per-type bound).
 
 use crate::common::default_model;
-use kiln::engine::gguf::GgufFile;
 use kiln::engine::hparams::HParams;
 use kiln::engine::quantize::{self, PlanReason, QuantizeError, FILE_TYPE_KEY, QUANT_VERSION_KEY};
+use kiln::gguf::GgufFile;
 use kiln::kernels::{self, DType};
 use std::path::Path;
 use std::sync::OnceLock;

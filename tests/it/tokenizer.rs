@@ -4,8 +4,8 @@
 //! (parse_special = true). Every case must match exactly.
 
 use crate::common;
-use kiln::engine::gguf::GgufFile;
-use kiln::engine::tokenizer::Tokenizer;
+use kiln::gguf::GgufFile;
+use kiln::tokenizer::Tokenizer;
 use proptest::prelude::*;
 use std::sync::OnceLock;
 

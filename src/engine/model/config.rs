@@ -2,10 +2,10 @@
 //! [`HParams`] (which already apply the per-architecture rules: RoPE ordering, biases).
 
 use crate::engine::error::EngineError;
-use crate::engine::gguf::GgufFile;
 pub use crate::engine::hparams::Arch;
 use crate::engine::hparams::{HParams, RopeScalingKind, RopeStyle};
 use crate::engine::ops::{RopeKind, RopeTable};
+use crate::gguf::GgufFile;
 
 /// Everything the forward pass needs to know about a model's shape.
 #[derive(Clone, Debug, PartialEq)]

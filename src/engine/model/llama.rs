@@ -11,7 +11,6 @@
 
 use crate::engine::batch::{Logits, LogitsWanted, SeqInput};
 use crate::engine::error::EngineError;
-use crate::engine::gguf::GgufFile;
 use crate::engine::kv_cache::{AttnScratch, KvCache, KvCacheConfig, KvCacheError};
 use crate::engine::matmul::{matmul, MatJob};
 use crate::engine::model::config::LlamaConfig;
@@ -20,6 +19,7 @@ use crate::engine::ops::{rms_norm, swiglu};
 use crate::engine::pool::{Pool, SendPtr};
 use crate::engine::scratch::{BatchLimits, Scratch};
 use crate::engine::weights::LlamaWeights;
+use crate::gguf::GgufFile;
 use std::path::Path;
 use std::sync::Mutex;
 

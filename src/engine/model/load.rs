@@ -2,9 +2,9 @@
 //! its shape checked against the config, its type checked against the kernel table.
 
 use crate::engine::error::EngineError;
-use crate::engine::gguf::{GgufFile, TensorData};
 use crate::engine::model::LlamaConfig;
 use crate::engine::weights::{vector, LayerWeights, LlamaWeights, Weight};
+use crate::gguf::{GgufFile, TensorData};
 
 fn tensor(file: &GgufFile, name: &str) -> Result<TensorData, EngineError> {
     file.tensor_data(name)

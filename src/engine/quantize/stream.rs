@@ -5,8 +5,8 @@ use super::{
     llama_ftype, QuantizeError, Summary, TensorDone, TensorPlan, FILE_TYPE_KEY, QUANT_VERSION,
     QUANT_VERSION_KEY,
 };
-use crate::engine::gguf::writer::{put_str, put_u32, put_u64, put_value};
-use crate::engine::gguf::{GgufFile, MetaValue};
+use crate::gguf::writer::{put_str, put_u32, put_u64, put_value};
+use crate::gguf::{GgufFile, MetaValue};
 use crate::kernels::shape::row_bytes;
 use crate::kernels::{self, DType};
 use rayon::prelude::*;
@@ -179,7 +179,7 @@ fn header(
 mod tests {
     use super::super::plan;
     use super::*;
-    use crate::engine::gguf::GgufWriter;
+    use crate::gguf::GgufWriter;
 
     /// A tiny model: a tied 64x4 embedding in F32, a norm, one 64x2 matrix in Q4_1.
     fn tiny() -> (GgufFile, Vec<f32>) {

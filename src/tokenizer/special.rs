@@ -121,7 +121,7 @@ impl SpecialMatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tokenizer::TokenType;
+    use crate::tokenizer::TokenType;
 
     fn matcher(specials: &[(&str, TokenType)]) -> SpecialMatcher {
         let mut texts = vec!["x".to_string()];

@@ -360,7 +360,7 @@ fn place_tensors(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::gguf::writer::{put_str, put_u32, put_u64};
+    use crate::gguf::writer::{put_str, put_u32, put_u64};
 
     fn header(version: u32, n_tensors: u64, n_kv: u64) -> Vec<u8> {
         let mut b = b"GGUF".to_vec();
@@ -408,7 +408,7 @@ mod tests {
     #[test]
     fn file_types_are_send_and_sync() {
         fn check<T: Send + Sync>() {}
-        check::<crate::engine::gguf::GgufFile>();
-        check::<crate::engine::gguf::TensorData>();
+        check::<crate::gguf::GgufFile>();
+        check::<crate::gguf::TensorData>();
     }
 }

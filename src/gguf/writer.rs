@@ -215,7 +215,7 @@ pub fn put_array(out: &mut Vec<u8>, a: &MetaArray) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::gguf::GgufFile;
+    use crate::gguf::GgufFile;
 
     #[test]
     fn round_trips_every_value_type_and_tensors() {

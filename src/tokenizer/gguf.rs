@@ -2,7 +2,7 @@
 
 use super::vocab::TokenType;
 use super::{Tokenizer, TokenizerError, TokenizerSpec};
-use crate::engine::gguf::GgufFile;
+use crate::gguf::GgufFile;
 
 const KEY_MODEL: &str = "tokenizer.ggml.model";
 const KEY_TOKENS: &str = "tokenizer.ggml.tokens";

@@ -52,7 +52,7 @@ pub enum TokenizerError {
     #[error("pre-tokenizer regex failed to compile: {0}")]
     Regex(String),
     #[error(transparent)]
-    Gguf(#[from] crate::engine::gguf::GgufError),
+    Gguf(#[from] crate::gguf::GgufError),
 }
 
 /// The ids of the tokens with a special role (None when the vocabulary has none).

@@ -234,7 +234,7 @@ impl std::fmt::Debug for TensorData {
 
 #[cfg(test)]
 mod tests {
-    use crate::engine::gguf::{GgufFile, GgufWriter};
+    use crate::gguf::{GgufFile, GgufWriter};
     use crate::kernels::DType;
 
     #[test]
