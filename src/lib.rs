@@ -9,4 +9,5 @@ pub mod config;
 pub mod engine;
 pub mod gguf;
 pub mod kernels;
+pub mod scheduler;
 pub mod tokenizer;

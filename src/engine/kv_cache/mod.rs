@@ -278,6 +278,27 @@ impl KvCache {
         Ok(())
     }
 
+    /// Copies the K/V of every layer from block `src` to block `dst` (copy on write, after
+    /// [`BlockTable::unshare`]). Both must be live blocks of this pool.
+    pub fn copy_block(&mut self, src: u32, dst: u32) -> Result<(), KvCacheError> {
+        for id in [src, dst] {
+            if id as usize >= self.cfg.n_blocks || self.alloc.refcount(id) == 0 {
+                return Err(KvCacheError::BadBlock { id });
+            }
+        }
+        // A block's values in one layer are contiguous: `[kv_head][tile]`.
+        let span = self.cfg.n_head_kv * self.cfg.block_size * self.cfg.head_dim;
+        for layer in 0..self.cfg.n_layer {
+            let base = layer * self.layer_len;
+            let (s, d) = (base + src as usize * span, base + dst as usize * span);
+            self.k
+                .copy_within(self.k_off + s..self.k_off + s + span, self.k_off + d);
+            self.v
+                .copy_within(self.v_off + s..self.v_off + s + span, self.v_off + d);
+        }
+        Ok(())
+    }
+
     /// The K values of one layer: `[block][kv_head][head_dim][pos_in_block]`.
     pub(crate) fn layer_k(&self, layer: usize) -> &[f16] {
         &self.k[self.k_off + layer * self.layer_len..][..self.layer_len]

@@ -132,6 +132,56 @@ impl BlockTable {
         self.shared.block_size
     }
 
+    /// Appends the live block `id` (held by another table or a cache) as this table's next
+    /// logical block, adding a reference to it. Used to start a sequence on cached prefix blocks;
+    /// such blocks are read-only for this table ([`super::KvCache::write`] refuses shared blocks).
+    pub fn push_shared(&mut self, id: u32) -> Result<(), KvCacheError> {
+        self.blocks
+            .try_reserve(1)
+            .map_err(|_| KvCacheError::OutOfBlocks { needed: 1, free: 0 })?;
+        self.shared.lock().retain(id)?;
+        self.blocks.push(id);
+        Ok(())
+    }
+
+    /// Replaces logical block `i` with a fresh block of its own when it is shared (reference
+    /// count above 1): returns `Some((old, new))` so the caller can copy the contents with
+    /// [`super::KvCache::copy_block`] before anything writes either block, or `None` when the
+    /// block was already exclusive. On [`KvCacheError::OutOfBlocks`] nothing changes.
+    pub fn unshare(&mut self, i: usize) -> Result<Option<(u32, u32)>, KvCacheError> {
+        let Some(&old) = self.blocks.get(i) else {
+            return Err(KvCacheError::Position {
+                pos: i * self.shared.block_size,
+                capacity: self.capacity(),
+            });
+        };
+        let mut fl = self.shared.lock();
+        if fl.refcount(old) <= 1 {
+            return Ok(None);
+        }
+        let mut ids = Vec::with_capacity(1);
+        fl.alloc_into(1, &mut ids)?;
+        let new = ids[0];
+        // `old` had a count of 2 or more, so this release only drops our reference.
+        fl.release(old)?;
+        self.blocks[i] = new;
+        Ok(Some((old, new)))
+    }
+
+    /// Keeps the first `n_blocks` logical blocks and releases the rest (e.g. a sequence that
+    /// is recomputed from a shorter prefix).
+    pub fn truncate_blocks(&mut self, n_blocks: usize) {
+        if n_blocks >= self.blocks.len() {
+            return;
+        }
+        let mut fl = self.shared.lock();
+        for &id in &self.blocks[n_blocks..] {
+            let r = fl.release(id);
+            debug_assert!(r.is_ok(), "releasing block {id} twice");
+        }
+        self.blocks.truncate(n_blocks);
+    }
+
     /// A second table sharing every block of this one (reference counts incremented), e.g. for a
     /// cached prompt prefix. There is no copy-on-write: writers must only write positions past
     /// the shared prefix, in blocks they alone hold.

@@ -21,7 +21,7 @@ use crate::engine::scratch::{BatchLimits, Scratch};
 use crate::engine::weights::LlamaWeights;
 use crate::gguf::GgufFile;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Row-wise work on fewer tokens than this stays on the calling thread.
 const PAR_ROWS_MIN: usize = 16;
@@ -43,7 +43,8 @@ struct AttnInputs<'a> {
 /// A loaded llama-family model and the thread pool it computes on.
 pub struct LlamaModel {
     cfg: LlamaConfig,
-    w: LlamaWeights,
+    /// Shared by every replica (see [`LlamaModel::replica`]).
+    w: Arc<LlamaWeights>,
     pool: Pool,
     #[cfg(feature = "trace")]
     trace: Option<TraceHook>,
@@ -97,7 +98,20 @@ impl LlamaModel {
         let w = load_weights(file, &mut cfg)?;
         Ok(LlamaModel {
             cfg,
-            w,
+            w: Arc::new(w),
+            pool: Pool::new(threads)?,
+            #[cfg(feature = "trace")]
+            trace: None,
+        })
+    }
+
+    /// Another engine over the same weights (memory-mapped and repacked once) with its own
+    /// worker team of `threads` (0 = physical cores): each replica runs its own batches, KV
+    /// cache and scratch.
+    pub fn replica(&self, threads: usize) -> Result<LlamaModel, EngineError> {
+        Ok(LlamaModel {
+            cfg: self.cfg.clone(),
+            w: Arc::clone(&self.w),
             pool: Pool::new(threads)?,
             #[cfg(feature = "trace")]
             trace: None,

@@ -1,0 +1,249 @@
+//! The prefix cache: full KV blocks kept after their sequence ends, keyed by a hash of every
+//! token up to and including the block, so a new prompt that starts the same way (a shared
+//! system prompt, the earlier turns of a chat) reuses them instead of recomputing them.
+//!
+//! Contracts:
+//! - Only blocks whose K/V is fully computed are inserted (the scheduler inserts a block after
+//!   the step that wrote its last position). A lookup therefore never hands out garbage KV
+//!   (TGI once shared prefix blocks freed before they were prefilled).
+//! - The cache holds one reference to each cached block (a one-block [`BlockTable`]), so a
+//!   cached block outlives the sequences that made it. A block only the cache holds is
+//!   evictable; [`PrefixCache::evict`] frees those, least recently used first.
+//! - Keys are chained: `hash(parent key, the block's tokens)`. An entry also stores its parent
+//!   key and tokens, and a lookup compares both, so a hash collision can never alias two
+//!   different prefixes.
+//! - Hits are looked up from the first block and stop at the first miss, and a lookup leaves
+//!   at least one prompt token to compute (the sampler needs the last position's logits).
+
+use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+
+/// Key of the empty prefix (the parent of every first block).
+pub const ROOT: u64 = 0x6b69_6c6e_5f72_6f6f;
+
+/// Chained key of a block: its parent's key and its tokens. Deterministic across runs.
+pub fn block_key(parent: u64, tokens: &[u32]) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    parent.hash(&mut h);
+    tokens.hash(&mut h);
+    h.finish()
+}
+
+struct Entry {
+    /// Holds the cache's reference to the block.
+    holder: BlockTable,
+    parent: u64,
+    tokens: Box<[u32]>,
+    /// Last use, for LRU eviction (a key of `lru`).
+    tick: u64,
+    /// Cached blocks whose parent is this one: only leaves are evicted, so a cached block is
+    /// always reachable from the root.
+    children: u32,
+}
+
+/// Counters since start: lookups, lookups that reused at least one block, and tokens reused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefixStats {
+    pub queries: u64,
+    pub hits: u64,
+    pub hit_tokens: u64,
+}
+
+/// See the module docs. Owned by one scheduler (no locking of its own).
+pub struct PrefixCache {
+    alloc: BlockAllocator,
+    block_size: usize,
+    entries: HashMap<u64, Entry>,
+    /// tick -> key, oldest first.
+    lru: BTreeMap<u64, u64>,
+    tick: u64,
+    stats: PrefixStats,
+}
+
+impl PrefixCache {
+    /// An empty cache over `alloc`'s pool.
+    pub fn new(alloc: BlockAllocator) -> PrefixCache {
+        PrefixCache {
+            block_size: alloc.block_size(),
+            alloc,
+            entries: HashMap::new(),
+            lru: BTreeMap::new(),
+            tick: 0,
+            stats: PrefixStats::default(),
+        }
+    }
+
+    /// Cached blocks.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn stats(&self) -> PrefixStats {
+        self.stats
+    }
+
+    fn touch(&mut self, key: u64) {
+        if let Some(e) = self.entries.get_mut(&key) {
+            self.lru.remove(&e.tick);
+            self.tick += 1;
+            e.tick = self.tick;
+            self.lru.insert(self.tick, key);
+        }
+    }
+
+    /// Appends to the empty `table` the longest run of cached blocks that starts `tokens`,
+    /// leaving at least one token uncovered; returns the number of tokens covered (a multiple
+    /// of the block size). Counts a query, and a hit when anything was reused.
+    pub fn lookup(&mut self, tokens: &[u32], table: &mut BlockTable) -> usize {
+        debug_assert!(table.blocks().is_empty(), "lookup into a non-empty table");
+        self.stats.queries += 1;
+        let bs = self.block_size;
+        let max_blocks = tokens.len().saturating_sub(1) / bs;
+        let mut parent = ROOT;
+        let mut keys = Vec::new();
+        for chunk in tokens.chunks_exact(bs).take(max_blocks) {
+            let key = block_key(parent, chunk);
+            let Some(e) = self.entries.get(&key) else {
+                break;
+            };
+            if e.parent != parent || *e.tokens != *chunk {
+                break;
+            }
+            let id = e.holder.blocks()[0];
+            if table.push_shared(id).is_err() {
+                break;
+            }
+            keys.push(key);
+            parent = key;
+        }
+        // Touch the deepest block first so that it is evicted before its parents.
+        for &k in keys.iter().rev() {
+            self.touch(k);
+        }
+        if !keys.is_empty() {
+            self.stats.hits += 1;
+            self.stats.hit_tokens += (keys.len() * bs) as u64;
+        }
+        keys.len() * bs
+    }
+
+    /// Takes back the counts of a lookup whose blocks were returned unused (the sequence could
+    /// not be admitted this step and will look up again).
+    pub fn forget_lookup(&mut self, hit_tokens: usize) {
+        self.stats.queries = self.stats.queries.saturating_sub(1);
+        if hit_tokens > 0 {
+            self.stats.hits = self.stats.hits.saturating_sub(1);
+            self.stats.hit_tokens = self.stats.hit_tokens.saturating_sub(hit_tokens as u64);
+        }
+    }
+
+    /// Records that block `id` holds the fully computed K/V of `tokens` (exactly one block)
+    /// following the prefix keyed `parent`; returns the block's key. A key already cached keeps
+    /// its block (the new one stays with its sequence only).
+    pub fn insert(&mut self, parent: u64, tokens: &[u32], id: u32) -> Result<u64, KvCacheError> {
+        debug_assert_eq!(tokens.len(), self.block_size);
+        let key = block_key(parent, tokens);
+        if self.entries.contains_key(&key) {
+            self.touch(key);
+            return Ok(key);
+        }
+        let mut holder = BlockTable::new(&self.alloc);
+        holder.push_shared(id)?;
+        if let Some(p) = self.entries.get_mut(&parent) {
+            p.children += 1;
+        }
+        self.tick += 1;
+        self.lru.insert(self.tick, key);
+        self.entries.insert(
+            key,
+            Entry {
+                holder,
+                parent,
+                tokens: tokens.into(),
+                tick: self.tick,
+                children: 0,
+            },
+        );
+        Ok(key)
+    }
+
+    /// Cached blocks that only the cache holds (freed by [`Self::evict`]). O(cached blocks).
+    pub fn evictable(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| self.alloc.refcount(e.holder.blocks()[0]) == 1)
+            .count()
+    }
+
+    /// Frees up to `n` blocks that only the cache holds, least recently used first and leaves
+    /// before their parents; returns how many were freed.
+    pub fn evict(&mut self, n: usize) -> usize {
+        let mut freed = 0;
+        while freed < n {
+            let victim = self.lru.iter().find_map(|(&tick, &key)| {
+                let e = &self.entries[&key];
+                (e.children == 0 && self.alloc.refcount(e.holder.blocks()[0]) == 1)
+                    .then_some((tick, key))
+            });
+            let Some((tick, key)) = victim else {
+                break;
+            };
+            self.lru.remove(&tick);
+            // Dropping the entry drops its holder table: the block returns to the pool.
+            if let Some(e) = self.entries.remove(&key) {
+                if let Some(p) = self.entries.get_mut(&e.parent) {
+                    p.children -= 1;
+                }
+            }
+            freed += 1;
+        }
+        freed
+    }
+
+    /// Drops every entry (blocks still used by sequences stay with them).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.lru.clear();
+    }
+
+    /// Checks the cache's internal invariants (tests): every entry is live and listed once in
+    /// the LRU order, and its key is the hash of its parent and tokens.
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        if self.lru.len() != self.entries.len() {
+            return Err(format!(
+                "lru {} entries {}",
+                self.lru.len(),
+                self.entries.len()
+            ));
+        }
+        for (&tick, key) in &self.lru {
+            let e = self.entries.get(key).ok_or("lru names a missing entry")?;
+            if e.tick != tick {
+                return Err("tick mismatch".into());
+            }
+            if block_key(e.parent, &e.tokens) != *key {
+                return Err("key is not the hash of parent and tokens".into());
+            }
+            if self.alloc.refcount(e.holder.blocks()[0]) == 0 {
+                return Err("cached block is free".into());
+            }
+            if e.parent != ROOT && !self.entries.contains_key(&e.parent) {
+                return Err("cached block whose parent was evicted".into());
+            }
+            let kids = self.entries.values().filter(|c| c.parent == *key).count();
+            if kids != e.children as usize {
+                return Err(format!("children {} counted {}", kids, e.children));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,554 @@
+//! The scheduler proper: a pure state machine over sequences and KV blocks, with no model,
+//! no threads and no clock. [`Scheduler::schedule`] decides one step (which sequences run and
+//! how many of their tokens, which blocks to copy first); the worker runs the forward pass and
+//! reports back with [`Scheduler::advance`], [`Scheduler::append`], [`Scheduler::fork`] and
+//! [`Scheduler::remove`]. That makes budgets, chunking, fairness and preemption testable step
+//! by step (see the tests) — vLLM v1's design.
+//!
+//! One step, as vLLM's v1 scheduler does it: every sequence has `computed` tokens in the KV
+//! cache and wants to bring that up to all the tokens it has (the prompt, or the prompt plus
+//! what it generated). The token budget (`max_batch_tokens`) is spent on running sequences
+//! first, in admission order (a decoding sequence takes 1 token, a partly prefilled one a
+//! chunk), then on waiting ones, first come first served, while `max_num_seqs` allows.
+//! Chunked prefill is nothing more than clipping a sequence's new tokens to the budget left,
+//! so a long prompt never blocks the streams already decoding, and no request that passed
+//! admission can stall the queue.
+//!
+//! KV blocks: a sequence reserves blocks for the positions it is about to compute. When the
+//! pool is short, unused prefix-cache blocks are evicted first; then the newest running
+//! sequence is preempted (its blocks freed, its `computed` reset to 0, and it goes back to the
+//! front of the queue: recomputation). A sequence preempted `max_preemptions` times is not
+//! chosen again while another victim exists. While a step preempted anything, nothing new is
+//! admitted. A waiting sequence that cannot get its blocks stops admission (first come, first
+//! served: nobody overtakes it).
+
+use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError};
+use crate::scheduler::prefix_cache::{PrefixCache, PrefixStats, ROOT};
+use std::collections::{HashMap, VecDeque};
+
+/// Identifies a sequence (one choice of one request).
+pub type SeqId = u64;
+
+/// The scheduler's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Sequences in one step (running at once).
+    pub max_num_seqs: usize,
+    /// New tokens in one step, over all sequences (prefill chunks + decode tokens).
+    pub max_batch_tokens: usize,
+    /// Times a sequence may be preempted before it is no longer chosen as the victim.
+    pub max_preemptions: u32,
+    /// The model's context: a sequence never grows past it.
+    pub n_ctx: usize,
+    /// Reuse cached prompt blocks.
+    pub prefix_cache: bool,
+    /// Sequences waiting at most; [`Scheduler::add`] refuses more ([`AdmitError::QueueFull`]).
+    pub max_waiting: usize,
+}
+
+/// Why a sequence cannot be admitted at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmitError {
+    #[error("the prompt ({prompt} tokens) plus max_tokens ({max_tokens}) exceed the model's context of {n_ctx} tokens")]
+    ContextLength {
+        prompt: usize,
+        max_tokens: usize,
+        n_ctx: usize,
+    },
+    #[error(
+        "the request needs {needed} KV positions, more than the whole KV cache holds ({capacity})"
+    )]
+    KvCapacity { needed: usize, capacity: usize },
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("{waiting} requests are already waiting (the limit)")]
+    QueueFull { waiting: usize },
+}
+
+/// One sequence in a step: run `tokens[start..start + len]` at positions `start..`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanItem {
+    pub seq: SeqId,
+    pub start: usize,
+    pub len: usize,
+    /// The last of these tokens is the sequence's last: its logits give the next token.
+    pub logits: bool,
+}
+
+/// One step to execute: first the block copies (copy on write, `(src, dst)`), then one forward
+/// call over `items` (in this order).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub items: Vec<PlanItem>,
+    pub copies: Vec<(u32, u32)>,
+    /// Sequences preempted while planning (back in the queue, blocks freed).
+    pub preempted: Vec<SeqId>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// New tokens in the step.
+    pub fn tokens(&self) -> usize {
+        self.items.iter().map(|i| i.len).sum()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Where {
+    Waiting,
+    Running,
+}
+
+/// A sequence's state. `T` is the worker's per-sequence payload (sampler, text state, ...).
+pub struct Seq<T> {
+    pub id: SeqId,
+    /// Prompt then generated tokens.
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    /// The sequence never grows past this many tokens (prompt + max_tokens, within n_ctx).
+    pub max_len: usize,
+    /// Tokens whose K/V are in the cache.
+    computed: usize,
+    table: BlockTable,
+    /// Full blocks of `tokens` already inserted in the prefix cache, and the last one's key.
+    registered: usize,
+    last_key: u64,
+    /// Prompt tokens served from the prefix cache at first admission.
+    pub cached_tokens: usize,
+    pub preemptions: u32,
+    /// Running slots this sequence stands for until it forks (its request's `n`), else 1.
+    slots: usize,
+    at: Where,
+    pub payload: T,
+}
+
+impl<T> Seq<T> {
+    pub fn computed(&self) -> usize {
+        self.computed
+    }
+
+    pub fn table(&self) -> &BlockTable {
+        &self.table
+    }
+
+    /// Tokens generated so far.
+    pub fn generated(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+
+    /// Whether the sequence is still in the waiting queue (never scheduled, or preempted).
+    pub fn is_waiting(&self) -> bool {
+        self.at == Where::Waiting
+    }
+}
+
+/// Counters since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub preemptions: u64,
+    pub steps: u64,
+}
+
+/// See the module docs.
+pub struct Scheduler<T> {
+    limits: Limits,
+    alloc: BlockAllocator,
+    prefix: PrefixCache,
+    seqs: HashMap<SeqId, Seq<T>>,
+    waiting: VecDeque<SeqId>,
+    /// In admission order (the newest last: the first preemption victim).
+    running: Vec<SeqId>,
+    running_slots: usize,
+    counters: Counters,
+}
+
+impl<T> Scheduler<T> {
+    /// A scheduler handing out `alloc`'s blocks.
+    pub fn new(limits: Limits, alloc: BlockAllocator) -> Scheduler<T> {
+        Scheduler {
+            limits,
+            prefix: PrefixCache::new(alloc.clone()),
+            alloc,
+            seqs: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            running_slots: 0,
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn block_size(&self) -> usize {
+        self.alloc.block_size()
+    }
+
+    /// Checks that a request can ever run: its prompt and `max_tokens` for each of its `n`
+    /// choices fit the context and the whole KV pool (the choices share the prompt's blocks).
+    pub fn check_fits(&self, prompt: usize, max_tokens: usize, n: usize) -> Result<(), AdmitError> {
+        if prompt == 0 {
+            return Err(AdmitError::EmptyPrompt);
+        }
+        let n_ctx = self.limits.n_ctx;
+        if prompt.saturating_add(max_tokens) > n_ctx {
+            return Err(AdmitError::ContextLength {
+                prompt,
+                max_tokens,
+                n_ctx,
+            });
+        }
+        let bs = self.block_size();
+        let blocks = prompt.div_ceil(bs) + n.max(1) * (max_tokens.div_ceil(bs) + 1);
+        let total = self.alloc.total_blocks();
+        if blocks > total {
+            return Err(AdmitError::KvCapacity {
+                needed: blocks * bs,
+                capacity: total * bs,
+            });
+        }
+        Ok(())
+    }
+
+    /// Queues a new sequence (last in line) for a request with `n` choices (it forks the other
+    /// `n - 1` when its prompt is done).
+    pub fn add(
+        &mut self,
+        id: SeqId,
+        prompt: Vec<u32>,
+        max_tokens: usize,
+        n: usize,
+        payload: T,
+    ) -> Result<(), AdmitError> {
+        self.check_fits(prompt.len(), max_tokens, n)?;
+        if self.waiting.len() >= self.limits.max_waiting {
+            return Err(AdmitError::QueueFull {
+                waiting: self.waiting.len(),
+            });
+        }
+        let prompt_len = prompt.len();
+        let seq = Seq {
+            id,
+            max_len: prompt_len + max_tokens,
+            tokens: prompt,
+            prompt_len,
+            computed: 0,
+            table: BlockTable::new(&self.alloc),
+            registered: 0,
+            last_key: ROOT,
+            cached_tokens: 0,
+            preemptions: 0,
+            slots: n.max(1),
+            at: Where::Waiting,
+            payload,
+        };
+        self.seqs.insert(id, seq);
+        self.waiting.push_back(id);
+        Ok(())
+    }
+
+    pub fn seq(&self, id: SeqId) -> Option<&Seq<T>> {
+        self.seqs.get(&id)
+    }
+
+    pub fn seq_mut(&mut self, id: SeqId) -> Option<&mut Seq<T>> {
+        self.seqs.get_mut(&id)
+    }
+
+    /// Every sequence, in no particular order.
+    pub fn seqs(&self) -> impl Iterator<Item = &Seq<T>> {
+        self.seqs.values()
+    }
+
+    pub fn n_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn n_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.seqs.is_empty()
+    }
+
+    /// Blocks in use (by sequences or the prefix cache) and in the pool.
+    pub fn kv_blocks(&self) -> (usize, usize) {
+        let total = self.alloc.total_blocks();
+        (total - self.alloc.free_blocks(), total)
+    }
+
+    /// Blocks held only by the prefix cache (free to evict).
+    pub fn kv_cached_evictable(&self) -> usize {
+        self.prefix.evictable()
+    }
+
+    pub fn prefix_stats(&self) -> PrefixStats {
+        self.prefix.stats()
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Plans the next step (see the module docs). The plan's items borrow nothing: read their
+    /// tokens and tables through [`Self::seq`] while executing.
+    pub fn schedule(&mut self) -> Plan {
+        self.counters.steps += 1;
+        let mut plan = Plan::default();
+        let mut budget = self.limits.max_batch_tokens;
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let id = self.running[i];
+            let (computed, have) = {
+                let s = &self.seqs[&id];
+                (s.computed, s.tokens.len())
+            };
+            let n = (have - computed).min(budget);
+            if n == 0 {
+                i += 1;
+                continue;
+            }
+            match self.reserve(id, computed + n, &mut plan.copies) {
+                Ok(()) => {
+                    plan.items.push(PlanItem {
+                        seq: id,
+                        start: computed,
+                        len: n,
+                        logits: computed + n == have,
+                    });
+                    budget -= n;
+                    i += 1;
+                }
+                Err(_) => {
+                    // Preempt the newest running sequence not yet planned (possibly this one).
+                    let victim = self.pick_victim(i);
+                    plan.preempted.push(self.preempt(victim));
+                    if victim == i {
+                        // This sequence went back to the queue; the next one moved into slot i.
+                        continue;
+                    }
+                }
+            }
+        }
+        if !plan.preempted.is_empty() {
+            return plan;
+        }
+        while budget > 0 {
+            let Some(&id) = self.waiting.front() else {
+                break;
+            };
+            let slots = self.seqs[&id].slots;
+            if self.running_slots + slots > self.limits.max_num_seqs && !self.running.is_empty() {
+                break;
+            }
+            if self.seqs[&id].table.blocks().is_empty() && self.limits.prefix_cache {
+                let s = self.seqs.get_mut(&id).expect("waiting sequence exists");
+                let hit = self.prefix.lookup(&s.tokens, &mut s.table);
+                s.computed = hit;
+                s.registered = hit / self.alloc.block_size();
+                s.last_key = key_of(&s.tokens[..hit], self.alloc.block_size());
+                if s.preemptions == 0 {
+                    s.cached_tokens = hit.min(s.prompt_len);
+                }
+            }
+            let (computed, have) = {
+                let s = &self.seqs[&id];
+                (s.computed, s.tokens.len())
+            };
+            let n = (have - computed).min(budget);
+            if self.reserve(id, computed + n, &mut plan.copies).is_err() {
+                // Give back cached blocks it took, so they stay evictable while it waits; the
+                // lookup is counted again when it is admitted.
+                let s = self.seqs.get_mut(&id).expect("waiting sequence exists");
+                if self.limits.prefix_cache {
+                    self.prefix.forget_lookup(s.computed);
+                }
+                s.table = BlockTable::new(&self.alloc);
+                s.computed = 0;
+                s.registered = 0;
+                s.last_key = ROOT;
+                break;
+            }
+            self.waiting.pop_front();
+            let s = self.seqs.get_mut(&id).expect("waiting sequence exists");
+            s.at = Where::Running;
+            self.running.push(id);
+            self.running_slots += slots;
+            plan.items.push(PlanItem {
+                seq: id,
+                start: computed,
+                len: n,
+                logits: computed + n == have,
+            });
+            budget -= n;
+        }
+        plan
+    }
+
+    /// Index in `running` of the sequence to preempt when `running[i]` needs blocks: the newest
+    /// one after `i` still under the preemption bound, else the newest after `i`, else `i`.
+    fn pick_victim(&self, i: usize) -> usize {
+        let max = self.limits.max_preemptions;
+        let later = i + 1..self.running.len();
+        later
+            .clone()
+            .rev()
+            .find(|&j| self.seqs[&self.running[j]].preemptions < max)
+            .or_else(|| later.clone().next_back())
+            .unwrap_or(i)
+    }
+
+    /// Frees `running[idx]`'s blocks and puts it at the front of the queue (recompute);
+    /// returns its id.
+    fn preempt(&mut self, idx: usize) -> SeqId {
+        let id = self.running.remove(idx);
+        let s = self.seqs.get_mut(&id).expect("running sequence exists");
+        s.table = BlockTable::new(&self.alloc);
+        s.computed = 0;
+        s.registered = 0;
+        s.last_key = ROOT;
+        s.preemptions += 1;
+        s.at = Where::Waiting;
+        self.running_slots -= s.slots;
+        self.waiting.push_front(id);
+        self.counters.preemptions += 1;
+        id
+    }
+
+    /// Makes `id`'s table cover positions `< upto`, first giving it its own copy of a shared
+    /// block it is about to write (recorded in `copies`), evicting cached blocks if the pool is
+    /// short. On failure nothing changes.
+    fn reserve(
+        &mut self,
+        id: SeqId,
+        upto: usize,
+        copies: &mut Vec<(u32, u32)>,
+    ) -> Result<(), KvCacheError> {
+        let bs = self.block_size();
+        let s = &self.seqs[&id];
+        let first = s.computed / bs;
+        let shared_first = s
+            .table
+            .blocks()
+            .get(first)
+            .is_some_and(|&b| self.alloc.refcount(b) > 1);
+        let need =
+            upto.div_ceil(bs).saturating_sub(s.table.blocks().len()) + usize::from(shared_first);
+        let free = self.alloc.free_blocks();
+        if need > free {
+            self.prefix.evict(need - free);
+            if need > self.alloc.free_blocks() {
+                return Err(KvCacheError::OutOfBlocks {
+                    needed: need,
+                    free: self.alloc.free_blocks(),
+                });
+            }
+        }
+        let s = self.seqs.get_mut(&id).expect("sequence exists");
+        if shared_first {
+            if let Some(pair) = s.table.unshare(first)? {
+                copies.push(pair);
+            }
+        }
+        s.table.reserve(upto)
+    }
+
+    /// Records that the step computed `len` more tokens of `id` (its plan item), and inserts
+    /// the blocks that became full into the prefix cache (their K/V now exists).
+    pub fn advance(&mut self, id: SeqId, len: usize) {
+        let bs = self.block_size();
+        let Some(s) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        s.computed = (s.computed + len).min(s.tokens.len());
+        if !self.limits.prefix_cache {
+            return;
+        }
+        while (s.registered + 1) * bs <= s.computed {
+            let b = s.registered;
+            let chunk = &s.tokens[b * bs..(b + 1) * bs];
+            match self.prefix.insert(s.last_key, chunk, s.table.blocks()[b]) {
+                Ok(key) => s.last_key = key,
+                Err(_) => break,
+            }
+            s.registered += 1;
+        }
+    }
+
+    /// Appends a generated token to `id`.
+    pub fn append(&mut self, id: SeqId, token: u32) {
+        if let Some(s) = self.seqs.get_mut(&id) {
+            s.tokens.push(token);
+        }
+    }
+
+    /// A new running sequence `new` sharing everything `parent` has computed (its prompt
+    /// blocks; the partly filled last block is copied on its first write), with its own
+    /// payload. The parent stops standing for the forked slots.
+    pub fn fork(&mut self, parent: SeqId, new: SeqId, payload: T) -> bool {
+        let Some(p) = self.seqs.get_mut(&parent) else {
+            return false;
+        };
+        if p.slots > 1 {
+            p.slots -= 1;
+        } else {
+            self.running_slots += 1;
+        }
+        let seq = Seq {
+            id: new,
+            tokens: p.tokens[..p.computed].to_vec(),
+            prompt_len: p.prompt_len,
+            max_len: p.max_len,
+            computed: p.computed,
+            table: p.table.fork(),
+            registered: p.registered,
+            last_key: p.last_key,
+            cached_tokens: p.cached_tokens,
+            preemptions: 0,
+            slots: 1,
+            at: p.at,
+            payload,
+        };
+        let at = seq.at;
+        self.seqs.insert(new, seq);
+        match at {
+            Where::Running => self.running.push(new),
+            Where::Waiting => self.waiting.push_back(new),
+        }
+        true
+    }
+
+    /// Removes a sequence wherever it is (finished, aborted or failed); its blocks are freed
+    /// (those in the prefix cache stay cached). Returns its state.
+    pub fn remove(&mut self, id: SeqId) -> Option<Seq<T>> {
+        let s = self.seqs.remove(&id)?;
+        match s.at {
+            Where::Running => {
+                self.running.retain(|&x| x != id);
+                self.running_slots -= s.slots;
+            }
+            Where::Waiting => self.waiting.retain(|&x| x != id),
+        }
+        Some(s)
+    }
+
+    /// Empties the prefix cache (its unused blocks return to the pool).
+    pub fn clear_prefix_cache(&mut self) {
+        self.prefix.clear();
+    }
+}
+
+/// The chained key of the full blocks of `tokens`.
+fn key_of(tokens: &[u32], bs: usize) -> u64 {
+    tokens
+        .chunks_exact(bs)
+        .fold(ROOT, crate::scheduler::prefix_cache::block_key)
+}
+
+#[cfg(test)]
+mod tests;
