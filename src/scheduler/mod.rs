@@ -1,6 +1,25 @@
-//! Continuous batching: requests in, token streams out. See `state` for the scheduling policy
-//! and `worker` for the engine thread that carries it out.
+//! Continuous batching: requests in, token streams out.
+//!
+//! - [`handle`]: the cloneable [`EngineHandle`] the async side holds (validate, route, submit)
+//!   and the [`RequestStream`] of [`Event`]s each request gets back;
+//! - [`worker`]: one OS thread per engine worker that plans and runs steps;
+//! - [`state`]: the scheduling policy as a pure state machine (budgets, chunked prefill, FCFS
+//!   admission, preemption, forks), tested without a model;
+//! - [`prefix_cache`], [`stop`], [`sampling`]: the parts a step uses per sequence;
+//! - [`observer`]: the plain numbers handed to monitoring;
+//! - [`setup`]: builds the engine from the configuration.
 
+pub mod handle;
+pub mod observer;
 pub mod prefix_cache;
+pub mod request;
+pub mod sampling;
+pub mod setup;
 pub mod state;
 pub mod stop;
+mod worker;
+
+pub use handle::{EngineConfig, EngineHandle, EngineInfo, Load, RequestStream};
+pub use observer::{NoopObserver, Observer, Phase, RequestStats, StepStats};
+pub use request::{Event, FinishReason, GenerationRequest, SubmitError, TokenLogprob, Usage};
+pub use sampling::SamplingParams;

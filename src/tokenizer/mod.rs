@@ -33,7 +33,7 @@ mod vocab;
 
 pub use load::TokenizerSpec;
 pub use special::Fragment;
-pub use stream::StreamDecoder;
+pub use stream::{DecodeState, StreamDecoder};
 pub use vocab::{attr, TokenType, Vocab};
 
 use special::SpecialMatcher;

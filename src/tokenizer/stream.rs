@@ -12,23 +12,57 @@ use super::Tokenizer;
 /// Streams text out of token ids; see the module documentation.
 pub struct StreamDecoder<'a> {
     tok: &'a Tokenizer,
-    pending: Vec<u8>,
-    /// SentencePiece's leading-space rule: drop one leading space of the first piece.
-    strip_space: bool,
+    state: DecodeState,
 }
 
 impl<'a> StreamDecoder<'a> {
     pub(crate) fn new(tok: &'a Tokenizer, strip_space: bool) -> StreamDecoder<'a> {
         StreamDecoder {
             tok,
-            pending: Vec::new(),
-            strip_space,
+            state: DecodeState::new(strip_space),
         }
     }
 
     /// Adds one token; returns the text that is now complete (possibly empty).
     pub fn push(&mut self, id: u32) -> String {
-        let mut piece = self.tok.piece(id, false);
+        self.state.push(self.tok, id)
+    }
+
+    /// Ends the stream: an unfinished UTF-8 tail becomes U+FFFD.
+    pub fn flush(&mut self) -> String {
+        self.state.flush()
+    }
+
+    /// Bytes held back waiting for the rest of a UTF-8 character.
+    pub fn pending_len(&self) -> usize {
+        self.state.pending.len()
+    }
+}
+
+/// The state of a [`StreamDecoder`] without the borrow of its tokenizer, for a caller that
+/// keeps many streams next to one shared tokenizer (the scheduler's sequences). Pass the same
+/// tokenizer to every call.
+#[derive(Debug, Clone, Default)]
+pub struct DecodeState {
+    pending: Vec<u8>,
+    /// SentencePiece's leading-space rule: drop one leading space of the first piece.
+    strip_space: bool,
+}
+
+impl DecodeState {
+    /// `strip_space`: the text starts at its first token (see [`Tokenizer::stream_decoder`]);
+    /// false for tokens that continue a prompt.
+    pub fn new(strip_space: bool) -> DecodeState {
+        DecodeState {
+            pending: Vec::new(),
+            strip_space,
+        }
+    }
+
+    /// Adds one token; returns the text that is now complete (whole characters, possibly
+    /// empty). Control tokens add nothing.
+    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> String {
+        let mut piece = tok.piece(id, false);
         if std::mem::take(&mut self.strip_space) {
             piece = piece.strip_prefix(b" ").unwrap_or(piece);
         }
@@ -46,9 +80,10 @@ impl<'a> StreamDecoder<'a> {
         out
     }
 
-    /// Bytes held back waiting for the rest of a UTF-8 character.
-    pub fn pending_len(&self) -> usize {
-        self.pending.len()
+    /// Ends the stream where it was cut short (a length limit): an unfinished UTF-8 tail is
+    /// dropped, so the text never ends in half a character or a replacement character.
+    pub fn discard_partial(&mut self) {
+        self.pending.clear();
     }
 }
 

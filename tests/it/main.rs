@@ -10,4 +10,5 @@ mod gguf_malformed;
 mod golden;
 mod kv_cache;
 mod quantize;
+mod scheduler;
 mod tokenizer;

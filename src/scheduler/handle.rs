@@ -1,0 +1,393 @@
+//! The async side's view of the engine: a cloneable [`EngineHandle`] that validates and routes
+//! requests to the engine workers (OS threads), and the [`RequestStream`] of events each
+//! request gets back. Dropping a stream aborts its request at the next step.
+
+use crate::engine::{EngineError, LlamaModel};
+use crate::scheduler::observer::Observer;
+use crate::scheduler::request::{
+    Event, GenerationRequest, SubmitError, MAX_N, MAX_STOPS, MAX_STOP_BYTES,
+};
+use crate::scheduler::state::{AdmitError, Limits};
+use crate::scheduler::worker::{Command, Submission, Worker, WorkerShared};
+use crate::tokenizer::Tokenizer;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How the engine is laid out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// Engine workers: replicas sharing the model's weights, each with its own KV cache, worker
+    /// team and batch. Requests go to the least loaded.
+    pub workers: usize,
+    /// Threads per worker team (0 = physical cores divided among the workers).
+    pub threads: usize,
+    /// KV positions per worker.
+    pub kv_positions: usize,
+    /// Positions per KV block.
+    pub block_size: usize,
+    /// Scheduler limits (`n_ctx` is taken from the model when 0, and capped by it).
+    pub limits: Limits,
+    /// Testing only: the engine panics in this step (counted per worker), to exercise the
+    /// fault path with a real process.
+    pub panic_at_step: Option<u64>,
+}
+
+/// Unread events a client may leave behind before its request is aborted (a reader that
+/// stopped reading must not grow the server's memory without bound).
+pub const MAX_UNREAD_EVENTS: usize = 4096;
+
+/// What callers may want to know about the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineInfo {
+    pub n_ctx: usize,
+    pub n_vocab: usize,
+    pub workers: usize,
+    pub threads_per_worker: usize,
+    pub kv_positions_per_worker: usize,
+    pub block_size: usize,
+    pub max_num_seqs: usize,
+    pub max_batch_tokens: usize,
+    pub max_waiting: usize,
+}
+
+/// Load right now, summed over workers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Requests accepted but not yet running.
+    pub waiting: usize,
+    /// Sequences running.
+    pub running: usize,
+    /// KV blocks held by sequences; blocks only the prefix cache holds; all blocks.
+    pub kv_blocks_used: usize,
+    pub kv_blocks_cached: usize,
+    pub kv_blocks_total: usize,
+}
+
+struct Link {
+    tx: mpsc::Sender<Command>,
+    shared: Arc<WorkerShared>,
+}
+
+struct Inner {
+    links: Vec<Link>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    info: EngineInfo,
+    n_ctx: usize,
+    kv_blocks: usize,
+    next_id: AtomicU64,
+    /// Accepted requests not yet running, over all workers.
+    waiting: Arc<AtomicUsize>,
+}
+
+/// A cloneable handle to the engine workers. See the module docs.
+#[derive(Clone)]
+pub struct EngineHandle {
+    inner: Arc<Inner>,
+}
+
+impl EngineHandle {
+    /// Starts `cfg.workers` engine threads over `model` (the first worker runs on `model`
+    /// itself, the others on replicas sharing its weights).
+    pub fn start(
+        model: LlamaModel,
+        tokenizer: Arc<Tokenizer>,
+        cfg: EngineConfig,
+        observer: Arc<dyn Observer>,
+    ) -> Result<EngineHandle, EngineError> {
+        let workers = cfg.workers.max(1);
+        let mut limits = cfg.limits;
+        let model_ctx = model.config().n_ctx_train;
+        limits.n_ctx = if limits.n_ctx == 0 {
+            model_ctx
+        } else {
+            limits.n_ctx.min(model_ctx)
+        };
+        let threads = if cfg.threads == 0 {
+            (crate::engine::pool::physical_cores() / workers).max(1)
+        } else {
+            cfg.threads
+        };
+        let mut models = Vec::with_capacity(workers);
+        for _ in 1..workers {
+            models.push(model.replica(threads)?);
+        }
+        let threads_first = if model.pool().threads() == threads {
+            None
+        } else {
+            Some(model.replica(threads)?)
+        };
+        models.insert(0, threads_first.unwrap_or(model));
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let mut links = Vec::new();
+        let mut handles = Vec::new();
+        let mut kv_blocks = 0;
+        for (i, m) in models.into_iter().enumerate() {
+            let (tx, rx) = mpsc::channel();
+            let worker = Worker::new(
+                i,
+                m,
+                Arc::clone(&tokenizer),
+                &cfg,
+                limits,
+                rx,
+                Arc::clone(&observer),
+                Arc::clone(&waiting),
+            )?;
+            kv_blocks = worker.shared().kv_total;
+            let shared = Arc::clone(worker.shared());
+            let h = std::thread::Builder::new()
+                .name(format!("kiln-worker-{i}"))
+                .spawn(move || worker.run())
+                .map_err(|e| EngineError::Pool(e.to_string()))?;
+            handles.push(h);
+            links.push(Link { tx, shared });
+        }
+        let info = EngineInfo {
+            n_ctx: limits.n_ctx,
+            n_vocab: tokenizer.n_vocab(),
+            workers,
+            threads_per_worker: threads,
+            kv_positions_per_worker: kv_blocks * cfg.block_size,
+            block_size: cfg.block_size,
+            max_num_seqs: limits.max_num_seqs,
+            max_batch_tokens: limits.max_batch_tokens,
+            max_waiting: limits.max_waiting,
+        };
+        Ok(EngineHandle {
+            inner: Arc::new(Inner {
+                links,
+                threads: Mutex::new(handles),
+                info,
+                n_ctx: limits.n_ctx,
+                kv_blocks,
+                next_id: AtomicU64::new(1),
+                waiting,
+            }),
+        })
+    }
+
+    pub fn info(&self) -> &EngineInfo {
+        &self.inner.info
+    }
+
+    /// True while every worker is alive and has not failed.
+    pub fn is_healthy(&self) -> bool {
+        self.inner.links.iter().all(|l| l.shared.is_healthy())
+    }
+
+    pub fn load(&self) -> Load {
+        let mut l = Load {
+            waiting: self.inner.waiting.load(Ordering::Relaxed),
+            ..Load::default()
+        };
+        for link in &self.inner.links {
+            let s = &link.shared;
+            l.running += s.running.load(Ordering::Relaxed);
+            l.kv_blocks_used += s.kv_used.load(Ordering::Relaxed);
+            l.kv_blocks_cached += s.kv_cached.load(Ordering::Relaxed);
+            l.kv_blocks_total += s.kv_total;
+        }
+        l
+    }
+
+    /// Checks everything that can be checked without the engine (parameters, sizes, context
+    /// and KV capacity), so a refusal is immediate and names its reason.
+    pub fn validate(&self, req: &GenerationRequest) -> Result<(), SubmitError> {
+        let n_vocab = self.inner.info.n_vocab;
+        if req.prompt.is_empty() {
+            return Err(SubmitError::EmptyPrompt);
+        }
+        if let Some(&id) = req.prompt.iter().find(|&&id| id as usize >= n_vocab) {
+            return Err(SubmitError::BadToken { id, n_vocab });
+        }
+        if req.max_tokens == 0 {
+            return Err(SubmitError::ZeroMaxTokens);
+        }
+        let max_n = MAX_N.min(self.inner.info.max_num_seqs);
+        if req.n == 0 || req.n > max_n {
+            return Err(SubmitError::BadN {
+                got: req.n,
+                max: max_n,
+            });
+        }
+        if req.stop.len() > MAX_STOPS || req.stop.iter().any(|s| s.len() > MAX_STOP_BYTES) {
+            return Err(SubmitError::BadStop {
+                max: MAX_STOPS,
+                max_bytes: MAX_STOP_BYTES,
+            });
+        }
+        if req.stop_token_ids.len() > MAX_STOPS {
+            return Err(SubmitError::BadStop {
+                max: MAX_STOPS,
+                max_bytes: MAX_STOP_BYTES,
+            });
+        }
+        if let Some(&id) = req
+            .stop_token_ids
+            .iter()
+            .find(|&&id| id as usize >= n_vocab)
+        {
+            return Err(SubmitError::BadStopToken { id, n_vocab });
+        }
+        req.params.validate(n_vocab)?;
+        let (prompt, max_tokens, n_ctx) = (req.prompt.len(), req.max_tokens, self.inner.n_ctx);
+        if prompt.saturating_add(max_tokens) > n_ctx {
+            return Err(SubmitError::ContextLength(AdmitError::ContextLength {
+                prompt,
+                max_tokens,
+                n_ctx,
+            }));
+        }
+        let bs = self.inner.info.block_size;
+        let blocks = prompt.div_ceil(bs) + req.n * (max_tokens.div_ceil(bs) + 1);
+        if blocks > self.inner.kv_blocks {
+            return Err(SubmitError::KvCapacity(AdmitError::KvCapacity {
+                needed: blocks * bs,
+                capacity: self.inner.kv_blocks * bs,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Validates `req` and queues it on the least loaded worker. Fails at once when it can
+    /// never run, when the waiting queue is full ([`SubmitError::Overloaded`]) or when the
+    /// engine is down.
+    pub fn submit(&self, req: GenerationRequest) -> Result<RequestStream, SubmitError> {
+        self.validate(&req)?;
+        let inner = &self.inner;
+        let link = inner
+            .links
+            .iter()
+            .filter(|l| l.shared.is_healthy() && !l.shared.is_stopping())
+            .min_by_key(|l| l.shared.active.load(Ordering::Relaxed))
+            .ok_or(SubmitError::Unavailable("no healthy engine worker"))?;
+        let max_waiting = inner.info.max_waiting;
+        let waiting = inner.waiting.fetch_add(1, Ordering::AcqRel);
+        if waiting >= max_waiting {
+            inner.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::Overloaded {
+                waiting,
+                retry_after: Duration::from_secs(1),
+            });
+        }
+        link.shared.active.fetch_add(1, Ordering::AcqRel);
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let unread = Arc::new(AtomicUsize::new(0));
+        let seed = req.params.seed.unwrap_or_else(random_seed);
+        let sub = Submission {
+            id,
+            req,
+            seed,
+            tx,
+            unread: Arc::clone(&unread),
+            arrived: Instant::now(),
+        };
+        if link.tx.send(Command::Submit(Box::new(sub))).is_err() {
+            inner.waiting.fetch_sub(1, Ordering::AcqRel);
+            link.shared.active.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::Unavailable("the engine worker has stopped"));
+        }
+        Ok(RequestStream {
+            id,
+            rx,
+            unread,
+            abort: link.tx.clone(),
+            done: false,
+        })
+    }
+
+    /// Ends every request in flight with finish reason `abort` (the end of a drain).
+    pub fn abort_all(&self) {
+        for l in &self.inner.links {
+            let _ = l.tx.send(Command::AbortAll);
+        }
+    }
+
+    /// Stops the workers (requests in flight end with `abort`) and waits for their threads.
+    pub fn shutdown(&self) {
+        for l in &self.inner.links {
+            l.shared.set_stopping();
+            let _ = l.tx.send(Command::Shutdown);
+        }
+        let handles =
+            std::mem::take(&mut *self.inner.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in handles {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A seed for requests that give none: different for every call.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+/// The events of one request (see [`Event`]). Dropping it before the end aborts the request.
+pub struct RequestStream {
+    id: u64,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    unread: Arc<AtomicUsize>,
+    abort: mpsc::Sender<Command>,
+    done: bool,
+}
+
+impl RequestStream {
+    /// The request's id (unique per engine).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn took(&mut self, ev: Option<Event>) -> Option<Event> {
+        match &ev {
+            Some(Event::Done { .. } | Event::Error { .. }) | None => self.done = true,
+            Some(_) => {}
+        }
+        if ev.is_some() {
+            self.unread.fetch_sub(1, Ordering::AcqRel);
+        }
+        ev
+    }
+
+    /// The next event; None after the last one.
+    pub async fn recv(&mut self) -> Option<Event> {
+        let ev = self.rx.recv().await;
+        self.took(ev)
+    }
+
+    /// The next event, blocking the calling thread (not for async code).
+    pub fn blocking_recv(&mut self) -> Option<Event> {
+        let ev = self.rx.blocking_recv();
+        self.took(ev)
+    }
+
+    /// Aborts the request now (the same as dropping the stream).
+    pub fn abort(mut self) {
+        self.send_abort();
+    }
+
+    fn send_abort(&mut self) {
+        if !self.done {
+            self.done = true;
+            let _ = self.abort.send(Command::Abort(self.id));
+        }
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        self.send_abort();
+    }
+}

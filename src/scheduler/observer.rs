@@ -1,0 +1,86 @@
+//! What the scheduler reports for monitoring: plain numbers handed to an [`Observer`]. No
+//! metrics library types live here; the metrics layer implements the trait.
+
+use crate::scheduler::request::FinishReason;
+use std::time::Duration;
+
+/// The kind of work a step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Prompt tokens only.
+    Prefill,
+    /// One token per sequence only.
+    Decode,
+    /// Both.
+    Mixed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Prefill => "prefill",
+            Phase::Decode => "decode",
+            Phase::Mixed => "mixed",
+        }
+    }
+}
+
+/// One engine step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepStats {
+    /// Which engine worker ran it.
+    pub worker: usize,
+    pub phase: Phase,
+    /// Sequences and new tokens in the batch.
+    pub seqs: usize,
+    pub tokens: usize,
+    /// Of `tokens`, prompt (or recomputed) tokens and decode tokens.
+    pub prefill_tokens: usize,
+    pub decode_tokens: usize,
+    /// The forward pass plus sampling.
+    pub duration: Duration,
+    /// After the step: sequences running and waiting on this worker.
+    pub running: usize,
+    pub waiting: usize,
+    /// After the step: KV blocks held by sequences, blocks only the prefix cache holds (free
+    /// to evict, so not counted as used), and the pool's size.
+    pub kv_blocks_used: usize,
+    pub kv_blocks_cached: usize,
+    pub kv_blocks_total: usize,
+    /// Preemptions while planning this step.
+    pub preemptions: usize,
+    /// Prefix-cache lookups and hits (lookups that reused blocks) in this step.
+    pub prefix_queries: u64,
+    pub prefix_hits: u64,
+}
+
+/// One finished request (all its choices).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestStats {
+    /// From submission to its first scheduled step.
+    pub queue: Duration,
+    /// From submission to its first generated token (None if none was generated).
+    pub ttft: Option<Duration>,
+    /// Every gap between two consecutive tokens of a choice.
+    pub itl: Vec<Duration>,
+    /// From submission to the end.
+    pub duration: Duration,
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub generated_tokens: usize,
+    /// One per choice.
+    pub finish_reasons: Vec<FinishReason>,
+    pub preemptions: u32,
+}
+
+/// Receives the scheduler's numbers. Called on the engine thread: keep it cheap and
+/// non-blocking.
+pub trait Observer: Send + Sync {
+    fn on_step(&self, _step: &StepStats) {}
+    fn on_request(&self, _req: &RequestStats) {}
+}
+
+/// An observer that records nothing.
+pub struct NoopObserver;
+
+impl Observer for NoopObserver {}

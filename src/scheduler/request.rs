@@ -1,0 +1,139 @@
+//! What a caller submits, what it gets back, and why a submission can be refused.
+
+use crate::scheduler::sampling::{SamplingError, SamplingParams};
+use crate::scheduler::state::AdmitError;
+pub use crate::scheduler::stop::FinishReason;
+use std::time::Duration;
+
+/// Most choices one request may ask for (`n`).
+pub const MAX_N: usize = 16;
+/// Most stop strings per request, and the longest one in bytes.
+pub const MAX_STOPS: usize = 16;
+pub const MAX_STOP_BYTES: usize = 256;
+
+/// One generation request: token ids in, `n` streams of tokens out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationRequest {
+    /// The prompt, already tokenized (with the chat template applied when it is a chat).
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+    /// Tokens to generate at most per choice (the HTTP layer resolves the default).
+    pub max_tokens: usize,
+    /// Stop strings: the text before the first of them is returned, never the string itself.
+    pub stop: Vec<String>,
+    /// Extra token ids that end a choice (besides the model's end-of-generation tokens).
+    pub stop_token_ids: Vec<u32>,
+    /// Keep generating through the model's end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// Independent choices sampled from one prompt prefill (1..=[`MAX_N`]).
+    pub n: usize,
+    /// Report each token's logprob (and `params.top_logprobs` alternatives).
+    pub logprobs: bool,
+}
+
+impl GenerationRequest {
+    /// A request for `prompt` with default sampling, one choice and `max_tokens`.
+    pub fn new(prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
+        GenerationRequest {
+            prompt,
+            params: SamplingParams::default(),
+            max_tokens,
+            stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            ignore_eos: false,
+            n: 1,
+            logprobs: false,
+        }
+    }
+}
+
+/// Why a request was not accepted. Each variant names the parameter at fault where there is one
+/// ([`SubmitError::param`]) so the HTTP layer can build OpenAI's error envelope.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("{0}")]
+    Sampling(#[from] SamplingError),
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("token id {id} in the prompt is outside the vocabulary of {n_vocab}")]
+    BadToken { id: u32, n_vocab: usize },
+    #[error("max_tokens must be at least 1")]
+    ZeroMaxTokens,
+    #[error("n must be between 1 and {max}, got {got}")]
+    BadN { got: usize, max: usize },
+    #[error("at most {max} stop sequences of at most {max_bytes} bytes each")]
+    BadStop { max: usize, max_bytes: usize },
+    #[error("stop_token_ids: token id {id} is outside the vocabulary of {n_vocab}")]
+    BadStopToken { id: u32, n_vocab: usize },
+    /// The prompt, or the prompt plus max_tokens, does not fit the context.
+    #[error("{0}")]
+    ContextLength(AdmitError),
+    /// It fits the context but not the whole KV cache: it could never run.
+    #[error("{0}")]
+    KvCapacity(AdmitError),
+    /// The waiting queue is full: try again later.
+    #[error("the server is overloaded ({waiting} requests waiting); retry after {retry_after:?}")]
+    Overloaded {
+        waiting: usize,
+        retry_after: Duration,
+    },
+    /// The engine is shutting down or has failed.
+    #[error("the engine is not accepting requests: {0}")]
+    Unavailable(&'static str),
+}
+
+impl SubmitError {
+    /// The OpenAI request field at fault, if any.
+    pub fn param(&self) -> Option<&'static str> {
+        match self {
+            SubmitError::Sampling(e) => Some(e.param()),
+            SubmitError::EmptyPrompt | SubmitError::BadToken { .. } => Some("prompt"),
+            SubmitError::ZeroMaxTokens => Some("max_tokens"),
+            SubmitError::BadN { .. } => Some("n"),
+            SubmitError::BadStop { .. } => Some("stop"),
+            SubmitError::BadStopToken { .. } => Some("stop_token_ids"),
+            SubmitError::ContextLength(_) | SubmitError::KvCapacity(_) => Some("messages"),
+            SubmitError::Overloaded { .. } | SubmitError::Unavailable(_) => None,
+        }
+    }
+}
+
+/// One generated token's log-probability, with the most likely alternatives when asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub id: u32,
+    pub logprob: f32,
+    /// Most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Token counts of a finished request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: usize,
+    /// Generated over all choices.
+    pub completion_tokens: usize,
+}
+
+/// What a request's stream yields. Every stream ends with exactly one [`Event::Done`] or
+/// [`Event::Error`], unless the caller dropped it first.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// New output of one choice: the tokens sampled since its last delta, the text that is now
+    /// safe to show (whole characters; text that may start a stop string is held back, so it
+    /// can be empty) and, when asked, one logprob entry per token.
+    Delta {
+        choice: usize,
+        ids: Vec<u32>,
+        text: String,
+        logprobs: Vec<TokenLogprob>,
+    },
+    /// A choice ended; no more deltas for it.
+    Finished { choice: usize, reason: FinishReason },
+    /// Every choice ended.
+    Done { usage: Usage },
+    /// The engine failed while running the request (a fault in a step).
+    Error { message: String },
+}

@@ -1,0 +1,188 @@
+//! Building a running engine from the configuration: open the model file, load the tokenizer
+//! and the weights, size the KV cache, start the workers.
+
+use crate::config::{Config, KvBudget};
+use crate::engine::kv_cache::DEFAULT_BLOCK_SIZE;
+use crate::engine::{EngineError, LlamaModel};
+use crate::gguf::{GgufError, GgufFile};
+use crate::scheduler::handle::{EngineConfig, EngineHandle};
+use crate::scheduler::observer::Observer;
+use crate::scheduler::state::Limits;
+use crate::tokenizer::{Tokenizer, TokenizerError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Why the engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot open model {path}: {source}")]
+    Open { path: PathBuf, source: GgufError },
+    #[error("model {path}: tokenizer: {source}")]
+    Tokenizer {
+        path: PathBuf,
+        source: TokenizerError,
+    },
+    #[error("model {path}: {source}")]
+    Engine { path: PathBuf, source: EngineError },
+    #[error(
+        "the KV cache budget ({bytes} bytes over {workers} workers) holds no block of {block_bytes} bytes per worker"
+    )]
+    KvTooSmall {
+        bytes: u64,
+        workers: usize,
+        block_bytes: u64,
+    },
+}
+
+/// A loaded model and the engine serving it.
+pub struct Loaded {
+    pub engine: EngineHandle,
+    pub tokenizer: Arc<Tokenizer>,
+    /// The model file's `tokenizer.chat_template`, if any.
+    pub chat_template: Option<String>,
+    /// The model file's stem (the default model id).
+    pub model_stem: String,
+    /// `general.file_type` as a name where known (e.g. "Q4_1"), else the weights' main type.
+    pub quant: String,
+    /// KV positions per worker and bytes per position.
+    pub kv_positions: usize,
+    pub kv_bytes_per_position: usize,
+    pub load_time: Duration,
+}
+
+/// Total memory from /proc/meminfo (None off Linux or when unreadable).
+pub fn mem_total_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The scheduler limits the configuration asks for.
+pub fn limits(cfg: &Config) -> Limits {
+    let s = cfg.scheduler;
+    Limits {
+        max_num_seqs: s.max_num_seqs,
+        max_batch_tokens: s.max_batch_tokens,
+        max_preemptions: s.max_preemptions,
+        n_ctx: 0,
+        prefix_cache: s.prefix_cache,
+        max_waiting: s.max_waiting,
+    }
+}
+
+/// Opens `model_path` (or the configured model) and starts the engine described by `cfg`.
+pub fn start(
+    cfg: &Config,
+    model_path: Option<&Path>,
+    observer: Arc<dyn Observer>,
+) -> Result<Loaded, SetupError> {
+    let t0 = Instant::now();
+    let path = model_path.unwrap_or(&cfg.model_path).to_path_buf();
+    let file = GgufFile::open(&path).map_err(|source| SetupError::Open {
+        path: path.clone(),
+        source,
+    })?;
+    let tokenizer = Tokenizer::from_gguf(&file).map_err(|source| SetupError::Tokenizer {
+        path: path.clone(),
+        source,
+    })?;
+    let chat_template = file
+        .get_str("tokenizer.chat_template")
+        .ok()
+        .flatten()
+        .map(str::to_string);
+    let workers = cfg.workers.max(1);
+    let threads = if cfg.threads == 0 {
+        (crate::engine::pool::physical_cores() / workers).max(1)
+    } else {
+        cfg.threads
+    };
+    let engine_err = |source| SetupError::Engine {
+        path: path.clone(),
+        source,
+    };
+    let model = LlamaModel::from_gguf(&file, threads).map_err(engine_err)?;
+    let quant = quant_name(&file);
+    drop(file);
+
+    let bs = DEFAULT_BLOCK_SIZE;
+    let block_bytes = model.kv_config(bs, bs).bytes_per_block() as u64;
+    let per_pos = (block_bytes / bs as u64).max(1);
+    let budget = cfg.kv_cache.bytes(per_pos, mem_total_bytes());
+    let per_worker_blocks = budget / workers as u64 / block_bytes;
+    if per_worker_blocks == 0 {
+        return Err(SetupError::KvTooSmall {
+            bytes: budget,
+            workers,
+            block_bytes,
+        });
+    }
+    let kv_positions = (per_worker_blocks as usize).saturating_mul(bs);
+    if matches!(cfg.kv_cache, KvBudget::Auto) {
+        tracing::info!(
+            bytes = budget,
+            "KV cache budget: auto ({}% of memory, at most 2 GiB)",
+            crate::config::KV_AUTO_SHARE_PERCENT
+        );
+    }
+    let model_stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".to_string());
+    let tokenizer = Arc::new(tokenizer);
+    let engine = EngineHandle::start(
+        model,
+        Arc::clone(&tokenizer),
+        EngineConfig {
+            workers,
+            threads,
+            kv_positions,
+            block_size: bs,
+            limits: limits(cfg),
+            panic_at_step: None,
+        },
+        observer,
+    )
+    .map_err(|source| SetupError::Engine {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(Loaded {
+        engine,
+        tokenizer,
+        chat_template,
+        model_stem,
+        quant,
+        kv_positions,
+        kv_bytes_per_position: per_pos as usize,
+        load_time: t0.elapsed(),
+    })
+}
+
+/// The file's quantization as llama.cpp names its `general.file_type` values, when known.
+fn quant_name(file: &GgufFile) -> String {
+    let ftype = file.get_u32("general.file_type").ok().flatten();
+    let name = match ftype {
+        Some(0) => "F32",
+        Some(1) => "F16",
+        Some(2) => "Q4_0",
+        Some(3) => "Q4_1",
+        Some(7) => "Q8_0",
+        Some(8) => "Q5_0",
+        Some(9) => "Q5_1",
+        Some(10) => "Q2_K",
+        Some(11) => "Q3_K_S",
+        Some(12) => "Q3_K_M",
+        Some(13) => "Q3_K_L",
+        Some(14) => "Q4_K_S",
+        Some(15) => "Q4_K_M",
+        Some(16) => "Q5_K_S",
+        Some(17) => "Q5_K_M",
+        Some(18) => "Q6_K",
+        Some(32) => "BF16",
+        _ => "unknown",
+    };
+    name.to_string()
+}

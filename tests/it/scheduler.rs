@@ -1,0 +1,290 @@
+//! The scheduler with the real default model: batched outputs equal solo outputs, seeded
+//! sampling is reproducible in any company, stop strings, cancellation, the prefix cache.
+
+use crate::common::default_model;
+use kiln::config::{Config, KvBudget};
+use kiln::scheduler::setup::{start, Loaded};
+use kiln::scheduler::{
+    EngineHandle, Event, FinishReason, GenerationRequest, NoopObserver, RequestStream,
+    SamplingParams,
+};
+use kiln::tokenizer::Tokenizer;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn engine(max_num_seqs: usize, kv_positions: u64) -> Loaded {
+    let mut cfg = Config {
+        model_path: default_model(),
+        threads: 1,
+        kv_cache: KvBudget::Positions(kv_positions),
+        ..Config::default()
+    };
+    cfg.scheduler.max_num_seqs = max_num_seqs;
+    cfg.scheduler.max_batch_tokens = 256.max(max_num_seqs);
+    start(&cfg, None, Arc::new(NoopObserver)).expect("engine starts")
+}
+
+fn chat(tok: &Tokenizer, user: &str) -> Vec<u32> {
+    let text = format!(
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+    );
+    tok.encode(&text, false, true)
+}
+
+/// Everything one choice produced.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Out {
+    ids: Vec<u32>,
+    text: String,
+    finish: Option<FinishReason>,
+}
+
+/// Reads a stream to its end: per-choice outputs and the usage.
+fn collect(mut s: RequestStream, n: usize) -> (Vec<Out>, kiln::scheduler::Usage) {
+    let mut outs = vec![Out::default(); n];
+    loop {
+        match s.blocking_recv().expect("stream ended without Done") {
+            Event::Delta {
+                choice, ids, text, ..
+            } => {
+                outs[choice].ids.extend(ids);
+                outs[choice].text.push_str(&text);
+            }
+            Event::Finished { choice, reason } => outs[choice].finish = Some(reason),
+            Event::Done { usage } => return (outs, usage),
+            Event::Error { message } => panic!("engine error: {message}"),
+        }
+    }
+}
+
+fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
+    let mut r = GenerationRequest::new(prompt, max_tokens);
+    r.params.temperature = 0.0;
+    r
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn idle(e: &EngineHandle) -> bool {
+    let l = e.load();
+    l.waiting == 0 && l.running == 0 && l.kv_blocks_used == 0
+}
+
+const QUESTIONS: [&str; 16] = [
+    "What is the capital of France?",
+    "Write a haiku about a kiln.",
+    "Name three primary colors.",
+    "How many legs does a spider have?",
+    "Explain photosynthesis in one sentence.",
+    "What is 12 times 12?",
+    "Give me a synonym for happy.",
+    "Who wrote Romeo and Juliet?",
+    "What is the boiling point of water?",
+    "Translate 'good morning' to Spanish.",
+    "List two planets in our solar system.",
+    "What does a baker do?",
+    "Why is the sky blue?",
+    "Suggest a name for a cat.",
+    "What is the opposite of cold?",
+    "Describe a rainbow briefly.",
+];
+
+#[test]
+fn sixteen_concurrent_greedy_requests_equal_their_solo_runs() {
+    let l = engine(16, 16384);
+    let prompts: Vec<Vec<u32>> = QUESTIONS.iter().map(|q| chat(&l.tokenizer, q)).collect();
+    let solo: Vec<Out> = prompts
+        .iter()
+        .map(|p| collect(l.engine.submit(greedy(p.clone(), 24)).unwrap(), 1).0[0].clone())
+        .collect();
+    let streams: Vec<RequestStream> = prompts
+        .iter()
+        .map(|p| l.engine.submit(greedy(p.clone(), 24)).unwrap())
+        .collect();
+    let together: Vec<Out> = streams
+        .into_iter()
+        .map(|s| collect(s, 1).0[0].clone())
+        .collect();
+    for (i, (a, b)) in solo.iter().zip(&together).enumerate() {
+        assert_eq!(a, b, "request {i} differs when batched");
+        assert!(!a.ids.is_empty());
+    }
+    assert_eq!(
+        l.tokenizer.decode(&solo[0].ids).trim_end(),
+        solo[0].text.trim_end()
+    );
+    l.engine.shutdown();
+}
+
+#[test]
+fn seeded_sampling_is_the_same_alone_and_among_31_others() {
+    let l = engine(32, 32768);
+    let sampled = |prompt: Vec<u32>, seed: u64| {
+        let mut r = GenerationRequest::new(prompt, 32);
+        r.params = SamplingParams {
+            temperature: 0.9,
+            top_p: 0.95,
+            top_k: 50,
+            seed: Some(seed),
+            ..SamplingParams::default()
+        };
+        r
+    };
+    let prompt = chat(&l.tokenizer, "Tell me a short story about a dragon.");
+    let alone = collect(l.engine.submit(sampled(prompt.clone(), 42)).unwrap(), 1).0;
+    let mut streams = Vec::new();
+    for i in 0..31u64 {
+        let q = chat(&l.tokenizer, QUESTIONS[i as usize % 16]);
+        streams.push(l.engine.submit(sampled(q, 1000 + i)).unwrap());
+        if i == 15 {
+            streams.push(l.engine.submit(sampled(prompt.clone(), 42)).unwrap());
+        }
+    }
+    let outs: Vec<Vec<Out>> = streams.into_iter().map(|s| collect(s, 1).0).collect();
+    assert_eq!(outs[16], alone, "same seed, same text, whatever the batch");
+    let other = collect(l.engine.submit(sampled(prompt, 43)).unwrap(), 1).0;
+    assert_ne!(
+        other[0].ids, alone[0].ids,
+        "another seed draws other tokens"
+    );
+    l.engine.shutdown();
+}
+
+#[test]
+fn stop_strings_across_tokens_end_the_choice_without_the_stop_text() {
+    let l = engine(4, 8192);
+    let prompt = chat(&l.tokenizer, "Count from 1 to 20, separated by commas.");
+    let (full, _) = collect(l.engine.submit(greedy(prompt.clone(), 64)).unwrap(), 1);
+    let text = &full[0].text;
+    // A stop string spanning several tokens, chosen from the actual output.
+    let at = text.find("5").expect("the model counts");
+    let stop = text[at..].chars().take(4).collect::<String>();
+    assert!(stop.len() >= 3, "{text:?}");
+    let mut r = greedy(prompt, 64);
+    r.stop = vec!["never appears".to_string(), stop.clone()];
+    let (outs, usage) = collect(l.engine.submit(r).unwrap(), 1);
+    assert_eq!(outs[0].finish, Some(FinishReason::Stop));
+    assert_eq!(
+        outs[0].text,
+        text[..at],
+        "text up to the stop string, without it"
+    );
+    assert!(usage.completion_tokens < full[0].ids.len());
+    l.engine.shutdown();
+}
+
+#[test]
+fn length_limit_and_n_choices() {
+    let l = engine(8, 8192);
+    let prompt = chat(&l.tokenizer, "Write a long poem about the sea.");
+    let mut r = GenerationRequest::new(prompt.clone(), 12);
+    r.n = 3;
+    r.params.temperature = 1.0;
+    r.params.seed = Some(7);
+    let (outs, usage) = collect(l.engine.submit(r).unwrap(), 3);
+    assert_eq!(usage.prompt_tokens, prompt.len());
+    assert_eq!(
+        usage.completion_tokens,
+        outs.iter().map(|o| o.ids.len()).sum::<usize>()
+    );
+    for o in &outs {
+        assert!(o.finish.is_some());
+        if o.finish == Some(FinishReason::Length) {
+            assert_eq!(o.ids.len(), 12);
+        }
+    }
+    assert!(
+        outs[0].ids != outs[1].ids || outs[1].ids != outs[2].ids,
+        "choices differ"
+    );
+    // Choice 0 of n with seed 7 is the same as the single choice with seed 7.
+    let mut one = GenerationRequest::new(prompt, 12);
+    one.params.temperature = 1.0;
+    one.params.seed = Some(7);
+    let (single, _) = collect(l.engine.submit(one).unwrap(), 1);
+    assert_eq!(single[0], outs[0]);
+    wait_for("blocks back", || idle(&l.engine));
+    l.engine.shutdown();
+}
+
+#[test]
+fn cancelling_fifty_running_and_waiting_requests_frees_their_kv() {
+    let l = engine(8, 16384);
+    assert!(idle(&l.engine));
+    let mut streams = Vec::new();
+    for i in 0..50 {
+        let p = chat(&l.tokenizer, QUESTIONS[i % 16]);
+        streams.push(l.engine.submit(greedy(p, 400)).unwrap());
+    }
+    // Let some run (8 at a time), the rest wait; then drop every stream.
+    wait_for("requests running", || l.engine.load().running == 8);
+    let mut first = streams.remove(0);
+    assert!(matches!(first.blocking_recv(), Some(Event::Delta { .. })));
+    drop(first);
+    drop(streams);
+    wait_for("KV usage back to baseline", || idle(&l.engine));
+    // A fresh request completes promptly.
+    let t0 = Instant::now();
+    let (outs, _) = collect(
+        l.engine
+            .submit(greedy(chat(&l.tokenizer, "Hi!"), 8))
+            .unwrap(),
+        1,
+    );
+    assert!(!outs[0].ids.is_empty());
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    l.engine.shutdown();
+}
+
+#[test]
+fn shared_system_prompt_is_served_from_the_prefix_cache() {
+    let l = engine(4, 8192);
+    let p1 = chat(&l.tokenizer, "What is the capital of France?");
+    let p2 = chat(&l.tokenizer, "What is the capital of Italy?");
+    let (_, u1) = collect(l.engine.submit(greedy(p1.clone(), 4)).unwrap(), 1);
+    assert_eq!(u1.cached_tokens, 0);
+    let (_, u2) = collect(l.engine.submit(greedy(p2.clone(), 4)).unwrap(), 1);
+    let common = p1.iter().zip(&p2).take_while(|(a, b)| a == b).count();
+    assert_eq!(
+        u2.cached_tokens,
+        common / 16 * 16,
+        "whole shared blocks reused"
+    );
+    assert!(u2.cached_tokens >= 16);
+    // The same prompt again: everything but the last token comes from the cache.
+    let (_, u3) = collect(l.engine.submit(greedy(p1.clone(), 4)).unwrap(), 1);
+    assert_eq!(u3.cached_tokens, (p1.len() - 1) / 16 * 16);
+    l.engine.shutdown();
+}
+
+#[test]
+fn refusals_are_immediate_and_named() {
+    let l = engine(4, 2048);
+    let tok = &l.tokenizer;
+    let e = &l.engine;
+    let long = vec![1u32; 3000];
+    assert!(matches!(
+        e.submit(greedy(long, 10)),
+        Err(kiln::scheduler::SubmitError::KvCapacity(_))
+    ));
+    let n_ctx = e.info().n_ctx;
+    assert!(matches!(
+        e.submit(greedy(vec![1; 10], n_ctx)),
+        Err(kiln::scheduler::SubmitError::ContextLength(_))
+    ));
+    let mut bad = greedy(chat(tok, "x"), 4);
+    bad.params.top_p = 2.0;
+    let err = e.submit(bad).err().expect("refused");
+    assert_eq!(err.param(), Some("top_p"));
+    assert!(matches!(
+        e.submit(greedy(vec![tok.n_vocab() as u32], 4)),
+        Err(kiln::scheduler::SubmitError::BadToken { .. })
+    ));
+    l.engine.shutdown();
+}
