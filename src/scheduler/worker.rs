@@ -587,12 +587,14 @@ impl Worker {
         } else {
             Vec::new()
         };
-        let delivered = r.send(Event::Delta {
-            choice,
-            ids: vec![id],
-            text,
-            logprobs,
-        });
+        // An end-of-generation token counts as generated but is not part of the output.
+        let delivered = eog
+            || r.send(Event::Delta {
+                choice,
+                ids: vec![id],
+                text,
+                logprobs,
+            });
         if !delivered {
             // The client is gone or stopped reading: abort the whole request.
             self.abort_request(req_id, FinishReason::Abort);
