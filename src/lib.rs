@@ -5,3 +5,4 @@
 pub mod config;
 pub mod engine;
 pub mod kernels;
+pub mod scheduler;
