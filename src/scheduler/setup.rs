@@ -128,7 +128,7 @@ pub fn start(
     tracing::info!(
         positions_per_worker = kv_positions,
         workers,
-        mib_per_worker = per_worker_blocks * block_bytes >> 20,
+        mib_per_worker = (per_worker_blocks * block_bytes) >> 20,
         bytes_per_position = per_pos,
         block_size = bs,
         "KV cache ({how})"
