@@ -73,7 +73,7 @@ pub struct KvCacheConfig {
 /// Positions per block unless configured otherwise.
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
 
-/// Largest head dimension accepted (bounds the attention scratch).
+/// Largest head dimension accepted (bounds the stack row `write` converts a head through).
 pub(crate) const MAX_HEAD_DIM: usize = 1024;
 
 impl KvCacheConfig {
