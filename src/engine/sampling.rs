@@ -66,10 +66,6 @@ impl Sampler {
         }
     }
 
-    pub fn greedy() -> Sampler {
-        Sampler::new(0.0, 0)
-    }
-
     /// Picks a token from `logits`. Temperature sampling draws from `softmax(logits / T)`
     /// without allocating (two passes over the row).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
@@ -104,7 +100,7 @@ mod tests {
     #[test]
     fn greedy_picks_max() {
         assert_eq!(argmax(&[0.1, 3.0, 3.0, -1.0]), 1);
-        assert_eq!(Sampler::greedy().sample(&[0.0, -1.0, 5.0]), 2);
+        assert_eq!(Sampler::new(0.0, 0).sample(&[0.0, -1.0, 5.0]), 2);
     }
 
     #[test]

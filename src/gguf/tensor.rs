@@ -226,7 +226,10 @@ mod tests {
             .unwrap();
         let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
         let h = f.tensor_data("h").unwrap();
-        assert_eq!(h.row(1).unwrap()[2..4], half::f16::from_f32(4.0).to_le_bytes());
+        assert_eq!(
+            h.row(1).unwrap()[2..4],
+            half::f16::from_f32(4.0).to_le_bytes()
+        );
         assert!(h.as_f32().is_none());
         assert_eq!((h.row_bytes(), h.n_rows()), (6, 2));
         let q = f.tensor_data("q").unwrap();
