@@ -129,3 +129,57 @@ fn handles_are_send_and_sync() {
     check::<BlockTable>();
     check::<BlockAllocator>();
 }
+
+#[test]
+fn copy_on_write_gives_a_fork_its_own_copy() {
+    let c = cfg(2, 4, 4, 6);
+    let mut cache = KvCache::new(c).unwrap();
+    let mut a = cache.new_table();
+    a.reserve(6).unwrap();
+    let row = |x: f32| -> Vec<f32> { (0..8).map(|i| x + i as f32).collect() };
+    for layer in 0..2 {
+        for pos in 0..6 {
+            let x = (layer * 100 + pos * 10) as f32;
+            cache.write(layer, &a, pos, &row(x), &row(-x)).unwrap();
+        }
+    }
+    let mut b = a.fork();
+    // Shared: neither may write the partly filled block 1.
+    assert!(matches!(
+        cache.write(0, &b, 6, &row(0.0), &row(0.0)),
+        Err(KvCacheError::SharedBlock { .. })
+    ));
+    let (old, new) = b.unshare(1).unwrap().expect("block 1 was shared");
+    assert_eq!(old, a.blocks()[1]);
+    assert_eq!(b.blocks()[0], a.blocks()[0], "block 0 still shared");
+    cache.copy_block(old, new).unwrap();
+    let span = 2 * 4 * 4;
+    for layer in 0..2 {
+        let (k, v) = (cache.layer_k(layer), cache.layer_v(layer));
+        let (o, n) = (old as usize * span, new as usize * span);
+        assert_eq!(k[o..o + span], k[n..n + span]);
+        assert_eq!(v[o..o + span], v[n..n + span]);
+    }
+    // Now both write position 6 independently.
+    cache.write(0, &b, 6, &row(1.0), &row(1.0)).unwrap();
+    assert_eq!(a.unshare(1).unwrap(), None, "a holds block 1 alone now");
+    cache.write(0, &a, 6, &row(2.0), &row(2.0)).unwrap();
+    assert!(cache.copy_block(99, new).is_err());
+    drop((a, b));
+    assert_eq!(cache.free_blocks(), 6);
+}
+
+#[test]
+fn push_shared_keeps_the_counts() {
+    let cache = KvCache::new(cfg(1, 4, 4, 4)).unwrap();
+    let mut a = cache.new_table();
+    a.reserve(8).unwrap();
+    let mut b = cache.new_table();
+    b.push_shared(a.blocks()[0]).unwrap();
+    assert_eq!(cache.allocator().refcount(a.blocks()[0]), 2);
+    assert!(b.push_shared(3).is_err(), "a free block cannot be shared");
+    drop(a);
+    assert_eq!(cache.free_blocks(), 3, "b still holds block 0");
+    drop(b);
+    assert_eq!(cache.free_blocks(), 4);
+}
