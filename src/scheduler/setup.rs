@@ -65,6 +65,7 @@ pub fn limits(cfg: &Config) -> Limits {
     Limits {
         max_num_seqs: s.max_num_seqs,
         max_batch_tokens: s.max_batch_tokens,
+        max_prefill_while_decoding: s.max_prefill_while_decoding,
         max_preemptions: s.max_preemptions,
         n_ctx: 0,
         prefix_cache: s.prefix_cache,

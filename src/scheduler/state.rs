@@ -12,7 +12,9 @@
 //! chunk), then on waiting ones, first come first served, while `max_num_seqs` allows.
 //! Chunked prefill is nothing more than clipping a sequence's new tokens to the budget left,
 //! so a long prompt never blocks the streams already decoding, and no request that passed
-//! admission can stall the queue.
+//! admission can stall the queue. While any sequence is decoding, prompt tokens in a step are
+//! further capped (`max_prefill_while_decoding`): the step's time is every stream's
+//! inter-token gap.
 //!
 //! KV blocks: a sequence reserves blocks for the positions it is about to compute. When the
 //! pool is short, unused prefix-cache blocks are evicted first; then the newest running
@@ -36,6 +38,10 @@ pub struct Limits {
     pub max_num_seqs: usize,
     /// New tokens in one step, over all sequences (prefill chunks + decode tokens).
     pub max_batch_tokens: usize,
+    /// Prompt (prefill) tokens in one step while any sequence is decoding: a step's time is
+    /// the gap every running stream sees, so a long prompt is read in small chunks beside
+    /// them. With nobody decoding, prefill may use all of `max_batch_tokens`.
+    pub max_prefill_while_decoding: usize,
     /// Times a sequence may be preempted before it is no longer chosen as the victim.
     pub max_preemptions: u32,
     /// The model's context: a sequence never grows past it.
@@ -301,6 +307,15 @@ impl<T> Scheduler<T> {
         self.counters.steps += 1;
         let mut plan = Plan::default();
         let mut budget = self.limits.max_batch_tokens;
+        let decoding = self.running.iter().any(|id| {
+            let s = &self.seqs[id];
+            s.computed + 1 == s.tokens.len() && s.tokens.len() > s.prompt_len
+        });
+        let mut prefill_left = if decoding {
+            self.limits.max_prefill_while_decoding.max(1)
+        } else {
+            usize::MAX
+        };
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
@@ -308,7 +323,13 @@ impl<T> Scheduler<T> {
                 let s = &self.seqs[&id];
                 (s.computed, s.tokens.len())
             };
-            let n = (have - computed).min(budget);
+            let is_decode = have - computed == 1;
+            let n = if is_decode {
+                1
+            } else {
+                (have - computed).min(prefill_left)
+            }
+            .min(budget);
             if n == 0 {
                 i += 1;
                 continue;
@@ -322,6 +343,9 @@ impl<T> Scheduler<T> {
                         logits: computed + n == have,
                     });
                     budget -= n;
+                    if !is_decode {
+                        prefill_left -= n;
+                    }
                     i += 1;
                 }
                 Err(_) => {
@@ -338,7 +362,7 @@ impl<T> Scheduler<T> {
         if !plan.preempted.is_empty() {
             return plan;
         }
-        while budget > 0 {
+        while budget > 0 && prefill_left > 0 {
             let Some(&id) = self.waiting.front() else {
                 break;
             };
@@ -360,7 +384,7 @@ impl<T> Scheduler<T> {
                 let s = &self.seqs[&id];
                 (s.computed, s.tokens.len())
             };
-            let n = (have - computed).min(budget);
+            let n = (have - computed).min(budget).min(prefill_left);
             if self.reserve(id, computed + n, &mut plan.copies).is_err() {
                 // Give back cached blocks it took, so they stay evictable while it waits; the
                 // lookup is counted again when it is admitted.
@@ -386,6 +410,7 @@ impl<T> Scheduler<T> {
                 logits: computed + n == have,
             });
             budget -= n;
+            prefill_left -= n;
         }
         plan
     }

@@ -9,6 +9,7 @@ fn limits() -> Limits {
     Limits {
         max_num_seqs: 4,
         max_batch_tokens: 64,
+        max_prefill_while_decoding: usize::MAX,
         max_preemptions: 2,
         n_ctx: 4096,
         prefix_cache: true,
@@ -110,6 +111,27 @@ fn decoding_streams_keep_running_while_a_long_prompt_is_chunked() {
         chunks += 1;
     }
     assert_eq!(chunks, 2000usize.div_ceil(61));
+    assert_drained(s);
+}
+
+#[test]
+fn prefill_is_capped_while_others_decode() {
+    let lim = Limits {
+        max_batch_tokens: 512,
+        max_prefill_while_decoding: 40,
+        ..limits()
+    };
+    let mut s = sched(lim, 1000);
+    // Alone, a long prompt takes the whole budget.
+    s.add(0, prompt(600, 0), 50, 1, ()).unwrap();
+    assert_eq!(lens(&step(&mut s)), [(0, 512)]);
+    assert_eq!(lens(&step(&mut s)), [(0, 88)]);
+    // Now seq 0 decodes: a new long prompt goes in chunks of 40, a short one waits its turn.
+    s.add(1, prompt(100, 1), 5, 1, ()).unwrap();
+    s.add(2, prompt(10, 2), 5, 1, ()).unwrap();
+    assert_eq!(lens(&step(&mut s)), [(0, 1), (1, 40)]);
+    assert_eq!(lens(&step(&mut s)), [(0, 1), (1, 40)]);
+    assert_eq!(lens(&step(&mut s)), [(0, 1), (1, 20), (2, 10)]);
     assert_drained(s);
 }
 
