@@ -288,3 +288,44 @@ fn refusals_are_immediate_and_named() {
     ));
     l.engine.shutdown();
 }
+
+#[test]
+fn two_workers_share_the_model_and_split_the_load() {
+    let cfg = Config {
+        model_path: default_model(),
+        threads: 1,
+        workers: 2,
+        kv_cache: KvBudget::Positions(8192),
+        ..Config::default()
+    };
+    let l = start(&cfg, None, Arc::new(NoopObserver)).expect("engine starts");
+    assert_eq!(l.engine.info().workers, 2);
+    assert_eq!(
+        l.engine.load().kv_blocks_total,
+        2 * (4096 / 16),
+        "the budget is split"
+    );
+    let prompts: Vec<Vec<u32>> = QUESTIONS[..6]
+        .iter()
+        .map(|q| chat(&l.tokenizer, q))
+        .collect();
+    let solo: Vec<Out> = prompts
+        .iter()
+        .map(|p| collect(l.engine.submit(greedy(p.clone(), 12)).unwrap(), 1).0[0].clone())
+        .collect();
+    let streams: Vec<RequestStream> = prompts
+        .iter()
+        .map(|p| l.engine.submit(greedy(p.clone(), 12)).unwrap())
+        .collect();
+    // Both workers are busy at once (least-loaded routing).
+    wait_for("both workers running", || {
+        l.engine.worker_loads().iter().all(|w| w.running > 0)
+    });
+    let together: Vec<Out> = streams
+        .into_iter()
+        .map(|s| collect(s, 1).0[0].clone())
+        .collect();
+    assert_eq!(solo, together);
+    wait_for("idle", || idle(&l.engine));
+    l.engine.shutdown();
+}
