@@ -178,12 +178,11 @@ impl PrefixCache {
         Ok(key)
     }
 
-    /// Cached blocks that only the cache holds (freed by [`Self::evict`]). O(cached blocks).
+    /// Cached blocks that only the cache holds (freed by [`Self::evict`]). O(cached blocks),
+    /// under one lock.
     pub fn evictable(&self) -> usize {
-        self.entries
-            .values()
-            .filter(|e| self.alloc.refcount(e.holder.blocks()[0]) == 1)
-            .count()
+        self.alloc
+            .count_exclusive(self.entries.values().map(|e| e.holder.blocks()[0]))
     }
 
     /// Frees up to `n` blocks that only the cache holds, least recently used first and leaves
