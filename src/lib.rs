@@ -9,5 +9,6 @@ pub mod config;
 pub mod engine;
 pub mod gguf;
 pub mod kernels;
+pub mod metrics;
 pub mod scheduler;
 pub mod tokenizer;

@@ -1,0 +1,319 @@
+//! Prometheus metrics: one registry, every family defined in [`names`]. The scheduler hands
+//! plain numbers to [`Metrics`] through the [`Observer`] trait; the HTTP layer counts requests
+//! by endpoint and status and refreshes the load gauges at each scrape. Only this module knows
+//! Prometheus.
+
+pub mod names;
+
+use crate::scheduler::{Load, Observer, RequestStats, StepStats};
+use names::*;
+use prometheus::{
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+use std::collections::HashMap;
+
+/// A metrics setup problem (a duplicate or malformed family: a programming error).
+#[derive(Debug, thiserror::Error)]
+#[error("metrics: {0}")]
+pub struct MetricsError(#[from] prometheus::Error);
+
+/// What `kiln_build_info` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildInfo {
+    pub version: String,
+    pub isa: String,
+    pub threads: usize,
+    pub workers: usize,
+    pub model: String,
+    pub quant: String,
+}
+
+/// Every metric family of one server. Cheap to share (`Arc`); recording is lock-free atomics.
+pub struct Metrics {
+    registry: Registry,
+    request_duration: Histogram,
+    ttft: Histogram,
+    itl: Histogram,
+    tpot: Histogram,
+    queue: Histogram,
+    prompt_tokens_hist: Histogram,
+    generation_tokens_hist: Histogram,
+    step: HistogramVec,
+    batch_sequences: Histogram,
+    batch_tokens: Histogram,
+    requests: IntCounterVec,
+    finished: IntCounterVec,
+    prompt_tokens: IntCounter,
+    generation_tokens: IntCounter,
+    preemptions: IntCounter,
+    prefix_queries: IntCounter,
+    prefix_hits: IntCounter,
+    rejected: IntCounterVec,
+    running: IntGauge,
+    waiting: IntGauge,
+    kv_usage: Gauge,
+    kv_blocks: IntGaugeVec,
+    model_load: Gauge,
+    build_info: GaugeVec,
+}
+
+fn histogram(name: &str, help: &str, buckets: &[f64]) -> Result<Histogram, prometheus::Error> {
+    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
+}
+
+impl Metrics {
+    /// A registry whose every series carries the constant label `model`.
+    pub fn new(model: &str) -> Result<Metrics, MetricsError> {
+        let labels = HashMap::from([("model".to_string(), model.to_string())]);
+        let registry = Registry::new_custom(None, Some(labels))?;
+        let step = HistogramVec::new(
+            HistogramOpts::new(ENGINE_STEP, "Duration of one engine step (forward pass and sampling), by phase: prefill, decode or mixed.")
+                .buckets(LATENCY_BUCKETS.to_vec()),
+            &["phase"],
+        )?;
+        let m = Metrics {
+            request_duration: histogram(REQUEST_DURATION, "End-to-end request duration, from arrival to the last token.", LATENCY_BUCKETS)?,
+            ttft: histogram(TIME_TO_FIRST_TOKEN, "Time from arrival to the first generated token.", LATENCY_BUCKETS)?,
+            itl: histogram(INTER_TOKEN_LATENCY, "Every gap between two consecutive generated tokens of a choice.", LATENCY_BUCKETS)?,
+            tpot: histogram(TIME_PER_OUTPUT_TOKEN, "Per request: (duration - time to first token) / (generated tokens - 1).", LATENCY_BUCKETS)?,
+            queue: histogram(REQUEST_QUEUE, "Time from arrival to the request's first scheduled step.", LATENCY_BUCKETS)?,
+            prompt_tokens_hist: histogram(REQUEST_PROMPT_TOKENS, "Prompt tokens per request.", TOKEN_BUCKETS)?,
+            generation_tokens_hist: histogram(REQUEST_GENERATION_TOKENS, "Generated tokens per request (all choices).", TOKEN_BUCKETS)?,
+            step,
+            batch_sequences: histogram(BATCH_SEQUENCES, "Sequences in one engine step.", BATCH_SEQ_BUCKETS)?,
+            batch_tokens: histogram(BATCH_TOKENS, "New tokens (prefill + decode) in one engine step.", TOKEN_BUCKETS)?,
+            requests: IntCounterVec::new(Opts::new(REQUESTS, "HTTP requests by endpoint and status code."), &["endpoint", "status"])?,
+            finished: IntCounterVec::new(Opts::new(REQUESTS_FINISHED, "Finished choices by finish reason (stop, length, abort, error)."), &["finish_reason"])?,
+            prompt_tokens: IntCounter::new(PROMPT_TOKENS, "Prompt tokens of finished requests.")?,
+            generation_tokens: IntCounter::new(GENERATION_TOKENS, "Generated tokens of finished requests.")?,
+            preemptions: IntCounter::new(PREEMPTIONS, "Sequences preempted (KV cache full) and requeued for recomputation.")?,
+            prefix_queries: IntCounter::new(PREFIX_CACHE_QUERIES, "Prefix-cache lookups (one per admitted sequence).")?,
+            prefix_hits: IntCounter::new(PREFIX_CACHE_HITS, "Prefix-cache lookups that reused at least one block.")?,
+            rejected: IntCounterVec::new(Opts::new(REJECTED, "Requests refused before running, by reason (overloaded, invalid, unavailable, ...)."), &["reason"])?,
+            running: IntGauge::new(REQUESTS_RUNNING, "Sequences running in the engine.")?,
+            waiting: IntGauge::new(REQUESTS_WAITING, "Requests accepted and waiting to run.")?,
+            kv_usage: Gauge::new(KV_CACHE_USAGE, "Fraction of KV cache blocks held by sequences (cached-only blocks count as free).")?,
+            kv_blocks: IntGaugeVec::new(Opts::new(KV_CACHE_BLOCKS, "KV cache blocks by state: used (by sequences), cached (prefix cache only, evictable), free."), &["state"])?,
+            model_load: Gauge::new(MODEL_LOAD, "Seconds it took to load the model and start the engine.")?,
+            build_info: GaugeVec::new(Opts::new(BUILD_INFO, "Build, instruction set, threads, workers and model of this server (always 1)."), &["version", "isa", "threads", "workers", "quant"])?,
+            registry,
+        };
+        m.register_all()?;
+        Ok(m)
+    }
+
+    fn register_all(&self) -> Result<(), prometheus::Error> {
+        let r = &self.registry;
+        for h in [
+            &self.request_duration,
+            &self.ttft,
+            &self.itl,
+            &self.tpot,
+            &self.queue,
+            &self.prompt_tokens_hist,
+            &self.generation_tokens_hist,
+            &self.batch_sequences,
+            &self.batch_tokens,
+        ] {
+            r.register(Box::new(h.clone()))?;
+        }
+        r.register(Box::new(self.step.clone()))?;
+        for c in [&self.requests, &self.finished, &self.rejected] {
+            r.register(Box::new(c.clone()))?;
+        }
+        for c in [
+            &self.prompt_tokens,
+            &self.generation_tokens,
+            &self.preemptions,
+            &self.prefix_queries,
+            &self.prefix_hits,
+        ] {
+            r.register(Box::new(c.clone()))?;
+        }
+        r.register(Box::new(self.running.clone()))?;
+        r.register(Box::new(self.waiting.clone()))?;
+        r.register(Box::new(self.kv_usage.clone()))?;
+        r.register(Box::new(self.kv_blocks.clone()))?;
+        r.register(Box::new(self.model_load.clone()))?;
+        r.register(Box::new(self.build_info.clone()))?;
+        #[cfg(target_os = "linux")]
+        r.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        // Series that exist from the start, so dashboards and rules never see "no data".
+        for reason in ["stop", "length", "abort", "error"] {
+            self.finished.with_label_values(&[reason]);
+        }
+        for phase in ["prefill", "decode", "mixed"] {
+            self.step.with_label_values(&[phase]);
+        }
+        for state in ["used", "cached", "free"] {
+            self.kv_blocks.with_label_values(&[state]);
+        }
+        Ok(())
+    }
+
+    /// Counts one HTTP request answered on `endpoint` (a route pattern, never a raw path).
+    pub fn http_request(&self, endpoint: &str, status: u16) {
+        self.requests
+            .with_label_values(&[endpoint, &status.to_string()])
+            .inc();
+    }
+
+    /// Counts a request refused before it ran (`reason`: a short fixed word).
+    pub fn rejected(&self, reason: &str) {
+        self.rejected.with_label_values(&[reason]).inc();
+    }
+
+    pub fn set_build_info(&self, b: &BuildInfo) {
+        self.build_info.reset();
+        self.build_info
+            .with_label_values(&[
+                &b.version,
+                &b.isa,
+                &b.threads.to_string(),
+                &b.workers.to_string(),
+                &b.quant,
+            ])
+            .set(1.0);
+    }
+
+    pub fn set_model_load_seconds(&self, secs: f64) {
+        self.model_load.set(secs);
+    }
+
+    /// Refreshes the load gauges (called at each scrape).
+    pub fn set_load(&self, l: &Load) {
+        self.running.set(l.running as i64);
+        self.waiting.set(l.waiting as i64);
+        let total = l.kv_blocks_total.max(1);
+        self.kv_usage.set(l.kv_blocks_used as f64 / total as f64);
+        let free = l
+            .kv_blocks_total
+            .saturating_sub(l.kv_blocks_used + l.kv_blocks_cached);
+        self.kv_blocks
+            .with_label_values(&["used"])
+            .set(l.kv_blocks_used as i64);
+        self.kv_blocks
+            .with_label_values(&["cached"])
+            .set(l.kv_blocks_cached as i64);
+        self.kv_blocks.with_label_values(&["free"]).set(free as i64);
+    }
+
+    /// The Prometheus text exposition of every family.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let families = self.registry.gather();
+        if TextEncoder::new().encode(&families, &mut buf).is_err() {
+            return String::new();
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+impl Observer for Metrics {
+    fn on_step(&self, s: &StepStats) {
+        self.step
+            .with_label_values(&[s.phase.as_str()])
+            .observe(s.duration.as_secs_f64());
+        self.batch_sequences.observe(s.seqs as f64);
+        self.batch_tokens.observe(s.tokens as f64);
+        self.preemptions.inc_by(s.preemptions as u64);
+        self.prefix_queries.inc_by(s.prefix_queries);
+        self.prefix_hits.inc_by(s.prefix_hits);
+    }
+
+    fn on_request(&self, r: &RequestStats) {
+        self.request_duration.observe(r.duration.as_secs_f64());
+        self.queue.observe(r.queue.as_secs_f64());
+        if let Some(ttft) = r.ttft {
+            self.ttft.observe(ttft.as_secs_f64());
+            if r.generated_tokens > 1 {
+                let per =
+                    r.duration.saturating_sub(ttft).as_secs_f64() / (r.generated_tokens - 1) as f64;
+                self.tpot.observe(per);
+            }
+        }
+        for gap in &r.itl {
+            self.itl.observe(gap.as_secs_f64());
+        }
+        self.prompt_tokens_hist.observe(r.prompt_tokens as f64);
+        self.generation_tokens_hist
+            .observe(r.generated_tokens as f64);
+        self.prompt_tokens.inc_by(r.prompt_tokens as u64);
+        self.generation_tokens.inc_by(r.generated_tokens as u64);
+        for f in &r.finish_reasons {
+            self.finished.with_label_values(&[f.as_str()]).inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::{FinishReason, Phase};
+    use std::time::Duration;
+
+    #[test]
+    fn every_family_is_exported_and_numbers_add_up() {
+        let m = Metrics::new("m").unwrap();
+        m.http_request("/v1/chat/completions", 200);
+        m.rejected("overloaded");
+        m.set_build_info(&BuildInfo {
+            version: "0".into(),
+            isa: "avx512".into(),
+            threads: 2,
+            workers: 1,
+            model: "m".into(),
+            quant: "Q4_1".into(),
+        });
+        m.set_load(&Load {
+            waiting: 1,
+            running: 2,
+            kv_blocks_used: 3,
+            kv_blocks_cached: 1,
+            kv_blocks_total: 10,
+        });
+        m.on_step(&StepStats {
+            worker: 0,
+            phase: Phase::Mixed,
+            seqs: 2,
+            tokens: 20,
+            prefill_tokens: 18,
+            decode_tokens: 2,
+            duration: Duration::from_millis(30),
+            running: 2,
+            waiting: 0,
+            kv_blocks_used: 3,
+            kv_blocks_cached: 1,
+            kv_blocks_total: 10,
+            preemptions: 1,
+            prefix_queries: 1,
+            prefix_hits: 1,
+        });
+        m.on_request(&RequestStats {
+            queue: Duration::from_millis(5),
+            ttft: Some(Duration::from_millis(50)),
+            itl: vec![Duration::from_millis(10); 3],
+            duration: Duration::from_millis(80),
+            prompt_tokens: 18,
+            cached_tokens: 0,
+            generated_tokens: 4,
+            finish_reasons: vec![FinishReason::Length],
+            preemptions: 0,
+        });
+        let text = m.render();
+        for name in ALL {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
+        }
+        assert!(
+            text.contains("kiln_requests_finished_total{finish_reason=\"length\",model=\"m\"} 1")
+        );
+        assert!(text.contains("kiln_generation_tokens_total{model=\"m\"} 4"));
+        assert!(text.contains("kiln_inter_token_latency_seconds_count{model=\"m\"} 3"));
+        assert!(text.contains("kiln_kv_cache_blocks{state=\"free\",model=\"m\"} 6"));
+        assert!(text.contains("kiln_kv_cache_usage_ratio{model=\"m\"} 0.3"));
+        assert!(text.contains("process_resident_memory_bytes"));
+    }
+}
