@@ -4,6 +4,7 @@
 //! Prometheus.
 
 pub mod names;
+pub mod window;
 
 use crate::scheduler::{Load, Observer, RequestStats, StepStats};
 use names::*;
