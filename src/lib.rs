@@ -10,4 +10,5 @@ pub mod engine;
 pub mod gguf;
 pub mod kernels;
 pub mod scheduler;
+pub mod server;
 pub mod tokenizer;
