@@ -12,7 +12,7 @@ KILN         := target/release/kiln
 TEST_ISAS    ?= avx2 scalar
 
 .PHONY: run test model tools build release fmt check unit isa-matrix neon-test bench \
-        bench-compare quantized-models profile clean
+        bench-baseline bench-compare quantized-models profile clean
 
 ## run: fetch the default model if absent, build release, generate from the default model.
 run: model release
@@ -79,16 +79,28 @@ AARCH64_ENV := CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-g
 neon-test:
 	$(AARCH64_ENV) $(CARGO) test --lib --target aarch64-unknown-linux-gnu -- kernels
 
-## bench: criterion benchmarks (kernels, attention, tokenizer).
-bench: model
+## bench: criterion benchmarks (kernels, attention, tokenizer, sampling), then the engine and
+## the served (scheduler) figures: kiln bench --batch 16 and --concurrency 1,4,16,32.
+bench: model release
 	$(CARGO) bench
+	$(KILN) bench -p 512 -n 128 --batch 1,4,16,32 --repeat 3
+	$(KILN) bench --concurrency 1,4,16,32
 
-## bench-compare: kiln vs llama.cpp (built once by ../shared/tools) on Q4_1, Q4_0, Q8_0.
+## bench-baseline: save this machine's figures (kiln bench + criterion) as the baseline that
+## bench-compare checks against (target/bench-baseline.json, never committed).
+bench-baseline: model release
+	scripts/bench_regress.py save
+
+## bench-compare: kiln vs llama.cpp (built once by ../shared/tools) on Q4_1, Q4_0, Q8_0; then,
+## when a baseline was saved (make bench-baseline), every figure against it: fails when one is
+## more than 5% worse.
 bench-compare: model release quantized-models
 	scripts/bench_compare.py --threads 2 --repeat 5 \
 	  --model $(MODEL) \
 	  --model models/SmolLM2-135M-Instruct.Q4_0.gguf \
 	  --model models/SmolLM2-135M-Instruct.Q8_0.gguf
+	@if [ -f target/bench-baseline.json ]; then scripts/bench_regress.py check; \
+	  else echo "bench-compare: no baseline yet (make bench-baseline saves one)"; fi
 
 ## profile: a generate workload under perf, written out as flamegraph.svg.
 profile: model release

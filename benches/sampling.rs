@@ -130,19 +130,11 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
-    // Today's engine sampler, for reference: argmax, and temperature 1 with f64 `exp` twice.
-    let mut today = kiln::engine::sampling::Sampler::new(1.0, 7);
+    // For reference: a bare argmax over the row.
     group.bench_function("reference: engine argmax", |b| {
         b.iter_custom(|iters| {
             timed(iters, || {
                 black_box(kiln::engine::sampling::argmax(black_box(&peaked)));
-            })
-        })
-    });
-    group.bench_function("reference: engine sampler, temperature 1", |b| {
-        b.iter_custom(|iters| {
-            timed(iters, || {
-                black_box(today.sample(black_box(&peaked)));
             })
         })
     });

@@ -32,6 +32,13 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Serve through the scheduler instead: closed-loop chat users at each of these
+    /// concurrencies (e.g. 1,4,16,32), then the long-prompt interference run.
+    #[arg(long, value_delimiter = ',')]
+    concurrency: Option<Vec<usize>>,
+    /// With --concurrency: measured requests per user (after one warm-up request).
+    #[arg(long, default_value_t = 3)]
+    requests_per_user: usize,
 }
 
 /// Prompt length of each sequence in the batched decode test.
@@ -50,7 +57,20 @@ fn tokens(rng: &mut Rng, n: usize, n_vocab: usize) -> Vec<u32> {
 }
 
 pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
-    let cfg = load_config(config)?;
+    let mut cfg = load_config(config)?;
+    if let Some(concurrency) = args.concurrency.clone() {
+        if let Some(t) = args.threads {
+            cfg.threads = t;
+        }
+        return crate::cli::bench_serve::run(crate::cli::bench_serve::ServeBench {
+            cfg,
+            model: args.model.as_deref(),
+            concurrency,
+            requests_per_user: args.requests_per_user,
+            gen_tokens: args.n_gen,
+            json: args.json,
+        });
+    }
     let model_path = args.model.clone().unwrap_or(cfg.model_path.clone());
     let model = LlamaModel::load(&model_path, args.threads.unwrap_or(cfg.threads))
         .with_context(|| format!("loading {}", model_path.display()))?;

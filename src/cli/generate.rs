@@ -4,9 +4,9 @@ use anyhow::{bail, Context};
 use kiln::chat_template::ChatTemplate;
 use kiln::config::Config;
 use kiln::engine::runner::Runner;
-use kiln::engine::sampling::{logprob, Sampler};
 use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
 use kiln::gguf::GgufFile;
+use kiln::scheduler::sampling::{SampleScratch, Sampler, SamplingParams};
 use kiln::tokenizer::Tokenizer;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -113,7 +113,13 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     };
     let mut runner = Runner::new(&model, limits, total + 1)?;
     let mut table = runner.new_seq();
-    let mut sampler = Sampler::new(args.temperature, args.seed);
+    let params = SamplingParams {
+        temperature: args.temperature,
+        ..SamplingParams::default()
+    };
+    params.validate(model.config().n_vocab)?;
+    let mut sampler = Sampler::new(&params, args.seed, &prompt_ids);
+    let mut scratch = SampleScratch::new();
     let mut output_ids = Vec::new();
     let mut logprobs = Vec::new();
     let mut decoder = tokenizer.stream_decoder_continuing();
@@ -128,8 +134,9 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         CHUNK,
         LogitsWanted::Last,
         |_, row| {
-            next = sampler.sample(row);
-            logprobs.push(logprob(row, next));
+            let s = sampler.sample(row, &mut scratch);
+            next = s.id;
+            logprobs.push(s.logprob);
         },
     )?;
     let prompt_secs = t0.elapsed().as_secs_f64();
@@ -153,8 +160,9 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         }];
         let logits = runner.forward(&seq)?;
         let row = logits.last(0).context("no logits")?;
-        next = sampler.sample(row);
-        logprobs.push(logprob(row, next));
+        let s = sampler.sample(row, &mut scratch);
+        next = s.id;
+        logprobs.push(s.logprob);
     }
     let gen_secs = t1.elapsed().as_secs_f64();
     if args.json {

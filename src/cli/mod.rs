@@ -1,6 +1,7 @@
 //! One file per subcommand: argument struct (clap) and `run`.
 
 pub mod bench;
+pub mod bench_serve;
 pub mod generate;
 pub mod inspect;
 pub mod quantize;

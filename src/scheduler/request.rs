@@ -123,7 +123,8 @@ pub struct Usage {
 pub enum Event {
     /// New output of one choice: the tokens sampled since its last delta, the text that is now
     /// safe to show (whole characters; text that may start a stop string is held back, so it
-    /// can be empty) and, when asked, one logprob entry per token.
+    /// can be empty) and, when asked, one logprob entry per token. An end-of-generation token
+    /// ends the choice without a delta (it still counts in `Usage::completion_tokens`).
     Delta {
         choice: usize,
         ids: Vec<u32>,

@@ -131,13 +131,19 @@ pub fn start_with(
         });
     }
     let kv_positions = (per_worker_blocks as usize).saturating_mul(bs);
-    if matches!(cfg.kv_cache, KvBudget::Auto) {
-        tracing::info!(
-            bytes = budget,
-            "KV cache budget: auto ({}% of memory, at most 2 GiB)",
-            crate::config::KV_AUTO_SHARE_PERCENT
-        );
-    }
+    let how = match cfg.kv_cache {
+        KvBudget::Auto => "auto: 10% of memory, at most 2 GiB",
+        KvBudget::Bytes(_) => "engine.kv_cache bytes",
+        KvBudget::Positions(_) => "engine.kv_cache positions",
+    };
+    tracing::info!(
+        positions_per_worker = kv_positions,
+        workers,
+        mib_per_worker = (per_worker_blocks * block_bytes) >> 20,
+        bytes_per_position = per_pos,
+        block_size = bs,
+        "KV cache ({how})"
+    );
     let model_stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())

@@ -16,7 +16,7 @@ use crate::tokenizer::{DecodeState, Tokenizer};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Messages from handles to a worker.
@@ -88,7 +88,8 @@ fn choice_seed(seed: u64, c: usize) -> u64 {
 struct SeqOut {
     req: u64,
     choice: usize,
-    sampler: Sampler,
+    /// Taken out while a step samples in parallel.
+    sampler: Option<Sampler>,
     decode: DecodeState,
     stop: StopMatcher,
     last_token: Option<Instant>,
@@ -140,7 +141,8 @@ pub(crate) struct Worker {
     /// Accepted requests not yet running, over all workers (the handle's queue bound).
     waiting: Arc<AtomicUsize>,
     reqs: HashMap<u64, Req>,
-    sample_scratch: SampleScratch,
+    /// One per thread of the model's worker team (sampling runs on the team).
+    sample_scratch: Vec<Mutex<SampleScratch>>,
     /// The step's logits rows, copied out of the scratch.
     rows: Vec<f32>,
     steps: u64,
@@ -183,6 +185,9 @@ impl Worker {
             healthy: AtomicBool::new(true),
             stopping: AtomicBool::new(false),
         });
+        let sample_scratch = (0..model.pool().threads())
+            .map(|_| Mutex::new(SampleScratch::new()))
+            .collect();
         Ok(Worker {
             index,
             model,
@@ -195,7 +200,7 @@ impl Worker {
             shared,
             waiting,
             reqs: HashMap::new(),
-            sample_scratch: SampleScratch::new(),
+            sample_scratch,
             rows: Vec::new(),
             steps: 0,
             panic_at_step: cfg.panic_at_step,
@@ -263,7 +268,7 @@ impl Worker {
         let out = SeqOut {
             req: id,
             choice: 0,
-            sampler: Sampler::new(&req.params, choice_seed(seed, 0), &req.prompt),
+            sampler: Some(Sampler::new(&req.params, choice_seed(seed, 0), &req.prompt)),
             decode: DecodeState::new(false),
             stop: StopMatcher::new(&req.stop),
             last_token: None,
@@ -490,69 +495,140 @@ impl Worker {
             }
         };
         let rows = std::mem::take(&mut self.rows);
+        let row = |k: usize| &rows[k * n_vocab..(k + 1) * n_vocab];
+        // Sequences whose first token forks the other choices go one by one; the rest are
+        // sampled in parallel on the worker team, then emitted in plan order.
+        let mut batch: Vec<(SeqId, usize)> = Vec::new();
         let mut next_row = 0;
         for it in &plan.items {
             self.sched.advance(it.seq, it.len);
             if it.logits {
-                let row = &rows[next_row * n_vocab..(next_row + 1) * n_vocab];
+                let k = next_row;
                 next_row += 1;
-                self.on_logits(it.seq, row);
+                match self.sched.seq(it.seq) {
+                    Some(s) if !s.payload.forked => self.on_first_logits(it.seq, row(k)),
+                    Some(_) => batch.push((it.seq, k)),
+                    None => {}
+                }
             }
+        }
+        let sampled = self.sample_many(&batch, &rows, n_vocab);
+        for ((sid, _), sampled) in batch.into_iter().zip(sampled) {
+            self.emit(sid, sampled);
         }
         self.rows = rows;
         Ok(())
     }
 
-    /// A sequence's next-token logits: fork the other choices on the first token, then sample.
-    fn on_logits(&mut self, sid: SeqId, row: &[f32]) {
+    /// Samples each `(sequence, row)` of `batch` from `rows`, in parallel on the worker team
+    /// when there are several. Each sequence's sampler is its own (seeded per sequence), so
+    /// the result does not depend on which thread ran it.
+    fn sample_many(
+        &mut self,
+        batch: &[(SeqId, usize)],
+        rows: &[f32],
+        n_vocab: usize,
+    ) -> Vec<Sampled> {
+        let mut jobs: Vec<Mutex<(Option<Sampler>, Option<Sampled>)>> = batch
+            .iter()
+            .map(|&(sid, _)| {
+                let sampler = self
+                    .sched
+                    .seq_mut(sid)
+                    .and_then(|s| s.payload.sampler.take());
+                Mutex::new((sampler, None))
+            })
+            .collect();
+        let scratch = &self.sample_scratch;
+        let job = |t: usize, w: usize| {
+            let k = batch[t].1;
+            let mut j = jobs[t].lock().unwrap_or_else(|e| e.into_inner());
+            let mut sc = scratch[w].lock().unwrap_or_else(|e| e.into_inner());
+            let (sampler, out) = &mut *j;
+            if let Some(sp) = sampler.as_mut() {
+                *out = Some(sp.sample(&rows[k * n_vocab..(k + 1) * n_vocab], &mut sc));
+            }
+        };
+        if batch.len() >= 4 {
+            self.model.pool().run(batch.len(), &job);
+        } else {
+            (0..batch.len()).for_each(|t| job(t, 0));
+        }
+        let mut out = Vec::with_capacity(batch.len());
+        for (&(sid, _), j) in batch.iter().zip(jobs.iter_mut()) {
+            let (sampler, sampled) = std::mem::take(j.get_mut().unwrap_or_else(|e| e.into_inner()));
+            if let Some(s) = self.sched.seq_mut(sid) {
+                s.payload.sampler = sampler;
+            }
+            out.push(sampled.unwrap_or(Sampled {
+                id: 0,
+                logprob: 0.0,
+                top: Vec::new(),
+            }));
+        }
+        out
+    }
+
+    /// The first token of a request with `n > 1` choices: fork the other choices (sharing the
+    /// prompt's blocks) and sample each of them and the parent from the same logits.
+    fn on_first_logits(&mut self, sid: SeqId, row: &[f32]) {
         let Some(s) = self.sched.seq(sid) else {
             return;
         };
-        let (req_id, forked) = (s.payload.req, s.payload.forked);
-        if !forked {
-            if let Some(r) = self.reqs.get_mut(&req_id) {
-                let n = r.finish.len();
-                r.cached_tokens = s.cached_tokens;
-                let mut forks = Vec::new();
-                for c in 1..n {
-                    if r.finish[c].is_some() {
-                        continue;
-                    }
-                    let payload = SeqOut {
-                        req: req_id,
-                        choice: c,
-                        sampler: Sampler::new(&r.req.params, choice_seed(r.seed, c), &r.req.prompt),
-                        decode: DecodeState::new(false),
-                        stop: StopMatcher::new(&r.req.stop),
-                        last_token: None,
-                        forked: true,
-                    };
-                    forks.push((seq_id(req_id, c), payload));
+        let req_id = s.payload.req;
+        let mut forks = Vec::new();
+        if let Some(r) = self.reqs.get_mut(&req_id) {
+            for c in 1..r.finish.len() {
+                if r.finish[c].is_some() {
+                    continue;
                 }
-                for (new, payload) in forks {
-                    self.sched.fork(sid, new, payload);
-                    self.sample_and_emit(new, row);
-                }
-            }
-            if let Some(s) = self.sched.seq_mut(sid) {
-                s.payload.forked = true;
-            }
-        } else if let Some(r) = self.reqs.get_mut(&req_id) {
-            if r.first_token.is_none() {
-                r.cached_tokens = s.cached_tokens;
+                let payload = SeqOut {
+                    req: req_id,
+                    choice: c,
+                    sampler: Some(Sampler::new(
+                        &r.req.params,
+                        choice_seed(r.seed, c),
+                        &r.req.prompt,
+                    )),
+                    decode: DecodeState::new(false),
+                    stop: StopMatcher::new(&r.req.stop),
+                    last_token: None,
+                    forked: true,
+                };
+                forks.push((seq_id(req_id, c), payload));
             }
         }
-        self.sample_and_emit(sid, row);
+        if let Some(s) = self.sched.seq_mut(sid) {
+            s.payload.forked = true;
+        }
+        for (new, payload) in forks {
+            if self.sched.fork(sid, new, payload) {
+                let sampled = self.sample_one(new, row);
+                self.emit(new, sampled);
+            }
+        }
+        let sampled = self.sample_one(sid, row);
+        self.emit(sid, sampled);
     }
 
-    /// Samples `sid`'s next token from `row`, appends it, sends its text, and ends the choice
-    /// on an end-of-generation token, a stop string or the length limit.
-    fn sample_and_emit(&mut self, sid: SeqId, row: &[f32]) {
+    fn sample_one(&mut self, sid: SeqId, row: &[f32]) -> Option<Sampled> {
+        let s = self.sched.seq_mut(sid)?;
+        let mut sc = self.sample_scratch[0]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        Some(s.payload.sampler.as_mut()?.sample(row, &mut sc))
+    }
+
+    /// Appends `sid`'s sampled token, sends its text, and ends the choice on an
+    /// end-of-generation token, a stop string or the length limit.
+    fn emit(&mut self, sid: SeqId, sampled: impl Into<Option<Sampled>>) {
+        let Some(Sampled { id, logprob, top }) = sampled.into() else {
+            return;
+        };
         let now = Instant::now();
         let Some(s) = self.sched.seq_mut(sid) else {
             return;
         };
-        let Sampled { id, logprob, top } = s.payload.sampler.sample(row, &mut self.sample_scratch);
         let (req_id, choice) = (s.payload.req, s.payload.choice);
         let Some(r) = self.reqs.get_mut(&req_id) else {
             return;
@@ -563,6 +639,7 @@ impl Worker {
         }
         if r.first_token.is_none() {
             r.first_token = Some(now);
+            r.cached_tokens = s.cached_tokens;
         }
         self.sched.append(sid, id);
         let s = self.sched.seq_mut(sid).expect("sequence exists");
@@ -587,12 +664,14 @@ impl Worker {
         } else {
             Vec::new()
         };
-        let delivered = r.send(Event::Delta {
-            choice,
-            ids: vec![id],
-            text,
-            logprobs,
-        });
+        // An end-of-generation token counts as generated but is not part of the output.
+        let delivered = eog
+            || r.send(Event::Delta {
+                choice,
+                ids: vec![id],
+                text,
+                logprobs,
+            });
         if !delivered {
             // The client is gone or stopped reading: abort the whole request.
             self.abort_request(req_id, FinishReason::Abort);

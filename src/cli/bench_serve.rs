@@ -1,0 +1,348 @@
+//! `kiln bench --concurrency 1,4,16,32`: the scheduler served in process. Closed-loop users
+//! send chat prompts of 60-160 tokens sharing a ~50-token system prompt and read 128 generated
+//! tokens each; reported: aggregate generated tokens/s, time to first token (TTFT) and
+//! inter-token latency (ITL) percentiles. Then one interference run: 15 streams decoding while
+//! a 2,000-token prompt arrives, with the worst gap the streams saw.
+
+use anyhow::{bail, Context};
+use kiln::chat_template::ChatTemplate;
+use kiln::config::Config;
+use kiln::engine::sampling::Rng;
+use kiln::scheduler::setup::{start, Loaded};
+use kiln::scheduler::{EngineHandle, Event, GenerationRequest, NoopObserver, SamplingParams};
+use kiln::tokenizer::Tokenizer;
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+/// What the serving benchmark needs from the command line.
+pub struct ServeBench<'a> {
+    pub cfg: Config,
+    pub model: Option<&'a Path>,
+    pub concurrency: Vec<usize>,
+    /// Requests each user sends (after one warm-up request).
+    pub requests_per_user: usize,
+    pub gen_tokens: usize,
+    pub json: bool,
+}
+
+const SYSTEM: &str = "You are Kiln, a friendly assistant for a pottery studio. You answer \
+questions about clay, glazes and firing schedules clearly and briefly, and you always mention \
+safety when kilns are involved.";
+
+const WORDS: &[&str] = &[
+    "glaze",
+    "stoneware",
+    "porcelain",
+    "firing",
+    "cone",
+    "temperature",
+    "bisque",
+    "wheel",
+    "studio",
+    "crack",
+    "bubble",
+    "color",
+    "reduction",
+    "oxidation",
+    "kiln",
+    "shelf",
+    "pot",
+    "bowl",
+    "mug",
+    "handle",
+    "trim",
+    "dry",
+    "slow",
+    "fast",
+    "why",
+    "how",
+    "does",
+    "my",
+    "the",
+    "a",
+    "after",
+    "before",
+    "should",
+    "I",
+    "use",
+    "could",
+    "which",
+    "best",
+];
+
+/// A chat prompt of roughly `target` tokens: the shared system prompt plus a user question.
+fn prompt(tok: &Tokenizer, tpl: &ChatTemplate, rng: &mut Rng, target: usize) -> Vec<u32> {
+    let mut user = String::from("Question:");
+    loop {
+        let ctx = serde_json::json!({
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
+            "add_generation_prompt": true,
+        });
+        let text = tpl.render(&ctx, None).unwrap_or_default();
+        let ids = tok.encode(&text, tok.add_bos(), true);
+        if ids.len() >= target {
+            return ids;
+        }
+        user.push(' ');
+        user.push_str(WORDS[rng.next_u32() as usize % WORDS.len()]);
+    }
+}
+
+/// One request's client-side timings.
+struct Timed {
+    ttft: Duration,
+    gaps: Vec<Duration>,
+    tokens: usize,
+}
+
+/// Sends one request and reads it to the end, timing what the client sees.
+fn run_one(engine: &EngineHandle, req: GenerationRequest) -> anyhow::Result<Timed> {
+    let t0 = Instant::now();
+    let mut s = engine.submit(req).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut last: Option<Instant> = None;
+    let mut out = Timed {
+        ttft: Duration::ZERO,
+        gaps: Vec::new(),
+        tokens: 0,
+    };
+    loop {
+        match s.blocking_recv() {
+            Some(Event::Delta { ids, .. }) if !ids.is_empty() => {
+                let now = Instant::now();
+                match last {
+                    None => out.ttft = now - t0,
+                    Some(p) => out.gaps.push(now - p),
+                }
+                last = Some(now);
+                out.tokens += ids.len();
+            }
+            Some(Event::Done { .. }) => return Ok(out),
+            Some(Event::Error { message }) => bail!("engine error: {message}"),
+            Some(_) => {}
+            None => bail!("stream ended early"),
+        }
+    }
+}
+
+fn request(prompt: Vec<u32>, gen: usize, seed: u64) -> GenerationRequest {
+    let mut r = GenerationRequest::new(prompt, gen);
+    r.ignore_eos = true;
+    r.params = SamplingParams {
+        temperature: 0.7,
+        seed: Some(seed),
+        ..SamplingParams::default()
+    };
+    r
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn pcts(mut v: Vec<f64>) -> serde_json::Value {
+    v.sort_by(f64::total_cmp);
+    serde_json::json!({"p50": pct(&v, 50.0), "p95": pct(&v, 95.0), "p99": pct(&v, 99.0)})
+}
+
+/// Closed-loop users: each sends a warm-up request, then `per_user` measured ones.
+fn closed_loop(
+    l: &Loaded,
+    tpl: &ChatTemplate,
+    users: usize,
+    per_user: usize,
+    gen: usize,
+) -> anyhow::Result<serde_json::Value> {
+    let barrier = Arc::new(Barrier::new(users));
+    let results = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..users)
+            .map(|u| {
+                let engine = l.engine.clone();
+                let tok = Arc::clone(&l.tokenizer);
+                let barrier = Arc::clone(&barrier);
+                sc.spawn(move || -> anyhow::Result<(Vec<Timed>, Instant, Instant)> {
+                    let mut rng = Rng::new(1000 + u as u64);
+                    let next = |rng: &mut Rng| {
+                        let target = 60 + rng.next_u32() as usize % 101;
+                        prompt(&tok, tpl, rng, target)
+                    };
+                    run_one(&engine, request(next(&mut rng), 8, u as u64))?;
+                    barrier.wait();
+                    let t0 = Instant::now();
+                    let mut timed = Vec::new();
+                    for i in 0..per_user {
+                        let p = next(&mut rng);
+                        timed.push(run_one(&engine, request(p, gen, (u * 1000 + i) as u64))?);
+                    }
+                    Ok((timed, t0, Instant::now()))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("user thread"))
+            .collect::<anyhow::Result<Vec<_>>>()
+    })?;
+    let start = results.iter().map(|r| r.1).min().context("no users")?;
+    let end = results.iter().map(|r| r.2).max().context("no users")?;
+    let all: Vec<&Timed> = results.iter().flat_map(|r| r.0.iter()).collect();
+    let tokens: usize = all.iter().map(|t| t.tokens).sum();
+    let ms = |d: &Duration| d.as_secs_f64() * 1e3;
+    Ok(serde_json::json!({
+        "users": users,
+        "gen_tok_s": tokens as f64 / (end - start).as_secs_f64(),
+        "ttft_ms": pcts(all.iter().map(|t| ms(&t.ttft)).collect()),
+        "itl_ms": pcts(all.iter().flat_map(|t| t.gaps.iter().map(ms)).collect()),
+        "requests": all.len(),
+    }))
+}
+
+/// 15 streams decode; once they are going, a 2,000-token prompt arrives. Returns the worst
+/// gap any stream saw between its tokens while the long prompt was read in.
+fn interference(l: &Loaded, tpl: &ChatTemplate) -> anyhow::Result<serde_json::Value> {
+    const STREAMS: usize = 15;
+    const LONG: usize = 2000;
+    let mut rng = Rng::new(7);
+    let long_prompt = prompt(&l.tokenizer, tpl, &mut rng, LONG);
+    let prompts: Vec<Vec<u32>> = (0..STREAMS)
+        .map(|_| prompt(&l.tokenizer, tpl, &mut rng, 80))
+        .collect();
+    let started = Arc::new(Barrier::new(STREAMS + 1));
+    let (window_tx, window_rx) = std::sync::mpsc::channel::<(Instant, Instant)>();
+    let gaps = std::thread::scope(|sc| -> anyhow::Result<Vec<Vec<(Instant, Duration)>>> {
+        let handles: Vec<_> = prompts
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let engine = l.engine.clone();
+                let started = Arc::clone(&started);
+                sc.spawn(move || -> anyhow::Result<Vec<(Instant, Duration)>> {
+                    let mut s = engine
+                        .submit(request(p, 400, i as u64))
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    let mut last = None;
+                    let mut gaps = Vec::new();
+                    let mut n = 0;
+                    loop {
+                        match s.blocking_recv() {
+                            Some(Event::Delta { ids, .. }) if !ids.is_empty() => {
+                                let now = Instant::now();
+                                if let Some(p) = last {
+                                    gaps.push((now, now - p));
+                                }
+                                last = Some(now);
+                                n += 1;
+                                if n == 20 {
+                                    started.wait();
+                                }
+                            }
+                            Some(Event::Done { .. }) => return Ok(gaps),
+                            Some(Event::Error { message }) => bail!("engine error: {message}"),
+                            Some(_) => {}
+                            None => bail!("stream ended early"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        started.wait();
+        let t0 = Instant::now();
+        let long = run_one(&l.engine, request(long_prompt.clone(), 1, 99))?;
+        window_tx.send((t0, t0 + long.ttft)).ok();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("stream thread"))
+            .collect()
+    })?;
+    let (from, to) = window_rx.recv().context("interference window")?;
+    let max_gap = gaps
+        .iter()
+        .flatten()
+        .filter(|(at, _)| *at >= from && *at <= to + Duration::from_millis(200))
+        .map(|(_, g)| g.as_secs_f64() * 1e3)
+        .fold(0.0, f64::max);
+    Ok(serde_json::json!({
+        "prompt_tokens": long_prompt.len(),
+        "running": STREAMS,
+        "max_gap_ms": max_gap,
+        "prompt_ttft_ms": (to - from).as_secs_f64() * 1e3,
+    }))
+}
+
+pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
+    let l = start(&b.cfg, b.model, Arc::new(NoopObserver)).context("starting the engine")?;
+    let (tpl, _) = ChatTemplate::for_model(l.chat_template.as_deref(), None)
+        .context("loading the chat template")?;
+    let mut rows = Vec::new();
+    for &users in &b.concurrency {
+        let row = closed_loop(
+            &l,
+            &tpl,
+            users.max(1),
+            b.requests_per_user.max(1),
+            b.gen_tokens,
+        )?;
+        if !b.json {
+            eprintln!("bench: {row}");
+        }
+        rows.push(row);
+    }
+    let interference = interference(&l, &tpl)?;
+    let info = l.engine.info().clone();
+    l.engine.shutdown();
+    let obj = serde_json::json!({
+        "model": l.model_stem,
+        "isa": kiln::kernels::isa().to_string(),
+        "threads": info.threads_per_worker,
+        "workers": info.workers,
+        "max_num_seqs": info.max_num_seqs,
+        "max_batch_tokens": info.max_batch_tokens,
+        "gen_tokens": b.gen_tokens,
+        "concurrency": rows,
+        "interference": interference,
+    });
+    if b.json {
+        println!("{obj}");
+        return Ok(());
+    }
+    println!(
+        "model: {}  isa: {}  threads: {}  max_num_seqs: {}  max_batch_tokens: {}",
+        l.model_stem,
+        kiln::kernels::isa(),
+        info.threads_per_worker,
+        info.max_num_seqs,
+        info.max_batch_tokens
+    );
+    println!("| users | gen tok/s | TTFT p50 / p95 / p99 ms | ITL p50 / p95 / p99 ms |");
+    println!("|---:|---:|---|---|");
+    for r in &obj["concurrency"].as_array().cloned().unwrap_or_default() {
+        let p = |k: &str| {
+            format!(
+                "{:.0} / {:.0} / {:.0}",
+                r[k]["p50"].as_f64().unwrap_or(0.0),
+                r[k]["p95"].as_f64().unwrap_or(0.0),
+                r[k]["p99"].as_f64().unwrap_or(0.0)
+            )
+        };
+        println!(
+            "| {} | {:.1} | {} | {} |",
+            r["users"],
+            r["gen_tok_s"].as_f64().unwrap_or(0.0),
+            p("ttft_ms"),
+            p("itl_ms")
+        );
+    }
+    let i = &obj["interference"];
+    println!(
+        "interference: {} streams decoding, a {}-token prompt arrives: worst gap {:.0} ms (prompt's TTFT {:.0} ms)",
+        i["running"],
+        i["prompt_tokens"],
+        i["max_gap_ms"].as_f64().unwrap_or(0.0),
+        i["prompt_ttft_ms"].as_f64().unwrap_or(0.0)
+    );
+    Ok(())
+}
