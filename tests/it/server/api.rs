@@ -126,7 +126,7 @@ fn chat_streamed_and_not_agree() {
         u["prompt_tokens"].as_u64().unwrap(),
         u["completion_tokens"].as_u64().unwrap(),
     );
-    assert!(p > 5 && g >= 1 && g <= 16, "{u}");
+    assert!(p > 5 && (1..=16).contains(&g), "{u}");
     assert_eq!(u["total_tokens"].as_u64().unwrap(), p + g);
     assert!(u["prompt_tokens_details"]["cached_tokens"].is_u64());
 
@@ -235,7 +235,12 @@ fn completions_logprobs_stop_and_prompt_forms() {
     let r3 = c.ok("/v1/completions", &b);
     let lp = &r3["choices"][0]["logprobs"];
     let n = lp["tokens"].as_array().unwrap().len();
-    assert_eq!(n as u64, r3["usage"]["completion_tokens"].as_u64().unwrap());
+    // One entry per token shown: an end-of-generation token counts in the usage only.
+    let generated = r3["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(
+        n as u64 == generated || n as u64 + 1 == generated,
+        "{n} vs {generated}"
+    );
     assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), n);
     assert_eq!(lp["top_logprobs"].as_array().unwrap().len(), n);
     let offs: Vec<u64> = lp["text_offset"]
@@ -311,9 +316,10 @@ fn chat_logprobs_and_tokenize() {
     let r = c.ok("/v1/chat/completions", &body);
     let content = r["choices"][0]["message"]["content"].as_str().unwrap();
     let entries = r["choices"][0]["logprobs"]["content"].as_array().unwrap();
-    assert_eq!(
-        entries.len() as u64,
-        r["usage"]["completion_tokens"].as_u64().unwrap()
+    let generated = r["usage"]["completion_tokens"].as_u64().unwrap() as usize;
+    assert!(
+        entries.len() == generated || entries.len() + 1 == generated,
+        "{r}"
     );
     let mut joined = String::new();
     for e in entries {

@@ -185,10 +185,7 @@ pub fn parse_response(buf: &[u8]) -> Response {
 
 fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
         let size_text = String::from_utf8_lossy(&raw[..eol]);
         let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
             .unwrap_or(0);
