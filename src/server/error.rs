@@ -165,10 +165,12 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
+        // Debug formatting escapes CR/LF: messages can quote client input (log injection).
+        let message = self.to_string();
         if status.is_server_error() {
-            tracing::warn!(status = status.as_u16(), error = %self, "request failed");
+            tracing::warn!(status = status.as_u16(), error = ?message, "request failed");
         } else {
-            tracing::debug!(status = status.as_u16(), error = %self, "request refused");
+            tracing::debug!(status = status.as_u16(), error = ?message, "request refused");
         }
         let mut resp = (status, axum::Json(self.envelope())).into_response();
         if let ApiError::Overloaded { retry_after, .. } = &self {

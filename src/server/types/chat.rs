@@ -14,6 +14,7 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
     /// The conversation so far, oldest first.
+    #[schema(min_items = 1)]
     pub messages: Vec<ChatMessage>,
     /// Tokens to generate at most per choice (deprecated by OpenAI in favour of
     /// `max_completion_tokens`; both are accepted).

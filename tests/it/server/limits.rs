@@ -139,3 +139,34 @@ fn health_answers_while_the_model_loads() {
     s.wait_ready();
     assert_eq!(c.get("/v1/models").status, 200);
 }
+
+#[test]
+fn requests_past_the_timeout_are_aborted() {
+    let s = Server::start(Options {
+        config: "[server]\nrequest_timeout = 0.5\nmetrics_public = true\n".to_string(),
+        ..Options::default()
+    });
+    let c = s.client();
+    let long = json!({"prompt": "Once", "max_tokens": 4000, "ignore_eos": true});
+    let r = c.post("/v1/completions", &long);
+    assert_eq!(r.status, 408, "{}", r.text());
+    assert_eq!(r.error()["code"], "request_timeout");
+    let mut body = long.clone();
+    body["stream"] = json!(true);
+    let r = c.post("/v1/completions", &body);
+    assert_eq!(r.status, 200);
+    let events: Vec<_> = r
+        .events()
+        .into_iter()
+        .filter(|e| e.comment.is_none())
+        .collect();
+    let n = events.len();
+    assert_eq!(events[n - 2].event.as_deref(), Some("error"), "{events:?}");
+    assert_eq!(events[n - 2].json()["error"]["code"], "request_timeout");
+    assert_eq!(events[n - 1].data, "[DONE]");
+    super::harness::wait_for(
+        "the aborted requests to free their KV",
+        Duration::from_secs(10),
+        || c.metric("kiln_kv_blocks_used") == 0.0 && c.metric("kiln_requests_running") == 0.0,
+    );
+}

@@ -7,4 +7,5 @@ mod harness;
 mod http;
 mod lifecycle;
 mod limits;
+mod prompt;
 mod reliability;
