@@ -2,14 +2,16 @@
 //! 3 KV heads of 64, blocks of 16): one query token against 128..2048 cached positions.
 //!
 //! `hot`: one layer, so the K/V stay in L2. `30-layer`: cycles through 30 layers like a forward
-//! step does, so the K/V come from L3 (or DRAM) as in real decoding. Each is run with the
-//! detected kernel and with the scalar twin, the reference for the speed ratio.
+//! step does, so the K/V come from L3 (or DRAM) as in real decoding. Each is run with every
+//! kernel this CPU has: the AVX-512 one (`avx512`, where supported) and its bit-identical scalar
+//! twin (`scalar`), the reference for the speed ratio. Both compute llama.cpp's order.
 //!
 //! Time is this thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), so other processes sharing the
 //! cores do not inflate it (cache interference from them still can).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kiln::engine::kv_cache::{AttnIsa, AttnScratch, KvCache, KvCacheConfig};
+use kiln::engine::attention::{attend, AttnIsa, AttnScratch};
+use kiln::engine::kv_cache::{KvCache, KvCacheConfig};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -48,8 +50,11 @@ fn timed(iters: u64, mut f: impl FnMut()) -> Duration {
 }
 
 fn bench(c: &mut Criterion) {
-    let detected = AttnIsa::detected();
-    eprintln!("attention kernel: {}", detected.name());
+    eprintln!("attention kernel: {}", AttnIsa::detected().name());
+    let isas: Vec<AttnIsa> = [AttnIsa::Avx512, AttnIsa::Scalar]
+        .into_iter()
+        .filter(|isa| isa.supported())
+        .collect();
     let mut group = c.benchmark_group("attend");
     for n_layer in [1usize, 30] {
         let cfg = KvCacheConfig {
@@ -73,9 +78,14 @@ fn bench(c: &mut Criterion) {
         let q = values(N_HEAD * HEAD_DIM, 99);
         let mut out = vec![0.0f32; N_HEAD * HEAD_DIM];
         let place = if n_layer == 1 { "hot" } else { "30-layer" };
-        for isa in [detected, AttnIsa::Scalar] {
-            let mut scratch = AttnScratch::new(&cfg, N_HEAD);
+        for &isa in &isas {
+            let mut scratch = AttnScratch::new(&cfg);
             scratch.force_isa(isa);
+            assert_eq!(
+                scratch.isa(),
+                isa,
+                "the default model's shape runs every kernel"
+            );
             for n_pos in [128usize, 512, 1024, 2048] {
                 group.throughput(Throughput::Elements(n_pos as u64));
                 let id = BenchmarkId::new(format!("{place}/{}", isa.name()), n_pos);
@@ -84,16 +94,16 @@ fn bench(c: &mut Criterion) {
                     b.iter_custom(|iters| {
                         timed(iters, || {
                             layer = (layer + 1) % n_layer;
-                            cache
-                                .attend(
-                                    layer,
-                                    &table,
-                                    n_pos - 1,
-                                    black_box(&q),
-                                    &mut out,
-                                    &mut scratch,
-                                )
-                                .expect("attend");
+                            attend(
+                                &cache,
+                                layer,
+                                &table,
+                                n_pos - 1,
+                                black_box(&q),
+                                &mut out,
+                                &mut scratch,
+                            )
+                            .expect("attend");
                             black_box(&out);
                         })
                     })

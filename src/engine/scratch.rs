@@ -1,8 +1,9 @@
 //! Every buffer the forward pass writes, allocated once for a maximum batch so that a step
 //! (prefill chunk or decode) allocates nothing.
 
+use crate::engine::attention::AttnScratch;
 use crate::engine::error::EngineError;
-use crate::engine::kv_cache::{AttnScratch, KvCacheConfig};
+use crate::engine::kv_cache::KvCacheConfig;
 use crate::engine::matmul::MatmulScratch;
 use crate::engine::model::LlamaConfig;
 use std::sync::Mutex;
@@ -110,7 +111,7 @@ impl Scratch {
             logits: vec![0.0; r * cfg.n_vocab],
             mm: MatmulScratch::new(t.max(r), max_act_row, max_tmp),
             attn_scratch: (0..threads.max(1))
-                .map(|_| Mutex::new(AttnScratch::new(kv, cfg.n_head)))
+                .map(|_| Mutex::new(AttnScratch::new(kv)))
                 .collect(),
         })
     }

@@ -197,15 +197,6 @@ impl GgufFile {
         }
     }
 
-    /// Any array value; `Err` if `key` holds a scalar.
-    pub fn get_array(&self, key: &str) -> Result<Option<&MetaArray>, GgufError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(MetaValue::Array(a)) => Ok(Some(a)),
-            Some(v) => Err(self.wrong_type(key, "array", v)),
-        }
-    }
-
     /// An array of strings (e.g. `tokenizer.ggml.tokens`, `tokenizer.ggml.merges`).
     pub fn get_str_array(&self, key: &str) -> Result<Option<&StrArray>, GgufError> {
         match self.get(key) {

@@ -151,18 +151,6 @@ fn has_neon() -> bool {
     false
 }
 
-/// Whether the aarch64 dot-product extension (`sdot`) is available.
-#[cfg(target_arch = "aarch64")]
-pub fn has_neon_dotprod() -> bool {
-    has_neon() && std::arch::is_aarch64_feature_detected!("dotprod")
-}
-
-/// Whether the aarch64 dot-product extension (`sdot`) is available.
-#[cfg(not(target_arch = "aarch64"))]
-pub fn has_neon_dotprod() -> bool {
-    false
-}
-
 static SELECTED: OnceLock<Isa> = OnceLock::new();
 
 /// The ISA kernels run with: `KILN_ISA` if set and supported, else the best detected.

@@ -134,7 +134,6 @@ impl Tokenizer {
         ids.bos = pick(spec.bos, ids.bos);
         ids.eos = pick(spec.eos, ids.eos);
         ids.unk = pick(spec.unk, ids.unk);
-        ids.pad = pick(spec.pad, None);
         ids.eot = in_range(spec.eot);
         ids.eom = in_range(spec.eom);
         add_bos = spec.add_bos.unwrap_or(add_bos);

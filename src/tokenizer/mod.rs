@@ -57,13 +57,12 @@ pub enum TokenizerError {
 
 /// The ids of the tokens with a special role (None when the vocabulary has none).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SpecialIds {
+pub(crate) struct SpecialIds {
     pub bos: Option<u32>,
     pub eos: Option<u32>,
     pub eot: Option<u32>,
     pub eom: Option<u32>,
     pub unk: Option<u32>,
-    pub pad: Option<u32>,
 }
 
 pub(crate) enum Model {
@@ -269,10 +268,6 @@ impl Tokenizer {
 
     pub fn vocab(&self) -> &Vocab {
         &self.vocab
-    }
-
-    pub fn special_ids(&self) -> SpecialIds {
-        self.ids
     }
 
     pub fn bos(&self) -> Option<u32> {

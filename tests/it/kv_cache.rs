@@ -2,7 +2,8 @@
 //! (per thread, so other tests running in parallel do not interfere) watches 100 decode steps
 //! of the default model's shape.
 
-use kiln::engine::kv_cache::{AttnScratch, BlockTable, KvCache, KvCacheConfig};
+use kiln::engine::attention::{attend, AttnScratch};
+use kiln::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -48,7 +49,7 @@ fn decode_step_does_not_allocate() {
     let cfg = KvCacheConfig::from_bytes(n_layer, n_head_kv, d, 16, 64 << 20);
     let mut cache = KvCache::new(cfg).unwrap();
     let mut table = BlockTable::with_capacity(cache.allocator(), 1024);
-    let mut scratch = AttnScratch::new(&cfg, n_head);
+    let mut scratch = AttnScratch::new(&cfg);
     let k = vec![0.25f32; n_head_kv * d];
     let q = vec![0.5f32; n_head * d];
     let mut out = vec![0.0f32; n_head * d];
@@ -56,9 +57,7 @@ fn decode_step_does_not_allocate() {
         table.reserve(pos + 1).unwrap();
         for layer in 0..n_layer {
             cache.write(layer, table, pos, &k, &k).unwrap();
-            cache
-                .attend(layer, table, pos, &q, &mut out, &mut scratch)
-                .unwrap();
+            attend(cache, layer, table, pos, &q, &mut out, &mut scratch).unwrap();
         }
     };
     // Prefill (allowed to allocate), then decode.

@@ -65,7 +65,8 @@ fn score(q: &[f32], k: &[f16], bs: usize, pos: usize) -> f32 {
 }
 
 /// Attends the `q.len() / head_dim` query heads of one GQA group in the reference's order,
-/// writing `out` (same shape as `q`). `scratch` must hold at least `2 * head_dim` values.
+/// writing `out` (same shape as `q`). `scratch` must hold at least `2 * head_dim` values. Any
+/// head_dim and block size (a block size of 1 included).
 pub(super) fn attend_group(
     view: &HeadView,
     q: &[f32],
@@ -110,6 +111,13 @@ pub(super) fn attend_group(
     }
 }
 
+/// True when [`attend_group_avx512`] handles heads of `d` values in blocks of `bs` positions:
+/// `d` a multiple of 64 up to 256 (its accumulators live in registers), `bs` a multiple of 16
+/// (it scores 16 positions of a K tile at once).
+pub(super) fn avx512_covers(d: usize, bs: usize) -> bool {
+    d > 0 && d.is_multiple_of(LANES * PARTS) && d <= 256 && bs > 0 && bs.is_multiple_of(LANES)
+}
+
 /// Query heads of one GQA group attended together by the AVX-512 twin (their K/V tiles are
 /// converted from f16 once, and their independent softmax chains interleave).
 #[cfg(target_arch = "x86_64")]
@@ -119,28 +127,19 @@ const HEADS: usize = 4;
 /// f16·f16 product is exact in f32, so only the order of the additions matters, and that order
 /// is reproduced lane-wise over positions), then the sequential online softmax with the f16
 /// accumulator rounded through `vcvtps2ph` after every step. Up to [`HEADS`] query heads of the
-/// group run side by side; each head's arithmetic is exactly the one-head order. Returns
-/// false, touching nothing, unless `head_dim` is a multiple of 64 (at most 256) and the block
-/// size a multiple of 16.
+/// group run side by side; each head's arithmetic is exactly the one-head order. Panics unless
+/// [`avx512_covers`] accepts the view's shape and `q` and `out` have the same length.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma,f16c")]
-pub(super) unsafe fn attend_group_avx512(
-    view: &HeadView,
-    q: &[f32],
-    out: &mut [f32],
-    scale: f32,
-) -> bool {
+pub(super) unsafe fn attend_group_avx512(view: &HeadView, q: &[f32], out: &mut [f32], scale: f32) {
     let (d, bs) = (view.head_dim, view.block_size);
-    if !d.is_multiple_of(LANES * PARTS)
-        || d > 256
-        || !bs.is_multiple_of(LANES)
-        || q.len() != out.len()
-    {
-        return false;
-    }
+    assert!(
+        avx512_covers(d, bs) && q.len() == out.len(),
+        "attend_group_avx512: head_dim {d}, block size {bs} not covered"
+    );
     let g = q.len() / d;
     for j0 in (0..g).step_by(HEADS) {
         let span = j0 * d..(j0 + HEADS).min(g) * d;
@@ -164,7 +163,6 @@ pub(super) unsafe fn attend_group_avx512(
             go!(1 2 3 4)
         }
     }
-    true
 }
 
 /// `G` query heads of one KV head (see [`attend_group_avx512`]); `q` and `out` hold `G` heads.

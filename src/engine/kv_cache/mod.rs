@@ -16,17 +16,18 @@
 //! # Threads
 //!
 //! [`KvCache::write`] takes `&mut self`: the engine writes the K/V of a layer sequentially
-//! (576 values per token for the default model, cheap) and then runs [`KvCache::attend`], which
-//! takes `&self`, in parallel (one [`AttnScratch`] per worker). `KvCache`, [`BlockTable`] and
-//! [`BlockAllocator`] are `Send + Sync`.
+//! (576 values per token for the default model, cheap) and then runs attention
+//! (`engine::attention::attend`), which reads the cache through `&self`, in parallel. `KvCache`,
+//! [`BlockTable`] and [`BlockAllocator`] are `Send + Sync`.
+//!
+//! This module is storage and block allocation only: it imports nothing of attention, which
+//! reads it through `KvCache::layer_k`, `KvCache::layer_v` and `KvCache::locate` (crate-only).
 
 mod free_list;
 mod table;
 
-pub use crate::engine::attention::{attention_isa, AttnIsa, AttnScratch};
 pub use table::{BlockAllocator, BlockTable};
 
-use crate::engine::attention;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
@@ -72,7 +73,7 @@ pub struct KvCacheConfig {
 /// Positions per block unless configured otherwise.
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
 
-/// Largest head dimension accepted (bounds the attention scratch).
+/// Largest head dimension accepted (bounds the stack row `write` converts a head through).
 pub(crate) const MAX_HEAD_DIM: usize = 1024;
 
 impl KvCacheConfig {
@@ -210,7 +211,12 @@ impl KvCache {
 
     /// Checks that `layer`, `table` and `pos` address a slot of this cache; returns the physical
     /// block holding `pos`.
-    fn locate(&self, layer: usize, table: &BlockTable, pos: usize) -> Result<usize, KvCacheError> {
+    pub(crate) fn locate(
+        &self,
+        layer: usize,
+        table: &BlockTable,
+        pos: usize,
+    ) -> Result<usize, KvCacheError> {
         if layer >= self.cfg.n_layer {
             return Err(KvCacheError::Layer {
                 layer,
@@ -307,34 +313,6 @@ impl KvCache {
     /// The V values of one layer: `[block][kv_head][pos_in_block][head_dim]`.
     pub(crate) fn layer_v(&self, layer: usize) -> &[f16] {
         &self.v[self.v_off + layer * self.layer_len..][..self.layer_len]
-    }
-
-    /// Causal attention of ONE query token at position `pos` over cached positions `0..=pos`.
-    ///
-    /// `q` is `[n_head][head_dim]` f32 (RoPE applied), `n_head` a multiple of `n_head_kv`
-    /// (query head `i` reads KV head `i / (n_head / n_head_kv)`); `out` receives
-    /// `[n_head][head_dim]`. Scale is `1/sqrt(head_dim)`. Online softmax over blocks (never a
-    /// full score matrix); the query heads of one KV head are processed together so each K/V row
-    /// is read and converted once. Deterministic: blocks in table order, positions in order; the
-    /// result depends only on `q` and the cached values at `0..=pos`, never on the physical block
-    /// ids, on other sequences or on positions after `pos`. Allocation-free.
-    pub fn attend(
-        &self,
-        layer: usize,
-        table: &BlockTable,
-        pos: usize,
-        q: &[f32],
-        out: &mut [f32],
-        scratch: &mut AttnScratch,
-    ) -> Result<(), KvCacheError> {
-        self.locate(layer, table, pos)?;
-        let query = attention::Query {
-            layer,
-            blocks: table.blocks(),
-            n_pos: pos + 1,
-            q,
-        };
-        attention::attend(self, &query, out, scratch)
     }
 }
 

@@ -168,20 +168,6 @@ impl BlockTable {
         Ok(Some((old, new)))
     }
 
-    /// Keeps the first `n_blocks` logical blocks and releases the rest (e.g. a sequence that
-    /// is recomputed from a shorter prefix).
-    pub fn truncate_blocks(&mut self, n_blocks: usize) {
-        if n_blocks >= self.blocks.len() {
-            return;
-        }
-        let mut fl = self.shared.lock();
-        for &id in &self.blocks[n_blocks..] {
-            let r = fl.release(id);
-            debug_assert!(r.is_ok(), "releasing block {id} twice");
-        }
-        self.blocks.truncate(n_blocks);
-    }
-
     /// A second table sharing every block of this one (reference counts incremented), e.g. for a
     /// cached prompt prefix. There is no copy-on-write: writers must only write positions past
     /// the shared prefix, in blocks they alone hold.

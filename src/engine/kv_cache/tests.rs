@@ -1,25 +1,7 @@
-//! KV cache and attention tests: against an f64 reference, across kernels, and the invariances
-//! the batch scheduler relies on.
+//! KV cache tests: storage layout, named errors, shared (forked) blocks, capacity. Attention
+//! over the cache is tested in `engine::attention`.
 
 use super::*;
-use crate::engine::attention::AttnIsa;
-
-/// Small deterministic generator (xorshift64*), values in [-1, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn next_f32(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let x = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
-        x as f32 / (1u64 << 23) as f32 - 1.0
-    }
-
-    fn vec(&mut self, n: usize, amp: f32) -> Vec<f32> {
-        (0..n).map(|_| self.next_f32() * amp).collect()
-    }
-}
 
 fn cfg(n_head_kv: usize, head_dim: usize, block_size: usize, n_blocks: usize) -> KvCacheConfig {
     KvCacheConfig {
@@ -28,211 +10,6 @@ fn cfg(n_head_kv: usize, head_dim: usize, block_size: usize, n_blocks: usize) ->
         head_dim,
         block_size,
         n_blocks,
-    }
-}
-
-/// K/V rows written so far, per layer 1: `[pos][n_head_kv * head_dim]`, as f16-rounded f64.
-struct Written {
-    k: Vec<Vec<f64>>,
-    v: Vec<Vec<f64>>,
-}
-
-/// Writes `n` random positions to layer 1 of `table` (layer 0 gets different noise).
-fn fill(cache: &mut KvCache, table: &mut BlockTable, n: usize, rng: &mut Rng) -> Written {
-    let c = *cache.config();
-    let w = c.n_head_kv * c.head_dim;
-    table.reserve(n).unwrap();
-    let mut out = Written {
-        k: vec![],
-        v: vec![],
-    };
-    let round = |x: &[f32]| -> Vec<f64> { x.iter().map(|&x| f16::from_f32(x).to_f64()).collect() };
-    for pos in 0..n {
-        // Large K amplitude gives peaked softmaxes, exercising the running-max rescale.
-        let (k, v) = (rng.vec(w, 4.0), rng.vec(w, 1.0));
-        cache.write(1, table, pos, &k, &v).unwrap();
-        let (k0, v0) = (rng.vec(w, 1.0), rng.vec(w, 1.0));
-        cache.write(0, table, pos, &k0, &v0).unwrap();
-        out.k.push(round(&k));
-        out.v.push(round(&v));
-    }
-    out
-}
-
-/// Naive softmax attention in f64 over positions `0..n_pos`.
-fn reference(c: &KvCacheConfig, wr: &Written, n_pos: usize, q: &[f32]) -> Vec<f64> {
-    let d = c.head_dim;
-    let n_head = q.len() / d;
-    let group = n_head / c.n_head_kv;
-    let scale = 1.0 / (d as f64).sqrt();
-    let mut out = vec![0.0; q.len()];
-    for h in 0..n_head {
-        let kh = h / group;
-        let qh = &q[h * d..][..d];
-        let scores: Vec<f64> = (0..n_pos)
-            .map(|p| {
-                let kr = &wr.k[p][kh * d..][..d];
-                qh.iter().zip(kr).map(|(&a, &b)| a as f64 * b).sum::<f64>() * scale
-            })
-            .collect();
-        let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-        let sum: f64 = e.iter().sum();
-        for (p, w) in e.iter().enumerate() {
-            for i in 0..d {
-                out[h * d + i] += w / sum * wr.v[p][kh * d + i];
-            }
-        }
-    }
-    out
-}
-
-fn run(isa: AttnIsa, cache: &KvCache, table: &BlockTable, pos: usize, q: &[f32]) -> Vec<f32> {
-    let c = cache.config();
-    let mut scratch = AttnScratch::new(c, q.len() / c.head_dim);
-    scratch.force_isa(isa);
-    assert_eq!(scratch.isa(), isa);
-    let mut out = vec![f32::NAN; q.len()];
-    cache
-        .attend(1, table, pos, q, &mut out, &mut scratch)
-        .unwrap();
-    out
-}
-
-fn isas() -> Vec<AttnIsa> {
-    [AttnIsa::Scalar, AttnIsa::Avx2, AttnIsa::Avx512]
-        .into_iter()
-        .filter(|i| i.supported())
-        .collect()
-}
-
-/// (n_head_kv, group, head_dim, block_size): the default model's shape first, then shapes the
-/// SIMD kernels cover differently or not at all.
-const SHAPES: [(usize, usize, usize, usize); 5] = [
-    (3, 3, 64, 16),
-    (2, 4, 128, 32),
-    (1, 1, 64, 16),
-    (2, 2, 24, 5),
-    (4, 8, 64, 16),
-];
-
-#[test]
-fn attend_matches_f64_reference() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    for (hk, g, d, bs) in SHAPES {
-        let c = cfg(hk, d, bs, 64);
-        let mut cache = KvCache::new(c).unwrap();
-        let mut table = cache.new_table();
-        let wr = fill(&mut cache, &mut table, 300, &mut rng);
-        for pos in [0, 1, bs - 1, bs, bs + 1, 2 * bs + 3, 99, 299] {
-            let q = rng.vec(hk * g * d, 1.0);
-            let want = reference(&c, &wr, pos + 1, &q);
-            for isa in isas() {
-                let got = run(isa, &cache, &table, pos, &q);
-                // llama.cpp's order keeps the weighted V sum in f16 (and rounds q to f16):
-                // ~1e-3 of the output's scale, by design (see attention/ggml_order.rs).
-                for (i, (&a, &b)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (a as f64 - b).abs() < 2e-3 * (1.0 + b.abs()),
-                        "{isa:?} shape {:?} pos {pos} [{i}]: {a} vs {b}",
-                        (hk, g, d, bs)
-                    );
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn simd_attention_is_bit_identical_to_scalar() {
-    let mut rng = Rng(0x5eed);
-    for (hk, g, d, bs) in SHAPES {
-        let c = cfg(hk, d, bs, 64);
-        let mut cache = KvCache::new(c).unwrap();
-        let mut table = cache.new_table();
-        fill(&mut cache, &mut table, 300, &mut rng);
-        for pos in [0, 1, bs - 1, bs + 1, 99, 299] {
-            let q = rng.vec(hk * g * d, 1.0);
-            let want = bits(&run(AttnIsa::Scalar, &cache, &table, pos, &q));
-            for isa in isas() {
-                let got = bits(&run(isa, &cache, &table, pos, &q));
-                assert_eq!(got, want, "{isa:?} shape {:?} pos {pos}", (hk, g, d, bs));
-            }
-        }
-    }
-}
-
-#[test]
-fn result_ignores_physical_block_ids() {
-    let mut rng = Rng(7);
-    for (hk, g, d, bs) in SHAPES {
-        let c = cfg(hk, d, bs, 64);
-        let mut cache = KvCache::new(c).unwrap();
-        let n = 6 * bs + 2;
-        // Table A takes consecutive blocks; table B interleaves with filler tables, some of which
-        // are dropped, so its physical ids are scattered and in a different order.
-        let mut a = cache.new_table();
-        a.reserve(n).unwrap();
-        let mut keep = vec![];
-        let mut b = cache.new_table();
-        for i in 0..n.div_ceil(bs) {
-            let mut filler = cache.new_table();
-            filler.reserve(bs * (1 + i % 2)).unwrap();
-            if i % 3 == 0 {
-                keep.push(filler);
-            }
-            b.reserve((i + 1) * bs).unwrap();
-        }
-        assert_ne!(a.blocks(), b.blocks());
-        let seed = rng.0;
-        let wa = fill(&mut cache, &mut a, n, &mut Rng(seed));
-        let wb = fill(&mut cache, &mut b, n, &mut Rng(seed));
-        assert_eq!(wa.k, wb.k);
-        for pos in [0, bs, n - 1] {
-            let q = rng.vec(hk * g * d, 1.0);
-            for isa in isas() {
-                let ra = run(isa, &cache, &a, pos, &q);
-                let rb = run(isa, &cache, &b, pos, &q);
-                assert_eq!(bits(&ra), bits(&rb), "{isa:?} pos {pos}");
-            }
-        }
-    }
-}
-
-fn bits(x: &[f32]) -> Vec<u32> {
-    x.iter().map(|x| x.to_bits()).collect()
-}
-
-#[test]
-fn later_positions_do_not_change_earlier_results() {
-    // Prefill-chunk invariance: attending at `pos` reads only 0..=pos.
-    let mut rng = Rng(11);
-    for (hk, g, d, bs) in SHAPES {
-        let c = cfg(hk, d, bs, 64);
-        let mut cache = KvCache::new(c).unwrap();
-        let mut t = cache.new_table();
-        let seed = rng.0;
-        let mut data = Rng(seed);
-        fill(&mut cache, &mut t, bs + 3, &mut data);
-        let pos = bs + 1;
-        let q = rng.vec(hk * g * d, 1.0);
-        let before: Vec<_> = isas()
-            .into_iter()
-            .map(|i| run(i, &cache, &t, pos, &q))
-            .collect();
-        // Overwrite everything after `pos` and grow the sequence by two blocks.
-        let mut t2 = cache.new_table();
-        drop(std::mem::replace(&mut t, cache.new_table()));
-        let mut data = Rng(seed);
-        let w = fill(&mut cache, &mut t2, 3 * bs + 1, &mut data);
-        assert_eq!(w.k.len(), 3 * bs + 1);
-        let after: Vec<_> = isas()
-            .into_iter()
-            .map(|i| run(i, &cache, &t2, pos, &q))
-            .collect();
-        for (x, y) in before.iter().zip(&after) {
-            assert_eq!(bits(x), bits(y));
-        }
     }
 }
 
@@ -260,15 +37,12 @@ fn write_stores_rounded_values() {
 }
 
 #[test]
-fn bad_inputs_are_named_errors() {
+fn bad_writes_are_named_errors() {
     let c = cfg(3, 64, 16, 4);
     let mut cache = KvCache::new(c).unwrap();
     let mut t = cache.new_table();
     t.reserve(16).unwrap();
     let row = vec![0.0; 192];
-    let mut s = AttnScratch::new(&c, 9);
-    let q = vec![0.0; 576];
-    let mut out = vec![0.0; 576];
     assert!(matches!(
         cache.write(2, &t, 0, &row, &row),
         Err(KvCacheError::Layer { .. })
@@ -288,23 +62,10 @@ fn bad_inputs_are_named_errors() {
     let mut foreign = other.new_table();
     foreign.reserve(1).unwrap();
     assert_eq!(
-        cache.attend(0, &foreign, 0, &q, &mut out, &mut s),
+        cache.write(0, &foreign, 0, &row, &row),
         Err(KvCacheError::ForeignTable)
     );
-    assert!(matches!(
-        cache.attend(0, &t, 0, &q[..100], &mut out, &mut s),
-        Err(KvCacheError::Shape { .. })
-    ));
-    assert!(matches!(
-        cache.attend(0, &t, 0, &q, &mut out[..64], &mut s),
-        Err(KvCacheError::Shape { .. })
-    ));
-    let mut small = AttnScratch::new(&c, 3);
-    assert!(matches!(
-        cache.attend(0, &t, 0, &q, &mut out, &mut small),
-        Err(KvCacheError::Shape { .. })
-    ));
-    cache.attend(0, &t, 15, &q, &mut out, &mut s).unwrap();
+    cache.write(0, &t, 15, &row, &row).unwrap();
 }
 
 #[test]
@@ -367,5 +128,58 @@ fn handles_are_send_and_sync() {
     check::<KvCache>();
     check::<BlockTable>();
     check::<BlockAllocator>();
-    check::<AttnScratch>();
+}
+
+#[test]
+fn copy_on_write_gives_a_fork_its_own_copy() {
+    let c = cfg(2, 4, 4, 6);
+    let mut cache = KvCache::new(c).unwrap();
+    let mut a = cache.new_table();
+    a.reserve(6).unwrap();
+    let row = |x: f32| -> Vec<f32> { (0..8).map(|i| x + i as f32).collect() };
+    for layer in 0..2 {
+        for pos in 0..6 {
+            let x = (layer * 100 + pos * 10) as f32;
+            cache.write(layer, &a, pos, &row(x), &row(-x)).unwrap();
+        }
+    }
+    let mut b = a.fork();
+    // Shared: neither may write the partly filled block 1.
+    assert!(matches!(
+        cache.write(0, &b, 6, &row(0.0), &row(0.0)),
+        Err(KvCacheError::SharedBlock { .. })
+    ));
+    let (old, new) = b.unshare(1).unwrap().expect("block 1 was shared");
+    assert_eq!(old, a.blocks()[1]);
+    assert_eq!(b.blocks()[0], a.blocks()[0], "block 0 still shared");
+    cache.copy_block(old, new).unwrap();
+    let span = 2 * 4 * 4;
+    for layer in 0..2 {
+        let (k, v) = (cache.layer_k(layer), cache.layer_v(layer));
+        let (o, n) = (old as usize * span, new as usize * span);
+        assert_eq!(k[o..o + span], k[n..n + span]);
+        assert_eq!(v[o..o + span], v[n..n + span]);
+    }
+    // Now both write position 6 independently.
+    cache.write(0, &b, 6, &row(1.0), &row(1.0)).unwrap();
+    assert_eq!(a.unshare(1).unwrap(), None, "a holds block 1 alone now");
+    cache.write(0, &a, 6, &row(2.0), &row(2.0)).unwrap();
+    assert!(cache.copy_block(99, new).is_err());
+    drop((a, b));
+    assert_eq!(cache.free_blocks(), 6);
+}
+
+#[test]
+fn push_shared_keeps_the_counts() {
+    let cache = KvCache::new(cfg(1, 4, 4, 4)).unwrap();
+    let mut a = cache.new_table();
+    a.reserve(8).unwrap();
+    let mut b = cache.new_table();
+    b.push_shared(a.blocks()[0]).unwrap();
+    assert_eq!(cache.allocator().refcount(a.blocks()[0]), 2);
+    assert!(b.push_shared(3).is_err(), "a free block cannot be shared");
+    drop(a);
+    assert_eq!(cache.free_blocks(), 3, "b still holds block 0");
+    drop(b);
+    assert_eq!(cache.free_blocks(), 4);
 }

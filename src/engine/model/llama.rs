@@ -9,9 +9,10 @@
 //! outputs are bit-identical per token whatever the batch (see `matmul`), so a sequence's
 //! logits never depend on the batch it runs in nor on how its prompt was chunked.
 
+use crate::engine::attention::{attend, AttnScratch};
 use crate::engine::batch::{Logits, LogitsWanted, SeqInput};
 use crate::engine::error::EngineError;
-use crate::engine::kv_cache::{AttnScratch, KvCache, KvCacheConfig, KvCacheError};
+use crate::engine::kv_cache::{KvCache, KvCacheConfig, KvCacheError};
 use crate::engine::matmul::{matmul, MatJob};
 use crate::engine::model::config::LlamaConfig;
 use crate::engine::model::load::load_weights;
@@ -448,7 +449,7 @@ impl LlamaModel {
             let mut sc = scratches[i].lock().unwrap_or_else(|e| e.into_inner());
             let table = seqs[tok_seq[t] as usize].table;
             let qt = &q[t * nq..(t + 1) * nq];
-            kv.attend(layer, table, tok_pos[t] as usize, qt, out, &mut sc)
+            attend(kv, layer, table, tok_pos[t] as usize, qt, out, &mut sc)
         };
         if n_tok == 1 {
             return one(0, 0, out);

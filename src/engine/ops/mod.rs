@@ -8,5 +8,5 @@ pub mod swiglu;
 
 pub use rmsnorm::rms_norm;
 pub use rope::{RopeKind, RopeTable};
-pub use softmax::{log_softmax_at, log_softmax_into};
+pub use softmax::log_softmax_at;
 pub use swiglu::swiglu;

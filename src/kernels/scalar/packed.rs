@@ -98,18 +98,3 @@ pub fn gemm_packed(
         }
     }
 }
-
-macro_rules! typed {
-    ($($name:ident = $dt:ident;)*) => {$(
-        /// [`gemm_packed`] for one dtype (the kernel table's `PackedGemmFn`).
-        pub fn $name(k: usize, packed: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], out_stride: usize) {
-            gemm_packed(DType::$dt, k, packed, n_rows, a, n_tok, out, out_stride)
-        }
-    )*};
-}
-
-typed! {
-    gemm_packed_q4_0 = Q4_0;
-    gemm_packed_q4_1 = Q4_1;
-    gemm_packed_q8_0 = Q8_0;
-}

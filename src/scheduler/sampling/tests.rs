@@ -1,7 +1,15 @@
 //! The sampler end to end, against naive references (full sorts, f64 softmax).
 
 use super::*;
-use crate::engine::ops::log_softmax_into;
+use crate::engine::ops::softmax::log_sum_exp;
+
+/// Reference log-softmax (f64 sum), for comparing reported logprobs.
+fn log_softmax_into(x: &[f32], out: &mut [f32]) {
+    let lse = log_sum_exp(x);
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (f64::from(v) - lse) as f32;
+    }
+}
 use crate::engine::sampling::argmax;
 use proptest::prelude::*;
 use std::collections::BTreeSet;

@@ -1,0 +1,371 @@
+//! Attention tests: against an f64 reference, the AVX-512 kernel against its scalar twin bit for
+//! bit, which kernel runs, and the invariances the batch scheduler relies on.
+
+use super::*;
+use crate::engine::kv_cache::DEFAULT_BLOCK_SIZE;
+
+/// Small deterministic generator (xorshift64*), values in [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn next_f32(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
+        x as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    fn vec(&mut self, n: usize, amp: f32) -> Vec<f32> {
+        (0..n).map(|_| self.next_f32() * amp).collect()
+    }
+}
+
+/// A two-layer cache with room for 320 positions of one sequence plus some filler blocks.
+fn cfg(n_head_kv: usize, head_dim: usize, block_size: usize) -> KvCacheConfig {
+    KvCacheConfig {
+        n_layer: 2,
+        n_head_kv,
+        head_dim,
+        block_size,
+        n_blocks: 64.max(320usize.div_ceil(block_size) + 16),
+    }
+}
+
+/// K/V rows written so far, per layer 1: `[pos][n_head_kv * head_dim]`, as f16-rounded f64.
+struct Written {
+    k: Vec<Vec<f64>>,
+    v: Vec<Vec<f64>>,
+}
+
+/// Writes `n` random positions to layer 1 of `table` (layer 0 gets different noise).
+fn fill(cache: &mut KvCache, table: &mut BlockTable, n: usize, rng: &mut Rng) -> Written {
+    let c = *cache.config();
+    let w = c.n_head_kv * c.head_dim;
+    table.reserve(n).unwrap();
+    let mut out = Written {
+        k: vec![],
+        v: vec![],
+    };
+    let round = |x: &[f32]| -> Vec<f64> { x.iter().map(|&x| f16::from_f32(x).to_f64()).collect() };
+    for pos in 0..n {
+        // Large K amplitude gives peaked softmaxes, exercising the running-max rescale.
+        let (k, v) = (rng.vec(w, 4.0), rng.vec(w, 1.0));
+        cache.write(1, table, pos, &k, &v).unwrap();
+        let (k0, v0) = (rng.vec(w, 1.0), rng.vec(w, 1.0));
+        cache.write(0, table, pos, &k0, &v0).unwrap();
+        out.k.push(round(&k));
+        out.v.push(round(&v));
+    }
+    out
+}
+
+/// Naive softmax attention in f64 over positions `0..n_pos`.
+fn reference(c: &KvCacheConfig, wr: &Written, n_pos: usize, q: &[f32]) -> Vec<f64> {
+    let d = c.head_dim;
+    let n_head = q.len() / d;
+    let group = n_head / c.n_head_kv;
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut out = vec![0.0; q.len()];
+    for h in 0..n_head {
+        let kh = h / group;
+        let qh = &q[h * d..][..d];
+        let scores: Vec<f64> = (0..n_pos)
+            .map(|p| {
+                let kr = &wr.k[p][kh * d..][..d];
+                qh.iter().zip(kr).map(|(&a, &b)| a as f64 * b).sum::<f64>() * scale
+            })
+            .collect();
+        let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        for (p, w) in e.iter().enumerate() {
+            for i in 0..d {
+                out[h * d + i] += w / sum * wr.v[p][kh * d + i];
+            }
+        }
+    }
+    out
+}
+
+/// Attention of layer 1 at `pos` with the kernel `isa` resolves to for this cache (asserted to
+/// be `isa` itself when the CPU and the shape allow it).
+fn run(isa: AttnIsa, cache: &KvCache, table: &BlockTable, pos: usize, q: &[f32]) -> Vec<f32> {
+    let c = cache.config();
+    let mut scratch = AttnScratch::new(c);
+    scratch.force_isa(isa);
+    if isa.supported() && isa.covers(c.head_dim, c.block_size) {
+        assert_eq!(scratch.isa(), isa);
+    } else {
+        assert_eq!(scratch.isa(), AttnIsa::Scalar);
+    }
+    let mut out = vec![f32::NAN; q.len()];
+    attend(cache, 1, table, pos, q, &mut out, &mut scratch).unwrap();
+    out
+}
+
+/// The kernels this CPU runs.
+fn isas() -> Vec<AttnIsa> {
+    [AttnIsa::Scalar, AttnIsa::Avx512]
+        .into_iter()
+        .filter(|i| i.supported())
+        .collect()
+}
+
+fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|x| x.to_bits()).collect()
+}
+
+/// (n_head_kv, group, head_dim, block_size): the default model's shape first, then shapes that
+/// exercise every head count and accumulator width of the AVX-512 kernel (groups of 1..=4
+/// heads per pass; head_dim 64, 128, 192, 256), then shapes only the scalar twin covers
+/// (head_dim 24, blocks of 5 or of 1).
+const SHAPES: [(usize, usize, usize, usize); 9] = [
+    (3, 3, 64, 16),
+    (2, 4, 128, 32),
+    (1, 1, 64, 16),
+    (4, 8, 64, 16),
+    (2, 6, 192, 16),
+    (1, 5, 256, 32),
+    (2, 2, 24, 5),
+    (2, 2, 64, 1),
+    (1, 3, 64, 1),
+];
+
+#[test]
+fn attend_matches_f64_reference() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for (hk, g, d, bs) in SHAPES {
+        let c = cfg(hk, d, bs);
+        let mut cache = KvCache::new(c).unwrap();
+        let mut table = cache.new_table();
+        let wr = fill(&mut cache, &mut table, 300, &mut rng);
+        for pos in [0, 1, bs - 1, bs, bs + 1, 2 * bs + 3, 99, 299] {
+            let q = rng.vec(hk * g * d, 1.0);
+            let want = reference(&c, &wr, pos + 1, &q);
+            for isa in isas() {
+                let got = run(isa, &cache, &table, pos, &q);
+                // llama.cpp's order keeps the weighted V sum in f16 (and rounds q to f16):
+                // ~1e-3 of the output's scale, by design (see attention/ggml_order.rs).
+                for (i, (&a, &b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a as f64 - b).abs() < 2e-3 * (1.0 + b.abs()),
+                        "{isa:?} shape {:?} pos {pos} [{i}]: {a} vs {b}",
+                        (hk, g, d, bs)
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn avx512_kernel_is_bit_identical_to_its_scalar_twin() {
+    if !AttnIsa::Avx512.supported() {
+        eprintln!("no AVX-512F/FMA/F16C on this CPU: only the scalar twin runs here");
+        return;
+    }
+    let mut rng = Rng(0x5eed);
+    let mut compared = 0;
+    for (hk, g, d, bs) in SHAPES {
+        if !AttnIsa::Avx512.covers(d, bs) {
+            continue;
+        }
+        let c = cfg(hk, d, bs);
+        let mut cache = KvCache::new(c).unwrap();
+        let mut table = cache.new_table();
+        fill(&mut cache, &mut table, 300, &mut rng);
+        for pos in [0, 1, bs - 1, bs + 1, 99, 299] {
+            let q = rng.vec(hk * g * d, 1.0);
+            let scalar = bits(&run(AttnIsa::Scalar, &cache, &table, pos, &q));
+            let simd = bits(&run(AttnIsa::Avx512, &cache, &table, pos, &q));
+            assert_eq!(simd, scalar, "shape {:?} pos {pos}", (hk, g, d, bs));
+        }
+        compared += 1;
+    }
+    // Every shape above except the last three is one the AVX-512 kernel must take.
+    assert_eq!(compared, SHAPES.len() - 3);
+}
+
+#[test]
+fn avx512_kernel_runs_on_avx512_cpus() {
+    // The features are read here, not through `AttnIsa::supported`, so a selection that stops
+    // picking the AVX-512 kernel fails this test.
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx512 = false;
+    let want = if avx512 {
+        AttnIsa::Avx512
+    } else {
+        AttnIsa::Scalar
+    };
+    assert_eq!(AttnIsa::detected(), want);
+    assert_eq!(attention_isa(), want.name());
+    // The default model (3 KV heads of 64, 9 query heads) with the engine's block size, and a
+    // 128-wide head (llama-family models of 1B and up): the default scratch runs the detected
+    // kernel, bit-identical to a scratch forced to the scalar twin.
+    let mut rng = Rng(3);
+    for (hk, g, d) in [(3, 3, 64), (8, 4, 128)] {
+        let c = cfg(hk, d, DEFAULT_BLOCK_SIZE);
+        let mut cache = KvCache::new(c).unwrap();
+        let mut table = cache.new_table();
+        fill(&mut cache, &mut table, 200, &mut rng);
+        let mut fast = AttnScratch::new(&c);
+        assert_eq!(fast.isa(), want, "head_dim {d}");
+        let mut scalar = AttnScratch::new(&c);
+        scalar.force_isa(AttnIsa::Scalar);
+        assert_eq!(scalar.isa(), AttnIsa::Scalar);
+        for pos in [0, 17, 199] {
+            let q = rng.vec(hk * g * d, 1.0);
+            let (mut a, mut b) = (vec![0.0; q.len()], vec![0.0; q.len()]);
+            attend(&cache, 1, &table, pos, &q, &mut a, &mut fast).unwrap();
+            attend(&cache, 1, &table, pos, &q, &mut b, &mut scalar).unwrap();
+            assert_eq!(bits(&a), bits(&b), "head_dim {d} pos {pos}");
+        }
+    }
+}
+
+#[test]
+fn uncovered_shapes_run_the_scalar_twin() {
+    for (d, bs) in [(24, 5), (64, 1), (64, 8), (320, 16), (32, 16)] {
+        assert!(!AttnIsa::Avx512.covers(d, bs), "({d}, {bs})");
+        let mut s = AttnScratch::new(&cfg(1, d, bs));
+        assert_eq!(s.isa(), AttnIsa::Scalar);
+        s.force_isa(AttnIsa::Avx512);
+        assert_eq!(s.isa(), AttnIsa::Scalar);
+    }
+    for (d, bs) in [(64, 16), (128, 32), (192, 16), (256, 48)] {
+        assert!(AttnIsa::Avx512.covers(d, bs), "({d}, {bs})");
+    }
+}
+
+#[test]
+fn result_ignores_physical_block_ids() {
+    let mut rng = Rng(7);
+    for (hk, g, d, bs) in SHAPES {
+        let c = cfg(hk, d, bs);
+        let mut cache = KvCache::new(c).unwrap();
+        let n = 6 * bs + 2;
+        // Table A takes consecutive blocks; table B interleaves with filler tables, some of which
+        // are dropped, so its physical ids are scattered and in a different order.
+        let mut a = cache.new_table();
+        a.reserve(n).unwrap();
+        let mut keep = vec![];
+        let mut b = cache.new_table();
+        for i in 0..n.div_ceil(bs) {
+            let mut filler = cache.new_table();
+            filler.reserve(bs * (1 + i % 2)).unwrap();
+            if i % 3 == 0 {
+                keep.push(filler);
+            }
+            b.reserve((i + 1) * bs).unwrap();
+        }
+        assert_ne!(a.blocks(), b.blocks());
+        let seed = rng.0;
+        let wa = fill(&mut cache, &mut a, n, &mut Rng(seed));
+        let wb = fill(&mut cache, &mut b, n, &mut Rng(seed));
+        assert_eq!(wa.k, wb.k);
+        for pos in [0, bs, n - 1] {
+            let q = rng.vec(hk * g * d, 1.0);
+            for isa in isas() {
+                let ra = run(isa, &cache, &a, pos, &q);
+                let rb = run(isa, &cache, &b, pos, &q);
+                assert_eq!(bits(&ra), bits(&rb), "{isa:?} pos {pos}");
+            }
+        }
+    }
+}
+
+#[test]
+fn later_positions_do_not_change_earlier_results() {
+    // Prefill-chunk invariance: attending at `pos` reads only 0..=pos.
+    let mut rng = Rng(11);
+    for (hk, g, d, bs) in SHAPES {
+        let c = cfg(hk, d, bs);
+        let mut cache = KvCache::new(c).unwrap();
+        let mut t = cache.new_table();
+        let seed = rng.0;
+        let mut data = Rng(seed);
+        fill(&mut cache, &mut t, bs + 3, &mut data);
+        let pos = bs + 1;
+        let q = rng.vec(hk * g * d, 1.0);
+        let before: Vec<_> = isas()
+            .into_iter()
+            .map(|i| run(i, &cache, &t, pos, &q))
+            .collect();
+        // Overwrite everything after `pos` and grow the sequence by two blocks.
+        let mut t2 = cache.new_table();
+        drop(std::mem::replace(&mut t, cache.new_table()));
+        let mut data = Rng(seed);
+        let w = fill(&mut cache, &mut t2, 3 * bs + 1, &mut data);
+        assert_eq!(w.k.len(), 3 * bs + 1);
+        let after: Vec<_> = isas()
+            .into_iter()
+            .map(|i| run(i, &cache, &t2, pos, &q))
+            .collect();
+        for (x, y) in before.iter().zip(&after) {
+            assert_eq!(bits(x), bits(y));
+        }
+    }
+}
+
+#[test]
+fn bad_inputs_are_named_errors() {
+    let c = KvCacheConfig {
+        n_layer: 2,
+        n_head_kv: 3,
+        head_dim: 64,
+        block_size: 16,
+        n_blocks: 4,
+    };
+    let cache = KvCache::new(c).unwrap();
+    let mut t = cache.new_table();
+    t.reserve(16).unwrap();
+    let mut s = AttnScratch::new(&c);
+    let q = vec![0.0; 576];
+    let mut out = vec![0.0; 576];
+    let other = KvCache::new(c).unwrap();
+    let mut foreign = other.new_table();
+    foreign.reserve(1).unwrap();
+    assert_eq!(
+        attend(&cache, 0, &foreign, 0, &q, &mut out, &mut s),
+        Err(KvCacheError::ForeignTable)
+    );
+    assert!(matches!(
+        attend(&cache, 2, &t, 0, &q, &mut out, &mut s),
+        Err(KvCacheError::Layer { layer: 2, .. })
+    ));
+    assert!(matches!(
+        attend(&cache, 0, &t, 16, &q, &mut out, &mut s),
+        Err(KvCacheError::Position { pos: 16, .. })
+    ));
+    assert!(matches!(
+        attend(&cache, 0, &t, 0, &q[..100], &mut out, &mut s),
+        Err(KvCacheError::Shape { .. })
+    ));
+    assert!(matches!(
+        attend(&cache, 0, &t, 0, &q, &mut out[..64], &mut s),
+        Err(KvCacheError::Shape { .. })
+    ));
+    for (d, bs) in [(32, 16), (64, 8)] {
+        let mut other = AttnScratch::new(&KvCacheConfig {
+            head_dim: d,
+            block_size: bs,
+            ..c
+        });
+        assert!(matches!(
+            attend(&cache, 0, &t, 0, &q, &mut out, &mut other),
+            Err(KvCacheError::Shape { .. })
+        ));
+    }
+    attend(&cache, 0, &t, 15, &q, &mut out, &mut s).unwrap();
+}
+
+#[test]
+fn scratch_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<AttnScratch>();
+}
