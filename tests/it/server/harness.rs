@@ -54,12 +54,11 @@ impl Server {
         );
         std::fs::write(&config, text).expect("write config");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
-        cmd.arg("--config")
-            .arg(&config)
-            .arg("serve")
-            .arg("--model")
-            .arg(default_model())
-            .args(["--port", "0", "--host", "127.0.0.1"])
+        cmd.arg("--config").arg(&config).arg("serve");
+        if !opts.args.iter().any(|a| a == "--model") {
+            cmd.arg("--model").arg(default_model());
+        }
+        cmd.args(["--port", "0", "--host", "127.0.0.1"])
             .args(&opts.args)
             .current_dir(dir.path())
             .stdin(Stdio::null())

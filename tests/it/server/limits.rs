@@ -170,3 +170,17 @@ fn requests_past_the_timeout_are_aborted() {
         || c.metric("kiln_kv_blocks_used") == 0.0 && c.metric("kiln_requests_running") == 0.0,
     );
 }
+
+#[test]
+fn a_model_that_cannot_load_stops_the_server_with_an_error() {
+    let mut s = Server::start(Options {
+        args: ["--model", "/nonexistent/model.gguf"]
+            .map(String::from)
+            .to_vec(),
+        wait_ready: false,
+        ..Options::default()
+    });
+    let status = s.wait_exit(Duration::from_secs(20)).expect("exits");
+    assert_eq!(status.code(), Some(1));
+    assert!(s.log().contains("cannot load the model"), "{}", s.log());
+}
