@@ -87,6 +87,24 @@ fn is_length_limit(e: &axum::Error) -> bool {
 
 /// Deserializes `bytes` into `T`; see the module docs for the errors.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // Every request body is an object; serde would also read a struct from an array.
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        let got = match first {
+            None => "an empty body",
+            Some(b'[') => "an array",
+            Some(b'"') => "a string",
+            Some(b'n') => "null",
+            Some(b't' | b'f') => "a boolean",
+            Some(b'-' | b'0'..=b'9') => "a number",
+            Some(_) => "something that is not JSON",
+        };
+        return Err(ApiError::BadRequest {
+            message: format!("the request body must be a JSON object, got {got}"),
+            param: None,
+            code: None,
+        });
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(json_error)?;
     de.end().map_err(|e| ApiError::BadRequest {
@@ -164,7 +182,15 @@ mod tests {
             param(&format!(r#"{{{m},"max_tokens":9223372036854775808}}"#)).as_deref(),
             Some("max_tokens")
         );
-        for body in ["\"text\"", "[1,2]", "3", "null", "{\"messages\": [", "{} x"] {
+        for body in [
+            "\"text\"",
+            "[1,2]",
+            "3",
+            "null",
+            "{\"messages\": [",
+            "{\"messages\":[]} x",
+            "",
+        ] {
             assert_eq!(param(body), None, "{body}");
         }
         // Lone surrogates and deep nesting are refused, not a panic or a stack overflow.
@@ -172,8 +198,10 @@ mod tests {
             param(r#"{"messages":[{"role":"user","content":"\ud800"}]}"#),
             None
         );
-        let deep = format!("{{\"x\":{}{}}}", "[".repeat(10_000), "]".repeat(10_000));
-        assert_eq!(param(&deep), None);
+        for key in ["x", "messages", "stop"] {
+            let deep = format!("{{\"{key}\":{}{}}}", "[".repeat(10_000), "]".repeat(10_000));
+            param(&deep);
+        }
         // Unknown fields are ignored; nulls are accepted for optional fields.
         let ok = format!(r#"{{{m},"frobnicate":1,"temperature":null}}"#);
         assert!(parse_json::<ChatCompletionRequest>(ok.as_bytes()).is_ok());
