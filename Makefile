@@ -14,9 +14,16 @@ TEST_ISAS    ?= avx2 scalar
 .PHONY: run test model tools build release fmt check unit isa-matrix neon-test bench \
         bench-baseline bench-compare quantized-models profile clean
 
-## run: fetch the default model if absent, build release, generate from the default model.
+HOST         ?= 127.0.0.1
+PORT         ?= 8080
+
+## run: fetch the default model if absent, build release, serve it on HOST:PORT (the OpenAI
+## API; Ctrl-C drains and stops) and print a curl to try.
 run: model release
-	$(KILN) generate --model $(MODEL) --chat --prompt "$(PROMPT)" --max-tokens 128
+	@echo "kiln: once it listens, try:"
+	@echo "  curl -s http://$(HOST):$(PORT)/v1/chat/completions -H 'Content-Type: application/json' \\"
+	@echo "    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"$(PROMPT)\"}], \"max_tokens\": 128}'"
+	$(KILN) serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 ## test: set up everything the tests need, then format, lint and the whole suite.
 test: model tools check unit isa-matrix neon-test

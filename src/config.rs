@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// A configuration problem, naming the setting.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +29,8 @@ struct RawConfig {
     engine: RawEngine,
     #[serde(default)]
     scheduler: RawScheduler,
+    #[serde(default)]
+    server: RawServer,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -35,6 +38,8 @@ struct RawConfig {
 struct RawModel {
     path: Option<PathBuf>,
     chat_template: Option<PathBuf>,
+    name: Option<String>,
+    aliases: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -64,6 +69,27 @@ struct RawScheduler {
     prefix_cache: Option<bool>,
 }
 
+/// `[server]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    host: Option<String>,
+    port: Option<u16>,
+    max_body_bytes: Option<RawKv>,
+    max_prompt_tokens: Option<usize>,
+    max_tokens_default: Option<usize>,
+    max_tokens_cap: Option<usize>,
+    max_n: Option<usize>,
+    max_stop_strings: Option<usize>,
+    max_logit_bias: Option<usize>,
+    request_timeout: Option<f64>,
+    drain_timeout: Option<f64>,
+    sse_keep_alive: Option<f64>,
+    api_keys: Option<Vec<String>>,
+    api_keys_file: Option<PathBuf>,
+    metrics_public: Option<bool>,
+}
+
 /// Validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -71,6 +97,10 @@ pub struct Config {
     pub model_path: PathBuf,
     /// Chat template overriding the model's `tokenizer.chat_template`, if any.
     pub chat_template: Option<PathBuf>,
+    /// The model id the API serves (default: the model file's stem).
+    pub model_name: Option<String>,
+    /// Other ids requests may use for the model.
+    pub model_aliases: Vec<String>,
     /// Threads per engine worker's team; 0 means the physical cores divided among the workers.
     pub threads: usize,
     /// Engine workers (replicas sharing the weights, each with its own KV cache and batch).
@@ -78,6 +108,7 @@ pub struct Config {
     /// The KV cache budget over all workers.
     pub kv_cache: KvBudget,
     pub scheduler: SchedulerSettings,
+    pub server: ServerSettings,
 }
 
 /// How much KV cache to allocate (over all workers).
@@ -140,6 +171,88 @@ impl Default for SchedulerSettings {
     }
 }
 
+/// `[server]`: the HTTP API's address, limits, keys and timeouts.
+#[derive(Clone, PartialEq)]
+pub struct ServerSettings {
+    pub host: String,
+    /// 0 picks a free port (printed at start-up).
+    pub port: u16,
+    /// Largest request body; a longer one is refused (413) without reading it all.
+    pub max_body_bytes: usize,
+    /// Longest prompt in tokens; 0 = the model's context.
+    pub max_prompt_tokens: usize,
+    /// `max_tokens` when a request gives none (further capped by the context left).
+    pub max_tokens_default: usize,
+    /// Largest `max_tokens` a request may ask for (400 above it).
+    pub max_tokens_cap: usize,
+    /// Largest `n` (also capped by the scheduler's max_num_seqs and the engine's 16).
+    pub max_n: usize,
+    /// Most stop strings per request.
+    pub max_stop_strings: usize,
+    /// Most `logit_bias` entries per request.
+    pub max_logit_bias: usize,
+    /// A request running longer is aborted; None = no limit.
+    pub request_timeout: Option<Duration>,
+    /// On SIGTERM, how long requests in flight may take to finish before they are aborted.
+    pub drain_timeout: Duration,
+    /// Idle time after which a stream gets a `: keep-alive` comment.
+    pub sse_keep_alive: Duration,
+    /// Accepted API keys (empty with no `api_keys_file`: no authentication).
+    pub api_keys: Vec<String>,
+    /// A file of API keys, one per line (blank lines and `#` comments ignored).
+    pub api_keys_file: Option<PathBuf>,
+    /// Serve `/metrics` without an API key.
+    pub metrics_public: bool,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            host: "127.0.0.1".to_string(),
+            port: 8080,
+            max_body_bytes: 8 << 20,
+            max_prompt_tokens: 0,
+            max_tokens_default: 1024,
+            max_tokens_cap: 8192,
+            max_n: 16,
+            max_stop_strings: 16,
+            max_logit_bias: 1024,
+            request_timeout: Some(Duration::from_secs(600)),
+            drain_timeout: Duration::from_secs(30),
+            sse_keep_alive: Duration::from_secs(5),
+            api_keys: Vec::new(),
+            api_keys_file: None,
+            metrics_public: false,
+        }
+    }
+}
+
+/// Secrets stay out of logs: keys show as their count.
+impl std::fmt::Debug for ServerSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSettings")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_prompt_tokens", &self.max_prompt_tokens)
+            .field("max_tokens_default", &self.max_tokens_default)
+            .field("max_tokens_cap", &self.max_tokens_cap)
+            .field("max_n", &self.max_n)
+            .field("max_stop_strings", &self.max_stop_strings)
+            .field("max_logit_bias", &self.max_logit_bias)
+            .field("request_timeout", &self.request_timeout)
+            .field("drain_timeout", &self.drain_timeout)
+            .field("sse_keep_alive", &self.sse_keep_alive)
+            .field(
+                "api_keys",
+                &format_args!("[{} masked]", self.api_keys.len()),
+            )
+            .field("api_keys_file", &self.api_keys_file)
+            .field("metrics_public", &self.metrics_public)
+            .finish()
+    }
+}
+
 /// Parses "2GiB", "512 MiB", "1.5GB", "1048576B" into bytes.
 pub fn parse_bytes(text: &str) -> Option<u64> {
     let t = text.trim();
@@ -179,6 +292,9 @@ impl Default for Config {
             workers: 1,
             kv_cache: KvBudget::Auto,
             scheduler: SchedulerSettings::default(),
+            model_name: None,
+            model_aliases: Vec::new(),
+            server: ServerSettings::default(),
         }
     }
 }
@@ -199,12 +315,63 @@ impl Config {
         })
     }
 
+    /// Reads a configuration file (None: the defaults) and applies `overrides` on top (see
+    /// [`Config::parse_with`]).
+    pub fn load_with(
+        path: Option<&Path>,
+        overrides: &[(&str, toml::Value)],
+    ) -> Result<Config, ConfigError> {
+        let Some(path) = path else {
+            return Config::parse_with("", overrides);
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse_with(&text, overrides).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            },
+            other => other,
+        })
+    }
+
     /// Parses and validates TOML text.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        Config::parse_with(text, &[])
+    }
+
+    /// Parses TOML text, sets each `("section.key", value)` of `overrides` over it (how
+    /// command-line flags and `KILN_...` variables win over the file), then validates the
+    /// result, so an override is checked exactly like the file's own setting.
+    pub fn parse_with(
+        text: &str,
+        overrides: &[(&str, toml::Value)],
+    ) -> Result<Config, ConfigError> {
+        let parse_err = |message: String| ConfigError::Parse {
             path: PathBuf::from("<text>"),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
+        for (key, value) in overrides {
+            let (section, name) = key.split_once('.').unwrap_or(("", key));
+            let slot = if section.is_empty() {
+                &mut table
+            } else {
+                match table
+                    .entry(section.to_string())
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                {
+                    toml::Value::Table(t) => t,
+                    _ => return Err(parse_err(format!("{section} is not a table"))),
+                }
+            };
+            slot.insert(name.to_string(), value.clone());
+        }
+        let raw: RawConfig = table
+            .try_into()
+            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
         let d = Config::default();
         let threads = raw.engine.threads.unwrap_or(d.threads);
         if threads > MAX_THREADS {
@@ -278,15 +445,145 @@ impl Config {
                 ),
             });
         }
+        let model_name = raw.model.name.map(|n| n.trim().to_string());
+        if model_name.as_deref() == Some("") {
+            return Err(ConfigError::Invalid {
+                key: "model.name",
+                message: "must not be empty".to_string(),
+            });
+        }
+        let model_aliases: Vec<String> = raw
+            .model
+            .aliases
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| a.trim().to_string())
+            .filter(|a| !a.is_empty())
+            .collect();
         Ok(Config {
             model_path: raw.model.path.unwrap_or(d.model_path),
             chat_template: raw.model.chat_template,
+            model_name,
+            model_aliases,
             threads,
             workers,
             kv_cache,
             scheduler,
+            server: server_settings(raw.server)?,
         })
     }
+}
+
+/// Validates `[server]`.
+fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
+    let d = ServerSettings::default();
+    let invalid = |key: &'static str, message: String| ConfigError::Invalid { key, message };
+    let host = raw.host.unwrap_or(d.host).trim().to_string();
+    if host.is_empty() {
+        return Err(invalid("server.host", "must not be empty".to_string()));
+    }
+    let max_body_bytes = match raw.max_body_bytes {
+        None => d.max_body_bytes as u64,
+        Some(RawKv::Positions(b)) => b,
+        Some(RawKv::Text(t)) => parse_bytes(&t).ok_or_else(|| {
+            invalid(
+                "server.max_body_bytes",
+                format!("{t:?} is not a size (\"8MiB\", \"65536\")"),
+            )
+        })?,
+    };
+    if !(1024..=1 << 30).contains(&max_body_bytes) {
+        return Err(invalid(
+            "server.max_body_bytes",
+            format!("{max_body_bytes} is not between 1 KiB and 1 GiB"),
+        ));
+    }
+    let count = |key: &'static str, v: Option<usize>, dv: usize, lo: usize, hi: usize| {
+        let v = v.unwrap_or(dv);
+        if (lo..=hi).contains(&v) {
+            Ok(v)
+        } else {
+            Err(invalid(key, format!("{v} is not between {lo} and {hi}")))
+        }
+    };
+    let secs = |key: &'static str, v: Option<f64>, dv: Duration| match v {
+        None => Ok(dv),
+        Some(s) if s.is_finite() && (0.0..=1e7).contains(&s) => Ok(Duration::from_secs_f64(s)),
+        Some(s) => Err(invalid(
+            key,
+            format!("{s} is not a number of seconds from 0 to 10^7"),
+        )),
+    };
+    let max_tokens_cap = count(
+        "server.max_tokens_cap",
+        raw.max_tokens_cap,
+        d.max_tokens_cap,
+        1,
+        1 << 24,
+    )?;
+    let max_tokens_default = count(
+        "server.max_tokens_default",
+        raw.max_tokens_default,
+        d.max_tokens_default,
+        1,
+        max_tokens_cap,
+    )?;
+    let request_timeout = secs(
+        "server.request_timeout",
+        raw.request_timeout,
+        d.request_timeout.unwrap_or_default(),
+    )?;
+    let sse_keep_alive = secs(
+        "server.sse_keep_alive",
+        raw.sse_keep_alive,
+        d.sse_keep_alive,
+    )?;
+    if sse_keep_alive < Duration::from_millis(100) {
+        return Err(invalid(
+            "server.sse_keep_alive",
+            "must be at least 0.1 seconds".to_string(),
+        ));
+    }
+    let api_keys: Vec<String> = raw.api_keys.unwrap_or_default();
+    if api_keys
+        .iter()
+        .any(|k| k.trim().is_empty() || k.trim() != k)
+    {
+        return Err(invalid(
+            "server.api_keys",
+            "keys must be non-empty and without surrounding spaces".to_string(),
+        ));
+    }
+    Ok(ServerSettings {
+        host,
+        port: raw.port.unwrap_or(d.port),
+        max_body_bytes: max_body_bytes as usize,
+        max_prompt_tokens: raw.max_prompt_tokens.unwrap_or(d.max_prompt_tokens),
+        max_tokens_default,
+        max_tokens_cap,
+        // The engine's own limits: 16 choices, 16 stop strings, 1024 logit_bias entries.
+        max_n: count("server.max_n", raw.max_n, d.max_n, 1, 16)?,
+        max_stop_strings: count(
+            "server.max_stop_strings",
+            raw.max_stop_strings,
+            d.max_stop_strings,
+            0,
+            16,
+        )?,
+        max_logit_bias: count(
+            "server.max_logit_bias",
+            raw.max_logit_bias,
+            d.max_logit_bias,
+            0,
+            1024,
+        )?,
+        request_timeout: (!request_timeout.is_zero()).then_some(request_timeout),
+        drain_timeout: secs("server.drain_timeout", raw.drain_timeout, d.drain_timeout)?,
+        sse_keep_alive,
+        api_keys,
+        api_keys_file: raw.api_keys_file,
+        metrics_public: raw.metrics_public.unwrap_or(d.metrics_public),
+    })
 }
 
 #[cfg(test)]
@@ -337,6 +634,34 @@ mod tests {
         assert!(e.to_string().contains("max_batch_tokens"), "{e}");
         let e = Config::parse("[scheduler]\nmax_nums_seqs = 4\n").unwrap_err();
         assert!(e.to_string().contains("max_nums_seqs"), "{e}");
+    }
+
+    #[test]
+    fn server_settings_and_overrides() {
+        let c = Config::parse(
+            "[server]\nport = 0\nmax_body_bytes = \"64KiB\"\nrequest_timeout = 0\napi_keys = [\"k1\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.server.port, 0);
+        assert_eq!(c.server.max_body_bytes, 64 << 10);
+        assert_eq!(c.server.request_timeout, None);
+        // Keys never show in Debug output (the effective config is logged).
+        assert!(!format!("{c:?}").contains("k1"));
+        let c = Config::parse_with(
+            "[server]\nport = 1\n",
+            &[
+                ("server.port", toml::Value::Integer(9)),
+                ("model.name", toml::Value::String("m".into())),
+            ],
+        )
+        .unwrap();
+        assert_eq!((c.server.port, c.model_name.as_deref()), (9, Some("m")));
+        let e = Config::parse_with("", &[("server.max_n", toml::Value::Integer(99))]).unwrap_err();
+        assert!(e.to_string().contains("server.max_n"), "{e}");
+        let e = Config::parse("[server]\nportt = 1\n").unwrap_err();
+        assert!(e.to_string().contains("portt"), "{e}");
+        let e = Config::parse("[server]\ndrain_timeout = -1\n").unwrap_err();
+        assert!(e.to_string().contains("server.drain_timeout"), "{e}");
     }
 
     #[test]

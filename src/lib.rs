@@ -11,4 +11,5 @@ pub mod gguf;
 pub mod kernels;
 pub mod metrics;
 pub mod scheduler;
+pub mod server;
 pub mod tokenizer;

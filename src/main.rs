@@ -34,17 +34,24 @@ enum Command {
     Generate(cli::generate::Args),
     /// Measure prefill, decode and batched decode speed.
     Bench(cli::bench::Args),
+    /// Serve the OpenAI-compatible HTTP API.
+    Serve(cli::serve::Args),
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // A server logs its start-up and lifecycle; the one-shot commands only warnings.
+    let default_filter = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("KILN_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(a) => cli::inspect::run(a),
         Command::Tokenize(a) => cli::tokenize::run(a),
@@ -52,6 +59,7 @@ fn main() -> ExitCode {
         Command::Quantize(a) => cli::quantize::run(a),
         Command::Generate(a) => cli::generate::run(a, cli.config.as_deref()),
         Command::Bench(a) => cli::bench::run(a, cli.config.as_deref()),
+        Command::Serve(a) => cli::serve::run(a, cli.config.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,4 +6,5 @@ pub mod generate;
 pub mod inspect;
 pub mod quantize;
 pub mod render_template;
+pub mod serve;
 pub mod tokenize;

@@ -80,6 +80,17 @@ pub fn start(
     model_path: Option<&Path>,
     observer: Arc<dyn Observer>,
 ) -> Result<Loaded, SetupError> {
+    start_with(cfg, model_path, observer, None)
+}
+
+/// [`start`], with a fault injected in step `panic_at_step` (see
+/// [`EngineConfig::panic_at_step`]; testing only, `kiln serve --inject-panic-at-step`).
+pub fn start_with(
+    cfg: &Config,
+    model_path: Option<&Path>,
+    observer: Arc<dyn Observer>,
+    panic_at_step: Option<u64>,
+) -> Result<Loaded, SetupError> {
     let t0 = Instant::now();
     let path = model_path.unwrap_or(&cfg.model_path).to_path_buf();
     let file = GgufFile::open(&path).map_err(|source| SetupError::Open {
@@ -151,7 +162,7 @@ pub fn start(
             kv_positions,
             block_size: bs,
             limits,
-            panic_at_step: None,
+            panic_at_step,
         },
         observer,
     )

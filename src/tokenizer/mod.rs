@@ -96,17 +96,93 @@ impl Tokenizer {
     /// (`tokenizer.ggml.add_bos_token`...); `parse_special` recognises control tokens written
     /// in the text (for rendered chat templates, never for raw user input).
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
-        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        let frags = self.matcher.partition(text, parse_special);
+        self.encode_fragments(&frags, text.len(), add_special)
+    }
+
+    /// Encodes `text` recognising control tokens (`<|im_start|>`) everywhere except inside the
+    /// `protected` byte ranges, whose text is always plain text (as with
+    /// `parse_special = false`), and never as part of a control token that straddles a range's
+    /// edge. This is how a rendered chat prompt is tokenized: the template's markup is parsed,
+    /// the users' text is not. With no protected range this equals
+    /// `encode(text, add_special, true)`; plain text on both sides of a range edge is encoded
+    /// as one piece, so a protected range holding no control-token text changes nothing.
+    ///
+    /// Ranges must be sorted, non-overlapping and on character boundaries; ranges that are not
+    /// (a caller bug) are clipped or skipped, never a panic.
+    pub fn encode_protected(
+        &self,
+        text: &str,
+        add_special: bool,
+        protected: &[std::ops::Range<usize>],
+    ) -> Vec<u32> {
+        // Text pieces as byte ranges of `text`, adjacent ones merged.
+        enum Piece {
+            Text(std::ops::Range<usize>),
+            Token(u32),
+        }
+        let mut pieces: Vec<Piece> = Vec::new();
+        let add = |pieces: &mut Vec<Piece>, start: usize, end: usize, parse: bool| {
+            for f in self.matcher.partition(&text[start..end], parse) {
+                match f {
+                    Fragment::Text(t) => {
+                        let at = t.as_ptr() as usize - text.as_ptr() as usize;
+                        match pieces.last_mut() {
+                            Some(Piece::Text(prev)) if prev.end == at => prev.end = at + t.len(),
+                            _ => pieces.push(Piece::Text(at..at + t.len())),
+                        }
+                    }
+                    Fragment::Token(id) => pieces.push(Piece::Token(id)),
+                }
+            }
+        };
+        let mut pos = 0;
+        for r in protected {
+            let (start, end) = (r.start.max(pos), r.end.min(text.len()));
+            if start >= end || !text.is_char_boundary(start) || !text.is_char_boundary(end) {
+                continue;
+            }
+            add(&mut pieces, pos, start, true);
+            add(&mut pieces, start, end, false);
+            pos = end;
+        }
+        add(&mut pieces, pos, text.len(), true);
+        let frags: Vec<Fragment<'_>> = pieces
+            .into_iter()
+            .map(|p| match p {
+                Piece::Text(r) => Fragment::Text(&text[r]),
+                Piece::Token(id) => Fragment::Token(id),
+            })
+            .collect();
+        self.encode_fragments(&frags, text.len(), add_special)
+    }
+
+    /// Whether `text` holds the text of a control token (`<|im_end|>`) that
+    /// `encode(text, _, true)` would turn into that token.
+    pub fn contains_control_text(&self, text: &str) -> bool {
+        self.matcher
+            .partition(text, true)
+            .iter()
+            .any(|f| matches!(f, Fragment::Token(id) if self.vocab.attr(*id) & (attr::CONTROL | attr::UNKNOWN) != 0))
+    }
+
+    /// Encodes partitioned text with the vocabulary's model.
+    fn encode_fragments(
+        &self,
+        frags: &[Fragment<'_>],
+        text_len: usize,
+        add_special: bool,
+    ) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text_len / 3 + 2);
         if add_special && self.add_bos {
             out.extend(self.ids.bos);
         }
-        let frags = self.matcher.partition(text, parse_special);
         match &self.model {
             Model::Spm { bytes } => {
                 let mut prev_special = true;
                 let mut buf = String::new();
                 for f in frags {
-                    match f {
+                    match *f {
                         Fragment::Text(t) => {
                             buf.clear();
                             if self.add_space_prefix && prev_special {
@@ -128,7 +204,7 @@ impl Tokenizer {
             Model::Bpe(bpe) => {
                 let mut scratch = bpe::Scratch::default();
                 for f in frags {
-                    match f {
+                    match *f {
                         Fragment::Text(t) => bpe.encode(&self.vocab, t, &mut scratch, &mut out),
                         Fragment::Token(id) => out.push(id),
                     }

@@ -11,4 +11,5 @@ mod golden;
 mod kv_cache;
 mod quantize;
 mod scheduler;
+mod server;
 mod tokenizer;

@@ -1,0 +1,191 @@
+//! `kiln serve`: the OpenAI-compatible HTTP server.
+//!
+//! Settings come from the config file (`--config`, else config/default.toml when present),
+//! overridden by `KILN_...` environment variables, overridden by flags (clap reads each flag's
+//! variable when the flag is absent). The effective configuration is logged with secrets
+//! masked.
+
+use anyhow::Context;
+use kiln::config::Config;
+use kiln::server::{serve, ServeOptions};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// GGUF model file (model.path).
+    #[arg(long, env = "KILN_MODEL")]
+    model: Option<PathBuf>,
+    /// The model id clients use (model.name; default: the file's stem).
+    #[arg(long, env = "KILN_MODEL_NAME")]
+    model_name: Option<String>,
+    /// Chat template (Jinja) overriding the model's (model.chat_template).
+    #[arg(long, env = "KILN_CHAT_TEMPLATE")]
+    chat_template: Option<PathBuf>,
+    /// Address to listen on (server.host).
+    #[arg(long, env = "KILN_HOST")]
+    host: Option<String>,
+    /// Port to listen on; 0 picks a free one (server.port).
+    #[arg(long, env = "KILN_PORT")]
+    port: Option<u16>,
+    /// Threads per engine worker; 0 = physical cores (engine.threads).
+    #[arg(long, env = "KILN_THREADS")]
+    threads: Option<usize>,
+    /// Engine workers (engine.workers).
+    #[arg(long, env = "KILN_WORKERS")]
+    workers: Option<usize>,
+    /// KV cache budget: "auto", a size ("512MiB") or positions (engine.kv_cache).
+    #[arg(long, env = "KILN_KV_CACHE")]
+    kv_cache: Option<String>,
+    /// Sequences per step (scheduler.max_num_seqs).
+    #[arg(long, env = "KILN_MAX_NUM_SEQS")]
+    max_num_seqs: Option<usize>,
+    /// Tokens per step (scheduler.max_batch_tokens).
+    #[arg(long, env = "KILN_MAX_BATCH_TOKENS")]
+    max_batch_tokens: Option<usize>,
+    /// Requests waiting before new ones get 429 (scheduler.max_waiting).
+    #[arg(long, env = "KILN_MAX_WAITING")]
+    max_waiting: Option<usize>,
+    /// Largest request body, e.g. "8MiB" (server.max_body_bytes).
+    #[arg(long, env = "KILN_MAX_BODY_BYTES")]
+    max_body_bytes: Option<String>,
+    /// Seconds a request may run; 0 = no limit (server.request_timeout).
+    #[arg(long, env = "KILN_REQUEST_TIMEOUT")]
+    request_timeout: Option<f64>,
+    /// Seconds requests in flight get to finish on SIGTERM (server.drain_timeout).
+    #[arg(long, env = "KILN_DRAIN_TIMEOUT")]
+    drain_timeout: Option<f64>,
+    /// API keys, comma-separated (server.api_keys). Prefer the variable to the flag: flags
+    /// show in process listings.
+    #[arg(
+        long,
+        env = "KILN_API_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    api_keys: Option<Vec<String>>,
+    /// A file of API keys, one per line (server.api_keys_file).
+    #[arg(long, env = "KILN_API_KEYS_FILE")]
+    api_keys_file: Option<PathBuf>,
+    /// Serve /metrics without an API key (server.metrics_public).
+    #[arg(long, env = "KILN_METRICS_PUBLIC", num_args = 0..=1, default_missing_value = "true")]
+    metrics_public: Option<bool>,
+    /// Testing only: make the engine panic in this step (exercises the fault path).
+    #[arg(long, hide = true)]
+    inject_panic_at_step: Option<u64>,
+}
+
+impl Args {
+    /// The flags (and variables) given, as config overrides.
+    fn overrides(&self) -> Vec<(&'static str, toml::Value)> {
+        use toml::Value;
+        let mut o: Vec<(&'static str, Value)> = Vec::new();
+        let path = |p: &Path| Value::String(p.to_string_lossy().into_owned());
+        let int = |v: usize| Value::Integer(i64::try_from(v).unwrap_or(i64::MAX));
+        let size = |s: &str| match s.trim().parse::<i64>() {
+            Ok(n) => Value::Integer(n),
+            Err(_) => Value::String(s.to_string()),
+        };
+        if let Some(v) = &self.model {
+            o.push(("model.path", path(v)));
+        }
+        if let Some(v) = &self.model_name {
+            o.push(("model.name", Value::String(v.clone())));
+        }
+        if let Some(v) = &self.chat_template {
+            o.push(("model.chat_template", path(v)));
+        }
+        if let Some(v) = &self.host {
+            o.push(("server.host", Value::String(v.clone())));
+        }
+        if let Some(v) = self.port {
+            o.push(("server.port", Value::Integer(v.into())));
+        }
+        if let Some(v) = self.threads {
+            o.push(("engine.threads", int(v)));
+        }
+        if let Some(v) = self.workers {
+            o.push(("engine.workers", int(v)));
+        }
+        if let Some(v) = &self.kv_cache {
+            o.push(("engine.kv_cache", size(v)));
+        }
+        if let Some(v) = self.max_num_seqs {
+            o.push(("scheduler.max_num_seqs", int(v)));
+        }
+        if let Some(v) = self.max_batch_tokens {
+            o.push(("scheduler.max_batch_tokens", int(v)));
+        }
+        if let Some(v) = self.max_waiting {
+            o.push(("scheduler.max_waiting", int(v)));
+        }
+        if let Some(v) = &self.max_body_bytes {
+            o.push(("server.max_body_bytes", size(v)));
+        }
+        if let Some(v) = self.request_timeout {
+            o.push(("server.request_timeout", Value::Float(v)));
+        }
+        if let Some(v) = self.drain_timeout {
+            o.push(("server.drain_timeout", Value::Float(v)));
+        }
+        if let Some(v) = &self.api_keys {
+            let keys = v.iter().map(|k| k.trim()).filter(|k| !k.is_empty());
+            o.push((
+                "server.api_keys",
+                Value::Array(keys.map(|k| Value::String(k.to_string())).collect()),
+            ));
+        }
+        if let Some(v) = &self.api_keys_file {
+            o.push(("server.api_keys_file", path(v)));
+        }
+        if let Some(v) = self.metrics_public {
+            o.push(("server.metrics_public", Value::Boolean(v)));
+        }
+        o
+    }
+}
+
+/// The keys of `server.api_keys` and of `server.api_keys_file` (one per line; blank lines
+/// and `#` comments skipped).
+fn api_keys(cfg: &Config) -> anyhow::Result<Vec<String>> {
+    let mut keys = cfg.server.api_keys.clone();
+    if let Some(file) = &cfg.server.api_keys_file {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading the API key file {}", file.display()))?;
+        keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_string),
+        );
+        if keys.is_empty() {
+            anyhow::bail!("the API key file {} holds no key", file.display());
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    Ok(keys)
+}
+
+pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
+    let default = Path::new("config/default.toml");
+    let file = config.or_else(|| default.is_file().then_some(default));
+    let cfg = Config::load_with(file, &args.overrides())?;
+    let keys = api_keys(&cfg)?;
+    tracing::info!(
+        config_file = ?file,
+        api_keys = keys.len(),
+        "effective configuration: {cfg:?}"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("kiln-http")
+        .build()
+        .context("starting the async runtime")?;
+    let opts = ServeOptions {
+        api_keys: keys,
+        panic_at_step: args.inject_panic_at_step,
+    };
+    let result = runtime.block_on(serve(cfg, opts));
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    Ok(result?)
+}

@@ -1,0 +1,247 @@
+//! Reading a JSON request body safely: the content type must be JSON (415), the body must
+//! fit `server.max_body_bytes` (413, decided from `Content-Length` before reading when it is
+//! given, else as soon as the limit is passed), and a body that is not the expected shape is
+//! a 400 naming the field at fault (`messages[0].role`), never a panic: serde_json refuses
+//! invalid UTF-8, lone surrogates and nesting deeper than 128 levels.
+
+use crate::server::error::ApiError;
+use crate::server::state::AppState;
+use axum::extract::{FromRef, FromRequest, Request};
+use axum::http::header;
+use serde::de::DeserializeOwned;
+
+/// A request body deserialized from JSON, with the checks of the module docs.
+pub struct JsonBody<T>(pub T);
+
+impl<T, S> FromRequest<S> for JsonBody<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+    AppState: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let limit = AppState::from_ref(state).settings().max_body_bytes;
+        check_content_type(req.headers().get(header::CONTENT_TYPE))?;
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(ApiError::PayloadTooLarge { limit });
+        }
+        let bytes = axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map_err(|e| {
+                if is_length_limit(&e) {
+                    ApiError::PayloadTooLarge { limit }
+                } else {
+                    ApiError::BadRequest {
+                        message: format!("could not read the request body: {e}"),
+                        param: None,
+                        code: None,
+                    }
+                }
+            })?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// 415 unless the content type is `application/json` or `application/<something>+json`.
+fn check_content_type(value: Option<&header::HeaderValue>) -> Result<(), ApiError> {
+    let Some(value) = value else {
+        return Err(ApiError::UnsupportedMediaType {
+            got: "no Content-Type".to_string(),
+        });
+    };
+    let text = value.to_str().unwrap_or("");
+    let essence = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let json = essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"));
+    if json {
+        Ok(())
+    } else {
+        Err(ApiError::UnsupportedMediaType {
+            got: format!("{:?}", text.chars().take(100).collect::<String>()),
+        })
+    }
+}
+
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// Deserializes `bytes` into `T`; see the module docs for the errors.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // Every request body is an object; serde would also read a struct from an array.
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        let got = match first {
+            None => "an empty body",
+            Some(b'[') => "an array",
+            Some(b'"') => "a string",
+            Some(b'n') => "null",
+            Some(b't' | b'f') => "a boolean",
+            Some(b'-' | b'0'..=b'9') => "a number",
+            Some(_) => "something that is not JSON",
+        };
+        return Err(ApiError::BadRequest {
+            message: format!("the request body must be a JSON object, got {got}"),
+            param: None,
+            code: None,
+        });
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(json_error)?;
+    de.end().map_err(|e| ApiError::BadRequest {
+        message: format!("invalid JSON body: {e}"),
+        param: None,
+        code: None,
+    })?;
+    Ok(value)
+}
+
+fn json_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    if !inner.is_data() {
+        return ApiError::BadRequest {
+            message: format!("invalid JSON body: {inner}"),
+            param: None,
+            code: None,
+        };
+    }
+    let text = inner.to_string();
+    // "missing field `messages`" at the top level: the missing field is the param.
+    let param = if path == "." {
+        text.strip_prefix("missing field `")
+            .and_then(|r| r.split('`').next())
+            .map(str::to_string)
+    } else {
+        Some(path.clone())
+    };
+    let message = match &param {
+        Some(p) if path != "." => format!("invalid value for `{p}`: {text}"),
+        Some(_) => text,
+        None => format!("the request body must be a JSON object: {text}"),
+    };
+    ApiError::BadRequest {
+        message,
+        param,
+        code: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::types::{ChatCompletionRequest, CompletionRequest};
+
+    fn param(body: &str) -> Option<String> {
+        match parse_json::<ChatCompletionRequest>(body.as_bytes()) {
+            Err(ApiError::BadRequest { param, .. }) => param,
+            other => panic!("{body}: expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn type_errors_name_the_field() {
+        let m = r#""messages":[{"role":"user","content":"hi"}]"#;
+        assert_eq!(
+            param(&format!(r#"{{{m},"max_tokens":"10"}}"#)).as_deref(),
+            Some("max_tokens")
+        );
+        assert_eq!(param(r#"{"messages":{}}"#).as_deref(), Some("messages"));
+        assert_eq!(
+            param(r#"{"messages":[{"role":"wizard","content":"x"}]}"#).as_deref(),
+            Some("messages[0].role")
+        );
+        assert_eq!(
+            param(
+                r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}"#
+            )
+            .as_deref(),
+            Some("messages[0].content[0].type")
+        );
+        assert_eq!(param(r#"{"model":"x"}"#).as_deref(), Some("messages"));
+        assert_eq!(
+            param(&format!(r#"{{{m},"max_tokens":9223372036854775808}}"#)).as_deref(),
+            Some("max_tokens")
+        );
+        for body in [
+            "\"text\"",
+            "[1,2]",
+            "3",
+            "null",
+            "{\"messages\": [",
+            "{\"messages\":[]} x",
+            "",
+        ] {
+            assert_eq!(param(body), None, "{body}");
+        }
+        // Lone surrogates and deep nesting are refused, not a panic or a stack overflow.
+        assert_eq!(
+            param(r#"{"messages":[{"role":"user","content":"\ud800"}]}"#),
+            None
+        );
+        for key in ["x", "messages", "stop"] {
+            let deep = format!("{{\"{key}\":{}{}}}", "[".repeat(10_000), "]".repeat(10_000));
+            param(&deep);
+        }
+        // Unknown fields are ignored; nulls are accepted for optional fields.
+        let ok = format!(r#"{{{m},"frobnicate":1,"temperature":null}}"#);
+        assert!(parse_json::<ChatCompletionRequest>(ok.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn prompt_forms() {
+        use crate::server::types::PromptInput;
+        let p = |s: &str| parse_json::<CompletionRequest>(s.as_bytes()).map(|r| r.prompt);
+        assert_eq!(
+            p(r#"{"prompt":"a"}"#).unwrap(),
+            PromptInput::Text("a".into())
+        );
+        assert_eq!(
+            p(r#"{"prompt":["a","b"]}"#).unwrap(),
+            PromptInput::Texts(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(
+            p(r#"{"prompt":[1,2]}"#).unwrap(),
+            PromptInput::Ids(vec![1, 2])
+        );
+        assert_eq!(
+            p(r#"{"prompt":[[1],[2,3]]}"#).unwrap(),
+            PromptInput::IdLists(vec![vec![1], vec![2, 3]])
+        );
+        let Err(ApiError::BadRequest { param, .. }) = p(r#"{"prompt":["a",2]}"#) else {
+            panic!()
+        };
+        assert_eq!(param.as_deref(), Some("prompt[1]"));
+        assert!(p(r#"{"prompt":[]}"#).is_err());
+        assert!(p(r#"{"prompt":{}}"#).is_err());
+    }
+
+    #[test]
+    fn content_types() {
+        let v = |s: &'static str| header::HeaderValue::from_static(s);
+        assert!(check_content_type(Some(&v("application/json"))).is_ok());
+        assert!(check_content_type(Some(&v("Application/JSON; charset=utf-8"))).is_ok());
+        assert!(check_content_type(Some(&v("application/vnd.api+json"))).is_ok());
+        assert!(check_content_type(Some(&v("text/plain"))).is_err());
+        assert!(check_content_type(None).is_err());
+    }
+}

@@ -1,0 +1,324 @@
+//! `POST /v1/completions`: raw prompts (text or token ids, one or many), generate, answer as
+//! one JSON object or as a stream of `text_completion` chunks.
+
+use crate::scheduler::{FinishReason, TokenLogprob};
+use crate::server::blocking;
+use crate::server::body::JsonBody;
+use crate::server::chat::Meta;
+use crate::server::error::ApiError;
+use crate::server::logprobs::CompletionLogprobBuilder;
+use crate::server::params::{Fields, Plan};
+use crate::server::run::collect;
+use crate::server::sse::{self, json_event, ChunkWriter, StreamSettings};
+use crate::server::state::{AppState, Runtime};
+use crate::server::types::{
+    CompletionChoice, CompletionRequest, CompletionResponse, ErrorResponse, OnePrompt, UsageBody,
+};
+use crate::tokenizer::Tokenizer;
+use axum::extract::State;
+use axum::response::sse::Event as SseEvent;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::sync::Arc;
+
+/// Most prompts in one request (each is its own engine request).
+pub const MAX_PROMPTS: usize = 64;
+
+fn fields(r: &CompletionRequest) -> Fields<'_> {
+    Fields {
+        max_tokens: r.max_tokens,
+        max_tokens_param: "max_tokens",
+        temperature: r.temperature,
+        top_p: r.top_p,
+        n: r.n,
+        stop: r.stop.as_ref(),
+        seed: r.seed,
+        presence_penalty: r.presence_penalty,
+        frequency_penalty: r.frequency_penalty,
+        logit_bias: r.logit_bias.as_ref(),
+        logprobs: r.logprobs.is_some(),
+        top_logprobs: r.logprobs,
+        top_logprobs_param: "logprobs",
+        top_k: r.top_k,
+        min_p: r.min_p,
+        repetition_penalty: r.repetition_penalty,
+        ignore_eos: r.ignore_eos.unwrap_or(false),
+    }
+}
+
+/// A prompt's token ids and its text (for `echo`).
+struct Tokenized {
+    ids: Vec<u32>,
+    text: String,
+}
+
+/// Tokenizes (text: with BOS as the vocabulary asks and control tokens parsed, since the
+/// whole prompt is the client's own) or checks the ids against the vocabulary.
+fn tokenize(tok: &Tokenizer, prompts: Vec<OnePrompt>) -> Result<Vec<Tokenized>, ApiError> {
+    let n_vocab = tok.n_vocab();
+    prompts
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| match p {
+            OnePrompt::Text(text) => {
+                if text.contains('\0') {
+                    return Err(ApiError::bad("prompt", "the prompt must not contain NUL characters"));
+                }
+                Ok(Tokenized {
+                    ids: tok.encode(&text, true, true),
+                    text,
+                })
+            }
+            OnePrompt::Ids(raw) => {
+                let mut ids = Vec::with_capacity(raw.len());
+                for v in raw {
+                    match u32::try_from(v) {
+                        Ok(id) if (id as usize) < n_vocab => ids.push(id),
+                        _ => {
+                            return Err(ApiError::bad(
+                                "prompt",
+                                format!("prompt {i}: token id {v} is outside the vocabulary of {n_vocab} tokens"),
+                            ))
+                        }
+                    }
+                }
+                let bytes: Vec<u8> = ids.iter().flat_map(|&id| tok.token_to_piece(id).to_vec()).collect();
+                Ok(Tokenized {
+                    text: String::from_utf8_lossy(&bytes).into_owned(),
+                    ids,
+                })
+            }
+        })
+        .collect()
+}
+
+/// Creates a completion for each prompt.
+#[utoipa::path(
+    post,
+    path = "/v1/completions",
+    tag = "openai",
+    request_body(content = CompletionRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The completion (JSON), or with `stream: true` a stream of `text_completion` chunks ending with `data: [DONE]`",
+            content(
+                (CompletionResponse = "application/json"),
+                (CompletionResponse = "text/event-stream"),
+            )),
+        (status = 400, description = "Invalid request (`param` names the field)", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong API key", body = ErrorResponse),
+        (status = 404, description = "Unknown model", body = ErrorResponse),
+        (status = 408, description = "The request ran past the server's time limit", body = ErrorResponse),
+        (status = 413, description = "Body too large", body = ErrorResponse),
+        (status = 415, description = "Body is not JSON", body = ErrorResponse),
+        (status = 429, description = "Queue full; see Retry-After", body = ErrorResponse),
+        (status = 500, description = "Engine fault", body = ErrorResponse),
+        (status = 503, description = "Loading, draining or engine down", body = ErrorResponse),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn completions(
+    State(state): State<AppState>,
+    JsonBody(mut req): JsonBody<CompletionRequest>,
+) -> Result<Response, ApiError> {
+    let in_flight = state.begin_request();
+    let rt = state.runtime()?;
+    state.check_model(req.model.as_deref())?;
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::bad(
+            "suffix",
+            "suffix is not supported by this model",
+        ));
+    }
+    let settings = state.settings();
+    let info = rt.engine.info();
+    let plan = Plan::new(&fields(&req), settings, info)?;
+    if let Some(b) = req.best_of.filter(|&b| b != plan.n as i64) {
+        return Err(ApiError::bad(
+            "best_of",
+            format!(
+                "best_of must equal n ({}), got {b}: kiln does not rank candidates",
+                plan.n
+            ),
+        ));
+    }
+    let echo = req.echo.unwrap_or(false);
+    if echo && plan.logprobs {
+        return Err(ApiError::bad(
+            "echo",
+            "echo together with logprobs is not supported (prompt logprobs are not computed)",
+        ));
+    }
+    let prompts = std::mem::take(&mut req.prompt).into_prompts();
+    if prompts.len() > MAX_PROMPTS {
+        return Err(ApiError::bad(
+            "prompt",
+            format!(
+                "at most {MAX_PROMPTS} prompts per request, got {}",
+                prompts.len()
+            ),
+        ));
+    }
+    let tokenized = {
+        let tok = Arc::clone(&rt.tokenizer);
+        blocking(move || tokenize(&tok, prompts)).await?
+    };
+    let mut streams = Vec::with_capacity(tokenized.len());
+    let mut echoes = Vec::with_capacity(tokenized.len());
+    for t in tokenized {
+        let gen = plan.request(t.ids, "prompt", settings, info)?;
+        // On a refusal the streams already submitted are dropped, which aborts them.
+        streams.push(
+            rt.engine
+                .submit(gen)
+                .map_err(|e| ApiError::from_submit(e, "prompt", "max_tokens"))?,
+        );
+        echoes.push(if echo { t.text } else { String::new() });
+    }
+    let deadline = settings
+        .request_timeout
+        .map(|t| (tokio::time::Instant::now() + t, t));
+    let meta = Meta::new("cmpl-", &state, &rt);
+    let n = plan.n;
+    if req.stream.unwrap_or(false) {
+        let include_usage = req
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
+        let choices = echoes.len() * n;
+        let writer = CompletionWriter {
+            meta,
+            rt,
+            n,
+            echoes,
+            logprobs: (0..choices)
+                .map(|_| plan.logprobs.then(|| CompletionLogprobBuilder::new(0)))
+                .collect(),
+        };
+        return Ok(sse::respond(
+            streams,
+            writer,
+            StreamSettings {
+                n,
+                include_usage,
+                deadline,
+                keep_alive: settings.sse_keep_alive,
+            },
+            in_flight,
+        ));
+    }
+    let (outs, usage) = collect(streams, n, deadline).await?;
+    let choices = outs
+        .into_iter()
+        .enumerate()
+        .map(|(index, o)| {
+            let echo = &echoes[index / n];
+            let logprobs = plan.logprobs.then(|| {
+                let mut b = CompletionLogprobBuilder::new(echo.chars().count());
+                b.push(&rt.tokenizer, &o.logprobs);
+                b.out
+            });
+            CompletionChoice {
+                index,
+                text: format!("{echo}{}", o.text),
+                logprobs,
+                finish_reason: Some(o.finish.unwrap_or(FinishReason::Abort).as_str().to_string()),
+            }
+        })
+        .collect();
+    Ok(Json(CompletionResponse {
+        id: meta.id,
+        object: "text_completion".to_string(),
+        created: meta.created,
+        model: meta.model,
+        system_fingerprint: meta.fingerprint,
+        choices,
+        usage: Some(usage),
+    })
+    .into_response())
+}
+
+/// Completions' chunks.
+struct CompletionWriter {
+    meta: Meta,
+    rt: Arc<Runtime>,
+    n: usize,
+    /// Per prompt: the text echoed before the first token (empty without `echo`).
+    echoes: Vec<String>,
+    /// Per choice, with `logprobs`.
+    logprobs: Vec<Option<CompletionLogprobBuilder>>,
+}
+
+impl CompletionWriter {
+    fn chunk(&self, choices: Vec<CompletionChoice>, usage: Option<UsageBody>) -> SseEvent {
+        json_event(&CompletionResponse {
+            id: self.meta.id.clone(),
+            object: "text_completion".to_string(),
+            created: self.meta.created,
+            model: self.meta.model.clone(),
+            system_fingerprint: self.meta.fingerprint.clone(),
+            choices,
+            usage,
+        })
+    }
+}
+
+impl ChunkWriter for CompletionWriter {
+    fn opening(&mut self) -> Vec<SseEvent> {
+        let n = self.n;
+        (0..self.echoes.len() * n)
+            .filter(|&c| !self.echoes[c / n].is_empty())
+            .map(|index| {
+                self.chunk(
+                    vec![CompletionChoice {
+                        index,
+                        text: self.echoes[index / n].clone(),
+                        logprobs: None,
+                        finish_reason: None,
+                    }],
+                    None,
+                )
+            })
+            .collect()
+    }
+
+    fn delta(&mut self, choice: usize, text: String, lps: &[TokenLogprob]) -> Option<SseEvent> {
+        if text.is_empty() && lps.is_empty() {
+            return None;
+        }
+        let tok = Arc::clone(&self.rt.tokenizer);
+        let logprobs = self
+            .logprobs
+            .get_mut(choice)
+            .and_then(Option::as_mut)
+            .map(|b| {
+                b.push(&tok, lps);
+                b.take()
+            });
+        Some(self.chunk(
+            vec![CompletionChoice {
+                index: choice,
+                text,
+                logprobs,
+                finish_reason: None,
+            }],
+            None,
+        ))
+    }
+
+    fn finished(&mut self, choice: usize, reason: FinishReason) -> SseEvent {
+        self.chunk(
+            vec![CompletionChoice {
+                index: choice,
+                text: String::new(),
+                logprobs: None,
+                finish_reason: Some(reason.as_str().to_string()),
+            }],
+            None,
+        )
+    }
+
+    fn usage(&mut self, usage: UsageBody) -> SseEvent {
+        self.chunk(Vec::new(), Some(usage))
+    }
+}

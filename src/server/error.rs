@@ -1,0 +1,223 @@
+//! The one place errors become HTTP responses: every failure a client can see is an
+//! [`ApiError`], rendered as OpenAI's envelope `{"error": {"message", "type", "param", "code"}}`
+//! with the status code that goes with it. Bad input is always a 4xx; a 500 comes only from an
+//! engine fault.
+
+use crate::scheduler::SubmitError;
+use crate::server::types::{ErrorBody, ErrorResponse};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use std::time::Duration;
+
+/// Why a request failed, as the client sees it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the request is malformed or asks for something out of range. `param` names the
+    /// field at fault; `code` is e.g. `context_length_exceeded`.
+    #[error("{message}")]
+    BadRequest {
+        message: String,
+        param: Option<String>,
+        code: Option<&'static str>,
+    },
+    /// 401: no API key, or not one of the configured keys.
+    #[error("invalid or missing API key: send `Authorization: Bearer <key>`")]
+    Unauthorized,
+    /// 404: the request names a model this server does not serve.
+    #[error("the model `{0}` does not exist")]
+    ModelNotFound(String),
+    /// 404: no such route.
+    #[error("unknown route: {method} {path}")]
+    RouteNotFound { method: String, path: String },
+    /// 405: the route exists, not with this method.
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    /// 413: the body is longer than `server.max_body_bytes`.
+    #[error("the request body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    /// 415: the body is not declared as JSON.
+    #[error("the request body must be JSON (Content-Type: application/json), got {got}")]
+    UnsupportedMediaType { got: String },
+    /// 429: the waiting queue is full; retry after the delay (sent as `Retry-After`).
+    #[error("{message}")]
+    Overloaded {
+        message: String,
+        retry_after: Duration,
+    },
+    /// 503: the model is loading, the server is draining, or the engine has failed.
+    #[error("{0}")]
+    Unavailable(String),
+    /// 408: the request ran longer than `server.request_timeout` and was aborted.
+    #[error("the request took longer than the server's limit of {0:?} and was aborted")]
+    Timeout(Duration),
+    /// 500: the engine failed while running the request (never caused by input alone).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// A 400 naming `param`.
+    pub fn bad(param: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError::BadRequest {
+            message: message.into(),
+            param: Some(param.into()),
+            code: None,
+        }
+    }
+
+    /// A 400 `context_length_exceeded` naming `param`.
+    pub fn context_length(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError::BadRequest {
+            message: message.into(),
+            param: Some(param.to_string()),
+            code: Some("context_length_exceeded"),
+        }
+    }
+
+    /// Maps an engine refusal. `prompt_param` names the prompt field of the endpoint
+    /// (`messages` or `prompt`), `max_tokens_param` the field the limit came from.
+    pub fn from_submit(e: SubmitError, prompt_param: &str, max_tokens_param: &str) -> ApiError {
+        let message = e.to_string();
+        match e {
+            SubmitError::ContextLength(_) | SubmitError::KvCapacity(_) => {
+                ApiError::context_length(prompt_param, message)
+            }
+            SubmitError::EmptyPrompt | SubmitError::BadToken { .. } => {
+                ApiError::bad(prompt_param, message)
+            }
+            SubmitError::ZeroMaxTokens => ApiError::bad(max_tokens_param, message),
+            SubmitError::Overloaded { retry_after, .. } => ApiError::Overloaded {
+                message,
+                retry_after,
+            },
+            SubmitError::Unavailable(_) => ApiError::Unavailable(message),
+            other => ApiError::BadRequest {
+                param: other.param().map(str::to_string),
+                message,
+                code: None,
+            },
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::ModelNotFound(_) | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// OpenAI's error `type`.
+    fn kind(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "authentication_error",
+            ApiError::Overloaded { .. } => "rate_limit_error",
+            ApiError::Timeout(_) => "timeout_error",
+            ApiError::Unavailable(_) | ApiError::Internal(_) => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    fn code(&self) -> Option<&'static str> {
+        match self {
+            ApiError::BadRequest { code, .. } => *code,
+            ApiError::Unauthorized => Some("invalid_api_key"),
+            ApiError::ModelNotFound(_) => Some("model_not_found"),
+            ApiError::RouteNotFound { .. } => Some("unknown_route"),
+            ApiError::MethodNotAllowed { .. } => Some("method_not_allowed"),
+            ApiError::PayloadTooLarge { .. } => Some("request_too_large"),
+            ApiError::UnsupportedMediaType { .. } => Some("unsupported_media_type"),
+            ApiError::Overloaded { .. } => Some("rate_limit_exceeded"),
+            ApiError::Unavailable(_) => Some("service_unavailable"),
+            ApiError::Timeout(_) => Some("request_timeout"),
+            ApiError::Internal(_) => Some("internal_error"),
+        }
+    }
+
+    fn param(&self) -> Option<String> {
+        match self {
+            ApiError::BadRequest { param, .. } => param.clone(),
+            ApiError::ModelNotFound(_) => Some("model".to_string()),
+            _ => None,
+        }
+    }
+
+    /// The envelope, as sent in a response body or an SSE `error` event.
+    pub fn envelope(&self) -> ErrorResponse {
+        ErrorResponse {
+            error: ErrorBody {
+                message: self.to_string(),
+                kind: self.kind().to_string(),
+                param: self.param(),
+                code: self.code().map(str::to_string),
+            },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        // Debug formatting escapes CR/LF: messages can quote client input (log injection).
+        let message = self.to_string();
+        if status.is_server_error() {
+            tracing::warn!(status = status.as_u16(), error = ?message, "request failed");
+        } else {
+            tracing::debug!(status = status.as_u16(), error = ?message, "request refused");
+        }
+        let mut resp = (status, axum::Json(self.envelope())).into_response();
+        if let ApiError::Overloaded { retry_after, .. } = &self {
+            let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::state::AdmitError;
+
+    #[test]
+    fn submit_errors_map_to_statuses_and_params() {
+        let ctx = SubmitError::ContextLength(AdmitError::ContextLength {
+            prompt: 9000,
+            max_tokens: 10,
+            n_ctx: 8192,
+        });
+        let e = ApiError::from_submit(ctx, "prompt", "max_tokens");
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        let env = e.envelope().error;
+        assert_eq!(env.code.as_deref(), Some("context_length_exceeded"));
+        assert_eq!(env.param.as_deref(), Some("prompt"));
+        assert!(env.message.contains("9000") && env.message.contains("8192"));
+        let e = ApiError::from_submit(
+            SubmitError::Overloaded {
+                waiting: 3,
+                retry_after: Duration::from_millis(1500),
+            },
+            "messages",
+            "max_tokens",
+        );
+        let resp = e.into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
+        let e = ApiError::from_submit(SubmitError::BadN { got: 99, max: 16 }, "messages", "");
+        assert_eq!(e.envelope().error.param.as_deref(), Some("n"));
+        let e = ApiError::from_submit(SubmitError::Unavailable("x"), "messages", "");
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            ApiError::Unauthorized.envelope().error.kind,
+            "authentication_error"
+        );
+    }
+}

@@ -1,0 +1,294 @@
+//! The OpenAI-compatible HTTP API (axum on tokio): `kiln serve`.
+//!
+//! - [`router`]: the routes, the API-key check, the 404/405 fallbacks, panic safety;
+//! - [`serve`]: binds first (so `/health` answers and `/ready` says 503 while the model
+//!   loads in the background), then serves until SIGTERM/SIGINT and drains (see [`serve`]);
+//! - [`chat`], [`completions`], [`models`], [`tokenize`], [`probes`], [`metrics`],
+//!   [`openapi`]: one handler module per concept; [`types`] the bodies; [`error`] the one
+//!   mapping from failures to status codes and OpenAI's error envelope; [`body`] safe JSON
+//!   bodies; [`params`] the sampling fields and limits; [`prompt`] chat messages to tokens
+//!   (user text never becomes control tokens); [`run`] and [`sse`] the engine streams to
+//!   responses.
+//!
+//! Compute never runs on the async runtime: the engine has its own threads, and prompt
+//! rendering and tokenization go to `spawn_blocking`.
+
+mod auth;
+mod body;
+pub mod chat;
+pub mod completions;
+pub mod error;
+mod logprobs;
+pub mod metrics;
+pub mod models;
+pub mod openapi;
+pub mod params;
+pub mod probes;
+pub mod prompt;
+mod run;
+mod sse;
+pub mod state;
+pub mod tokenize;
+pub mod types;
+
+use crate::config::Config;
+use crate::scheduler::setup;
+use crate::scheduler::NoopObserver;
+use axum::http::{Method, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use error::ApiError;
+use state::{AppState, Runtime, RuntimeError};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long aborted requests get to send their last bytes, and connections to close, at
+/// the end of a drain.
+const FINAL_GRACE: Duration = Duration::from_secs(5);
+
+/// Why `kiln serve` stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("cannot load the model: {0}")]
+    Load(#[from] RuntimeError),
+    #[error("the model loader failed: {0}")]
+    Loader(String),
+    #[error("cannot install the signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+/// What [`serve`] needs beyond the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// Every accepted API key (config, key file and environment, resolved by the caller).
+    pub api_keys: Vec<String>,
+    /// Testing only: the engine panics in this step.
+    pub panic_at_step: Option<u64>,
+}
+
+/// The model ids: `model.name` (else the model file's stem), then the aliases.
+pub fn model_ids(cfg: &Config) -> Vec<String> {
+    let id = cfg.model_name.clone().unwrap_or_else(|| {
+        cfg.model_path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".to_string())
+    });
+    let mut ids = vec![id];
+    for a in &cfg.model_aliases {
+        if !ids.contains(a) {
+            ids.push(a.clone());
+        }
+    }
+    ids
+}
+
+/// The application: routes, fallbacks, API keys, and a 500 (never a dropped connection) if
+/// a handler panics.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/models", get(models::list_models))
+        // Ids may hold a slash (`org/model`).
+        .route("/v1/models/{*id}", get(models::get_model))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
+        .route("/health", get(probes::health))
+        .route("/ready", get(probes::ready))
+        .route("/metrics", get(metrics::metrics))
+        .route("/openapi.json", get(openapi::openapi_json))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            panic_response,
+        ))
+        .with_state(state)
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::RouteNotFound {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    ApiError::Internal("internal error".to_string()).into_response()
+}
+
+/// Runs `f` on the blocking pool (prompt rendering and tokenization).
+pub(crate) async fn blocking<T, F>(f: F) -> Result<T, ApiError>
+where
+    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(format!("request processing failed: {e}")))?
+}
+
+/// Serves `cfg` until SIGTERM or SIGINT:
+///
+/// 1. binds `server.host:server.port` and prints `kiln: listening on http://ADDR` to stderr
+///    (with the real port when the port is 0);
+/// 2. loads the model on the blocking pool; `/ready` turns 200 when it is loaded (a load
+///    failure stops the server with an error);
+/// 3. on the first signal, drains: `/ready` and new requests get 503 at once, requests in
+///    flight get up to `server.drain_timeout` to finish, then the rest are aborted (they end
+///    with finish reason `abort`); a second signal cuts the wait short. Then the listener
+///    closes, the engine stops, and `serve` returns Ok.
+pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
+    let mut signals = Signals::new().map_err(ServeError::Signals)?;
+    let state = AppState::new(cfg.server.clone(), model_ids(&cfg), opts.api_keys);
+    let host = &cfg.server.host;
+    let addr = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{}", cfg.server.port)
+    } else {
+        format!("{host}:{}", cfg.server.port)
+    };
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    eprintln!("kiln: listening on http://{local}");
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let app = router(state.clone());
+    let mut server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+
+    let load_cfg = cfg.clone();
+    let panic_at_step = opts.panic_at_step;
+    let loader = tokio::task::spawn_blocking(move || {
+        let loaded = setup::start_with(&load_cfg, None, Arc::new(NoopObserver), panic_at_step)?;
+        Runtime::new(loaded, load_cfg.chat_template.as_deref())
+    });
+    tokio::select! {
+        res = loader => {
+            let rt = match res {
+                Ok(Ok(rt)) => rt,
+                Ok(Err(e)) => return Err(ServeError::Load(e)),
+                Err(e) => return Err(ServeError::Loader(e.to_string())),
+            };
+            let info = rt.engine.info();
+            tracing::info!(
+                model = state.model_id(),
+                template = ?rt.template_source,
+                fingerprint = %rt.fingerprint,
+                n_ctx = info.n_ctx,
+                kv_positions = info.kv_positions_per_worker * info.workers,
+                "model loaded; ready"
+            );
+            state.set_runtime(rt);
+        }
+        _ = signals.next() => {
+            tracing::info!("signal received while loading: stopping");
+            state.start_draining();
+            let _ = stop_tx.send(());
+            let _ = tokio::time::timeout(FINAL_GRACE, &mut server).await;
+            return Ok(());
+        }
+    }
+
+    signals.next().await;
+    drain(&state, &mut signals).await;
+    let _ = stop_tx.send(());
+    if tokio::time::timeout(FINAL_GRACE, &mut server)
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the drain: closing them");
+        server.abort();
+    }
+    if let Some(rt) = state.loaded().cloned() {
+        let _ = tokio::task::spawn_blocking(move || rt.engine.shutdown()).await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Refuses new work, lets requests in flight finish up to the drain timeout (or a second
+/// signal), then aborts the rest and gives them a moment to send their last chunk.
+async fn drain(state: &AppState, signals: &mut Signals) {
+    state.start_draining();
+    let limit = state.settings().drain_timeout;
+    tracing::info!(in_flight = state.in_flight(), timeout = ?limit, "draining");
+    let deadline = Instant::now() + limit;
+    let wait = async {
+        while state.in_flight() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::timeout_at(deadline, wait) => {}
+        _ = signals.next() => tracing::warn!("second signal: aborting requests in flight"),
+    }
+    if state.in_flight() > 0 {
+        if let Some(rt) = state.loaded() {
+            tracing::warn!(
+                in_flight = state.in_flight(),
+                "drain timeout: aborting requests"
+            );
+            rt.engine.abort_all();
+        }
+        let _ = tokio::time::timeout(FINAL_GRACE, async {
+            while state.in_flight() > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
+}
+
+/// SIGTERM and SIGINT.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Reading the engine's event streams for one HTTP request: a completions request with a
+//! list of prompts has one engine request per prompt, merged into one stream of
+//! `(prompt index, event)`. Choice `c` of prompt `p` is choice `p * n + c` of the response.
+//! Dropping the merged stream (client gone, error, timeout) drops every engine stream, which
+//! aborts their requests at the next scheduler step.
+
+use crate::scheduler::{Event, FinishReason, RequestStream, TokenLogprob};
+use crate::server::error::ApiError;
+use crate::server::types::UsageBody;
+use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
+use tokio::time::Instant;
+
+/// The merged events of an HTTP request's engine requests.
+pub type Merged = SelectAll<BoxStream<'static, (usize, Event)>>;
+
+/// Merges `streams` (in prompt order).
+pub fn merge(streams: Vec<RequestStream>) -> Merged {
+    stream::select_all(streams.into_iter().enumerate().map(|(p, s)| {
+        stream::unfold(s, move |mut s| async move {
+            s.recv().await.map(|ev| ((p, ev), s))
+        })
+        .boxed()
+    }))
+}
+
+/// The next event, or the timeout error once `deadline` passes.
+pub async fn next_event(
+    merged: &mut Merged,
+    deadline: Option<(Instant, std::time::Duration)>,
+) -> Result<Option<(usize, Event)>, ApiError> {
+    match deadline {
+        None => Ok(merged.next().await),
+        Some((at, limit)) => tokio::time::timeout_at(at, merged.next())
+            .await
+            .map_err(|_| ApiError::Timeout(limit)),
+    }
+}
+
+/// Everything one choice produced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChoiceOutput {
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+    pub finish: Option<FinishReason>,
+}
+
+/// Reads `streams` to their end: the outputs of the `streams.len() * n` choices and the usage.
+/// An engine fault is a 500; the deadline a 408 (the requests are aborted either way).
+pub async fn collect(
+    streams: Vec<RequestStream>,
+    n: usize,
+    deadline: Option<(Instant, std::time::Duration)>,
+) -> Result<(Vec<ChoiceOutput>, UsageBody), ApiError> {
+    let mut remaining = streams.len();
+    let mut outs = vec![ChoiceOutput::default(); remaining * n];
+    let mut usage = UsageBody::default();
+    let mut merged = merge(streams);
+    while remaining > 0 {
+        let Some((p, ev)) = next_event(&mut merged, deadline).await? else {
+            return Err(ApiError::Internal(
+                "the engine stopped before the request finished".to_string(),
+            ));
+        };
+        match ev {
+            Event::Delta {
+                choice,
+                text,
+                logprobs,
+                ..
+            } => {
+                if let Some(o) = outs.get_mut(p * n + choice) {
+                    o.text.push_str(&text);
+                    o.logprobs.extend(logprobs);
+                }
+            }
+            Event::Finished { choice, reason } => {
+                if let Some(o) = outs.get_mut(p * n + choice) {
+                    o.finish = Some(reason);
+                }
+            }
+            Event::Done { usage: u } => {
+                usage.add(u);
+                remaining -= 1;
+            }
+            Event::Error { message } => return Err(ApiError::Internal(message)),
+        }
+    }
+    Ok((outs, usage))
+}

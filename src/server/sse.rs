@@ -1,0 +1,195 @@
+//! Streaming responses as server-sent events, the same for chat and completions: an
+//! endpoint's [`ChunkWriter`] shapes the chunks, this module drives them.
+//!
+//! Order: the writer's opening chunks (chat: the role), then one chunk per delta that carries
+//! text or logprobs, a chunk with each choice's `finish_reason`, the usage chunk when
+//! `stream_options.include_usage` is set, then `data: [DONE]`. A failure after the stream has
+//! begun (engine fault, request timeout) is an `event: error` whose data is the OpenAI error
+//! envelope, then `data: [DONE]`. While nothing happens (queued, or a long prefill) a
+//! `: keep-alive` comment goes out every `server.sse_keep_alive`.
+//!
+//! The driver owns the engine streams and the request's in-flight guard: when the client
+//! disconnects, hyper drops the body, and with it the streams (aborting the requests).
+//! Memory stays bounded for a slow reader: the engine aborts a request whose client leaves
+//! `MAX_UNREAD_EVENTS` events unread.
+
+use crate::scheduler::{Event, FinishReason, RequestStream, TokenLogprob};
+use crate::server::error::ApiError;
+use crate::server::run::{merge, next_event, Merged};
+use crate::server::state::InFlight;
+use crate::server::types::UsageBody;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Shapes one endpoint's chunks. `choice` is the response's choice index.
+pub trait ChunkWriter: Send + 'static {
+    /// Chunks sent before any token.
+    fn opening(&mut self) -> Vec<SseEvent>;
+    /// New text and logprobs of a choice; None when there is nothing to send.
+    fn delta(&mut self, choice: usize, text: String, logprobs: &[TokenLogprob])
+        -> Option<SseEvent>;
+    /// The choice's last chunk.
+    fn finished(&mut self, choice: usize, reason: FinishReason) -> SseEvent;
+    /// The usage chunk (`choices: []`).
+    fn usage(&mut self, usage: UsageBody) -> SseEvent;
+}
+
+/// A JSON chunk (serialization of these plain structs cannot fail).
+pub fn json_event<T: serde::Serialize>(value: &T) -> SseEvent {
+    SseEvent::default()
+        .json_data(value)
+        .unwrap_or_else(|_| SseEvent::default().comment("unserializable chunk"))
+}
+
+fn error_event(e: &ApiError) -> SseEvent {
+    json_event(&e.envelope()).event("error")
+}
+
+enum State {
+    Running,
+    /// Only `[DONE]` is left.
+    Closing,
+    Ended,
+}
+
+struct Driver<W> {
+    merged: Merged,
+    n: usize,
+    remaining: usize,
+    writer: W,
+    outbox: VecDeque<SseEvent>,
+    usage: UsageBody,
+    include_usage: bool,
+    deadline: Option<(Instant, Duration)>,
+    state: State,
+    _in_flight: InFlight,
+}
+
+impl<W: ChunkWriter> Driver<W> {
+    async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(e) = self.outbox.pop_front() {
+                return Some(e);
+            }
+            match self.state {
+                State::Ended => return None,
+                State::Closing => {
+                    self.state = State::Ended;
+                    return Some(SseEvent::default().data("[DONE]"));
+                }
+                State::Running => {}
+            }
+            if self.remaining == 0 {
+                if self.include_usage {
+                    self.outbox.push_back(self.writer.usage(self.usage));
+                }
+                self.state = State::Closing;
+                continue;
+            }
+            let ev = match next_event(&mut self.merged, self.deadline).await {
+                Ok(Some(ev)) => ev,
+                Ok(None) => {
+                    self.fail(ApiError::Internal(
+                        "the engine stopped before the request finished".to_string(),
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    self.fail(e);
+                    continue;
+                }
+            };
+            match ev {
+                (
+                    p,
+                    Event::Delta {
+                        choice,
+                        text,
+                        logprobs,
+                        ..
+                    },
+                ) => {
+                    if let Some(e) = self.writer.delta(p * self.n + choice, text, &logprobs) {
+                        self.outbox.push_back(e);
+                    }
+                }
+                // A choice failed by the engine is reported once, by the error event.
+                (
+                    _,
+                    Event::Finished {
+                        reason: FinishReason::Error,
+                        ..
+                    },
+                ) => {}
+                (p, Event::Finished { choice, reason }) => {
+                    let e = self.writer.finished(p * self.n + choice, reason);
+                    self.outbox.push_back(e);
+                }
+                (_, Event::Done { usage }) => {
+                    self.usage.add(usage);
+                    self.remaining -= 1;
+                }
+                (_, Event::Error { message }) => self.fail(ApiError::Internal(message)),
+            }
+        }
+    }
+
+    /// Ends the stream with an error event; the other engine requests are aborted.
+    fn fail(&mut self, e: ApiError) {
+        self.merged = merge(Vec::new());
+        self.outbox.push_back(error_event(&e));
+        self.state = State::Closing;
+    }
+}
+
+/// How a stream is run.
+pub struct StreamSettings {
+    /// Choices per engine request.
+    pub n: usize,
+    pub include_usage: bool,
+    /// When the request is aborted, and the limit to report.
+    pub deadline: Option<(Instant, Duration)>,
+    pub keep_alive: Duration,
+}
+
+/// The SSE response for `streams`; see the module docs.
+pub fn respond<W: ChunkWriter>(
+    streams: Vec<RequestStream>,
+    writer: W,
+    settings: StreamSettings,
+    in_flight: InFlight,
+) -> Response {
+    let mut driver = Driver {
+        remaining: streams.len(),
+        merged: merge(streams),
+        n: settings.n,
+        writer,
+        outbox: VecDeque::new(),
+        usage: UsageBody::default(),
+        include_usage: settings.include_usage,
+        deadline: settings.deadline,
+        state: State::Running,
+        _in_flight: in_flight,
+    };
+    driver.outbox.extend(driver.writer.opening());
+    let events = futures_util::stream::unfold(driver, |mut d| async move {
+        d.next().await.map(|e| (Ok::<_, Infallible>(e), d))
+    });
+    let mut resp = Sse::new(events)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(settings.keep_alive)
+                .text("keep-alive"),
+        )
+        .into_response();
+    // Proxies (nginx) must not buffer the stream.
+    resp.headers_mut().insert(
+        "x-accel-buffering",
+        axum::http::HeaderValue::from_static("no"),
+    );
+    resp
+}

@@ -1,0 +1,301 @@
+//! What every handler shares: the settings, the model's ids, the loaded model (once it is),
+//! and the server's phase (loading, ready, draining). Requests in flight are counted so a
+//! drain knows when it is done.
+
+use crate::chat_template::{ChatTemplate, TemplateSource};
+use crate::config::ServerSettings;
+use crate::scheduler::setup::Loaded;
+use crate::scheduler::EngineHandle;
+use crate::server::error::ApiError;
+use crate::tokenizer::Tokenizer;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The loaded model and what the handlers derive from it once.
+pub struct Runtime {
+    pub engine: EngineHandle,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: ChatTemplate,
+    pub template_source: TemplateSource,
+    /// `fp_` + a hash of the model, kiln's version and the instruction set.
+    pub fingerprint: String,
+    /// Tokens that end an assistant turn in this template (e.g. `<|im_end|>`) plus the
+    /// vocabulary's end-of-generation tokens: chat requests stop on them.
+    pub end_of_turn: Vec<u32>,
+    /// The BOS / EOS token texts, for templates that print them.
+    pub bos_text: String,
+    pub eos_text: String,
+}
+
+/// Why a model could not be made ready to serve.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Setup(#[from] crate::scheduler::setup::SetupError),
+    #[error("chat template: {0}")]
+    Template(#[from] crate::chat_template::ChatTemplateError),
+}
+
+impl Runtime {
+    /// Wraps a started engine: compiles the chat template (`template_override`, else the
+    /// model's, else ChatML) and derives the fingerprint and end-of-turn tokens.
+    pub fn new(loaded: Loaded, template_override: Option<&Path>) -> Result<Runtime, RuntimeError> {
+        let (template, template_source) =
+            ChatTemplate::for_model(loaded.chat_template.as_deref(), template_override)?;
+        let tok = &loaded.tokenizer;
+        let text = |id: Option<u32>| {
+            id.map(|i| String::from_utf8_lossy(tok.token_to_piece(i)).into_owned())
+                .unwrap_or_default()
+        };
+        let (bos_text, eos_text) = (text(tok.bos()), text(tok.eos()));
+        let fingerprint = fingerprint(&[
+            &loaded.model_stem,
+            &loaded.quant,
+            &tok.n_vocab().to_string(),
+            env!("CARGO_PKG_VERSION"),
+            crate::kernels::isa::isa().name(),
+        ]);
+        let mut end_of_turn = turn_end_tokens(&template, tok, &bos_text, &eos_text);
+        end_of_turn.extend_from_slice(tok.eog_ids());
+        end_of_turn.sort_unstable();
+        end_of_turn.dedup();
+        end_of_turn.truncate(crate::scheduler::request::MAX_STOPS);
+        Ok(Runtime {
+            engine: loaded.engine,
+            tokenizer: loaded.tokenizer,
+            template,
+            template_source,
+            fingerprint,
+            end_of_turn,
+            bos_text,
+            eos_text,
+        })
+    }
+}
+
+/// `fp_` and 10 hex digits of FNV-1a over `parts` (stable across runs and machines).
+fn fingerprint(parts: &[&str]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain([0u8]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("fp_{:010x}", h >> 24)
+}
+
+/// The control token the template writes right after an assistant message's content (found
+/// by rendering a probe conversation), if any.
+fn turn_end_tokens(t: &ChatTemplate, tok: &Tokenizer, bos: &str, eos: &str) -> Vec<u32> {
+    const PROBE: &str = "kiln-probe-reply";
+    let ctx = serde_json::json!({
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": PROBE},
+        ],
+        "add_generation_prompt": false,
+        "bos_token": bos,
+        "eos_token": eos,
+    });
+    let Ok(rendered) = t.render(&ctx, None) else {
+        return Vec::new();
+    };
+    let Some(at) = rendered.find(PROBE) else {
+        return Vec::new();
+    };
+    let after = &rendered[at + PROBE.len()..];
+    tok.encode(after, false, true)
+        .first()
+        .copied()
+        .filter(|&id| tok.is_control(id))
+        .into_iter()
+        .collect()
+}
+
+/// Where the server is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    Loading,
+    Ready,
+    /// SIGTERM received: finishing requests in flight, refusing new ones.
+    Draining,
+    /// The engine failed (a fault in a step): every request is refused.
+    Failed,
+}
+
+/// State shared by every handler (cheap to clone).
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    settings: ServerSettings,
+    model_ids: Vec<String>,
+    created: u64,
+    api_keys: Vec<String>,
+    runtime: OnceLock<Arc<Runtime>>,
+    draining: AtomicBool,
+    in_flight: AtomicUsize,
+}
+
+impl AppState {
+    /// `model_ids[0]` is the model's id, the rest its aliases; `api_keys` empty means no
+    /// authentication.
+    pub fn new(settings: ServerSettings, model_ids: Vec<String>, api_keys: Vec<String>) -> Self {
+        AppState {
+            inner: Arc::new(Shared {
+                settings,
+                model_ids,
+                created: unix_now(),
+                api_keys,
+                runtime: OnceLock::new(),
+                draining: AtomicBool::new(false),
+                in_flight: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    pub fn settings(&self) -> &ServerSettings {
+        &self.inner.settings
+    }
+
+    pub fn model_ids(&self) -> &[String] {
+        &self.inner.model_ids
+    }
+
+    /// The id responses carry.
+    pub fn model_id(&self) -> &str {
+        &self.inner.model_ids[0]
+    }
+
+    /// When the server started (unix seconds): the models' `created`.
+    pub fn created(&self) -> u64 {
+        self.inner.created
+    }
+
+    pub fn api_keys(&self) -> &[String] {
+        &self.inner.api_keys
+    }
+
+    /// Installs the loaded model: the server becomes ready.
+    pub fn set_runtime(&self, rt: Runtime) {
+        let _ = self.inner.runtime.set(Arc::new(rt));
+    }
+
+    /// The loaded model, whatever the phase (None while loading).
+    pub fn loaded(&self) -> Option<&Arc<Runtime>> {
+        self.inner.runtime.get()
+    }
+
+    pub fn start_draining(&self) {
+        self.inner.draining.store(true, Ordering::Release);
+    }
+
+    pub fn phase(&self) -> Phase {
+        if self.inner.draining.load(Ordering::Acquire) {
+            return Phase::Draining;
+        }
+        match self.inner.runtime.get() {
+            None => Phase::Loading,
+            Some(rt) if !rt.engine.is_healthy() => Phase::Failed,
+            Some(_) => Phase::Ready,
+        }
+    }
+
+    /// The model to run a request on: 503 unless the server is ready.
+    pub fn runtime(&self) -> Result<Arc<Runtime>, ApiError> {
+        match self.phase() {
+            Phase::Ready => Ok(Arc::clone(self.inner.runtime.get().expect("ready"))),
+            Phase::Loading => Err(ApiError::Unavailable(
+                "the model is still loading; retry shortly".to_string(),
+            )),
+            Phase::Draining => Err(ApiError::Unavailable(
+                "the server is shutting down".to_string(),
+            )),
+            Phase::Failed => Err(ApiError::Unavailable(
+                "the inference engine has failed; the server must be restarted".to_string(),
+            )),
+        }
+    }
+
+    /// 404 `model_not_found` when `model` is given and is not one of the served ids.
+    pub fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
+        match model {
+            Some(m) if !self.inner.model_ids.iter().any(|id| id == m) => {
+                Err(ApiError::ModelNotFound(m.to_string()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts a generation request until the guard is dropped.
+    pub fn begin_request(&self) -> InFlight {
+        self.inner.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight {
+            state: self.clone(),
+        }
+    }
+
+    /// Generation requests in flight (responses not yet complete).
+    pub fn in_flight(&self) -> usize {
+        self.inner.in_flight.load(Ordering::Acquire)
+    }
+}
+
+/// A generation request in flight; see [`AppState::begin_request`].
+pub struct InFlight {
+    state: AppState,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.state.inner.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A request id: `prefix` and 24 random hex digits.
+pub fn random_id(prefix: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let mut out = String::from(prefix);
+    for _ in 0..2 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(COUNTER.fetch_add(1, Ordering::Relaxed));
+        out.push_str(&format!("{:012x}", h.finish() >> 16));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_changes_with_each_part() {
+        let a = fingerprint(&["m", "Q4_1", "v1", "avx2"]);
+        assert!(a.starts_with("fp_") && a.len() == 13, "{a}");
+        assert_eq!(a, fingerprint(&["m", "Q4_1", "v1", "avx2"]));
+        assert_ne!(a, fingerprint(&["m", "Q4_1", "v1", "avx512"]));
+        assert_ne!(a, fingerprint(&["m", "Q4_0", "v1", "avx2"]));
+        assert_ne!(a, fingerprint(&["m", "Q4_1", "v2", "avx2"]));
+    }
+
+    #[test]
+    fn ids_are_unique() {
+        let a = random_id("chatcmpl-");
+        assert!(a.starts_with("chatcmpl-") && a.len() == 9 + 24, "{a}");
+        assert_ne!(a, random_id("chatcmpl-"));
+    }
+}

@@ -1,0 +1,260 @@
+//! `POST /v1/chat/completions` bodies.
+
+use super::common::{ChatLogprobs, StopSpec, StreamOptions, UsageBody};
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fmt;
+use utoipa::ToSchema;
+
+/// A chat completion request.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct ChatCompletionRequest {
+    /// The model id (see `GET /v1/models`); another model's id is a 404. Optional.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The conversation so far, oldest first.
+    #[schema(min_items = 1)]
+    pub messages: Vec<ChatMessage>,
+    /// Tokens to generate at most per choice (deprecated by OpenAI in favour of
+    /// `max_completion_tokens`; both are accepted).
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub max_tokens: Option<i64>,
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub max_completion_tokens: Option<i64>,
+    /// 0 to 2; 0 is greedy. Default 1.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 2)]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling, in (0, 1]. Default 1.
+    #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 1)]
+    pub top_p: Option<f64>,
+    /// Choices to generate. Default 1.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 16)]
+    pub n: Option<i64>,
+    /// Up to `server.max_stop_strings` strings; the text stops before the first one.
+    #[serde(default)]
+    pub stop: Option<StopSpec>,
+    /// Seed of the sampler: the same seed and parameters give the same text.
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    #[schema(minimum = -2, maximum = 2)]
+    pub presence_penalty: Option<f64>,
+    #[serde(default)]
+    #[schema(minimum = -2, maximum = 2)]
+    pub frequency_penalty: Option<f64>,
+    /// Token id (as a string) -> bias from -100 to 100 added to its logit.
+    #[serde(default)]
+    pub logit_bias: Option<HashMap<String, f64>>,
+    /// Return each generated token's logprob.
+    #[serde(default)]
+    pub logprobs: Option<bool>,
+    /// With `logprobs`: how many alternatives per token, 0 to 20.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 20)]
+    pub top_logprobs: Option<i64>,
+    /// An end-user id (accepted, not used).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Stream the answer as server-sent events.
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    /// Extension: keep only the `top_k` most likely tokens (0 = off).
+    #[serde(default)]
+    #[schema(minimum = 0)]
+    pub top_k: Option<i64>,
+    /// Extension: keep tokens at least `min_p` times as likely as the best one (0 to 1).
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 1)]
+    pub min_p: Option<f64>,
+    /// Extension: HF / llama.cpp repetition penalty in (0, 2]; 1 = off.
+    #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 2)]
+    pub repetition_penalty: Option<f64>,
+    /// Extension: keep generating through end-of-generation tokens (benchmarks).
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+    /// Extension: end the rendered prompt where the assistant's reply starts. Default true.
+    #[serde(default)]
+    pub add_generation_prompt: Option<bool>,
+}
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    /// OpenAI's newer name for `system`; rendered as `system` for the model's template.
+    Developer,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    /// The role name the chat template sees.
+    pub fn template_name(self) -> &'static str {
+        match self {
+            Role::System | Role::Developer => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// One message of the conversation.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct ChatMessage {
+    pub role: Role,
+    /// A string or a list of text parts; may be null for an assistant message with tool calls.
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// For `tool` messages: the call this answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    /// For `assistant` messages: calls made earlier (passed to the template as they are).
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+}
+
+/// Message content: a string, or a list of content parts (only text parts are supported).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+impl MessageContent {
+    /// The text: a string as it is, text parts joined by newlines.
+    pub fn text(&self) -> String {
+        match self {
+            MessageContent::Text(s) => s.clone(),
+            MessageContent::Parts(parts) => parts
+                .iter()
+                .map(|p| match p {
+                    ContentPart::Text { text } => text.as_str(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+}
+
+/// A content part. Any other `type` (image_url, input_audio, ...) is a 400 naming it.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    Text { text: String },
+}
+
+// A visitor rather than `#[serde(untagged)]`, so that an error inside a part (an unknown part
+// type) keeps its path and message instead of "did not match any variant".
+impl<'de> Deserialize<'de> for MessageContent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MessageContent;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an array of content parts")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<MessageContent, E> {
+                Ok(MessageContent::Text(s.to_string()))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<MessageContent, E> {
+                Ok(MessageContent::Text(s))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MessageContent, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(p) = seq.next_element::<ContentPart>()? {
+                    parts.push(p);
+                }
+                Ok(MessageContent::Parts(parts))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A chat completion (non-streaming response).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ChatCompletionResponse {
+    /// `chatcmpl-...`
+    pub id: String,
+    /// Always `chat.completion`.
+    pub object: String,
+    /// Unix seconds.
+    pub created: u64,
+    pub model: String,
+    /// Changes when the model, kiln's build or the instruction set does.
+    pub system_fingerprint: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: UsageBody,
+}
+
+/// One choice of a chat completion.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ChatChoice {
+    pub index: usize,
+    pub message: ChatResponseMessage,
+    pub logprobs: Option<ChatLogprobs>,
+    /// `stop`, `length`, or `abort` (cancelled, e.g. at shutdown past the drain deadline).
+    pub finish_reason: String,
+}
+
+/// The assistant's message.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ChatResponseMessage {
+    /// Always `assistant`.
+    pub role: String,
+    pub content: Option<String>,
+    /// Always null.
+    pub refusal: Option<String>,
+}
+
+/// One server-sent event of a streamed chat completion.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ChatCompletionChunk {
+    /// The same on every chunk of a stream.
+    pub id: String,
+    /// Always `chat.completion.chunk`.
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub system_fingerprint: String,
+    /// Empty on the usage chunk.
+    pub choices: Vec<ChatChunkChoice>,
+    /// Only on the last chunk, when `stream_options.include_usage` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageBody>,
+}
+
+/// A choice's part of a chunk.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ChatChunkChoice {
+    pub index: usize,
+    pub delta: ChatDelta,
+    pub logprobs: Option<ChatLogprobs>,
+    /// Null until the choice's last chunk, whose delta is empty.
+    pub finish_reason: Option<String>,
+}
+
+/// What a chunk adds to the message: the role on the first chunk, then content.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
+pub struct ChatDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}

@@ -1,0 +1,114 @@
+//! Pieces shared by the endpoints: stop sequences, stream options, usage, errors.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `stop`: one string or a list of strings.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum StopSpec {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl StopSpec {
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            StopSpec::One(s) => vec![s],
+            StopSpec::Many(v) => v,
+        }
+    }
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, ToSchema)]
+pub struct StreamOptions {
+    /// Send a last chunk (with `choices: []`) carrying the usage before `[DONE]`.
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: usize,
+}
+
+/// Token counts of a request (over all its choices and prompts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
+pub struct UsageBody {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+impl UsageBody {
+    /// Adds one engine request's counts.
+    pub fn add(&mut self, u: crate::scheduler::Usage) {
+        self.prompt_tokens += u.prompt_tokens;
+        self.completion_tokens += u.completion_tokens;
+        self.total_tokens = self.prompt_tokens + self.completion_tokens;
+        self.prompt_tokens_details.cached_tokens += u.cached_tokens;
+    }
+}
+
+/// OpenAI's error envelope.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ErrorResponse {
+    pub error: ErrorBody,
+}
+
+/// The error itself.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub message: String,
+    /// `invalid_request_error`, `authentication_error`, `rate_limit_error`, `timeout_error`
+    /// or `server_error`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The request field at fault, if one is.
+    pub param: Option<String>,
+    /// A machine-readable code such as `context_length_exceeded` or `model_not_found`.
+    pub code: Option<String>,
+}
+
+/// One alternative of `top_logprobs` (chat).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    /// The token's UTF-8 bytes (a token may hold part of a character).
+    pub bytes: Vec<u8>,
+}
+
+/// One generated token's logprob (chat).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ChatTokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    /// The most likely tokens at this position, most likely first.
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// `choices[].logprobs` (chat).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatTokenLogprob>,
+    /// Always null: kiln does not produce refusals.
+    pub refusal: Option<Vec<ChatTokenLogprob>>,
+}
+
+/// `choices[].logprobs` (completions): parallel lists, one entry per token.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
+pub struct CompletionLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<f32>,
+    /// For each token, its most likely alternatives: token text -> logprob.
+    #[schema(value_type = Vec<std::collections::HashMap<String, f32>>)]
+    pub top_logprobs: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Where each token starts in the choice's text (in characters).
+    pub text_offset: Vec<usize>,
+}
