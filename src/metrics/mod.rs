@@ -57,6 +57,8 @@ pub struct Metrics {
     kv_blocks: IntGaugeVec,
     model_load: Gauge,
     build_info: GaugeVec,
+    ready: IntGauge,
+    in_flight: IntGauge,
 }
 
 fn histogram(name: &str, help: &str, buckets: &[f64]) -> Result<Histogram, prometheus::Error> {
@@ -97,6 +99,8 @@ impl Metrics {
             kv_usage: Gauge::new(KV_CACHE_USAGE, "Fraction of KV cache blocks held by sequences (cached-only blocks count as free).")?,
             kv_blocks: IntGaugeVec::new(Opts::new(KV_CACHE_BLOCKS, "KV cache blocks by state: used (by sequences), cached (prefix cache only, evictable), free."), &["state"])?,
             model_load: Gauge::new(MODEL_LOAD, "Seconds it took to load the model and start the engine.")?,
+            ready: IntGauge::new(READY, "1 when /ready answers 200 (model loaded, engine healthy, not draining).")?,
+            in_flight: IntGauge::new(HTTP_IN_FLIGHT, "Generation requests whose response is not complete.")?,
             build_info: GaugeVec::new(Opts::new(BUILD_INFO, "Build, instruction set, threads, workers and model of this server (always 1)."), &["version", "isa", "threads", "workers", "quant"])?,
             registry,
         };
@@ -138,6 +142,8 @@ impl Metrics {
         r.register(Box::new(self.kv_blocks.clone()))?;
         r.register(Box::new(self.model_load.clone()))?;
         r.register(Box::new(self.build_info.clone()))?;
+        r.register(Box::new(self.ready.clone()))?;
+        r.register(Box::new(self.in_flight.clone()))?;
         #[cfg(target_os = "linux")]
         r.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -182,6 +188,12 @@ impl Metrics {
 
     pub fn set_model_load_seconds(&self, secs: f64) {
         self.model_load.set(secs);
+    }
+
+    /// Whether the server is ready, and its generation requests in flight (set at each scrape).
+    pub fn set_ready(&self, ready: bool, in_flight: usize) {
+        self.ready.set(i64::from(ready));
+        self.in_flight.set(in_flight as i64);
     }
 
     /// Refreshes the load gauges (called at each scrape).

@@ -48,6 +48,8 @@ pub const KV_CACHE_USAGE: &str = "kiln_kv_cache_usage_ratio";
 pub const KV_CACHE_BLOCKS: &str = "kiln_kv_cache_blocks";
 pub const MODEL_LOAD: &str = "kiln_model_load_seconds";
 pub const BUILD_INFO: &str = "kiln_build_info";
+pub const READY: &str = "kiln_ready";
+pub const HTTP_IN_FLIGHT: &str = "kiln_http_requests_in_flight";
 
 /// Every family name `/metrics` must show (the test checks this list).
 pub const ALL: &[&str] = &[
@@ -75,4 +77,6 @@ pub const ALL: &[&str] = &[
     KV_CACHE_BLOCKS,
     MODEL_LOAD,
     BUILD_INFO,
+    READY,
+    HTTP_IN_FLIGHT,
 ];

@@ -84,3 +84,20 @@ pub trait Observer: Send + Sync {
 pub struct NoopObserver;
 
 impl Observer for NoopObserver {}
+
+/// Hands every report to each of several observers, in order.
+pub struct Fanout(pub Vec<std::sync::Arc<dyn Observer>>);
+
+impl Observer for Fanout {
+    fn on_step(&self, step: &StepStats) {
+        for o in &self.0 {
+            o.on_step(step);
+        }
+    }
+
+    fn on_request(&self, req: &RequestStats) {
+        for o in &self.0 {
+            o.on_request(req);
+        }
+    }
+}

@@ -404,6 +404,8 @@ impl Worker {
     /// Plans and runs one step.
     fn step(&mut self) {
         let t0 = Instant::now();
+        // Prefix-cache lookups happen while planning.
+        let before = self.sched.prefix_stats();
         let plan = self.sched.schedule();
         if plan.is_empty() {
             // Nothing could be scheduled (should not happen: the oldest sequence can always
@@ -412,7 +414,6 @@ impl Worker {
             return;
         }
         self.steps += 1;
-        let before = self.sched.prefix_stats();
         for it in &plan.items {
             let req = it.seq >> CHOICE_BITS;
             if let Some(r) = self.reqs.get_mut(&req) {

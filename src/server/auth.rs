@@ -1,5 +1,5 @@
-//! API keys: with keys configured, every route but `/health`, `/ready` (and `/metrics` when
-//! `server.metrics_public`) needs `Authorization: Bearer <key>`. Keys are compared in
+//! API keys: with keys configured, every route but `/health`, `/ready` (and `/metrics` and
+//! `/stats` when `server.metrics_public`) needs `Authorization: Bearer <key>`. Keys are compared in
 //! constant time over every configured key, and exactly (a key with another case is wrong).
 
 use crate::server::error::ApiError;
@@ -12,7 +12,8 @@ use subtle::ConstantTimeEq;
 
 /// Whether `path` is served without a key.
 pub fn is_public(path: &str, metrics_public: bool) -> bool {
-    matches!(path, "/health" | "/ready") || (metrics_public && path == "/metrics")
+    matches!(path, "/health" | "/ready")
+        || (metrics_public && matches!(path, "/metrics" | "/stats"))
 }
 
 /// Whether `header_value` carries one of `keys`.

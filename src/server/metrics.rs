@@ -1,106 +1,24 @@
-//! `GET /metrics`: a minimal Prometheus text exposition read from the engine's load numbers
-//! on each scrape (the observability work replaces it with a full registry). Metric names
-//! are the constants below.
+//! `GET /metrics` (Prometheus text from the one registry, [`crate::metrics::Metrics`]),
+//! `GET /stats` (a JSON summary over the last 1 and 5 minutes) and the middleware that counts
+//! every HTTP request by route and status.
 
+use crate::metrics::window::WindowStats;
 use crate::server::state::{AppState, Phase};
-use axum::extract::State;
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
-use axum::response::IntoResponse;
-use std::fmt::Write;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::time::Duration;
 
-pub const BUILD_INFO: &str = "kiln_build_info";
-pub const READY: &str = "kiln_ready";
-pub const HTTP_IN_FLIGHT: &str = "kiln_http_requests_in_flight";
-pub const REQUESTS_RUNNING: &str = "kiln_requests_running";
-pub const REQUESTS_WAITING: &str = "kiln_requests_waiting";
-pub const KV_BLOCKS_USED: &str = "kiln_kv_blocks_used";
-pub const KV_BLOCKS_CACHED: &str = "kiln_kv_blocks_cached";
-pub const KV_BLOCKS_TOTAL: &str = "kiln_kv_blocks_total";
-pub const KV_USAGE: &str = "kiln_kv_usage_ratio";
-
-fn gauge(out: &mut String, name: &str, help: &str, value: f64) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-    );
-}
-
-/// Escapes a label value (backslash, quote, newline).
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// The exposition text.
+/// Refreshes the gauges read at scrape time and renders every family.
 pub fn render(state: &AppState) -> String {
-    let mut out = String::new();
-    let (fingerprint, isa) = match state.loaded() {
-        Some(rt) => (rt.fingerprint.clone(), crate::kernels::isa::isa().name()),
-        None => (String::new(), ""),
-    };
-    let _ = writeln!(
-        out,
-        "# HELP {BUILD_INFO} Build and model of this server (always 1).\n# TYPE {BUILD_INFO} gauge\n{BUILD_INFO}{{version=\"{}\",model=\"{}\",isa=\"{}\",fingerprint=\"{}\"}} 1",
-        env!("CARGO_PKG_VERSION"),
-        label(state.model_id()),
-        isa,
-        fingerprint
-    );
-    let ready = state.phase() == Phase::Ready;
-    gauge(
-        &mut out,
-        READY,
-        "1 when /ready answers 200.",
-        f64::from(u8::from(ready)),
-    );
-    gauge(
-        &mut out,
-        HTTP_IN_FLIGHT,
-        "Generation requests whose response is not complete.",
-        state.in_flight() as f64,
-    );
+    let m = state.metrics();
+    m.set_ready(state.phase() == Phase::Ready, state.in_flight());
     if let Some(rt) = state.loaded() {
-        let l = rt.engine.load();
-        gauge(
-            &mut out,
-            REQUESTS_RUNNING,
-            "Sequences running.",
-            l.running as f64,
-        );
-        gauge(
-            &mut out,
-            REQUESTS_WAITING,
-            "Requests accepted, not yet running.",
-            l.waiting as f64,
-        );
-        gauge(
-            &mut out,
-            KV_BLOCKS_USED,
-            "KV blocks held by sequences.",
-            l.kv_blocks_used as f64,
-        );
-        gauge(
-            &mut out,
-            KV_BLOCKS_CACHED,
-            "KV blocks held only by the prefix cache (evictable).",
-            l.kv_blocks_cached as f64,
-        );
-        gauge(
-            &mut out,
-            KV_BLOCKS_TOTAL,
-            "KV blocks in all.",
-            l.kv_blocks_total as f64,
-        );
-        let ratio = l.kv_blocks_used as f64 / l.kv_blocks_total.max(1) as f64;
-        gauge(
-            &mut out,
-            KV_USAGE,
-            "Share of KV blocks held by sequences.",
-            ratio,
-        );
+        m.set_load(&rt.engine.load());
     }
-    out
+    m.render()
 }
 
 /// Prometheus metrics (text format 0.0.4).
@@ -122,4 +40,87 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         )],
         render(&state),
     )
+}
+
+/// `GET /stats`: latency percentiles and rates over the last 1 and 5 minutes, and the load now.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct StatsBody {
+    /// `"loading"`, `"ready"`, `"draining"` or `"failed"`.
+    pub status: String,
+    #[schema(value_type = Object)]
+    pub last_1m: WindowStats,
+    #[schema(value_type = Object)]
+    pub last_5m: WindowStats,
+    pub running: usize,
+    pub waiting: usize,
+    /// KV blocks held by sequences over all blocks.
+    pub kv_cache_usage: f64,
+    pub kv_blocks_used: usize,
+    pub kv_blocks_cached: usize,
+    pub kv_blocks_total: usize,
+}
+
+/// A JSON summary for people and scripts without Prometheus (what `kiln top` shows).
+#[utoipa::path(
+    get,
+    path = "/stats",
+    tag = "kiln",
+    responses(
+        (status = 200, description = "Percentiles, rates and load", body = StatsBody),
+        (status = 401, description = "Missing or wrong API key (unless server.metrics_public)", body = crate::server::types::ErrorResponse),
+    ),
+    security((), ("bearer" = []))
+)]
+pub async fn stats(State(state): State<AppState>) -> Json<StatsBody> {
+    let load = state
+        .loaded()
+        .map(|rt| rt.engine.load())
+        .unwrap_or_default();
+    let w = state.stats();
+    Json(StatsBody {
+        status: match state.phase() {
+            Phase::Loading => "loading",
+            Phase::Ready => "ready",
+            Phase::Draining => "draining",
+            Phase::Failed => "failed",
+        }
+        .to_string(),
+        last_1m: w.query(Duration::from_secs(60)),
+        last_5m: w.query(Duration::from_secs(300)),
+        running: load.running,
+        waiting: load.waiting,
+        kv_cache_usage: load.kv_blocks_used as f64 / load.kv_blocks_total.max(1) as f64,
+        kv_blocks_used: load.kv_blocks_used,
+        kv_blocks_cached: load.kv_blocks_cached,
+        kv_blocks_total: load.kv_blocks_total,
+    })
+}
+
+/// Counts every response by route pattern (never the raw path: bounded label values) and
+/// status; refusals before any work (4xx, 503) also count in `kiln_rejected_total` by reason.
+pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let endpoint = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "other".to_string());
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16();
+    let m = state.metrics();
+    m.http_request(&endpoint, status);
+    let reason = match status {
+        400 | 422 => Some("invalid"),
+        401 => Some("unauthorized"),
+        404 => Some("not_found"),
+        408 => Some("timeout"),
+        413 => Some("too_large"),
+        415 => Some("unsupported_media_type"),
+        429 => Some("overloaded"),
+        503 => Some("unavailable"),
+        _ => None,
+    };
+    if let Some(r) = reason {
+        m.rejected(r);
+    }
+    resp
 }

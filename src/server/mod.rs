@@ -32,8 +32,8 @@ pub mod tokenize;
 pub mod types;
 
 use crate::config::Config;
+use crate::metrics::{BuildInfo, Metrics};
 use crate::scheduler::setup;
-use crate::scheduler::NoopObserver;
 use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -104,12 +104,17 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(probes::health))
         .route("/ready", get(probes::ready))
         .route("/metrics", get(metrics::metrics))
+        .route("/stats", get(metrics::stats))
         .route("/openapi.json", get(openapi::openapi_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
         ))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             panic_response,
@@ -159,7 +164,9 @@ where
 ///    closes, the engine stops, and `serve` returns Ok.
 pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
     let mut signals = Signals::new().map_err(ServeError::Signals)?;
-    let state = AppState::new(cfg.server.clone(), model_ids(&cfg), opts.api_keys);
+    let ids = model_ids(&cfg);
+    let metrics = Metrics::new(&ids[0]).map_err(|e| ServeError::Loader(e.to_string()))?;
+    let state = AppState::new(cfg.server.clone(), ids, opts.api_keys, Arc::new(metrics));
     let host = &cfg.server.host;
     let addr = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{}", cfg.server.port)
@@ -189,18 +196,29 @@ pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
 
     let load_cfg = cfg.clone();
     let panic_at_step = opts.panic_at_step;
+    let observer = state.observer();
     let loader = tokio::task::spawn_blocking(move || {
-        let loaded = setup::start_with(&load_cfg, None, Arc::new(NoopObserver), panic_at_step)?;
-        Runtime::new(loaded, load_cfg.chat_template.as_deref())
+        let loaded = setup::start_with(&load_cfg, None, observer, panic_at_step)?;
+        let facts = (loaded.load_time, loaded.quant.clone());
+        Runtime::new(loaded, load_cfg.chat_template.as_deref()).map(|rt| (rt, facts))
     });
     tokio::select! {
         res = loader => {
-            let rt = match res {
-                Ok(Ok(rt)) => rt,
+            let (rt, (load_time, quant)) = match res {
+                Ok(Ok(x)) => x,
                 Ok(Err(e)) => return Err(ServeError::Load(e)),
                 Err(e) => return Err(ServeError::Loader(e.to_string())),
             };
             let info = rt.engine.info();
+            state.metrics().set_model_load_seconds(load_time.as_secs_f64());
+            state.metrics().set_build_info(&BuildInfo {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                isa: crate::kernels::isa::isa().name().to_string(),
+                threads: info.threads_per_worker,
+                workers: info.workers,
+                model: state.model_id().to_string(),
+                quant,
+            });
             tracing::info!(
                 model = state.model_id(),
                 template = ?rt.template_source,

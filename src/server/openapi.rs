@@ -24,6 +24,7 @@ use utoipa::{Modify, OpenApi};
         probes::health,
         probes::ready,
         metrics::metrics,
+        metrics::stats,
         openapi_json,
     ),
     components(schemas(

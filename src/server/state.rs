@@ -4,8 +4,11 @@
 
 use crate::chat_template::{ChatTemplate, TemplateSource};
 use crate::config::ServerSettings;
+use crate::metrics::window::StatsWindow;
+use crate::metrics::Metrics;
+use crate::scheduler::observer::Fanout;
 use crate::scheduler::setup::Loaded;
-use crate::scheduler::EngineHandle;
+use crate::scheduler::{EngineHandle, Observer};
 use crate::server::error::ApiError;
 use crate::tokenizer::Tokenizer;
 use std::path::Path;
@@ -134,6 +137,8 @@ pub struct AppState {
 
 struct Shared {
     settings: ServerSettings,
+    metrics: Arc<Metrics>,
+    stats: Arc<StatsWindow>,
     model_ids: Vec<String>,
     created: u64,
     api_keys: Vec<String>,
@@ -144,11 +149,19 @@ struct Shared {
 
 impl AppState {
     /// `model_ids[0]` is the model's id, the rest its aliases; `api_keys` empty means no
-    /// authentication.
-    pub fn new(settings: ServerSettings, model_ids: Vec<String>, api_keys: Vec<String>) -> Self {
+    /// authentication. The metrics registry and the stats window are fed by the engine (see
+    /// [`AppState::observer`]) and by the HTTP middleware.
+    pub fn new(
+        settings: ServerSettings,
+        model_ids: Vec<String>,
+        api_keys: Vec<String>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         AppState {
             inner: Arc::new(Shared {
                 settings,
+                metrics,
+                stats: Arc::new(StatsWindow::new()),
                 model_ids,
                 created: unix_now(),
                 api_keys,
@@ -161,6 +174,22 @@ impl AppState {
 
     pub fn settings(&self) -> &ServerSettings {
         &self.inner.settings
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    pub fn stats(&self) -> &StatsWindow {
+        &self.inner.stats
+    }
+
+    /// What the engine reports to: the metrics registry and the stats window.
+    pub fn observer(&self) -> Arc<dyn Observer> {
+        Arc::new(Fanout(vec![
+            Arc::clone(&self.inner.metrics) as Arc<dyn Observer>,
+            Arc::clone(&self.inner.stats) as Arc<dyn Observer>,
+        ]))
     }
 
     pub fn model_ids(&self) -> &[String] {

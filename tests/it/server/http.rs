@@ -243,11 +243,29 @@ impl Client {
     }
 
     /// A Prometheus gauge's value from /metrics.
-    pub fn metric(&self, name: &str) -> f64 {
+    /// The sum of the series of `sel` in `/metrics`: a family name, optionally with label
+    /// filters (`kiln_kv_cache_blocks{state="used"}`); other labels (e.g. `model`) are ignored.
+    pub fn metric(&self, sel: &str) -> f64 {
         let text = self.get("/metrics").text();
-        text.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("metric {name} missing in:\n{text}"))
+        let (name, wanted) = match sel.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}').split(',').collect::<Vec<_>>()),
+            None => (sel, Vec::new()),
+        };
+        let mut found = None;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (series, value) = match line.rsplit_once(' ') {
+                Some(x) => x,
+                None => continue,
+            };
+            let (n, labels) = match series.split_once('{') {
+                Some((n, l)) => (n, l),
+                None => (series, ""),
+            };
+            if n == name && wanted.iter().all(|w| labels.contains(w)) {
+                let v: f64 = value.trim().parse().unwrap_or(f64::NAN);
+                *found.get_or_insert(0.0) += v;
+            }
+        }
+        found.unwrap_or_else(|| panic!("metric {sel} missing in:\n{text}"))
     }
 }

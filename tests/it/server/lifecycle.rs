@@ -21,7 +21,7 @@ fn send(c: &Client, path: &str, body: &Value) -> TcpStream {
 }
 
 fn idle(c: &Client) -> bool {
-    c.metric("kiln_kv_blocks_used") == 0.0
+    c.metric("kiln_kv_cache_blocks{state=\"used\"}") == 0.0
         && c.metric("kiln_requests_running") == 0.0
         && c.metric("kiln_requests_waiting") == 0.0
 }

@@ -167,7 +167,10 @@ fn requests_past_the_timeout_are_aborted() {
     super::harness::wait_for(
         "the aborted requests to free their KV",
         Duration::from_secs(10),
-        || c.metric("kiln_kv_blocks_used") == 0.0 && c.metric("kiln_requests_running") == 0.0,
+        || {
+            c.metric("kiln_kv_cache_blocks{state=\"used\"}") == 0.0
+                && c.metric("kiln_requests_running") == 0.0
+        },
     );
 }
 

@@ -7,5 +7,6 @@ mod harness;
 mod http;
 mod lifecycle;
 mod limits;
+mod observability;
 mod prompt;
 mod reliability;

@@ -1,0 +1,65 @@
+//! `/metrics` and `/stats` after real requests: every family is exported, and the numbers add
+//! up with what the API returned (finished choices = the sum over finish reasons; generated
+//! and prompt tokens = the sums of the usage).
+
+use super::harness::Server;
+use kiln::metrics::names;
+use serde_json::json;
+
+#[test]
+fn metrics_families_are_there_and_numbers_add_up() {
+    let s = Server::default_server();
+    let c = s.client();
+    let (mut prompt, mut completion, mut choices) = (0.0, 0.0, 0.0);
+    for (i, n) in [(0, 1), (1, 2), (2, 1)] {
+        let r = c.post(
+            "/v1/chat/completions",
+            &json!({
+                "messages": [{"role": "user", "content": format!("Say something about {i}.")}],
+                "max_tokens": 6, "n": n, "temperature": 0.5, "seed": i,
+            }),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let u = &r.json()["usage"];
+        prompt += u["prompt_tokens"].as_f64().unwrap();
+        completion += u["completion_tokens"].as_f64().unwrap();
+        choices += n as f64;
+    }
+    let bad = c.post("/v1/chat/completions", &json!({"messages": []}));
+    assert_eq!(bad.status, 400);
+
+    let text = c.get("/metrics").text();
+    for name in names::ALL {
+        assert!(
+            text.contains(&format!("# TYPE {name} ")),
+            "{name} missing:\n{text}"
+        );
+    }
+    for name in [
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+    ] {
+        assert!(text.contains(name), "{name} missing");
+    }
+    assert_eq!(c.metric("kiln_requests_finished_total"), choices);
+    assert_eq!(c.metric("kiln_generation_tokens_total"), completion);
+    assert_eq!(c.metric("kiln_prompt_tokens_total"), prompt);
+    assert_eq!(c.metric("kiln_request_generation_tokens_count"), 3.0);
+    assert_eq!(
+        c.metric("kiln_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"}"),
+        3.0
+    );
+    assert_eq!(c.metric("kiln_rejected_total{reason=\"invalid\"}"), 1.0);
+    assert_eq!(c.metric("kiln_time_to_first_token_seconds_count"), 3.0);
+    assert!(c.metric("kiln_engine_step_seconds_count") >= 6.0);
+    assert!(c.metric("kiln_prefix_cache_queries_total") >= 3.0);
+    assert_eq!(c.metric("kiln_ready"), 1.0);
+    assert!(text.contains("kiln_build_info{"), "{text}");
+
+    let st = c.get("/stats").json();
+    assert_eq!(st["status"], "ready");
+    assert_eq!(st["last_1m"]["ttft_ms"]["count"], 3);
+    assert!(st["last_5m"]["generated_tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(st["running"], 0);
+}
