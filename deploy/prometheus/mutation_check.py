@@ -19,7 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import gen_alerts
+sys.dont_write_bytecode = True  # no __pycache__ left beside the rules
+import gen_alerts  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 DURATION = re.compile(r"^(\d+)([smh])$")
