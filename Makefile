@@ -12,7 +12,7 @@ KILN         := target/release/kiln
 TEST_ISAS    ?= avx2 scalar
 
 .PHONY: run test model tools tools-promtool build release fmt check unit isa-matrix neon-test \
-        promtool-test alerts bench bench-baseline bench-compare quantized-models profile clean
+        promtool-test monitoring-check alerts bench bench-baseline bench-compare quantized-models profile clean
 
 ## run: fetch the default model if absent, build release, generate from the default model.
 run: model release
@@ -20,7 +20,7 @@ run: model release
 
 ## test: set up everything the tests need, then format, lint and the whole suite (the
 ## monitoring files first: they take seconds).
-test: model tools promtool-test check unit isa-matrix neon-test
+test: model tools promtool-test monitoring-check check unit isa-matrix neon-test
 
 model: $(MODEL)
 $(MODEL):
@@ -55,6 +55,13 @@ promtool-test: tools-promtool
 	promtool check rules $(PROMDIR)/rules.yml $(PROMDIR)/alerts.yml
 	promtool test rules $(PROMDIR)/tests/*.yml
 	$(PROMDIR)/mutation_check.py
+
+## monitoring-check: the Grafana dashboard (valid JSON, units, variables, every query parsed by
+## promtool and reading only recording rules and metric families that exist) and the docs
+## (README's metric table complete, runbook sections = alerts, no dead name or link).
+monitoring-check: tools-promtool
+	deploy/grafana/check_dashboard.py --quiet --promtool promtool
+	deploy/check_docs.py
 
 ## alerts: render deploy/prometheus/alerts.yml after changing alerts.yml.in or thresholds.toml.
 alerts:
