@@ -11,8 +11,8 @@ KILN         := target/release/kiln
 # Instruction sets the test suite runs under, beyond the detected default (only those the CPU has).
 TEST_ISAS    ?= avx2 scalar
 
-.PHONY: run test model tools build release fmt check unit isa-matrix neon-test bench \
-        bench-baseline bench-compare quantized-models profile clean
+.PHONY: run test model tools tools-promtool build release fmt check unit isa-matrix neon-test \
+        promtool-test monitoring-check alerts bench bench-baseline bench-compare quantized-models profile clean
 
 HOST         ?= 127.0.0.1
 PORT         ?= 8080
@@ -25,22 +25,54 @@ run: model release
 	@echo "    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"$(PROMPT)\"}], \"max_tokens\": 128}'"
 	$(KILN) serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
-## test: set up everything the tests need, then format, lint and the whole suite.
-test: model tools check unit isa-matrix neon-test
+## test: set up everything the tests need, then format, lint and the whole suite (the
+## monitoring files first: they take seconds).
+test: model tools promtool-test monitoring-check check unit isa-matrix neon-test
 
 model: $(MODEL)
 $(MODEL):
 	scripts/fetch-model.sh
 
 ## tools: what the suite needs beyond cargo: the aarch64 target, a cross C compiler and
-## qemu-user, so the NEON kernels are built and their tests run under emulation.
-tools:
+## qemu-user, so the NEON kernels are built and their tests run under emulation; promtool.
+tools: tools-promtool
 	@rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || \
 	  rustup target add aarch64-unknown-linux-gnu || \
 	  { echo "make: error: cannot install the rust aarch64 target (needed for the NEON tests)" >&2; exit 1; }
 	@command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null || \
 	  { apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user; } || \
 	  { echo "make: error: cannot install gcc-aarch64-linux-gnu and qemu-user (Debian)" >&2; exit 1; }
+
+## tools-promtool: promtool, from Debian's prometheus package (its service is not started).
+tools-promtool:
+	@command -v promtool >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } || \
+	  { echo "make: error: cannot install Debian's prometheus package (promtool, for the alert tests)" >&2; exit 1; }
+	@command -v promtool >/dev/null || \
+	  { echo "make: error: promtool is still missing after installing Debian's prometheus package" >&2; exit 1; }
+
+## promtool-test: the Prometheus rules (deploy/prometheus): alerts.yml is what gen_alerts.py
+## makes of alerts.yml.in and thresholds.toml; `promtool check rules` accepts both rule files;
+## the unit tests (tests/*.yml) pass: recording rules give hand-computed numbers, each alert
+## fires when it should and stays silent when it should; and moving any threshold or duration
+## makes a test fail (mutation_check.py).
+PROMDIR := deploy/prometheus
+promtool-test: tools-promtool
+	$(PROMDIR)/gen_alerts.py --check
+	promtool check rules $(PROMDIR)/rules.yml $(PROMDIR)/alerts.yml
+	promtool test rules $(PROMDIR)/tests/*.yml
+	$(PROMDIR)/mutation_check.py
+
+## monitoring-check: the Grafana dashboard (valid JSON, units, variables, every query parsed by
+## promtool and reading only recording rules and metric families that exist) and the docs
+## (README's metric table complete, runbook sections = alerts, no dead name or link).
+monitoring-check: tools-promtool
+	deploy/grafana/check_dashboard.py --quiet --promtool promtool
+	deploy/check_docs.py
+
+## alerts: render deploy/prometheus/alerts.yml after changing alerts.yml.in or thresholds.toml.
+alerts:
+	$(PROMDIR)/gen_alerts.py
 
 ## quantized-models: Q4_0 and Q8_0 copies of the default model (for benchmarks), made by
 ## `kiln quantize` from the release binary.
