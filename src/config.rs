@@ -63,6 +63,7 @@ enum RawKv {
 struct RawScheduler {
     max_num_seqs: Option<usize>,
     max_batch_tokens: Option<usize>,
+    max_prefill_while_decoding: Option<usize>,
     max_waiting: Option<usize>,
     max_preemptions: Option<u32>,
     prefix_cache: Option<bool>,
@@ -144,9 +145,11 @@ impl KvBudget {
 pub struct SchedulerSettings {
     /// Sequences decoding together in one step.
     pub max_num_seqs: usize,
-    /// New tokens per step (decode tokens + prefill chunks): bounds a step's time, and so the
-    /// inter-token latency running streams see while a long prompt is read in.
+    /// New tokens per step (decode tokens + prefill chunks).
     pub max_batch_tokens: usize,
+    /// Prompt tokens per step while any sequence is decoding: bounds a step's time, and so
+    /// the inter-token latency running streams see while prompts are read in.
+    pub max_prefill_while_decoding: usize,
     /// Requests accepted but not yet running; beyond it new requests are refused (HTTP 429).
     pub max_waiting: usize,
     /// Preemptions one sequence may suffer before others are chosen instead.
@@ -159,7 +162,8 @@ impl Default for SchedulerSettings {
     fn default() -> Self {
         SchedulerSettings {
             max_num_seqs: 32,
-            max_batch_tokens: 256,
+            max_batch_tokens: 512,
+            max_prefill_while_decoding: 64,
             max_waiting: 256,
             max_preemptions: 4,
             prefix_cache: true,
@@ -401,6 +405,9 @@ impl Config {
         let scheduler = SchedulerSettings {
             max_num_seqs: rs.max_num_seqs.unwrap_or(ds.max_num_seqs),
             max_batch_tokens: rs.max_batch_tokens.unwrap_or(ds.max_batch_tokens),
+            max_prefill_while_decoding: rs
+                .max_prefill_while_decoding
+                .unwrap_or(ds.max_prefill_while_decoding),
             max_waiting: rs.max_waiting.unwrap_or(ds.max_waiting),
             max_preemptions: rs.max_preemptions.unwrap_or(ds.max_preemptions),
             prefix_cache: rs.prefix_cache.unwrap_or(ds.prefix_cache),
@@ -423,6 +430,12 @@ impl Config {
             65536,
         )?;
         range("scheduler.max_waiting", scheduler.max_waiting, 0, 1 << 20)?;
+        range(
+            "scheduler.max_prefill_while_decoding",
+            scheduler.max_prefill_while_decoding,
+            1,
+            65536,
+        )?;
         if scheduler.max_batch_tokens < scheduler.max_num_seqs {
             return Err(ConfigError::Invalid {
                 key: "scheduler.max_batch_tokens",

@@ -94,6 +94,8 @@ struct Timed {
     ttft: Duration,
     gaps: Vec<Duration>,
     tokens: usize,
+    /// When each token arrived.
+    times: Vec<Instant>,
 }
 
 /// Sends one request and reads it to the end, timing what the client sees.
@@ -105,6 +107,7 @@ fn run_one(engine: &EngineHandle, req: GenerationRequest) -> anyhow::Result<Time
         ttft: Duration::ZERO,
         gaps: Vec::new(),
         tokens: 0,
+        times: Vec::new(),
     };
     loop {
         match s.blocking_recv() {
@@ -116,6 +119,7 @@ fn run_one(engine: &EngineHandle, req: GenerationRequest) -> anyhow::Result<Time
                 }
                 last = Some(now);
                 out.tokens += ids.len();
+                out.times.push(now);
             }
             Some(Event::Done { .. }) => return Ok(out),
             Some(Event::Error { message }) => bail!("engine error: {message}"),
@@ -149,7 +153,8 @@ fn pcts(mut v: Vec<f64>) -> serde_json::Value {
     serde_json::json!({"p50": pct(&v, 50.0), "p95": pct(&v, 95.0), "p99": pct(&v, 99.0)})
 }
 
-/// Closed-loop users: each sends a warm-up request, then `per_user` measured ones.
+/// Closed-loop users: each sends a warm-up request of random length, then `per_user` measured
+/// ones back to back. Throughput is measured from the first measured request to the last.
 fn closed_loop(
     l: &Loaded,
     tpl: &ChatTemplate,
@@ -170,8 +175,12 @@ fn closed_loop(
                         let target = 60 + rng.next_u32() as usize % 101;
                         prompt(&tok, tpl, rng, target)
                     };
-                    run_one(&engine, request(next(&mut rng), 8, u as u64))?;
+                    // Warm-up, not measured: every user sends one request (its system
+                    // prompt lands in the prefix cache). Its random length spreads the users
+                    // out, as real users are, instead of all arriving in one burst.
                     barrier.wait();
+                    let warm = 8 + rng.next_u32() as usize % gen.max(1);
+                    run_one(&engine, request(next(&mut rng), warm, u as u64))?;
                     let t0 = Instant::now();
                     let mut timed = Vec::new();
                     for i in 0..per_user {
@@ -187,14 +196,21 @@ fn closed_loop(
             .map(|h| h.join().expect("user thread"))
             .collect::<anyhow::Result<Vec<_>>>()
     })?;
-    let start = results.iter().map(|r| r.1).min().context("no users")?;
-    let end = results.iter().map(|r| r.2).max().context("no users")?;
+    // Throughput over the steady window: from the moment every user is measuring to the
+    // moment the first one is done (all users active throughout).
+    let from = results.iter().map(|r| r.1).max().context("no users")?;
+    let to = results.iter().map(|r| r.2).min().context("no users")?;
     let all: Vec<&Timed> = results.iter().flat_map(|r| r.0.iter()).collect();
-    let tokens: usize = all.iter().map(|t| t.tokens).sum();
+    let in_window = all
+        .iter()
+        .flat_map(|t| t.times.iter())
+        .filter(|&&at| at >= from && at <= to)
+        .count();
+    let window = to.saturating_duration_since(from).as_secs_f64();
     let ms = |d: &Duration| d.as_secs_f64() * 1e3;
     Ok(serde_json::json!({
         "users": users,
-        "gen_tok_s": tokens as f64 / (end - start).as_secs_f64(),
+        "gen_tok_s": in_window as f64 / window.max(1e-9),
         "ttft_ms": pcts(all.iter().map(|t| ms(&t.ttft)).collect()),
         "itl_ms": pcts(all.iter().flat_map(|t| t.gaps.iter().map(ms)).collect()),
         "requests": all.len(),
@@ -274,7 +290,13 @@ fn interference(l: &Loaded, tpl: &ChatTemplate) -> anyhow::Result<serde_json::Va
 }
 
 pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
-    let l = start(&b.cfg, b.model, Arc::new(NoopObserver)).context("starting the engine")?;
+    let slow: Arc<dyn kiln::scheduler::Observer> =
+        if std::env::var_os("KILN_BENCH_SLOW_STEPS").is_some() {
+            Arc::new(SlowSteps)
+        } else {
+            Arc::new(NoopObserver)
+        };
+    let l = start(&b.cfg, b.model, slow).context("starting the engine")?;
     let (tpl, _) = ChatTemplate::for_model(l.chat_template.as_deref(), None)
         .context("loading the chat template")?;
     let mut rows = Vec::new();
@@ -345,4 +367,22 @@ pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
         i["prompt_ttft_ms"].as_f64().unwrap_or(0.0)
     );
     Ok(())
+}
+
+/// Prints steps slower than 60 ms (KILN_BENCH_SLOW_STEPS=1), to see what makes a gap.
+struct SlowSteps;
+
+impl kiln::scheduler::Observer for SlowSteps {
+    fn on_step(&self, s: &kiln::scheduler::StepStats) {
+        if s.duration > Duration::from_millis(60) {
+            eprintln!(
+                "slow step: {:?} {} seqs {} tokens ({} prefill) {:.1} ms",
+                s.phase,
+                s.seqs,
+                s.tokens,
+                s.prefill_tokens,
+                s.duration.as_secs_f64() * 1e3
+            );
+        }
+    }
 }

@@ -177,19 +177,37 @@ impl EngineHandle {
         self.inner.links.iter().all(|l| l.shared.is_healthy())
     }
 
+    /// Load summed over the workers.
     pub fn load(&self) -> Load {
         let mut l = Load {
             waiting: self.inner.waiting.load(Ordering::Relaxed),
             ..Load::default()
         };
-        for link in &self.inner.links {
-            let s = &link.shared;
-            l.running += s.running.load(Ordering::Relaxed);
-            l.kv_blocks_used += s.kv_used.load(Ordering::Relaxed);
-            l.kv_blocks_cached += s.kv_cached.load(Ordering::Relaxed);
-            l.kv_blocks_total += s.kv_total;
+        for w in self.worker_loads() {
+            l.running += w.running;
+            l.kv_blocks_used += w.kv_blocks_used;
+            l.kv_blocks_cached += w.kv_blocks_cached;
+            l.kv_blocks_total += w.kv_blocks_total;
         }
         l
+    }
+
+    /// Each worker's load (its `waiting` is always 0: the queue bound is global).
+    pub fn worker_loads(&self) -> Vec<Load> {
+        self.inner
+            .links
+            .iter()
+            .map(|link| {
+                let s = &link.shared;
+                Load {
+                    waiting: 0,
+                    running: s.running.load(Ordering::Relaxed),
+                    kv_blocks_used: s.kv_used.load(Ordering::Relaxed),
+                    kv_blocks_cached: s.kv_cached.load(Ordering::Relaxed),
+                    kv_blocks_total: s.kv_total,
+                }
+            })
+            .collect()
     }
 
     /// Checks everything that can be checked without the engine (parameters, sizes, context

@@ -144,12 +144,18 @@ impl PrefixCache {
 
     /// Records that block `id` holds the fully computed K/V of `tokens` (exactly one block)
     /// following the prefix keyed `parent`; returns the block's key. A key already cached keeps
-    /// its block (the new one stays with its sequence only).
+    /// its block (the new one stays with its sequence only); a block whose parent is no longer
+    /// cached is not cached (it could never be reached).
     pub fn insert(&mut self, parent: u64, tokens: &[u32], id: u32) -> Result<u64, KvCacheError> {
         debug_assert_eq!(tokens.len(), self.block_size);
         let key = block_key(parent, tokens);
         if self.entries.contains_key(&key) {
             self.touch(key);
+            return Ok(key);
+        }
+        if parent != ROOT && !self.entries.contains_key(&parent) {
+            // The parent was evicted (this sequence's own copy of it was never cached): a child
+            // would be unreachable from the root, so it is not cached either.
             return Ok(key);
         }
         let mut holder = BlockTable::new(&self.alloc);
@@ -172,12 +178,11 @@ impl PrefixCache {
         Ok(key)
     }
 
-    /// Cached blocks that only the cache holds (freed by [`Self::evict`]). O(cached blocks).
+    /// Cached blocks that only the cache holds (freed by [`Self::evict`]). O(cached blocks),
+    /// under one lock.
     pub fn evictable(&self) -> usize {
-        self.entries
-            .values()
-            .filter(|e| self.alloc.refcount(e.holder.blocks()[0]) == 1)
-            .count()
+        self.alloc
+            .count_exclusive(self.entries.values().map(|e| e.holder.blocks()[0]))
     }
 
     /// Frees up to `n` blocks that only the cache holds, least recently used first and leaves

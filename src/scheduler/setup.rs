@@ -65,6 +65,8 @@ pub fn limits(cfg: &Config) -> Limits {
     Limits {
         max_num_seqs: s.max_num_seqs,
         max_batch_tokens: s.max_batch_tokens,
+        max_prefill_while_decoding: s.max_prefill_while_decoding,
+        attn_positions_per_token: 0,
         max_preemptions: s.max_preemptions,
         n_ctx: 0,
         prefix_cache: s.prefix_cache,
@@ -149,6 +151,8 @@ pub fn start_with(
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".to_string());
     let tokenizer = Arc::new(tokenizer);
+    let mut limits = limits(cfg);
+    limits.attn_positions_per_token = attn_positions_per_token(model.config());
     let engine = EngineHandle::start(
         model,
         Arc::clone(&tokenizer),
@@ -157,7 +161,7 @@ pub fn start_with(
             threads,
             kv_positions,
             block_size: bs,
-            limits: limits(cfg),
+            limits,
             panic_at_step,
         },
         observer,
@@ -176,6 +180,27 @@ pub fn start_with(
         kv_bytes_per_position: per_pos as usize,
         load_time: t0.elapsed(),
     })
+}
+
+/// Attention's cost per cached position, relative to a token's matmuls, measured on this
+/// engine: an attention multiply-add (f16 K/V, softmax, no int8) costs about this many
+/// quantized matmul multiply-adds (the default model: 1.46 ms of matmuls per token, 1.66 us of
+/// attention per token and cached position, on a Zen 5 core).
+const ATTENTION_MAC_COST: f64 = 4.5;
+
+/// Cached positions whose attention costs as much as one token's matmuls, for the scheduler's
+/// prefill chunking (`Limits::attn_positions_per_token`): about 860 for the default model.
+pub fn attn_positions_per_token(c: &crate::engine::LlamaConfig) -> usize {
+    let (d, q, kv, f) = (
+        c.n_embd as f64,
+        (c.n_head * c.head_dim) as f64,
+        (c.n_head_kv * c.head_dim) as f64,
+        c.n_ff as f64,
+    );
+    let per_layer = d * (q + 2.0 * kv) + q * d + 3.0 * d * f;
+    let matmul = c.n_layer as f64 * per_layer + c.n_vocab as f64 * d;
+    let attention = 2.0 * c.n_layer as f64 * q;
+    ((matmul / (attention * ATTENTION_MAC_COST)) as usize).max(16)
 }
 
 /// The file's quantization as llama.cpp names its `general.file_type` values, when known.

@@ -12,7 +12,9 @@
 //! chunk), then on waiting ones, first come first served, while `max_num_seqs` allows.
 //! Chunked prefill is nothing more than clipping a sequence's new tokens to the budget left,
 //! so a long prompt never blocks the streams already decoding, and no request that passed
-//! admission can stall the queue.
+//! admission can stall the queue. While any sequence is decoding, prompt tokens in a step are
+//! further capped (`max_prefill_while_decoding`): the step's time is every stream's
+//! inter-token gap.
 //!
 //! KV blocks: a sequence reserves blocks for the positions it is about to compute. When the
 //! pool is short, unused prefix-cache blocks are evicted first; then the newest running
@@ -36,6 +38,15 @@ pub struct Limits {
     pub max_num_seqs: usize,
     /// New tokens in one step, over all sequences (prefill chunks + decode tokens).
     pub max_batch_tokens: usize,
+    /// Prompt (prefill) work in one step while any sequence is decoding, in token
+    /// equivalents (see `attn_positions_per_token`): a step's time is the gap every running
+    /// stream sees, so a long prompt is read in small chunks beside them. With nobody
+    /// decoding, prefill may use all of `max_batch_tokens`.
+    pub max_prefill_while_decoding: usize,
+    /// Cached positions whose attention costs as much as one token's matmuls: a prompt token
+    /// at position `p` counts as `1 + p / attn_positions_per_token` token equivalents, so a
+    /// chunk deep into a long prompt is smaller. 0 counts tokens only.
+    pub attn_positions_per_token: usize,
     /// Times a sequence may be preempted before it is no longer chosen as the victim.
     pub max_preemptions: u32,
     /// The model's context: a sequence never grows past it.
@@ -301,6 +312,15 @@ impl<T> Scheduler<T> {
         self.counters.steps += 1;
         let mut plan = Plan::default();
         let mut budget = self.limits.max_batch_tokens;
+        let decoding = self.running.iter().any(|id| {
+            let s = &self.seqs[id];
+            s.computed + 1 == s.tokens.len() && s.tokens.len() > s.prompt_len
+        });
+        let mut prefill_left = if decoding {
+            self.limits.max_prefill_while_decoding.max(1)
+        } else {
+            usize::MAX
+        };
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
@@ -308,7 +328,13 @@ impl<T> Scheduler<T> {
                 let s = &self.seqs[&id];
                 (s.computed, s.tokens.len())
             };
-            let n = (have - computed).min(budget);
+            let is_decode = have - computed == 1;
+            let n = if is_decode {
+                1
+            } else {
+                self.chunk_fitting(computed, have - computed, prefill_left)
+            }
+            .min(budget);
             if n == 0 {
                 i += 1;
                 continue;
@@ -322,6 +348,9 @@ impl<T> Scheduler<T> {
                         logits: computed + n == have,
                     });
                     budget -= n;
+                    if !is_decode {
+                        prefill_left = prefill_left.saturating_sub(self.chunk_cost(computed, n));
+                    }
                     i += 1;
                 }
                 Err(_) => {
@@ -338,7 +367,7 @@ impl<T> Scheduler<T> {
         if !plan.preempted.is_empty() {
             return plan;
         }
-        while budget > 0 {
+        while budget > 0 && prefill_left > 0 {
             let Some(&id) = self.waiting.front() else {
                 break;
             };
@@ -360,7 +389,12 @@ impl<T> Scheduler<T> {
                 let s = &self.seqs[&id];
                 (s.computed, s.tokens.len())
             };
-            let n = (have - computed).min(budget);
+            let n = self
+                .chunk_fitting(computed, have - computed, prefill_left)
+                .min(budget);
+            if n == 0 {
+                break;
+            }
             if self.reserve(id, computed + n, &mut plan.copies).is_err() {
                 // Give back cached blocks it took, so they stay evictable while it waits; the
                 // lookup is counted again when it is admitted.
@@ -386,8 +420,43 @@ impl<T> Scheduler<T> {
                 logits: computed + n == have,
             });
             budget -= n;
+            prefill_left = prefill_left.saturating_sub(self.chunk_cost(computed, n));
         }
         plan
+    }
+
+    /// Token equivalents of prompt tokens at positions `start..start + n` (each costs 1 plus
+    /// its attention over the positions before it).
+    fn chunk_cost(&self, start: usize, n: usize) -> usize {
+        let k = self.limits.attn_positions_per_token;
+        if k == 0 || n == 0 {
+            return n;
+        }
+        // Sum of positions start..start+n, in u128 so that no budget can overflow it.
+        let pos_sum = (n as u128) * (2 * start as u128 + n as u128 - 1) / 2;
+        n.saturating_add(usize::try_from(pos_sum / k as u128).unwrap_or(usize::MAX))
+    }
+
+    /// The most tokens (at most `want`, at least 1 when `left` allows any work) of a prompt
+    /// chunk starting at `start` whose cost fits `left`.
+    fn chunk_fitting(&self, start: usize, want: usize, left: usize) -> usize {
+        if left == usize::MAX || self.chunk_cost(start, want) <= left {
+            return want;
+        }
+        if left == 0 {
+            return 0;
+        }
+        // Largest n with cost(n) <= left (cost grows with n); a chunk never stalls at 0.
+        let (mut lo, mut hi) = (1, want);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if self.chunk_cost(start, mid) <= left {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
     }
 
     /// Index in `running` of the sequence to preempt when `running[i]` needs blocks: the newest

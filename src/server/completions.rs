@@ -118,7 +118,7 @@ fn tokenize(tok: &Tokenizer, prompts: Vec<OnePrompt>) -> Result<Vec<Tokenized>, 
 )]
 pub async fn completions(
     State(state): State<AppState>,
-    JsonBody(req): JsonBody<CompletionRequest>,
+    JsonBody(mut req): JsonBody<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     let in_flight = state.begin_request();
     let rt = state.runtime()?;
@@ -148,7 +148,7 @@ pub async fn completions(
             "echo together with logprobs is not supported (prompt logprobs are not computed)",
         ));
     }
-    let prompts = req.prompt.clone().into_prompts();
+    let prompts = std::mem::take(&mut req.prompt).into_prompts();
     if prompts.len() > MAX_PROMPTS {
         return Err(ApiError::bad(
             "prompt",

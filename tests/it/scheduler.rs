@@ -288,3 +288,111 @@ fn refusals_are_immediate_and_named() {
     ));
     l.engine.shutdown();
 }
+
+#[test]
+fn two_workers_share_the_model_and_split_the_load() {
+    let cfg = Config {
+        model_path: default_model(),
+        threads: 1,
+        workers: 2,
+        kv_cache: KvBudget::Positions(8192),
+        ..Config::default()
+    };
+    let l = start(&cfg, None, Arc::new(NoopObserver)).expect("engine starts");
+    assert_eq!(l.engine.info().workers, 2);
+    assert_eq!(
+        l.engine.load().kv_blocks_total,
+        2 * (4096 / 16),
+        "the budget is split"
+    );
+    let prompts: Vec<Vec<u32>> = QUESTIONS[..6]
+        .iter()
+        .map(|q| chat(&l.tokenizer, q))
+        .collect();
+    let solo: Vec<Out> = prompts
+        .iter()
+        .map(|p| collect(l.engine.submit(greedy(p.clone(), 12)).unwrap(), 1).0[0].clone())
+        .collect();
+    let streams: Vec<RequestStream> = prompts
+        .iter()
+        .map(|p| l.engine.submit(greedy(p.clone(), 12)).unwrap())
+        .collect();
+    // Both workers are busy at once (least-loaded routing).
+    wait_for("both workers running", || {
+        l.engine.worker_loads().iter().all(|w| w.running > 0)
+    });
+    let together: Vec<Out> = streams
+        .into_iter()
+        .map(|s| collect(s, 1).0[0].clone())
+        .collect();
+    assert_eq!(solo, together);
+    wait_for("idle", || idle(&l.engine));
+    l.engine.shutdown();
+}
+
+#[test]
+fn a_panic_in_a_step_fails_its_requests_and_marks_the_engine_unhealthy() {
+    use kiln::engine::LlamaModel;
+    use kiln::gguf::GgufFile;
+    use kiln::scheduler::state::Limits;
+    use kiln::scheduler::{EngineConfig, SubmitError};
+    let file = GgufFile::open(default_model()).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&file).unwrap());
+    let model = LlamaModel::from_gguf(&file, 1).unwrap();
+    let cfg = EngineConfig {
+        workers: 1,
+        threads: 1,
+        kv_positions: 4096,
+        block_size: 16,
+        limits: Limits {
+            max_num_seqs: 4,
+            max_batch_tokens: 256,
+            max_prefill_while_decoding: 64,
+            attn_positions_per_token: 0,
+            max_preemptions: 4,
+            n_ctx: 0,
+            prefix_cache: true,
+            max_waiting: 16,
+        },
+        panic_at_step: Some(3),
+    };
+    let e = EngineHandle::start(model, Arc::clone(&tok), cfg, Arc::new(NoopObserver)).unwrap();
+    let streams: Vec<RequestStream> = (0..3)
+        .map(|i| e.submit(greedy(chat(&tok, QUESTIONS[i]), 50)).unwrap())
+        .collect();
+    for mut s in streams {
+        let last = std::iter::from_fn(|| s.blocking_recv()).last();
+        assert!(matches!(last, Some(Event::Error { .. })), "{last:?}");
+    }
+    assert!(!e.is_healthy());
+    assert!(matches!(
+        e.submit(greedy(chat(&tok, "hi"), 4)),
+        Err(SubmitError::Unavailable(_))
+    ));
+    e.shutdown();
+}
+
+#[test]
+fn abort_all_and_shutdown_end_requests_with_abort() {
+    let l = engine(4, 8192);
+    let s1 = l
+        .engine
+        .submit(greedy(chat(&l.tokenizer, QUESTIONS[0]), 400))
+        .unwrap();
+    wait_for("running", || l.engine.load().running == 1);
+    l.engine.abort_all();
+    let (outs, _) = collect(s1, 1);
+    assert_eq!(outs[0].finish, Some(FinishReason::Abort));
+    let s2 = l
+        .engine
+        .submit(greedy(chat(&l.tokenizer, QUESTIONS[1]), 400))
+        .unwrap();
+    wait_for("running", || l.engine.load().running == 1);
+    l.engine.shutdown();
+    let (outs, _) = collect(s2, 1);
+    assert_eq!(outs[0].finish, Some(FinishReason::Abort));
+    assert!(matches!(
+        l.engine.submit(greedy(vec![1, 2, 3], 4)),
+        Err(kiln::scheduler::SubmitError::Unavailable(_))
+    ));
+}

@@ -66,6 +66,12 @@ impl BlockAllocator {
         self.shared.lock().refcount(id)
     }
 
+    /// How many of `ids` have a reference count of exactly 1 (one lock for all of them).
+    pub fn count_exclusive(&self, ids: impl Iterator<Item = u32>) -> usize {
+        let fl = self.shared.lock();
+        ids.filter(|&id| fl.refcount(id) == 1).count()
+    }
+
     /// True when `table` was made by this allocator (the same pool).
     pub fn owns(&self, table: &BlockTable) -> bool {
         Arc::ptr_eq(&self.shared, &table.shared)

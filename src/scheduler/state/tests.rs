@@ -9,6 +9,8 @@ fn limits() -> Limits {
     Limits {
         max_num_seqs: 4,
         max_batch_tokens: 64,
+        max_prefill_while_decoding: usize::MAX,
+        attn_positions_per_token: 0,
         max_preemptions: 2,
         n_ctx: 4096,
         prefix_cache: true,
@@ -110,6 +112,54 @@ fn decoding_streams_keep_running_while_a_long_prompt_is_chunked() {
         chunks += 1;
     }
     assert_eq!(chunks, 2000usize.div_ceil(61));
+    assert_drained(s);
+}
+
+#[test]
+fn prefill_is_capped_while_others_decode() {
+    let lim = Limits {
+        max_batch_tokens: 512,
+        max_prefill_while_decoding: 40,
+        ..limits()
+    };
+    let mut s = sched(lim, 1000);
+    // Alone, a long prompt takes the whole budget.
+    s.add(0, prompt(600, 0), 50, 1, ()).unwrap();
+    assert_eq!(lens(&step(&mut s)), [(0, 512)]);
+    assert_eq!(lens(&step(&mut s)), [(0, 88)]);
+    // Now seq 0 decodes: a new long prompt goes in chunks of 40, a short one waits its turn.
+    s.add(1, prompt(100, 1), 5, 1, ()).unwrap();
+    s.add(2, prompt(10, 2), 5, 1, ()).unwrap();
+    assert_eq!(lens(&step(&mut s)), [(0, 1), (1, 40)]);
+    assert_eq!(lens(&step(&mut s)), [(0, 1), (1, 40)]);
+    assert_eq!(lens(&step(&mut s)), [(0, 1), (1, 20), (2, 10)]);
+    assert_drained(s);
+}
+
+#[test]
+fn chunks_deep_in_a_long_prompt_are_smaller() {
+    let lim = Limits {
+        max_batch_tokens: 512,
+        max_prefill_while_decoding: 64,
+        attn_positions_per_token: 100,
+        ..limits()
+    };
+    let mut s = sched(lim, 1000);
+    s.add(0, prompt(10, 0), 500, 1, ()).unwrap();
+    step(&mut s);
+    s.add(1, prompt(2000, 1), 5, 1, ()).unwrap();
+    let mut sizes = Vec::new();
+    while s.seq(1).unwrap().computed() < 2000 {
+        let plan = step(&mut s);
+        let it = plan.items.iter().find(|i| i.seq == 1).unwrap();
+        assert!(s.chunk_cost(it.start, it.len) <= 64 || it.len == 1);
+        sizes.push(it.len);
+    }
+    assert!(sizes[0] > 40 && *sizes.last().unwrap() < 10, "{sizes:?}");
+    assert!(
+        sizes.windows(2).all(|w| w[1] <= w[0] || w[1] < 64),
+        "{sizes:?}"
+    );
     assert_drained(s);
 }
 
