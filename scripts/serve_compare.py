@@ -81,11 +81,27 @@ def run_k6(base_url: str, model: str, users: int, duration: str, out: Path) -> d
     return json.loads(summary.read_text())
 
 
+def cpu_idle(seconds: float = 3.0) -> float:
+    """The machine's idle share of CPU time over `seconds` (from /proc/stat): how much of the
+    cores other work leaves free, measured while none of ours runs."""
+
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, total
+
+    idle0, total0 = sample()
+    time.sleep(seconds)
+    idle1, total1 = sample()
+    return (idle1 - idle0) / max(1, total1 - total0)
+
+
 def measure(name: str, start, users: int, duration: str, out_dir: Path) -> dict:
     """Starts a server, warms it, runs k6 once, stops it; the k6 summary plus the load."""
     load = os.getloadavg()
-    print(f"\n== {name}, {users} users, {duration} (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})",
-          flush=True)
+    idle = cpu_idle()
+    print(f"\n== {name}, {users} users, {duration} (before: CPU {idle:.0%} idle, "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})", flush=True)
     server = start(out_dir / f"{name}-{users}")
     try:
         model = model_id(server.base_url) if name == "kiln" else ""
@@ -95,6 +111,7 @@ def measure(name: str, start, users: int, duration: str, out_dir: Path) -> dict:
         server.stop()
     result["server"] = name
     result["loadavg_before"] = load
+    result["cpu_idle_before"] = idle
     result["loadavg_after"] = os.getloadavg()
     return result
 
@@ -106,15 +123,15 @@ def fmt_ms(x) -> str:
 def table(results: list[dict]) -> str:
     """The markdown table of every run, then kiln/llama.cpp per user count."""
     lines = [
-        "| users | server | gen tok/s | TTFT p50 | TTFT p95 | TTFT p99 | e2e p50 | e2e p95 | e2e p99 | requests | failed |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| users | server | gen tok/s | TTFT p50 | TTFT p95 | TTFT p99 | e2e p50 | e2e p95 | e2e p99 | requests | failed | CPU idle before |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         t, e = r["ttft_ms"], r["e2e_ms"]
         lines.append(
             f"| {r['users']} | {r['server']} | {r['tokens_per_s']:.1f} | {fmt_ms(t['p50'])} | {fmt_ms(t['p95'])} "
             f"| {fmt_ms(t['p99'])} | {fmt_ms(e['p50'])} | {fmt_ms(e['p95'])} | {fmt_ms(e['p99'])} "
-            f"| {r['chat_requests']} | {r['failed']} |"
+            f"| {r['chat_requests']} | {r['failed']} | {r['cpu_idle_before']:.0%} |"
         )
     lines.append("")
     lines.append("Latencies in ms. TTFT from the probe client (max_tokens 1, see loadtest/README.md).")
