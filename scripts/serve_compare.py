@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -81,19 +82,33 @@ def run_k6(base_url: str, model: str, users: int, duration: str, out: Path) -> d
     return json.loads(summary.read_text())
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, all cores (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / TICK, sum(fields) / TICK
+
+
+def our_cpu(server_pid: int) -> float:
+    """CPU seconds used so far by this script, its waited-for children (k6) and the server."""
+    with open(f"/proc/{server_pid}/stat") as f:
+        # Fields after the parenthesized command name; utime and stime are the 12th and 13th.
+        rest = f.read().rsplit(")", 1)[1].split()
+    server = (int(rest[11]) + int(rest[12])) / TICK
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return server + me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def cpu_idle(seconds: float = 3.0) -> float:
-    """The machine's idle share of CPU time over `seconds` (from /proc/stat): how much of the
-    cores other work leaves free, measured while none of ours runs."""
-
-    def sample():
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-        return fields[3] + fields[4], sum(fields)  # idle + iowait, total
-
-    idle0, total0 = sample()
+    """The machine's idle share of CPU time over `seconds`, measured while none of ours runs."""
+    busy0, total0 = machine_cpu()
     time.sleep(seconds)
-    idle1, total1 = sample()
-    return (idle1 - idle0) / max(1, total1 - total0)
+    busy1, total1 = machine_cpu()
+    return 1 - (busy1 - busy0) / max(1e-9, total1 - total0)
 
 
 def measure(name: str, start, users: int, duration: str, out_dir: Path) -> dict:
@@ -106,9 +121,18 @@ def measure(name: str, start, users: int, duration: str, out_dir: Path) -> dict:
     try:
         model = model_id(server.base_url) if name == "kiln" else ""
         warm_up(server.base_url, model)
+        busy0, total0 = machine_cpu()
+        ours0 = our_cpu(server.pid)
         result = run_k6(server.base_url, model, users, duration, out_dir / f"{name}-{users}")
+        busy1, total1 = machine_cpu()
+        ours1 = our_cpu(server.pid)
     finally:
         server.stop()
+    # The share of the machine's CPU time that other work took while k6 ran: what this run
+    # competed with (0% = the machine was ours alone).
+    others = max(0.0, (busy1 - busy0) - (ours1 - ours0)) / max(1e-9, total1 - total0)
+    print(f"   other work took {others:.0%} of the CPU during the run", flush=True)
+    result["cpu_others_during"] = others
     result["server"] = name
     result["loadavg_before"] = load
     result["cpu_idle_before"] = idle
@@ -123,7 +147,7 @@ def fmt_ms(x) -> str:
 def table(results: list[dict]) -> str:
     """The markdown table of every run, then kiln/llama.cpp per user count."""
     lines = [
-        "| users | server | gen tok/s | TTFT p50 | TTFT p95 | TTFT p99 | e2e p50 | e2e p95 | e2e p99 | requests | failed | CPU idle before |",
+        "| users | server | gen tok/s | TTFT p50 | TTFT p95 | TTFT p99 | e2e p50 | e2e p95 | e2e p99 | requests | failed | other load |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
@@ -131,10 +155,11 @@ def table(results: list[dict]) -> str:
         lines.append(
             f"| {r['users']} | {r['server']} | {r['tokens_per_s']:.1f} | {fmt_ms(t['p50'])} | {fmt_ms(t['p95'])} "
             f"| {fmt_ms(t['p99'])} | {fmt_ms(e['p50'])} | {fmt_ms(e['p95'])} | {fmt_ms(e['p99'])} "
-            f"| {r['chat_requests']} | {r['failed']} | {r['cpu_idle_before']:.0%} |"
+            f"| {r['chat_requests']} | {r['failed']} | {r['cpu_others_during']:.0%} |"
         )
     lines.append("")
-    lines.append("Latencies in ms. TTFT from the probe client (max_tokens 1, see loadtest/README.md).")
+    lines.append("Latencies in ms. TTFT from the probe client (max_tokens 1, see loadtest/README.md). "
+                 "Other load: the share of the machine's CPU time other processes took during the run.")
     return "\n".join(lines)
 
 
