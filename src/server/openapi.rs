@@ -61,7 +61,7 @@ use utoipa::{Modify, OpenApi};
         ErrorBody,
         probes::ProbeStatus,
     )),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &SseEvents),
     tags(
         (name = "openai", description = "OpenAI-compatible endpoints"),
         (name = "kiln", description = "Probes, metrics, tokenizer and this document"),
@@ -80,6 +80,80 @@ impl Modify for BearerAuth {
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
     }
+}
+
+/// Describes each `text/event-stream` response as OpenAPI 3.2 and JSON Schema do for a
+/// stream (and schemathesis checks): the schema is that of one event, an object whose `data`
+/// string holds JSON (`contentMediaType`, `contentSchema`). The handlers' annotations name
+/// the chunk type; here it becomes the `contentSchema` of a `message` event, beside the two
+/// other events a stream sends: `data: [DONE]` and an `error` event holding the envelope.
+struct SseEvents;
+
+impl Modify for SseEvents {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        for item in api.paths.paths.values_mut() {
+            for op in [&mut item.get, &mut item.post].into_iter().flatten() {
+                for response in op.responses.responses.values_mut() {
+                    let RefOr::T(response) = response else {
+                        continue;
+                    };
+                    if let Some(content) = response.content.get_mut("text/event-stream") {
+                        if let Some(chunk) = content.schema.take() {
+                            content.schema = Some(RefOr::T(sse_event_schema(chunk)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One event of a stream whose `message` events carry `chunk` as JSON.
+fn sse_event_schema(
+    chunk: utoipa::openapi::RefOr<utoipa::openapi::Schema>,
+) -> utoipa::openapi::Schema {
+    use utoipa::openapi::extensions::Extensions;
+    use utoipa::openapi::schema::{AnyOfBuilder, ObjectBuilder, Type};
+    use utoipa::openapi::Ref;
+    // utoipa has no builder for `contentSchema`; a flattened map adds it as it is.
+    let json_data = |schema: serde_json::Value| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .content_media_type("application/json")
+            .extensions(Some(Extensions::from_iter([("contentSchema", schema)])))
+    };
+    let event = |name: &str| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some([name]))
+    };
+    let chunk = serde_json::to_value(chunk).unwrap_or_default();
+    let error = serde_json::to_value(Ref::from_schema_name("ErrorResponse")).unwrap_or_default();
+    AnyOfBuilder::new()
+        .description(Some(
+            "One server-sent event: a `message` whose data is a chunk (JSON), an `error` \
+             event whose data is the error envelope, or the last one, `data: [DONE]`.",
+        ))
+        .item(
+            ObjectBuilder::new()
+                .property("event", event("message"))
+                .property("data", json_data(chunk))
+                .required("data"),
+        )
+        .item(
+            ObjectBuilder::new()
+                .property("event", event("error"))
+                .property("data", json_data(error))
+                .required("event")
+                .required("data"),
+        )
+        .item(
+            ObjectBuilder::new()
+                .property("data", event("[DONE]"))
+                .required("data"),
+        )
+        .into()
 }
 
 /// This document.
