@@ -36,7 +36,8 @@ $(MODEL):
 	scripts/fetch-model.sh
 
 ## tools: what the suite needs beyond cargo: the aarch64 target, a cross C compiler and
-## qemu-user, so the NEON kernels are built and their tests run under emulation; promtool.
+## qemu-user, so the NEON kernels are built and their tests run under emulation; promtool;
+## tmux (kiln top is tested in a real terminal).
 tools: tools-promtool
 	@rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || \
 	  rustup target add aarch64-unknown-linux-gnu || \
@@ -44,6 +45,9 @@ tools: tools-promtool
 	@command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null || \
 	  { apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user; } || \
 	  { echo "make: error: cannot install gcc-aarch64-linux-gnu and qemu-user (Debian)" >&2; exit 1; }
+	@command -v tmux >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq tmux; } || \
+	  { echo "make: error: cannot install tmux (Debian; the kiln top test runs in it)" >&2; exit 1; }
 
 ## tools-promtool: promtool, from Debian's prometheus package (its service is not started).
 tools-promtool:

@@ -36,6 +36,8 @@ enum Command {
     Bench(cli::bench::Args),
     /// Serve the OpenAI-compatible HTTP API.
     Serve(cli::serve::Args),
+    /// A live terminal view of a running server (its /stats).
+    Top(cli::top::Args),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         Command::Generate(a) => cli::generate::run(a, cli.config.as_deref()),
         Command::Bench(a) => cli::bench::run(a, cli.config.as_deref()),
         Command::Serve(a) => cli::serve::run(a, cli.config.as_deref()),
+        Command::Top(a) => cli::top::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,3 +8,4 @@ pub mod quantize;
 pub mod render_template;
 pub mod serve;
 pub mod tokenize;
+pub mod top;
