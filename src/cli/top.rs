@@ -193,7 +193,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 write!(stdout, "\x1b[H\x1b[2J{text}")?;
             }
             Err(e) if args.once => return Err(e),
-            Err(e) => write!(stdout, "\x1b[H\x1b[2Jkiln top — {}: {e:#}\n", args.url)?,
+            Err(e) => writeln!(stdout, "\x1b[H\x1b[2Jkiln top — {}: {e:#}", args.url)?,
         }
         stdout.flush()?;
         std::thread::sleep(interval);
