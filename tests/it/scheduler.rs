@@ -317,15 +317,25 @@ fn two_workers_share_the_model_and_split_the_load() {
         .iter()
         .map(|p| l.engine.submit(greedy(p.clone(), 12)).unwrap())
         .collect();
-    // Both workers are busy at once (least-loaded routing).
-    wait_for("both workers running", || {
-        l.engine.worker_loads().iter().all(|w| w.running > 0)
-    });
     let together: Vec<Out> = streams
         .into_iter()
         .map(|s| collect(s, 1).0[0].clone())
         .collect();
     assert_eq!(solo, together);
+    // Least-loaded routing: long requests keep both workers busy at once (long enough to be
+    // seen however loaded the machine is); dropping them frees both workers' KV.
+    let long: Vec<RequestStream> = prompts[..4]
+        .iter()
+        .map(|p| {
+            let mut r = greedy(p.clone(), 1500);
+            r.ignore_eos = true;
+            l.engine.submit(r).unwrap()
+        })
+        .collect();
+    wait_for("both workers running", || {
+        l.engine.worker_loads().iter().all(|w| w.running > 0)
+    });
+    drop(long);
     wait_for("idle", || idle(&l.engine));
     l.engine.shutdown();
 }
