@@ -7,7 +7,7 @@ use crate::scheduler::observer::Observer;
 use crate::scheduler::request::{
     Event, GenerationRequest, SubmitError, MAX_N, MAX_STOPS, MAX_STOP_BYTES,
 };
-use crate::scheduler::state::{AdmitError, Limits};
+use crate::scheduler::state::{check_fits, AdmitError, Limits};
 use crate::scheduler::worker::{Command, Submission, Worker, WorkerShared};
 use crate::tokenizer::Tokenizer;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -250,23 +250,20 @@ impl EngineHandle {
             return Err(SubmitError::BadStopToken { id, n_vocab });
         }
         req.params.validate(n_vocab)?;
-        let (prompt, max_tokens, n_ctx) = (req.prompt.len(), req.max_tokens, self.inner.n_ctx);
-        if prompt.saturating_add(max_tokens) > n_ctx {
-            return Err(SubmitError::ContextLength(AdmitError::ContextLength {
-                prompt,
-                max_tokens,
-                n_ctx,
-            }));
-        }
-        let bs = self.inner.info.block_size;
-        let blocks = prompt.div_ceil(bs) + req.n * (max_tokens.div_ceil(bs) + 1);
-        if blocks > self.inner.kv_blocks {
-            return Err(SubmitError::KvCapacity(AdmitError::KvCapacity {
-                needed: blocks * bs,
-                capacity: self.inner.kv_blocks * bs,
-            }));
-        }
-        Ok(())
+        let info = &self.inner.info;
+        check_fits(
+            req.prompt.len(),
+            req.max_tokens,
+            req.n,
+            self.inner.n_ctx,
+            info.block_size,
+            self.inner.kv_blocks,
+        )
+        .map_err(|e| match e {
+            AdmitError::KvCapacity { .. } => SubmitError::KvCapacity(e),
+            AdmitError::EmptyPrompt => SubmitError::EmptyPrompt,
+            _ => SubmitError::ContextLength(e),
+        })
     }
 
     /// Validates `req` and queues it on the least loaded worker. Fails at once when it can

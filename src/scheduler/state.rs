@@ -202,27 +202,14 @@ impl<T> Scheduler<T> {
     /// Checks that a request can ever run: its prompt and `max_tokens` for each of its `n`
     /// choices fit the context and the whole KV pool (the choices share the prompt's blocks).
     pub fn check_fits(&self, prompt: usize, max_tokens: usize, n: usize) -> Result<(), AdmitError> {
-        if prompt == 0 {
-            return Err(AdmitError::EmptyPrompt);
-        }
-        let n_ctx = self.limits.n_ctx;
-        if prompt.saturating_add(max_tokens) > n_ctx {
-            return Err(AdmitError::ContextLength {
-                prompt,
-                max_tokens,
-                n_ctx,
-            });
-        }
-        let bs = self.block_size();
-        let blocks = prompt.div_ceil(bs) + n.max(1) * (max_tokens.div_ceil(bs) + 1);
-        let total = self.alloc.total_blocks();
-        if blocks > total {
-            return Err(AdmitError::KvCapacity {
-                needed: blocks * bs,
-                capacity: total * bs,
-            });
-        }
-        Ok(())
+        check_fits(
+            prompt,
+            max_tokens,
+            n,
+            self.limits.n_ctx,
+            self.block_size(),
+            self.alloc.total_blocks(),
+        )
     }
 
     /// Queues a new sequence (last in line) for a request with `n` choices (it forks the other
@@ -610,6 +597,39 @@ impl<T> Scheduler<T> {
     pub fn clear_prefix_cache(&mut self) {
         self.prefix.clear();
     }
+}
+
+/// Whether a request can ever run: a non-empty prompt, prompt + `max_tokens` within `n_ctx`,
+/// and the prompt's blocks plus `max_tokens` (and a partly filled block) for each of its `n`
+/// choices within a pool of `total_blocks` blocks of `block_size` positions. The one check
+/// both the handle (at submission) and the scheduler (at admission) apply.
+pub fn check_fits(
+    prompt: usize,
+    max_tokens: usize,
+    n: usize,
+    n_ctx: usize,
+    block_size: usize,
+    total_blocks: usize,
+) -> Result<(), AdmitError> {
+    if prompt == 0 {
+        return Err(AdmitError::EmptyPrompt);
+    }
+    if prompt.saturating_add(max_tokens) > n_ctx {
+        return Err(AdmitError::ContextLength {
+            prompt,
+            max_tokens,
+            n_ctx,
+        });
+    }
+    let bs = block_size.max(1);
+    let blocks = prompt.div_ceil(bs) + n.max(1) * (max_tokens.div_ceil(bs) + 1);
+    if blocks > total_blocks {
+        return Err(AdmitError::KvCapacity {
+            needed: blocks * bs,
+            capacity: total_blocks * bs,
+        });
+    }
+    Ok(())
 }
 
 /// The chained key of the full blocks of `tokens`.

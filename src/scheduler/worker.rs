@@ -235,10 +235,12 @@ impl Worker {
             if !go_on {
                 break;
             }
-            if !self.sched.is_idle() {
+            // A step publishes the load itself (with its stats); otherwise publish it here.
+            if self.sched.is_idle() {
+                self.publish_load();
+            } else {
                 self.step();
             }
-            self.publish_load();
         }
         self.abort_all(FinishReason::Abort);
         self.shared.healthy.store(false, Ordering::Release);
@@ -410,6 +412,7 @@ impl Worker {
         if plan.is_empty() {
             // Nothing could be scheduled (should not happen: the oldest sequence can always
             // preempt the others); avoid spinning hot.
+            self.publish_load();
             std::thread::sleep(Duration::from_millis(1));
             return;
         }
@@ -698,21 +701,22 @@ impl Worker {
         }
     }
 
-    /// Publishes the load numbers for handles.
-    fn publish_load(&self) {
-        let (used, _) = self.sched.kv_blocks();
+    /// Publishes the load numbers for handles; returns (used by sequences, cached only, total)
+    /// blocks so a step's stats reuse them.
+    fn publish_load(&self) -> (usize, usize, usize) {
+        let (used, total) = self.sched.kv_blocks();
         let cached = self.sched.kv_cached_evictable();
         self.shared
             .running
             .store(self.sched.n_running(), Ordering::Relaxed);
         self.shared.kv_used.store(used - cached, Ordering::Relaxed);
         self.shared.kv_cached.store(cached, Ordering::Relaxed);
+        (used - cached, cached, total)
     }
 
-    /// Hands the step's numbers to the observer.
+    /// Publishes the load for handles and hands the step's numbers to the observer.
     fn publish(&self, plan: &Plan, t0: Instant, queries: u64, hits: u64) {
-        let (used, total) = self.sched.kv_blocks();
-        let cached = self.sched.kv_cached_evictable();
+        let (used, cached, total) = self.publish_load();
         let decode = plan
             .items
             .iter()
@@ -734,7 +738,7 @@ impl Worker {
             duration: t0.elapsed(),
             running: self.sched.n_running(),
             waiting: self.sched.n_waiting(),
-            kv_blocks_used: used - cached,
+            kv_blocks_used: used,
             kv_blocks_total: total,
             kv_blocks_cached: cached,
             preemptions: plan.preempted.len(),
