@@ -16,8 +16,23 @@ struct Cli {
     /// Configuration file (TOML). Default: config/default.toml if present.
     #[arg(long, global = true, env = "KILN_CONFIG")]
     config: Option<PathBuf>,
+    /// Log lines as readable text or one JSON object each.
+    #[arg(
+        long,
+        global = true,
+        env = "KILN_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -47,13 +62,21 @@ fn main() -> ExitCode {
         Command::Serve(_) => "info",
         _ => "warn",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KILN_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // Level: KILN_LOG, else RUST_LOG, else the command's default.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KILN_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => fmt.init(),
+        LogFormat::Json => fmt
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init(),
+    }
     let result = match cli.command {
         Command::Inspect(a) => cli::inspect::run(a),
         Command::Tokenize(a) => cli::tokenize::run(a),

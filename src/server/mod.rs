@@ -25,6 +25,7 @@ pub mod openapi;
 pub mod params;
 pub mod probes;
 pub mod prompt;
+pub mod request_id;
 mod run;
 mod sse;
 pub mod state;
@@ -116,6 +117,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             metrics::track,
         ))
+        .layer(axum::middleware::from_fn(request_id::track))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             panic_response,
         ))

@@ -63,3 +63,42 @@ fn metrics_families_are_there_and_numbers_add_up() {
     assert!(st["last_5m"]["generated_tokens_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(st["running"], 0);
 }
+
+#[test]
+fn request_ids_come_back_and_name_the_json_access_line() {
+    use super::harness::{wait_for, Options};
+    use std::time::Duration;
+    let s = Server::start(Options {
+        env: vec![("KILN_LOG_FORMAT".to_string(), "json".to_string())],
+        ..Options::default()
+    });
+    let c = s.client();
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4});
+    let r = c.request(
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("Content-Type", "application/json"),
+            ("x-request-id", "trace-42"),
+        ],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-request-id"), Some("trace-42"));
+    // An id that could forge a log line is replaced by a fresh one.
+    let r = c.request("GET", "/v1/models", &[("x-request-id", "a\"b<c>")], b"");
+    let fresh = r.header("x-request-id").unwrap().to_string();
+    assert!(fresh.starts_with("req-"), "{fresh}");
+    wait_for("access lines", Duration::from_secs(10), || {
+        s.log().contains("trace-42") && s.log().contains(&fresh)
+    });
+    let log = s.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("trace-42") && l.contains("kiln::access"))
+        .unwrap_or_else(|| panic!("no access line for trace-42 in:\n{log}"));
+    let v: serde_json::Value = serde_json::from_str(line).expect("a JSON log line");
+    assert_eq!(v["route"], "/v1/chat/completions");
+    assert_eq!(v["status"], 200);
+    assert_eq!(v["span"]["request_id"], "trace-42");
+}
