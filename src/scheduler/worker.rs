@@ -8,7 +8,9 @@ use crate::engine::kv_cache::{KvCache, KvCacheConfig};
 use crate::engine::{BatchLimits, EngineError, LlamaModel, LogitsWanted, Scratch, SeqInput};
 use crate::scheduler::handle::{EngineConfig, MAX_UNREAD_EVENTS};
 use crate::scheduler::observer::{Observer, Phase, RequestStats, StepStats};
-use crate::scheduler::request::{Event, FinishReason, GenerationRequest, TokenLogprob, Usage};
+use crate::scheduler::request::{
+    Event, FinishReason, GenerationRequest, Timings, TokenLogprob, Usage,
+};
 use crate::scheduler::sampling::{SampleScratch, Sampled, Sampler};
 use crate::scheduler::state::{Limits, Plan, Scheduler, SeqId};
 use crate::scheduler::stop::StopMatcher;
@@ -374,32 +376,41 @@ impl Worker {
         }
         r.send(Event::Finished { choice: c, reason });
         if r.finish.iter().all(Option::is_some) {
-            let r = self.reqs.remove(&id).expect("request exists");
+            let mut r = self.reqs.remove(&id).expect("request exists");
             let usage = Usage {
                 prompt_tokens: r.req.prompt.len(),
                 cached_tokens: r.cached_tokens,
                 completion_tokens: r.generated,
             };
-            if reason == FinishReason::Error {
-                r.send(Event::Error {
-                    message: "the engine failed while running this request".to_string(),
-                });
-            } else {
-                r.send(Event::Done { usage });
-            }
             let now = Instant::now();
-            self.observer.on_request(&RequestStats {
+            let timings = Timings {
                 queue: r.admitted.unwrap_or(now).duration_since(r.arrived),
                 ttft: r.first_token.map(|t| t.duration_since(r.arrived)),
-                itl: r.itl,
+                itl: std::mem::take(&mut r.itl),
                 duration: now.duration_since(r.arrived),
+            };
+            self.observer.on_request(&RequestStats {
+                queue: timings.queue,
+                ttft: timings.ttft,
+                itl: timings.itl.clone(),
+                duration: timings.duration,
                 prompt_tokens: usage.prompt_tokens,
                 cached_tokens: usage.cached_tokens,
                 generated_tokens: usage.completion_tokens,
                 finish_reasons: r.finish.iter().map(|f| f.unwrap_or(reason)).collect(),
                 preemptions: r.preemptions,
             });
+            // Its slot and the load are published before the caller hears of the end, so a
+            // client that reads /stats or /metrics after its response sees them.
             self.release_slot(r.admitted.is_some());
+            self.publish_load();
+            if reason == FinishReason::Error {
+                r.send(Event::Error {
+                    message: "the engine failed while running this request".to_string(),
+                });
+            } else {
+                r.send(Event::Done { usage, timings });
+            }
         }
     }
 

@@ -11,7 +11,8 @@ use crate::server::sse::{self, json_event, ChunkWriter, StreamSettings};
 use crate::server::state::{random_id, unix_now, AppState, Runtime};
 use crate::server::types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
-    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ErrorResponse, UsageBody,
+    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ErrorResponse,
+    TimingsBody, UsageBody,
 };
 use crate::server::{blocking, prompt};
 use axum::extract::State;
@@ -179,7 +180,13 @@ struct ChatWriter {
 }
 
 impl ChatWriter {
-    fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: Option<UsageBody>) -> SseEvent {
+    /// A chunk; the usage chunk carries `tail`.
+    fn chunk(
+        &self,
+        choices: Vec<ChatChunkChoice>,
+        tail: Option<(UsageBody, TimingsBody)>,
+    ) -> SseEvent {
+        let (usage, timings) = tail.unzip();
         json_event(&ChatCompletionChunk {
             id: self.meta.id.clone(),
             object: "chat.completion.chunk".to_string(),
@@ -188,6 +195,7 @@ impl ChatWriter {
             system_fingerprint: self.meta.fingerprint.clone(),
             choices,
             usage,
+            timings,
         })
     }
 }
@@ -246,7 +254,7 @@ impl ChunkWriter for ChatWriter {
         )
     }
 
-    fn usage(&mut self, usage: UsageBody) -> SseEvent {
-        self.chunk(Vec::new(), Some(usage))
+    fn usage(&mut self, usage: UsageBody, timings: TimingsBody) -> SseEvent {
+        self.chunk(Vec::new(), Some((usage, timings)))
     }
 }

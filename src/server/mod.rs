@@ -13,6 +13,7 @@
 //! Compute never runs on the async runtime: the engine has its own threads, and prompt
 //! rendering and tokenization go to `spawn_blocking`.
 
+pub mod access;
 mod auth;
 mod body;
 pub mod chat;
@@ -223,6 +224,10 @@ pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
             });
             tracing::info!(
                 model = state.model_id(),
+                isa = crate::kernels::isa::isa().name(),
+                workers = info.workers,
+                threads_per_worker = info.threads_per_worker,
+                load_seconds = load_time.as_secs_f64(),
                 template = ?rt.template_source,
                 fingerprint = %rt.fingerprint,
                 n_ctx = info.n_ctx,

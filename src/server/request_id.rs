@@ -3,8 +3,11 @@
 //! a line break or markup into logs), else a new one. The id comes back in the response's
 //! `x-request-id` header, names a tracing span around the request (so every log line written
 //! while handling it carries `request_id`), and one access-log line (`target: kiln::access`) is
-//! written when the response body ends: method, route pattern, status, duration, bytes.
+//! written when the response body ends: method, route pattern, status, duration, bytes and,
+//! for a generation, its token counts (prompt, cached, generated), queue time, time to first
+//! token and finish reason(s) (recorded through [`access`]).
 
+use crate::server::access::{self, Note};
 use crate::server::state::random_id;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{MatchedPath, Request};
@@ -44,18 +47,23 @@ pub async fn track(req: Request, next: Next) -> Response {
         .unwrap_or_else(|| "other".to_string());
     let span = tracing::info_span!("request", request_id = %id);
     let start = Instant::now();
-    let mut resp = next.run(req).instrument(span.clone()).await;
+    let note = Note::default();
+    let mut resp = access::scope(note.clone(), next.run(req))
+        .instrument(span.clone())
+        .await;
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert(HEADER, v);
     }
     let (parts, body) = resp.into_parts();
     let log = AccessLog {
         span,
+        id,
         method,
         route,
         status: parts.status.as_u16(),
         start,
         bytes: 0,
+        note,
     };
     Response::from_parts(parts, Body::new(Logged { inner: body, log }))
 }
@@ -63,23 +71,48 @@ pub async fn track(req: Request, next: Next) -> Response {
 /// Written once, when the response body is finished or dropped (client gone).
 struct AccessLog {
     span: tracing::Span,
+    /// Also a field of the line itself: it names the request even when a filter drops spans.
+    id: String,
     method: String,
     route: String,
     status: u16,
     start: Instant,
     bytes: u64,
+    note: Note,
 }
 
 impl Drop for AccessLog {
     fn drop(&mut self) {
+        let duration_ms = self.start.elapsed().as_secs_f64() * 1e3;
+        let Some(g) = self.note.take() else {
+            tracing::info!(
+                target: "kiln::access",
+                parent: &self.span,
+                request_id = %self.id,
+                method = %self.method,
+                route = %self.route,
+                status = self.status,
+                duration_ms,
+                bytes = self.bytes,
+                "request"
+            );
+            return;
+        };
         tracing::info!(
             target: "kiln::access",
             parent: &self.span,
+            request_id = %self.id,
             method = %self.method,
             route = %self.route,
             status = self.status,
-            duration_ms = self.start.elapsed().as_secs_f64() * 1e3,
+            duration_ms,
             bytes = self.bytes,
+            prompt_tokens = g.usage.prompt_tokens,
+            cached_tokens = g.usage.prompt_tokens_details.cached_tokens,
+            generated_tokens = g.usage.completion_tokens,
+            queue_ms = g.timings.queue_ms,
+            ttft_ms = g.timings.ttft_ms.unwrap_or(-1.0),
+            finish_reason = %g.finish_str(),
             "request"
         );
     }

@@ -14,10 +14,11 @@
 //! `MAX_UNREAD_EVENTS` events unread.
 
 use crate::scheduler::{Event, FinishReason, RequestStream, TokenLogprob};
+use crate::server::access::{self, Note};
 use crate::server::error::ApiError;
 use crate::server::run::{merge, next_event, Merged};
 use crate::server::state::InFlight;
-use crate::server::types::UsageBody;
+use crate::server::types::{TimingsBody, UsageBody};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use std::collections::VecDeque;
@@ -34,8 +35,8 @@ pub trait ChunkWriter: Send + 'static {
         -> Option<SseEvent>;
     /// The choice's last chunk.
     fn finished(&mut self, choice: usize, reason: FinishReason) -> SseEvent;
-    /// The usage chunk (`choices: []`).
-    fn usage(&mut self, usage: UsageBody) -> SseEvent;
+    /// The usage chunk (`choices: []`), with kiln's timings of the request.
+    fn usage(&mut self, usage: UsageBody, timings: TimingsBody) -> SseEvent;
 }
 
 /// A JSON chunk (serialization of these plain structs cannot fail).
@@ -63,6 +64,8 @@ struct Driver<W> {
     writer: W,
     outbox: VecDeque<SseEvent>,
     usage: UsageBody,
+    timings: TimingsBody,
+    note: Note,
     include_usage: bool,
     deadline: Option<(Instant, Duration)>,
     state: State,
@@ -85,7 +88,9 @@ impl<W: ChunkWriter> Driver<W> {
             }
             if self.remaining == 0 {
                 if self.include_usage {
-                    self.outbox.push_back(self.writer.usage(self.usage));
+                    let timings = std::mem::take(&mut self.timings);
+                    self.outbox
+                        .push_back(self.writer.usage(self.usage, timings));
                 }
                 self.state = State::Closing;
                 continue;
@@ -126,10 +131,13 @@ impl<W: ChunkWriter> Driver<W> {
                     },
                 ) => {}
                 (p, Event::Finished { choice, reason }) => {
+                    self.note.finished(reason);
                     let e = self.writer.finished(p * self.n + choice, reason);
                     self.outbox.push_back(e);
                 }
-                (_, Event::Done { usage }) => {
+                (_, Event::Done { usage, timings }) => {
+                    self.note.done(usage, &timings);
+                    self.timings.add(&timings);
                     self.usage.add(usage);
                     self.remaining -= 1;
                 }
@@ -170,6 +178,8 @@ pub fn respond<W: ChunkWriter>(
         writer,
         outbox: VecDeque::new(),
         usage: UsageBody::default(),
+        timings: TimingsBody::default(),
+        note: access::current(),
         include_usage: settings.include_usage,
         deadline: settings.deadline,
         state: State::Running,

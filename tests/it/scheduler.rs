@@ -51,7 +51,7 @@ fn collect(mut s: RequestStream, n: usize) -> (Vec<Out>, kiln::scheduler::Usage)
                 outs[choice].text.push_str(&text);
             }
             Event::Finished { choice, reason } => outs[choice].finish = Some(reason),
-            Event::Done { usage } => return (outs, usage),
+            Event::Done { usage, .. } => return (outs, usage),
             Event::Error { message } => panic!("engine error: {message}"),
         }
     }
