@@ -13,7 +13,7 @@ KILN         := $(or $(CARGO_TARGET_DIR),target)/release/kiln
 TEST_ISAS    ?= avx2 scalar
 
 .PHONY: run test model tools tools-promtool build release fmt check unit isa-matrix neon-test \
-        promtool-test monitoring-check alerts bench bench-baseline bench-compare quantized-models \
+        tools-chromium promtool-test monitoring-check alerts bench bench-baseline bench-compare quantized-models \
         profile clean pytools client-tests loadtest serve-compare
 
 HOST         ?= 127.0.0.1
@@ -37,8 +37,8 @@ $(MODEL):
 
 ## tools: what the suite needs beyond cargo: the aarch64 target, a cross C compiler and
 ## qemu-user, so the NEON kernels are built and their tests run under emulation; promtool;
-## tmux (kiln top is tested in a real terminal).
-tools: tools-promtool
+## chromium (k6's HTML report); tmux (kiln top is tested in a real terminal).
+tools: tools-promtool tools-chromium
 	@rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || \
 	  rustup target add aarch64-unknown-linux-gnu || \
 	  { echo "make: error: cannot install the rust aarch64 target (needed for the NEON tests)" >&2; exit 1; }
@@ -48,6 +48,12 @@ tools: tools-promtool
 	@command -v tmux >/dev/null || \
 	  { apt-get update -qq && apt-get install -y -qq tmux; } || \
 	  { echo "make: error: cannot install tmux (Debian; the kiln top test runs in it)" >&2; exit 1; }
+
+## tools-chromium: Debian's chromium, which opens k6's HTML reports headless.
+tools-chromium:
+	@command -v chromium >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } || \
+	  { echo "make: error: cannot install Debian's chromium (it checks k6's HTML report renders)" >&2; exit 1; }
 
 ## tools-promtool: promtool, from Debian's prometheus package (its service is not started).
 tools-promtool:
@@ -94,19 +100,22 @@ pytools:
 	@$(PY) scripts/pytools_check.py || { echo "make: error: $(VENV) lacks the tools above" >&2; exit 1; }
 
 ## client-tests: real clients against a real `kiln serve` (tests/py): the openai package,
-## a bounded schemathesis run over /openapi.json and a short k6 run of loadtest/chat.js.
+## a bounded schemathesis run over /openapi.json, short k6 runs of loadtest/ (smoke.js with its
+## HTML report checked in headless Chromium, chat.js, stream.js), kiln top, a real Prometheus.
 ## pytest's "no tests ran" (exit 5) fails like any other failure.
-client-tests: pytools model release
+client-tests: pytools model release tools-chromium
 	KILN_BIN=$(abspath $(KILN)) PYTHONDONTWRITEBYTECODE=1 \
 	  $(PY) -m pytest tests/py -p no:cacheprovider -q
 
-## loadtest: loadtest/chat.js (k6, USERS closed-loop chat users for DURATION) against a kiln
-## started for it on a free loopback port, stopped afterwards.
-USERS    ?= 16
-DURATION ?= 60s
-loadtest: pytools model release
-	KILN_BIN=$(abspath $(KILN)) $(PY) scripts/serve_compare.py --only kiln \
-	  --model $(MODEL) --users $(USERS) --duration $(DURATION)
+## loadtest: one k6 scenario of loadtest/ (SCENARIO = smoke, chat, stream, ramp or soak;
+## default chat) against a kiln started for it on a free loopback port and stopped afterwards.
+## The scenario's settings come from the make line or the environment (USERS=8 DURATION=5m
+## PEAK_RATE=30 THRESHOLD_TTFT_P95_MS=3000 ...). Summary JSON, k6's summary export and its HTML
+## report go to loadtest/results/ (git-ignored); the report is opened in headless Chromium and
+## must render. Exit 99: a threshold of loadtest/thresholds.json was crossed.
+SCENARIO ?= chat
+loadtest: pytools model release tools-chromium
+	KILN_BIN=$(abspath $(KILN)) $(PY) scripts/loadtest.py --scenario $(SCENARIO) --model $(MODEL)
 
 ## serve-compare: kiln and llama.cpp's llama-server (built once by ../shared/tools), each
 ## under loadtest/chat.js at 16 then 32 users, 2 threads each; prints the table for the README.

@@ -39,6 +39,10 @@ pub struct Args {
     /// With --concurrency: measured requests per user (after one warm-up request).
     #[arg(long, default_value_t = 3)]
     requests_per_user: usize,
+    /// With --concurrency: record into the Prometheus metrics and the /stats window as
+    /// `kiln serve` does (run with and without it to measure what recording costs).
+    #[arg(long)]
+    metrics: bool,
 }
 
 /// Prompt length of each sequence in the batched decode test.
@@ -69,6 +73,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
             requests_per_user: args.requests_per_user,
             gen_tokens: args.n_gen,
             json: args.json,
+            metrics: args.metrics,
         });
     }
     let model_path = args.model.clone().unwrap_or(cfg.model_path.clone());

@@ -9,6 +9,8 @@ use kiln::chat_template::ChatTemplate;
 use kiln::config::Config;
 use kiln::engine::sampling::Rng;
 use kiln::scheduler::setup::{start, Loaded};
+use kiln::metrics::{window::StatsWindow, Metrics};
+use kiln::scheduler::observer::Fanout;
 use kiln::scheduler::{EngineHandle, Event, GenerationRequest, NoopObserver, SamplingParams};
 use kiln::tokenizer::Tokenizer;
 use std::path::Path;
@@ -24,6 +26,8 @@ pub struct ServeBench<'a> {
     pub requests_per_user: usize,
     pub gen_tokens: usize,
     pub json: bool,
+    /// Record into the server's observers (Prometheus metrics, the /stats window).
+    pub metrics: bool,
 }
 
 const SYSTEM: &str = "You are Kiln, a friendly assistant for a pottery studio. You answer \
@@ -290,13 +294,18 @@ fn interference(l: &Loaded, tpl: &ChatTemplate) -> anyhow::Result<serde_json::Va
 }
 
 pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
-    let slow: Arc<dyn kiln::scheduler::Observer> =
+    let observer: Arc<dyn kiln::scheduler::Observer> =
         if std::env::var_os("KILN_BENCH_SLOW_STEPS").is_some() {
             Arc::new(SlowSteps)
+        } else if b.metrics {
+            Arc::new(Fanout(vec![
+                Arc::new(Metrics::new("bench").context("creating the metrics")?),
+                Arc::new(StatsWindow::new()),
+            ]))
         } else {
             Arc::new(NoopObserver)
         };
-    let l = start(&b.cfg, b.model, slow).context("starting the engine")?;
+    let l = start(&b.cfg, b.model, observer).context("starting the engine")?;
     let (tpl, _) = ChatTemplate::for_model(l.chat_template.as_deref(), None)
         .context("loading the chat template")?;
     let mut rows = Vec::new();
