@@ -6,7 +6,7 @@
 
 use crate::engine::kv_cache::{KvCache, KvCacheConfig};
 use crate::engine::{BatchLimits, EngineError, LlamaModel, LogitsWanted, Scratch, SeqInput};
-use crate::scheduler::handle::{EngineConfig, MAX_UNREAD_EVENTS};
+use crate::scheduler::handle::EngineConfig;
 use crate::scheduler::observer::{Observer, Phase, RequestStats, StepStats};
 use crate::scheduler::request::{
     Event, FinishReason, GenerationRequest, Timings, TokenLogprob, Usage,
@@ -103,6 +103,8 @@ struct SeqOut {
 struct Req {
     tx: tokio::sync::mpsc::UnboundedSender<Event>,
     unread: Arc<AtomicUsize>,
+    /// The most events `unread` may reach.
+    max_unread: usize,
     req: GenerationRequest,
     seed: u64,
     arrived: Instant,
@@ -118,7 +120,7 @@ struct Req {
 impl Req {
     /// Sends `ev`; false when the client is gone or has stopped reading.
     fn send(&self, ev: Event) -> bool {
-        if self.unread.load(Ordering::Acquire) >= MAX_UNREAD_EVENTS {
+        if self.unread.load(Ordering::Acquire) >= self.max_unread {
             return false;
         }
         self.unread.fetch_add(1, Ordering::AcqRel);
@@ -149,6 +151,7 @@ pub(crate) struct Worker {
     rows: Vec<f32>,
     steps: u64,
     panic_at_step: Option<u64>,
+    max_unread_events: usize,
 }
 
 impl Worker {
@@ -206,6 +209,7 @@ impl Worker {
             rows: Vec::new(),
             steps: 0,
             panic_at_step: cfg.panic_at_step,
+            max_unread_events: cfg.max_unread_events.max(1),
         })
     }
 
@@ -281,6 +285,7 @@ impl Worker {
         let r = Req {
             tx,
             unread,
+            max_unread: self.max_unread_events,
             req: req.clone(),
             seed,
             arrived,
