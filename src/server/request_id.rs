@@ -83,21 +83,9 @@ struct AccessLog {
 
 impl Drop for AccessLog {
     fn drop(&mut self) {
-        let duration_ms = self.start.elapsed().as_secs_f64() * 1e3;
-        let Some(g) = self.note.take() else {
-            tracing::info!(
-                target: "kiln::access",
-                parent: &self.span,
-                request_id = %self.id,
-                method = %self.method,
-                route = %self.route,
-                status = self.status,
-                duration_ms,
-                bytes = self.bytes,
-                "request"
-            );
-            return;
-        };
+        // A request that generated nothing has no generation fields (None records nothing).
+        let g = self.note.take();
+        let g = g.as_ref();
         tracing::info!(
             target: "kiln::access",
             parent: &self.span,
@@ -105,14 +93,14 @@ impl Drop for AccessLog {
             method = %self.method,
             route = %self.route,
             status = self.status,
-            duration_ms,
+            duration_ms = self.start.elapsed().as_secs_f64() * 1e3,
             bytes = self.bytes,
-            prompt_tokens = g.usage.prompt_tokens,
-            cached_tokens = g.usage.prompt_tokens_details.cached_tokens,
-            generated_tokens = g.usage.completion_tokens,
-            queue_ms = g.timings.queue_ms,
-            ttft_ms = g.timings.ttft_ms.unwrap_or(-1.0),
-            finish_reason = %g.finish_str(),
+            prompt_tokens = g.map(|g| g.usage.prompt_tokens),
+            cached_tokens = g.map(|g| g.usage.prompt_tokens_details.cached_tokens),
+            generated_tokens = g.map(|g| g.usage.completion_tokens),
+            queue_ms = g.map(|g| g.timings.queue_ms),
+            ttft_ms = g.map(|g| g.timings.ttft_ms.unwrap_or(-1.0)),
+            finish_reason = g.map(|g| tracing::field::display(g.finish_str())),
             "request"
         );
     }
