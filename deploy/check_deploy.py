@@ -295,7 +295,9 @@ def check_epp_config(cfg, where, schema, families, problems: Problems):
 
 def check_gateway(objects, kiln_objects, schema, families, problems: Problems):
     where = "deploy/k8s/gateway"
-    deployment = next(d for d in by_kind(kiln_objects, "Deployment") if d["metadata"]["name"] == "kiln")
+    deployment = next((d for d in by_kind(kiln_objects, "Deployment") if d["metadata"]["name"] == "kiln"), None)
+    if deployment is None:
+        return  # check_kiln reported it
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     ports = {p["containerPort"] for c in deployment["spec"]["template"]["spec"]["containers"]
              for p in c.get("ports", [])}
