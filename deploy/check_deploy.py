@@ -13,10 +13,10 @@
   references;
 - what no schema sees: the selectors match the kiln pods, the probes and ports name the port
   kiln listens on (kiln.toml's server.port), the grace period covers preStop + drain_timeout, the
-  ScaledObject scales the Deployment, and every metric the picker and the autoscaler read is a
-  metric family kiln exports (src/metrics/names.rs).
+  ScaledObject scales the Deployment with a query promtool parses, and every metric the picker
+  and the autoscaler read is a metric family kiln exports (src/metrics/names.rs).
 
-    check_deploy.py [--root DIR] [--schemas DIR] [--kubectl CMD]
+    check_deploy.py [--root DIR] [--schemas DIR] [--kubectl CMD] [--promtool CMD]
 
 --root is the repository (a copy, for the negative tests of deploy/test_check_deploy.py).
 Prints every problem and exits 1 if there is one; a missing tool or schema is a problem too.
@@ -29,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -193,7 +194,20 @@ def metric_families(root: Path) -> set[str]:
     return set(re.findall(r'pub const [A-Z_]+: &str = "(kiln_[a-z_]+)";', names))
 
 
-def check_kiln(objects, config, families, problems: Problems):
+def check_promql(query: str, promtool: str) -> str | None:
+    """promtool's complaint about a PromQL query (parsed as a recording rule), or None."""
+    rules = {"groups": [{"name": "check", "rules": [{"record": "check:query", "expr": query}]}]}
+    with tempfile.NamedTemporaryFile("w", suffix=".yml") as f:
+        json.dump(rules, f)
+        f.flush()
+        try:
+            r = subprocess.run([promtool, "check", "rules", f.name], capture_output=True, text=True)
+        except OSError as e:
+            return f"cannot run {promtool}: {e}"
+    return None if r.returncode == 0 else (r.stdout + r.stderr).strip()
+
+
+def check_kiln(objects, config, families, promtool, problems: Problems):
     where = "deploy/k8s"
     deployments = [d for d in by_kind(objects, "Deployment") if d["metadata"]["name"] == "kiln"]
     if len(deployments) != 1:
@@ -253,6 +267,9 @@ def check_kiln(objects, config, families, problems: Problems):
         namespace = deployment["metadata"].get("namespace")
         for trigger in scaled["spec"]["triggers"]:
             query = trigger["metadata"].get("query", "")
+            complaint = check_promql(query, promtool)
+            if complaint:
+                problems.add(where, f"promtool cannot parse the ScaledObject's query: {complaint}")
             for name in re.findall(r"\bkiln_[a-z_]+", query):
                 if name not in families:
                     problems.add(where, f"the ScaledObject's query reads {name}, which kiln does not export")
@@ -382,6 +399,7 @@ def main() -> int:
     ap.add_argument("--schemas", type=Path, required=True,
                     help="the vendored CRDs (deploy/k8s/schemas/README.md)")
     ap.add_argument("--kubectl", default="kubectl", help="kubectl, for `kubectl kustomize`")
+    ap.add_argument("--promtool", default="promtool", help="promtool, to parse PromQL")
     args = ap.parse_args()
     root = args.root.resolve()
     problems = Problems()
@@ -404,7 +422,7 @@ def main() -> int:
         check_resources(objects, directory, problems)
         rendered[directory] = objects
     if rendered["deploy/k8s"]:
-        check_kiln(rendered["deploy/k8s"], config, families, problems)
+        check_kiln(rendered["deploy/k8s"], config, families, args.promtool, problems)
         if rendered["deploy/k8s/gateway"]:
             check_gateway(rendered["deploy/k8s/gateway"], rendered["deploy/k8s"], epp_schema,
                           families, problems)

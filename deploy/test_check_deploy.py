@@ -44,6 +44,7 @@ CASES = [
     ("k8s/scaledobject.yaml", "minReplicaCount: 2", 'minReplicaCount: "two"', "ScaledObject: spec.minReplicaCount"),
     ("k8s/scaledobject.yaml", "sum(kiln_requests_waiting{", "sum(kiln_queue_length{",
      "reads kiln_queue_length, which kiln does not export"),
+    ("k8s/scaledobject.yaml", 'namespace="kiln"})', 'namespace="kiln"}', "promtool cannot parse the ScaledObject's query"),
     ("k8s/kustomization.yaml", "- pdb.yaml", "- pdbs.yaml", "kustomize failed"),
     ("compose.yaml", "stop_grace_period: 35s", "stop_grace: 35s", "'stop_grace' was unexpected"),
     ("compose.yaml", "stop_grace_period: 35s", "stop_grace_period: 20s", "does not exceed drain_timeout"),
