@@ -2,8 +2,9 @@
 """Validates deploy/ without a Docker engine or a cluster; run by `make deploy-check`.
 
 - compose.yaml against the compose specification's JSON schema (the copy check-jsonschema
-  ships), every bind-mount source and the build's Dockerfile present, and a stop grace period
-  longer than kiln's drain_timeout;
+  ships), every bind-mount source and the build's Dockerfile present, every address of the
+  Prometheus and Grafana configurations a service, and a stop grace period longer than kiln's
+  drain_timeout;
 - deploy/k8s and deploy/k8s/gateway rendered by kustomize (`kubectl kustomize`), then every
   object: core kinds by kubernetes-validate in strict mode (unknown fields rejected) against
   Kubernetes 1.30 and 1.37; custom resources against the CRDs of their projects (the served
@@ -380,6 +381,22 @@ def check_compose(root: Path, config, problems: Problems):
             dockerfile = path.parent / build.get("context", ".") / build.get("dockerfile", "Dockerfile")
             if not dockerfile.is_file():
                 problems.add(where, f"{name}: no Dockerfile at {dockerfile}")
+    # The stack reaches its parts by service name: Prometheus' targets and Alertmanager, the
+    # Grafana data source.
+    prom = yaml.safe_load((root / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    addresses = [t for job in prom["scrape_configs"] for sc in job.get("static_configs", [])
+                 for t in sc["targets"]]
+    addresses += [r["replacement"] for job in prom["scrape_configs"]
+                  for r in job.get("relabel_configs", []) if r.get("target_label") == "__address__"]
+    addresses += [t for am in prom["alerting"]["alertmanagers"] for sc in am["static_configs"]
+                  for t in sc["targets"]]
+    datasources = yaml.safe_load(
+        (root / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())
+    addresses += [re.sub(r"^https?://", "", d["url"]) for d in datasources["datasources"]]
+    for address in addresses:
+        host = address.rsplit(":", 1)[0]
+        if host != "localhost" and host not in services:
+            problems.add(where, f"{address} (Prometheus or Grafana configuration) names no service")
     kiln = services.get("kiln", {})
     try:
         grace = seconds(kiln.get("stop_grace_period", "10s"))

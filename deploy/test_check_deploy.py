@@ -48,6 +48,8 @@ CASES = [
     ("k8s/kustomization.yaml", "- pdb.yaml", "- pdbs.yaml", "kustomize failed"),
     ("compose.yaml", "stop_grace_period: 35s", "stop_grace: 35s", "'stop_grace' was unexpected"),
     ("compose.yaml", "stop_grace_period: 35s", "stop_grace_period: 20s", "does not exceed drain_timeout"),
+    ("compose.yaml", "  blackbox:", "  blackbox-exporter:", "blackbox:9115 (Prometheus or Grafana configuration) names no service"),
+    ("prometheus/prometheus.yml", '"alertmanager:9093"', '"alertmanagr:9093"', "alertmanagr:9093 (Prometheus or Grafana"),
     ("compose.yaml", "./grafana/dashboards:", "./grafana/dashboard:", "./grafana/dashboard does not exist"),
 ]
 
