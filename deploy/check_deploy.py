@@ -7,9 +7,12 @@
   drain_timeout;
 - deploy/k8s and deploy/k8s/gateway rendered by kustomize (`kubectl kustomize`), then every
   object: core kinds by kubernetes-validate in strict mode (unknown fields rejected) against
-  Kubernetes 1.30 and 1.37; custom resources against the CRDs of their projects (the served
-  version's openAPIV3Schema, unknown fields rejected as the API server's strict field validation
-  does; CEL rules are not evaluated), found in --schemas (deploy/k8s/schemas/README.md names them);
+  Kubernetes 1.30 and 1.37; custom resources against kiln's JSON Schemas of their CRDs,
+  transcribed from the projects' published CRDs and committed in deploy/k8s/schemas (always),
+  and against the published CRD files themselves when --schemas (or KILN_SCHEMAS) holds them
+  (the served version's openAPIV3Schema, unknown fields rejected as the API server's strict
+  field validation does; CEL rules are not evaluated). One line says which were used;
+  deploy/k8s/schemas/README.md says why the published files are not committed;
 - the endpoint picker's configuration against endpointpickerconfig.schema.json, and its plugin
   references;
 - what no schema sees: the selectors match the kiln pods, the probes and ports name the port
@@ -20,12 +23,14 @@
     check_deploy.py [--root DIR] [--schemas DIR] [--kubectl CMD] [--promtool CMD]
 
 --root is the repository (a copy, for the negative tests of deploy/test_check_deploy.py).
-Prints every problem and exits 1 if there is one; a missing tool or schema is a problem too.
+Prints every problem and exits 1 if there is one; a missing tool is a problem too, and so is a
+published CRD file in --schemas that is not the one deploy/k8s/schemas/README.md names.
 """
 
 import argparse
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -41,25 +46,35 @@ from check_jsonschema.builtin_schemas import get_builtin_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S_VERSIONS = ("1.30.0", "1.37.0")
-# (group, kind) -> the vendored CRD file that defines it and its sha256: the exact upstream file
-# of deploy/k8s/schemas/README.md, so another version cannot pass for it unnoticed.
+SCHEMAS = Path("deploy") / "k8s" / "schemas"
+# (group, kind) -> the version deploy/k8s uses and kiln's JSON Schema of it, transcribed from the
+# published CRD (in SCHEMAS, committed); then the published CRD file and its sha256, the exact
+# upstream file of deploy/k8s/schemas/README.md, so another version cannot pass for it unnoticed
+# (optional: found in --schemas when present, never committed).
 CRDS = {
     ("inference.networking.k8s.io", "InferencePool"): (
+        "v1", "inferencepool.v1.schema.json",
         "inference.networking.k8s.io_inferencepools.yaml",
         "55e0dbf39c50c4bbdd60106493a4573df4bb44479f9ce46762f1af718883e5cd"),
     ("gateway.networking.k8s.io", "HTTPRoute"): (
+        "v1", "httproute.v1.schema.json",
         "gateway.networking.k8s.io_httproutes.yaml",
         "a424a0d6c953b162e71d1d97bb7e75012d8f1ac264e7274f2763d1b96ab39852"),
     ("monitoring.coreos.com", "ServiceMonitor"): (
+        "v1", "servicemonitor.v1.schema.json",
         "monitoring.coreos.com_servicemonitors.yaml",
         "a99047972c9dd7679ce2050b9968e8a08773492e671b3e17abd476d42aa78a32"),
     ("monitoring.coreos.com", "PrometheusRule"): (
+        "v1", "prometheusrule.v1.schema.json",
         "monitoring.coreos.com_prometheusrules.yaml",
         "78be98554b9c8506ab2b4f4feb91c5f3a56e536a0a510f3a8e876a459970d56d"),
     ("keda.sh", "ScaledObject"): (
+        "v1alpha1", "scaledobject.v1alpha1.schema.json",
         "keda.sh_scaledobjects.yaml",
         "af35555862a83933b074af14ad439c4b4ceabaf4daa3e9338e9b23e36d308d80"),
 }
+TRANSCRIBED = "transcribed schema"
+PUBLISHED = "published CRD"
 # Seconds between the end of preStop + drain_timeout and the kubelet's SIGKILL.
 GRACE_MARGIN = 5
 
@@ -89,13 +104,30 @@ def strict_schema(node):
     return out
 
 
-def crd_validators(schemas: Path, problems: Problems):
-    """(group, kind, version) -> a validator for each served version of each vendored CRD."""
+def transcribed_validators(root: Path, problems: Problems):
+    """(group, kind, version) -> a validator of kiln's transcribed schema, for each CRD kind."""
     validators = {}
-    for (group, kind), (name, sha256) in CRDS.items():
-        path = schemas / name
-        if not path.is_file():
-            problems.add(path, "missing: deploy/k8s/schemas/README.md says where it comes from")
+    for (group, kind), (version, name, _, _) in CRDS.items():
+        path = root / SCHEMAS / name
+        try:
+            schema = json.loads(path.read_text())
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except (OSError, ValueError, jsonschema.SchemaError) as e:
+            problems.add(SCHEMAS / name, f"not a usable JSON Schema: {e}")
+            continue
+        validators[(group, kind, version)] = jsonschema.Draft202012Validator(schema)
+    return validators
+
+
+def published_validators(schemas: Path | None, problems: Problems):
+    """The published CRD files found in `schemas`: (group, kind) -> {served version: validator},
+    and the names of the files that are not there. A file that is there must be the one
+    deploy/k8s/schemas/README.md names."""
+    validators, missing = {}, []
+    for (group, kind), (_, _, name, sha256) in CRDS.items():
+        path = schemas / name if schemas else None
+        if path is None or not path.is_file():
+            missing.append(name)
             continue
         data = path.read_bytes()
         if hashlib.sha256(data).hexdigest() != sha256:
@@ -105,24 +137,47 @@ def crd_validators(schemas: Path, problems: Problems):
         if (crd["spec"]["group"], crd["spec"]["names"]["kind"]) != (group, kind):
             problems.add(path, f"defines {crd['spec']['names']['kind']}, not {kind}")
             continue
-        for version in crd["spec"]["versions"]:
-            if version.get("served"):
-                schema = strict_schema(version["schema"]["openAPIV3Schema"])
-                validators[(group, kind, version["name"])] = jsonschema.Draft4Validator(schema)
-    return validators
+        validators[(group, kind)] = {
+            version["name"]: jsonschema.Draft4Validator(strict_schema(version["schema"]["openAPIV3Schema"]))
+            for version in crd["spec"]["versions"] if version.get("served")}
+    return validators, missing
 
 
-def validate_object(obj, where, validators, problems: Problems):
+def published_note(schemas: Path | None, published, missing) -> str:
+    """The line saying which schemas the custom resources were validated against."""
+    if not published:
+        where = schemas if schemas else "no --schemas or KILN_SCHEMAS given"
+        return (f"published CRDs not available ({where}): custom resources validated against the "
+                f"transcribed schemas in {SCHEMAS} only (its README.md says how to add them)")
+    line = (f"published CRDs: {len(published)} of {len(CRDS)} found in {schemas} (sha256 checked): "
+            f"custom resources validated against them and against the transcribed schemas in {SCHEMAS}")
+    if missing:
+        line += f"; not available, so transcribed schema only: {', '.join(missing)}"
+    return line
+
+
+def report(validator, obj, where, kind, source, problems: Problems):
+    for error in validator.iter_errors(obj):
+        path = ".".join(str(p) for p in error.absolute_path)
+        problems.add(where, f"{kind} ({source}): {path}: {error.message}")
+
+
+def validate_object(obj, where, transcribed, published, problems: Problems):
     group, _, version = obj.get("apiVersion", "").rpartition("/")
     kind = obj.get("kind")
     if (group, kind) in CRDS:
-        validator = validators.get((group, kind, version))
+        validator = transcribed.get((group, kind, version))
         if validator is None:
-            problems.add(where, f"{kind} {version} is not a served version of its CRD")
-            return
-        for error in validator.iter_errors(obj):
-            path = ".".join(str(p) for p in error.absolute_path)
-            problems.add(where, f"{kind}: {path}: {error.message}")
+            problems.add(where, f"{kind} {version}: {SCHEMAS} transcribes {kind} "
+                                f"{CRDS[(group, kind)][0]} only")
+        else:
+            report(validator, obj, where, kind, TRANSCRIBED, problems)
+        if (group, kind) in published:
+            validator = published[(group, kind)].get(version)
+            if validator is None:
+                problems.add(where, f"{kind} {version} is not a served version of its published CRD")
+            else:
+                report(validator, obj, where, kind, PUBLISHED, problems)
         return
     for k8s in K8S_VERSIONS:
         try:
@@ -132,7 +187,7 @@ def validate_object(obj, where, validators, problems: Problems):
             problems.add(where, f"{kind} (Kubernetes {k8s}): {path}: {e.message}")
         except kubernetes_validate.SchemaNotFoundError:
             problems.add(where, f"{obj.get('apiVersion')} {kind} is not a Kubernetes {k8s} kind "
-                                "nor a vendored CRD")
+                                "nor a CRD kind of deploy/k8s/schemas")
 
 
 # --- Kubernetes ---------------------------------------------------------------------------
@@ -338,8 +393,8 @@ def check_gateway(objects, kiln_objects, schema, families, problems: Problems):
         pool_names = {p["metadata"]["name"] for p in pools}
         for rule in route["spec"].get("rules", []):
             for backend in rule.get("backendRefs", []):
-                if backend.get("kind") == "InferencePool" and backend["name"] not in pool_names:
-                    problems.add(where, f"the HTTPRoute sends to InferencePool {backend['name']}, not here")
+                if backend.get("kind") == "InferencePool" and backend.get("name") not in pool_names:
+                    problems.add(where, f"the HTTPRoute sends to InferencePool {backend.get('name')}, not here")
     found = False
     for cm in by_kind(objects, "ConfigMap"):
         for key, text in cm.get("data", {}).items():
@@ -413,8 +468,10 @@ def check_compose(root: Path, config, problems: Problems):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=ROOT)
-    ap.add_argument("--schemas", type=Path, required=True,
-                    help="the vendored CRDs (deploy/k8s/schemas/README.md)")
+    ap.add_argument("--schemas", type=Path, default=os.environ.get("KILN_SCHEMAS") or None,
+                    help="a directory holding the published CRD files of deploy/k8s/schemas/README.md "
+                         "(optional; default $KILN_SCHEMAS): custom resources are validated against "
+                         "them too")
     ap.add_argument("--kubectl", default="kubectl", help="kubectl, for `kubectl kustomize`")
     ap.add_argument("--promtool", default="promtool", help="promtool, to parse PromQL")
     args = ap.parse_args()
@@ -427,7 +484,9 @@ def main() -> int:
     epp_schema = json.loads((root / "deploy/k8s/schemas/endpointpickerconfig.schema.json").read_text())
 
     check_compose(root, config, problems)
-    validators = crd_validators(args.schemas, problems)
+    transcribed = transcribed_validators(root, problems)
+    published, missing = published_validators(args.schemas, problems)
+    print(f"check_deploy: {published_note(args.schemas, published, missing)}")
     rendered = {}
     for directory in ("deploy/k8s", "deploy/k8s/gateway"):
         objects = kustomize(args.kubectl, root / directory, problems)
@@ -435,7 +494,7 @@ def main() -> int:
             problems.add(directory, "kustomize rendered nothing")
         for obj in objects:
             where = f"{directory}: {obj.get('kind')} {obj.get('metadata', {}).get('name')}"
-            validate_object(obj, where, validators, problems)
+            validate_object(obj, where, transcribed, published, problems)
         check_resources(objects, directory, problems)
         rendered[directory] = objects
     if rendered["deploy/k8s"]:
