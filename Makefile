@@ -94,11 +94,16 @@ tools-deploy: tools-promtool
 ## or a cluster: the generated copies are current (kiln.toml, prometheusrule.yaml); hadolint on
 ## the Dockerfile; promtool and amtool on the compose stack's Prometheus and Alertmanager
 ## configurations; check_deploy.py: compose.yaml against the compose specification, the
-## kustomizations rendered by kustomize and every object against the Kubernetes schemas or its
-## CRD (KILN_SCHEMAS: the vendored CRDs, deploy/k8s/schemas/README.md), the endpoint picker's
-## configuration, and the cross-references no schema sees; then its negative tests (a broken copy
-## of each file must be rejected). The image's start command and health check run for real in
-## tests/py/test_container.py (client-tests).
+## kustomizations rendered by kustomize and every object against the Kubernetes schemas or, for a
+## custom resource, kiln's JSON Schema of its CRD (deploy/k8s/schemas/*.schema.json, transcribed
+## from the published CRD and committed, so a clean clone needs nothing else), the endpoint
+## picker's configuration, and the cross-references no schema sees; then its negative tests (a
+## broken copy of each file must be rejected). The published CRD files themselves are not
+## committed (files fetched from elsewhere stay out of commits); when KILN_SCHEMAS (default
+## ../shared/schemas) holds them, the custom resources are validated against them too (sha256
+## checked) and the transcriptions compared with them field by field; without them one line says
+## the transcribed schemas were used alone (deploy/k8s/schemas/README.md). The image's start
+## command and health check run for real in tests/py/test_container.py (client-tests).
 KILN_SCHEMAS ?= $(KILN_SHARED)/schemas
 deploy-check: pytools model tools-deploy
 	$(PY) deploy/k8s/gen_manifests.py --check
