@@ -112,7 +112,7 @@ deploy-check: pytools model tools-deploy
 	amtool check-config deploy/alertmanager/alertmanager.yml
 	$(PY) deploy/check_deploy.py --schemas $(KILN_SCHEMAS)
 	KILN_SCHEMAS=$(abspath $(KILN_SCHEMAS)) PYTHONDONTWRITEBYTECODE=1 \
-	  $(PY) -m pytest deploy/test_check_deploy.py -p no:cacheprovider -q
+	  $(PY) -m pytest deploy/test_check_deploy.py -p no:cacheprovider -q -rs
 
 ## deploy-manifests: render deploy/k8s/kiln.toml (config/default.toml + the container's
 ## overrides) and prometheusrule.yaml (the rules and alerts) after changing their sources.
