@@ -2,7 +2,7 @@
 """`make loadtest SCENARIO=...`: one k6 scenario of loadtest/ against a kiln started for it.
 
 kiln is started from the release binary on a free 127.0.0.1 port with the default model (ramp:
-with a small waiting queue, `scheduler.max_waiting` = RAMP_MAX_WAITING, default 16, so the
+with a small waiting queue, `scheduler.max_waiting` = RAMP_MAX_WAITING, default 8, so the
 excess is refused with 429 rather than queued for long), warmed with a few requests, loaded with
 loadtest/<scenario>.js, and stopped by its pid. The scenario's settings come from the
 environment (USERS, DURATION, PEAK_RATE, THRESHOLD_*...: see each script's header).
@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from servers import DEFAULT_MODEL, ROOT, start_kiln  # noqa: E402
-from serve_compare import model_id, warm_up  # noqa: E402
+from serve_compare import machine_cpu, model_id, our_cpu, warm_up  # noqa: E402
 
 SCENARIOS = ("smoke", "chat", "stream", "ramp", "soak")
 K6 = Path(sys.executable).parent / "k6"
@@ -40,7 +40,7 @@ K6 = Path(sys.executable).parent / "k6"
 def kiln_config(scenario: str) -> dict:
     """The server's settings for a scenario (the rest are kiln's defaults)."""
     if scenario == "ramp":
-        return {"scheduler": {"max_waiting": int(os.environ.get("RAMP_MAX_WAITING", "16"))}}
+        return {"scheduler": {"max_waiting": int(os.environ.get("RAMP_MAX_WAITING", "8"))}}
     return {}
 
 
@@ -69,9 +69,15 @@ def run(scenario: str, model: Path, results: Path, check_report: bool) -> int:
         cmd = [str(K6), "run", "--quiet", "--summary-export", str(stem.with_suffix(".k6.json")),
                str(ROOT / "loadtest" / f"{scenario}.js")]
         print(f"loadtest: {scenario} against kiln at {server.base_url} (pid {server.pid})", flush=True)
+        busy0, total0 = machine_cpu()
+        ours0 = our_cpu(server.pid)
         with open(stem.with_suffix(".k6.log"), "w") as log:
             res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+        busy1, total1 = machine_cpu()
+        others = max(0.0, (busy1 - busy0) - (our_cpu(server.pid) - ours0)) / max(1e-9, total1 - total0)
         print(res.stdout, end="", flush=True)
+        # What this run competed with: 0% = the machine was kiln's and k6's alone.
+        print(f"loadtest: other work took {others:.0%} of the CPU during the run", flush=True)
     finally:
         code = server.stop()
     if code != 0:
@@ -86,6 +92,8 @@ def run(scenario: str, model: Path, results: Path, check_report: bool) -> int:
         if rc != 0:
             return 1
     summary = json.loads(stem.with_suffix(".summary.json").read_text())
+    summary["cpu_others_during"] = others
+    stem.with_suffix(".summary.json").write_text(json.dumps(summary, indent=2))
     crossed = summary.get("thresholds_crossed", [])
     print(f"loadtest: results in {stem}.*; thresholds crossed: {', '.join(crossed) or 'none'}")
     return res.returncode
