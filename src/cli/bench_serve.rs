@@ -4,6 +4,7 @@
 //! inter-token latency (ITL) percentiles. Then one interference run: 15 streams decoding while
 //! a 2,000-token prompt arrives, with the worst gap the streams saw.
 
+use crate::cli::bench_observer::TimedObserver;
 use anyhow::{bail, Context};
 use kiln::chat_template::ChatTemplate;
 use kiln::config::Config;
@@ -305,7 +306,8 @@ pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
         } else {
             Arc::new(NoopObserver)
         };
-    let l = start(&b.cfg, b.model, observer).context("starting the engine")?;
+    let timed = Arc::new(TimedObserver::new(observer));
+    let l = start(&b.cfg, b.model, timed.clone()).context("starting the engine")?;
     let (tpl, _) = ChatTemplate::for_model(l.chat_template.as_deref(), None)
         .context("loading the chat template")?;
     let mut rows = Vec::new();
@@ -335,6 +337,8 @@ pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
         "gen_tokens": b.gen_tokens,
         "concurrency": rows,
         "interference": interference,
+        "metrics": b.metrics,
+        "observer": timed.report(),
     });
     if b.json {
         println!("{obj}");
