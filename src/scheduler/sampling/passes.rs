@@ -286,3 +286,19 @@ mod tests {
         assert_eq!(draw(&w, &sums, 0.5), None);
     }
 }
+
+/// Sets every logit whose bit in `allowed` is clear to `-inf` (bit `i % 32` of word `i / 32`;
+/// entries past the end of `allowed` are cleared too). A grammar's mask as a sampling pass.
+pub fn apply_mask(row: &mut [f32], allowed: &[u32]) {
+    for (w, chunk) in row.chunks_mut(32).enumerate() {
+        let bits = allowed.get(w).copied().unwrap_or(0);
+        if bits == u32::MAX {
+            continue;
+        }
+        for (b, v) in chunk.iter_mut().enumerate() {
+            if bits & (1 << b) == 0 {
+                *v = f32::NEG_INFINITY;
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Tool calling (filled in below).
