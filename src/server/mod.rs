@@ -28,6 +28,7 @@ pub mod prompt;
 mod run;
 mod sse;
 pub mod state;
+pub mod structured;
 pub mod tokenize;
 pub mod types;
 

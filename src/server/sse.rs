@@ -34,6 +34,22 @@ pub trait ChunkWriter: Send + 'static {
         -> Option<SseEvent>;
     /// The choice's last chunk.
     fn finished(&mut self, choice: usize, reason: FinishReason) -> SseEvent;
+    /// The chunks for a delta, given its token ids too (a writer that reads tool calls may
+    /// send several chunks, or none yet). By default [`ChunkWriter::delta`]'s.
+    fn deltas(
+        &mut self,
+        choice: usize,
+        _ids: &[u32],
+        text: String,
+        logprobs: &[TokenLogprob],
+    ) -> Vec<SseEvent> {
+        self.delta(choice, text, logprobs).into_iter().collect()
+    }
+    /// The chunks ending a choice (text still held back first). By default
+    /// [`ChunkWriter::finished`]'s.
+    fn finish_chunks(&mut self, choice: usize, reason: FinishReason) -> Vec<SseEvent> {
+        vec![self.finished(choice, reason)]
+    }
     /// The usage chunk (`choices: []`).
     fn usage(&mut self, usage: UsageBody) -> SseEvent;
 }
@@ -108,14 +124,15 @@ impl<W: ChunkWriter> Driver<W> {
                     p,
                     Event::Delta {
                         choice,
+                        ids,
                         text,
                         logprobs,
-                        ..
                     },
                 ) => {
-                    if let Some(e) = self.writer.delta(p * self.n + choice, text, &logprobs) {
-                        self.outbox.push_back(e);
-                    }
+                    let chunks = self
+                        .writer
+                        .deltas(p * self.n + choice, &ids, text, &logprobs);
+                    self.outbox.extend(chunks);
                 }
                 // A choice failed by the engine is reported once, by the error event.
                 (
@@ -126,8 +143,8 @@ impl<W: ChunkWriter> Driver<W> {
                     },
                 ) => {}
                 (p, Event::Finished { choice, reason }) => {
-                    let e = self.writer.finished(p * self.n + choice, reason);
-                    self.outbox.push_back(e);
+                    let chunks = self.writer.finish_chunks(p * self.n + choice, reason);
+                    self.outbox.extend(chunks);
                 }
                 (_, Event::Done { usage }) => {
                     self.usage.add(usage);

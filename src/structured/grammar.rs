@@ -85,6 +85,16 @@ impl Constraint {
                 })
             }
         };
+        if let Some(path) = inexact_number_range(&schema, "") {
+            return Err(ConstraintError::Unsupported {
+                param: param.to_string(),
+                detail: format!(
+                    "the number range at {path:?} has an exclusive integer bound less than 1 from \
+                     the other bound, which the grammar engine (llguidance 1.9) cannot enforce \
+                     exactly; use an inclusive bound or type integer"
+                ),
+            });
+        }
         if let Some(obj) = schema.as_object_mut() {
             obj.insert("x-guidance".to_string(), layout());
         }
@@ -118,6 +128,52 @@ impl Constraint {
 
     pub fn label(&self) -> &str {
         &self.label
+    }
+}
+
+/// A JSON pointer to a `number` range llguidance 1.9 would enforce wrongly, if the schema has
+/// one: its float-range regex lets the bound itself through when an exclusive bound is an
+/// integer and the other bound is within 1 of it (`exclusiveMinimum: 0, maximum: 0.5` admits
+/// `0`). Refused rather than silently allowing invalid output.
+fn inexact_number_range(v: &Value, at: &str) -> Option<String> {
+    match v {
+        Value::Object(o) => {
+            let num = |k: &str| o.get(k).and_then(Value::as_f64);
+            let is_number = match o.get("type") {
+                Some(Value::String(t)) => t == "number",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "number"),
+                _ => true,
+            };
+            let upper = num("maximum")
+                .into_iter()
+                .chain(num("exclusiveMaximum"))
+                .reduce(f64::min);
+            let lower = num("minimum")
+                .into_iter()
+                .chain(num("exclusiveMinimum"))
+                .reduce(f64::max);
+            // The faulty case: an integer exclusive bound on the side of zero the range
+            // extends away from (`exclusiveMinimum >= 0`, or `exclusiveMaximum <= 0`
+            // mirrored), with the other bound less than 1 away.
+            let near = |b: f64, other: Option<f64>| {
+                b.fract() == 0.0 && other.is_some_and(|x| (x - b).abs() < 1.0)
+            };
+            if is_number
+                && (num("exclusiveMinimum").is_some_and(|m| m >= 0.0 && near(m, upper))
+                    || num("exclusiveMaximum").is_some_and(|m| m <= 0.0 && near(m, lower)))
+            {
+                return Some(at.to_string());
+            }
+            o.iter().find_map(|(k, x)| {
+                let k = k.replace('~', "~0").replace('/', "~1");
+                inexact_number_range(x, &format!("{at}/{k}"))
+            })
+        }
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| inexact_number_range(x, &format!("{at}/{i}"))),
+        _ => None,
     }
 }
 

@@ -228,3 +228,130 @@ fn scheduler_constrained_sampling_is_valid_invariant_and_reproducible() {
     assert_eq!(reason, FinishReason::Length, "{text}");
     assert!(serde_json::from_str::<Value>(&text).is_err());
 }
+
+/// Whether the grammar accepts exactly `text` (its tokens one by one under the masks, then
+/// an end-of-generation token allowed).
+fn accepts(c: &Constraint, text: &str) -> bool {
+    let tok = tokenizer();
+    let mut seq = SeqConstraint::new(c.start());
+    for id in tok.encode(text, false, false) {
+        seq.compute_mask();
+        match seq.allowed() {
+            Some(bits)
+                if bits
+                    .get(id as usize / 32)
+                    .is_some_and(|w| w & (1 << (id % 32)) != 0) => {}
+            _ => return false,
+        }
+        match seq.commit(id) {
+            Step::Continue => {}
+            Step::Complete => return true,
+            Step::Failed(_) => return false,
+        }
+    }
+    seq.compute_mask();
+    let eog = tok.eog_ids()[0];
+    seq.allowed().is_some_and(|b| {
+        b.get(eog as usize / 32)
+            .is_some_and(|w| w & (1 << (eog % 32)) != 0)
+    })
+}
+
+#[test]
+fn number_ranges_are_exact_or_refused() {
+    let g = grammars();
+    let c = Constraint::json_schema(
+        g,
+        &json!({"type": "number", "minimum": 0.5, "exclusiveMaximum": 24}),
+        "p",
+        "x",
+    )
+    .unwrap();
+    for t in ["0.5", "1", "23.99", "7.25"] {
+        assert!(accepts(&c, t), "{t}");
+    }
+    for t in ["0.4", "24", "24.0", "-1", "0", "1e3"] {
+        assert!(!accepts(&c, t), "{t}");
+    }
+    assert!(Constraint::json_schema(
+        g,
+        &json!({"type": "number", "minimum": 0.01, "exclusiveMaximum": 1}),
+        "p",
+        "x"
+    )
+    .is_ok());
+    // llguidance 1.9 would let 0 through here: refused, naming where.
+    let bad = json!({"type": "object", "properties": {"s": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 0.2}}});
+    match Constraint::json_schema(g, &bad, "p", "x") {
+        Err(ConstraintError::Unsupported { detail, .. }) => {
+            assert!(detail.contains("/properties/s"), "{detail}")
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+#[test]
+fn tool_formats_are_detected_from_real_templates() {
+    use kiln::structured::tools::ToolFormat;
+    let dir = crate::common::shared_dir().join("conformance/chat-templates");
+    let cases = [
+        (
+            "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+            ToolFormat::Hermes,
+        ),
+        ("Qwen-Qwen2.5-7B-Instruct", ToolFormat::Hermes),
+        ("Qwen-QwQ-32B", ToolFormat::Hermes),
+        ("meta-llama-Llama-3.2-3B-Instruct", ToolFormat::Llama3),
+        ("meta-llama-Llama-3.3-70B-Instruct", ToolFormat::Llama3),
+        ("mistralai-Mistral-Nemo-Instruct-2407", ToolFormat::Mistral),
+        ("Mistral-Small-3.2-24B-Instruct-2506", ToolFormat::Mistral),
+        (
+            "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+            ToolFormat::Generic,
+        ),
+    ];
+    for (name, want) in cases {
+        let src = crate::common::read_to_string(&dir.join(format!("{name}.jinja")));
+        assert_eq!(ToolFormat::detect(&src), want, "{name}");
+    }
+    // The default model's own template knows nothing of tools.
+    let f = GgufFile::open(&default_model()).unwrap();
+    let tpl = f
+        .get_str("tokenizer.chat_template")
+        .unwrap()
+        .expect("SmolLM2 has a chat template");
+    assert_eq!(ToolFormat::detect(tpl), ToolFormat::Generic);
+}
+
+#[test]
+fn native_templates_render_the_tools_kiln_passes() {
+    use kiln::chat_template::ChatTemplate;
+    let dir = crate::common::shared_dir().join("conformance/chat-templates");
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather now.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    for name in [
+        "Qwen-Qwen2.5-7B-Instruct",
+        "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+        "meta-llama-Llama-3.3-70B-Instruct",
+        "mistralai-Mistral-Nemo-Instruct-2407",
+    ] {
+        let src = crate::common::read_to_string(&dir.join(format!("{name}.jinja")));
+        let t = ChatTemplate::new(&src).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // A call made earlier, with arguments as the object kiln hands templates.
+        let ctx = json!({
+            "messages": [
+                {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "abc123def", "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                {"role": "tool", "tool_call_id": "abc123def", "content": "18 C, sunny"},
+            ],
+            "tools": tools, "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>",
+        });
+        let out = t
+            .render(&ctx, None)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(out.contains("get_weather"), "{name}: {out}");
+        assert!(out.contains("18 C, sunny"), "{name}: {out}");
+        assert!(out.contains("Paris"), "{name}: {out}");
+    }
+}
