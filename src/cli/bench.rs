@@ -39,6 +39,10 @@ pub struct Args {
     /// With --concurrency: measured requests per user (after one warm-up request).
     #[arg(long, default_value_t = 3)]
     requests_per_user: usize,
+    /// With --concurrency: constrain every request's output to this JSON Schema (a file), and
+    /// report the grammar mask time per token.
+    #[arg(long)]
+    json_schema: Option<std::path::PathBuf>,
 }
 
 /// Prompt length of each sequence in the batched decode test.
@@ -69,6 +73,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
             requests_per_user: args.requests_per_user,
             gen_tokens: args.n_gen,
             json: args.json,
+            json_schema: args.json_schema.as_deref(),
         });
     }
     let model_path = args.model.clone().unwrap_or(cfg.model_path.clone());

@@ -205,7 +205,8 @@ fn mistral(text: &str, done: bool) -> Reply {
     // Small 3.2: name[ARGS]{...}, possibly repeated after another [TOOL_CALLS].
     for part in body.split(TAG) {
         let Some(a) = part.find("[ARGS]") else {
-            if !part.trim().is_empty() || !done {
+            // A name still arriving (nothing yet right after the tag).
+            if !part.trim().is_empty() {
                 reply.calls.push(PartialCall::default());
             }
             continue;
