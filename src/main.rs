@@ -16,8 +16,27 @@ struct Cli {
     /// Configuration file (TOML). Default: config/default.toml if present.
     #[arg(long, global = true, env = "KILN_CONFIG")]
     config: Option<PathBuf>,
+    /// Log lines as readable text or one JSON object each (`kiln serve` default: the
+    /// config's `log.format`, else text).
+    #[arg(long, global = true, env = "KILN_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+impl From<LogFormat> for kiln::config::LogFormat {
+    fn from(f: LogFormat) -> Self {
+        match f {
+            LogFormat::Text => kiln::config::LogFormat::Text,
+            LogFormat::Json => kiln::config::LogFormat::Json,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -42,18 +61,13 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // A server logs its start-up and lifecycle; the one-shot commands only warnings.
-    let default_filter = match cli.command {
-        Command::Serve(_) => "info",
-        _ => "warn",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KILN_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let format = cli.log_format.map(Into::into);
+    // The server starts logging once it has read its configuration (`[log]`); the one-shot
+    // commands log only warnings.
+    if !matches!(cli.command, Command::Serve(_)) {
+        cli::logging::init(format.unwrap_or(kiln::config::LogFormat::Text), "warn")
+            .expect("the fixed default filter is valid");
+    }
     let result = match cli.command {
         Command::Inspect(a) => cli::inspect::run(a),
         Command::Tokenize(a) => cli::tokenize::run(a),
@@ -61,7 +75,7 @@ fn main() -> ExitCode {
         Command::Quantize(a) => cli::quantize::run(a),
         Command::Generate(a) => cli::generate::run(a, cli.config.as_deref()),
         Command::Bench(a) => cli::bench::run(a, cli.config.as_deref()),
-        Command::Serve(a) => cli::serve::run(a, cli.config.as_deref()),
+        Command::Serve(a) => cli::serve::run(a, cli.config.as_deref(), format),
         Command::Top(a) => cli::top::run(a),
     };
     match result {

@@ -43,6 +43,10 @@ pub struct Args {
     /// report the grammar mask time per token.
     #[arg(long)]
     json_schema: Option<std::path::PathBuf>,
+    /// With --concurrency: record into the Prometheus metrics and the /stats window as
+    /// `kiln serve` does (run with and without it to measure what recording costs).
+    #[arg(long)]
+    metrics: bool,
 }
 
 /// Prompt length of each sequence in the batched decode test.
@@ -74,6 +78,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
             gen_tokens: args.n_gen,
             json: args.json,
             json_schema: args.json_schema.as_deref(),
+            metrics: args.metrics,
         });
     }
     let model_path = args.model.clone().unwrap_or(cfg.model_path.clone());

@@ -11,6 +11,7 @@ use anyhow::{bail, Context};
 use kiln::chat_template::ChatTemplate;
 use kiln::config::Config;
 use kiln::engine::sampling::Rng;
+use kiln::metrics::{window::StatsWindow, Metrics};
 use kiln::scheduler::observer::Fanout;
 use kiln::scheduler::setup::{start, Loaded};
 use kiln::scheduler::{
@@ -34,6 +35,8 @@ pub struct ServeBench<'a> {
     pub json: bool,
     /// Constrain every request to this JSON Schema file.
     pub json_schema: Option<&'a Path>,
+    /// Record into the server's observers (Prometheus metrics, the /stats window).
+    pub metrics: bool,
 }
 
 const SYSTEM: &str = "You are Kiln, a friendly assistant for a pottery studio. You answer \
@@ -356,6 +359,11 @@ pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
     let slow: Arc<dyn kiln::scheduler::Observer> =
         if std::env::var_os("KILN_BENCH_SLOW_STEPS").is_some() {
             Arc::new(SlowSteps)
+        } else if b.metrics {
+            Arc::new(Fanout(vec![
+                Arc::new(Metrics::new("bench").context("creating the metrics")?),
+                Arc::new(StatsWindow::new()),
+            ]))
         } else {
             Arc::new(NoopObserver)
         };

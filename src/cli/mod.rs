@@ -1,9 +1,10 @@
-//! One file per subcommand: argument struct (clap) and `run`.
+//! One file per subcommand: argument struct (clap) and `run`; `logging` sets up tracing.
 
 pub mod bench;
 pub mod bench_serve;
 pub mod generate;
 pub mod inspect;
+pub mod logging;
 pub mod quantize;
 pub mod render_template;
 pub mod serve;

@@ -166,10 +166,16 @@ fn api_keys(cfg: &Config) -> anyhow::Result<Vec<String>> {
     Ok(keys)
 }
 
-pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
+/// Serves until a signal; `log_format` (the flag or KILN_LOG_FORMAT) wins over `log.format`.
+pub fn run(
+    args: Args,
+    config: Option<&Path>,
+    log_format: Option<kiln::config::LogFormat>,
+) -> anyhow::Result<()> {
     let default = Path::new("config/default.toml");
     let file = config.or_else(|| default.is_file().then_some(default));
     let cfg = Config::load_with(file, &args.overrides())?;
+    crate::cli::logging::init(log_format.unwrap_or(cfg.log.format), &cfg.log.level)?;
     let keys = api_keys(&cfg)?;
     tracing::info!(
         config_file = ?file,

@@ -32,6 +32,9 @@ pub struct EngineConfig {
     /// Testing only: the engine panics in this step (counted per worker), to exercise the
     /// fault path with a real process.
     pub panic_at_step: Option<u64>,
+    /// Events a request's stream may leave unread before the request is aborted
+    /// ([`MAX_UNREAD_EVENTS`] in servers; tests lower it to reach the limit quickly).
+    pub max_unread_events: usize,
 }
 
 /// Unread events a client may leave behind before its request is aborted (a reader that

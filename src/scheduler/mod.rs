@@ -22,5 +22,7 @@ mod worker;
 
 pub use handle::{EngineConfig, EngineHandle, EngineInfo, Load, RequestStream};
 pub use observer::{NoopObserver, Observer, Phase, RequestStats, StepStats};
-pub use request::{Event, FinishReason, GenerationRequest, SubmitError, TokenLogprob, Usage};
+pub use request::{
+    Event, FinishReason, GenerationRequest, SubmitError, Timings, TokenLogprob, Usage,
+};
 pub use sampling::SamplingParams;

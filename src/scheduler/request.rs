@@ -123,6 +123,19 @@ pub struct Usage {
     pub completion_tokens: usize,
 }
 
+/// Where a finished request's time went, measured on the engine thread from submission.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timings {
+    /// Submission to its first scheduled step.
+    pub queue: Duration,
+    /// Submission to its first generated token (None if none was generated).
+    pub ttft: Option<Duration>,
+    /// Every gap between two consecutive tokens of a choice, in the order they happened.
+    pub itl: Vec<Duration>,
+    /// Submission to the end.
+    pub duration: Duration,
+}
+
 /// What a request's stream yields. Every stream ends with exactly one [`Event::Done`] or
 /// [`Event::Error`], unless the caller dropped it first.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,7 +153,7 @@ pub enum Event {
     /// A choice ended; no more deltas for it.
     Finished { choice: usize, reason: FinishReason },
     /// Every choice ended.
-    Done { usage: Usage },
+    Done { usage: Usage, timings: Timings },
     /// The engine failed while running the request (a fault in a step).
     Error { message: String },
 }

@@ -163,6 +163,7 @@ pub fn start_with(
             block_size: bs,
             limits,
             panic_at_step,
+            max_unread_events: crate::scheduler::handle::MAX_UNREAD_EVENTS,
         },
         observer,
     )

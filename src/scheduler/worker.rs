@@ -7,9 +7,11 @@
 use crate::engine::kv_cache::{KvCache, KvCacheConfig};
 use crate::engine::{BatchLimits, EngineError, LlamaModel, LogitsWanted, Scratch, SeqInput};
 use crate::scheduler::constrain::{self, MaskWork, Pending};
-use crate::scheduler::handle::{EngineConfig, MAX_UNREAD_EVENTS};
+use crate::scheduler::handle::EngineConfig;
 use crate::scheduler::observer::{Observer, Phase, RequestStats, StepStats};
-use crate::scheduler::request::{Event, FinishReason, GenerationRequest, TokenLogprob, Usage};
+use crate::scheduler::request::{
+    Event, FinishReason, GenerationRequest, Timings, TokenLogprob, Usage,
+};
 use crate::scheduler::sampling::{SampleScratch, Sampled, Sampler};
 use crate::scheduler::state::{Limits, Plan, Scheduler, SeqId};
 use crate::scheduler::stop::StopMatcher;
@@ -107,6 +109,8 @@ struct SeqOut {
 struct Req {
     tx: tokio::sync::mpsc::UnboundedSender<Event>,
     unread: Arc<AtomicUsize>,
+    /// The most events `unread` may reach.
+    max_unread: usize,
     req: GenerationRequest,
     seed: u64,
     arrived: Instant,
@@ -122,7 +126,7 @@ struct Req {
 impl Req {
     /// Sends `ev`; false when the client is gone or has stopped reading.
     fn send(&self, ev: Event) -> bool {
-        if self.unread.load(Ordering::Acquire) >= MAX_UNREAD_EVENTS {
+        if self.unread.load(Ordering::Acquire) >= self.max_unread {
             return false;
         }
         self.unread.fetch_add(1, Ordering::AcqRel);
@@ -153,6 +157,7 @@ pub(crate) struct Worker {
     rows: Vec<f32>,
     steps: u64,
     panic_at_step: Option<u64>,
+    max_unread_events: usize,
 }
 
 impl Worker {
@@ -210,6 +215,7 @@ impl Worker {
             rows: Vec::new(),
             steps: 0,
             panic_at_step: cfg.panic_at_step,
+            max_unread_events: cfg.max_unread_events.max(1),
         })
     }
 
@@ -289,6 +295,7 @@ impl Worker {
         let r = Req {
             tx,
             unread,
+            max_unread: self.max_unread_events,
             req: req.clone(),
             seed,
             arrived,
@@ -384,32 +391,41 @@ impl Worker {
         }
         r.send(Event::Finished { choice: c, reason });
         if r.finish.iter().all(Option::is_some) {
-            let r = self.reqs.remove(&id).expect("request exists");
+            let mut r = self.reqs.remove(&id).expect("request exists");
             let usage = Usage {
                 prompt_tokens: r.req.prompt.len(),
                 cached_tokens: r.cached_tokens,
                 completion_tokens: r.generated,
             };
-            if reason == FinishReason::Error {
-                r.send(Event::Error {
-                    message: "the engine failed while running this request".to_string(),
-                });
-            } else {
-                r.send(Event::Done { usage });
-            }
             let now = Instant::now();
-            self.observer.on_request(&RequestStats {
+            let timings = Timings {
                 queue: r.admitted.unwrap_or(now).duration_since(r.arrived),
                 ttft: r.first_token.map(|t| t.duration_since(r.arrived)),
-                itl: r.itl,
+                itl: std::mem::take(&mut r.itl),
                 duration: now.duration_since(r.arrived),
+            };
+            self.observer.on_request(&RequestStats {
+                queue: timings.queue,
+                ttft: timings.ttft,
+                itl: timings.itl.clone(),
+                duration: timings.duration,
                 prompt_tokens: usage.prompt_tokens,
                 cached_tokens: usage.cached_tokens,
                 generated_tokens: usage.completion_tokens,
                 finish_reasons: r.finish.iter().map(|f| f.unwrap_or(reason)).collect(),
                 preemptions: r.preemptions,
             });
+            // Its slot and the load are published before the caller hears of the end, so a
+            // client that reads /stats or /metrics after its response sees them.
             self.release_slot(r.admitted.is_some());
+            self.publish_load();
+            if reason == FinishReason::Error {
+                r.send(Event::Error {
+                    message: "the engine failed while running this request".to_string(),
+                });
+            } else {
+                r.send(Event::Done { usage, timings });
+            }
         }
     }
 

@@ -13,7 +13,7 @@ use crate::server::structured::{self as shapes, Shape};
 use crate::server::types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ErrorResponse,
-    FunctionCall, FunctionCallDelta, ToolCall, ToolCallDelta, UsageBody,
+    FunctionCall, FunctionCallDelta, TimingsBody, ToolCall, ToolCallDelta, UsageBody,
 };
 use crate::server::{blocking, prompt};
 use crate::structured::tools::{ToolDelta, ToolFormat, ToolStream};
@@ -275,7 +275,13 @@ struct ChatWriter {
 }
 
 impl ChatWriter {
-    fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: Option<UsageBody>) -> SseEvent {
+    /// A chunk; the usage chunk carries `tail`.
+    fn chunk(
+        &self,
+        choices: Vec<ChatChunkChoice>,
+        tail: Option<(UsageBody, TimingsBody)>,
+    ) -> SseEvent {
+        let (usage, timings) = tail.unzip();
         json_event(&ChatCompletionChunk {
             id: self.meta.id.clone(),
             object: "chat.completion.chunk".to_string(),
@@ -284,6 +290,7 @@ impl ChatWriter {
             system_fingerprint: self.meta.fingerprint.clone(),
             choices,
             usage,
+            timings,
         })
     }
 }
@@ -344,8 +351,8 @@ impl ChunkWriter for ChatWriter {
         )
     }
 
-    fn usage(&mut self, usage: UsageBody) -> SseEvent {
-        self.chunk(Vec::new(), Some(usage))
+    fn usage(&mut self, usage: UsageBody, timings: TimingsBody) -> SseEvent {
+        self.chunk(Vec::new(), Some((usage, timings)))
     }
 
     fn deltas(

@@ -12,7 +12,8 @@ use crate::server::run::collect;
 use crate::server::sse::{self, json_event, ChunkWriter, StreamSettings};
 use crate::server::state::{AppState, Runtime};
 use crate::server::types::{
-    CompletionChoice, CompletionRequest, CompletionResponse, ErrorResponse, OnePrompt, UsageBody,
+    CompletionChoice, CompletionRequest, CompletionResponse, ErrorResponse, OnePrompt, TimingsBody,
+    UsageBody,
 };
 use crate::tokenizer::Tokenizer;
 use axum::extract::State;
@@ -240,6 +241,7 @@ pub async fn completions(
         system_fingerprint: meta.fingerprint,
         choices,
         usage: Some(usage),
+        timings: None,
     })
     .into_response())
 }
@@ -256,7 +258,13 @@ struct CompletionWriter {
 }
 
 impl CompletionWriter {
-    fn chunk(&self, choices: Vec<CompletionChoice>, usage: Option<UsageBody>) -> SseEvent {
+    /// A chunk; the usage chunk carries `tail`.
+    fn chunk(
+        &self,
+        choices: Vec<CompletionChoice>,
+        tail: Option<(UsageBody, TimingsBody)>,
+    ) -> SseEvent {
+        let (usage, timings) = tail.unzip();
         json_event(&CompletionResponse {
             id: self.meta.id.clone(),
             object: "text_completion".to_string(),
@@ -265,6 +273,7 @@ impl CompletionWriter {
             system_fingerprint: self.meta.fingerprint.clone(),
             choices,
             usage,
+            timings,
         })
     }
 }
@@ -324,7 +333,7 @@ impl ChunkWriter for CompletionWriter {
         )
     }
 
-    fn usage(&mut self, usage: UsageBody) -> SseEvent {
-        self.chunk(Vec::new(), Some(usage))
+    fn usage(&mut self, usage: UsageBody, timings: TimingsBody) -> SseEvent {
+        self.chunk(Vec::new(), Some((usage, timings)))
     }
 }

@@ -13,6 +13,7 @@
 //! Compute never runs on the async runtime: the engine has its own threads, and prompt
 //! rendering and tokenization go to `spawn_blocking`.
 
+pub mod access;
 mod auth;
 mod body;
 pub mod chat;
@@ -25,6 +26,7 @@ pub mod openapi;
 pub mod params;
 pub mod probes;
 pub mod prompt;
+pub mod request_id;
 mod run;
 mod sse;
 pub mod state;
@@ -117,6 +119,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             metrics::track,
         ))
+        .layer(axum::middleware::from_fn(request_id::track))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             panic_response,
         ))
@@ -222,6 +225,10 @@ pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
             });
             tracing::info!(
                 model = state.model_id(),
+                isa = crate::kernels::isa::isa().name(),
+                workers = info.workers,
+                threads_per_worker = info.threads_per_worker,
+                load_seconds = load_time.as_secs_f64(),
                 template = ?rt.template_source,
                 fingerprint = %rt.fingerprint,
                 n_ctx = info.n_ctx,

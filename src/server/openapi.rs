@@ -45,7 +45,7 @@ use utoipa::{Modify, OpenApi};
         CompletionChoice,
         StopSpec,
         StreamOptions,
-        UsageBody,
+        TimingsBody, UsageBody,
         PromptTokensDetails,
         ChatLogprobs,
         ChatTokenLogprob,

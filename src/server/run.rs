@@ -5,6 +5,7 @@
 //! aborts their requests at the next scheduler step.
 
 use crate::scheduler::{Event, FinishReason, RequestStream, TokenLogprob};
+use crate::server::access;
 use crate::server::error::ApiError;
 use crate::server::types::UsageBody;
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
@@ -57,6 +58,7 @@ pub async fn collect(
     let mut outs = vec![ChoiceOutput::default(); remaining * n];
     let mut usage = UsageBody::default();
     let mut merged = merge(streams);
+    let note = access::current();
     while remaining > 0 {
         let Some((p, ev)) = next_event(&mut merged, deadline).await? else {
             return Err(ApiError::Internal(
@@ -77,11 +79,13 @@ pub async fn collect(
                 }
             }
             Event::Finished { choice, reason } => {
+                note.finished(reason);
                 if let Some(o) = outs.get_mut(p * n + choice) {
                     o.finish = Some(reason);
                 }
             }
-            Event::Done { usage: u } => {
+            Event::Done { usage: u, timings } => {
+                note.done(u, &timings);
                 usage.add(u);
                 remaining -= 1;
             }

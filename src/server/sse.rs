@@ -14,10 +14,11 @@
 //! `MAX_UNREAD_EVENTS` events unread.
 
 use crate::scheduler::{Event, FinishReason, RequestStream, TokenLogprob};
+use crate::server::access::{self, Note};
 use crate::server::error::ApiError;
 use crate::server::run::{merge, next_event, Merged};
 use crate::server::state::InFlight;
-use crate::server::types::UsageBody;
+use crate::server::types::{TimingsBody, UsageBody};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use std::collections::VecDeque;
@@ -50,8 +51,8 @@ pub trait ChunkWriter: Send + 'static {
     fn finish_chunks(&mut self, choice: usize, reason: FinishReason) -> Vec<SseEvent> {
         vec![self.finished(choice, reason)]
     }
-    /// The usage chunk (`choices: []`).
-    fn usage(&mut self, usage: UsageBody) -> SseEvent;
+    /// The usage chunk (`choices: []`), with kiln's timings of the request.
+    fn usage(&mut self, usage: UsageBody, timings: TimingsBody) -> SseEvent;
 }
 
 /// A JSON chunk (serialization of these plain structs cannot fail).
@@ -79,6 +80,8 @@ struct Driver<W> {
     writer: W,
     outbox: VecDeque<SseEvent>,
     usage: UsageBody,
+    timings: TimingsBody,
+    note: Note,
     include_usage: bool,
     deadline: Option<(Instant, Duration)>,
     state: State,
@@ -101,7 +104,9 @@ impl<W: ChunkWriter> Driver<W> {
             }
             if self.remaining == 0 {
                 if self.include_usage {
-                    self.outbox.push_back(self.writer.usage(self.usage));
+                    let timings = std::mem::take(&mut self.timings);
+                    self.outbox
+                        .push_back(self.writer.usage(self.usage, timings));
                 }
                 self.state = State::Closing;
                 continue;
@@ -143,10 +148,13 @@ impl<W: ChunkWriter> Driver<W> {
                     },
                 ) => {}
                 (p, Event::Finished { choice, reason }) => {
+                    self.note.finished(reason);
                     let chunks = self.writer.finish_chunks(p * self.n + choice, reason);
                     self.outbox.extend(chunks);
                 }
-                (_, Event::Done { usage }) => {
+                (_, Event::Done { usage, timings }) => {
+                    self.note.done(usage, &timings);
+                    self.timings.add(&timings);
                     self.usage.add(usage);
                     self.remaining -= 1;
                 }
@@ -187,6 +195,8 @@ pub fn respond<W: ChunkWriter>(
         writer,
         outbox: VecDeque::new(),
         usage: UsageBody::default(),
+        timings: TimingsBody::default(),
+        note: access::current(),
         include_usage: settings.include_usage,
         deadline: settings.deadline,
         state: State::Running,

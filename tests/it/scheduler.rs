@@ -51,7 +51,7 @@ fn collect(mut s: RequestStream, n: usize) -> (Vec<Out>, kiln::scheduler::Usage)
                 outs[choice].text.push_str(&text);
             }
             Event::Finished { choice, reason } => outs[choice].finish = Some(reason),
-            Event::Done { usage } => return (outs, usage),
+            Event::Done { usage, .. } => return (outs, usage),
             Event::Error { message } => panic!("engine error: {message}"),
         }
     }
@@ -340,12 +340,16 @@ fn two_workers_share_the_model_and_split_the_load() {
     l.engine.shutdown();
 }
 
-#[test]
-fn a_panic_in_a_step_fails_its_requests_and_marks_the_engine_unhealthy() {
+/// An engine on the default model with one worker and one thread, a fault injected at
+/// `panic_at_step`, and at most `max_unread_events` unread events per stream.
+fn small_engine(
+    panic_at_step: Option<u64>,
+    max_unread_events: usize,
+) -> (EngineHandle, Arc<Tokenizer>) {
     use kiln::engine::LlamaModel;
     use kiln::gguf::GgufFile;
     use kiln::scheduler::state::Limits;
-    use kiln::scheduler::{EngineConfig, SubmitError};
+    use kiln::scheduler::EngineConfig;
     let file = GgufFile::open(default_model()).unwrap();
     let tok = Arc::new(Tokenizer::from_gguf(&file).unwrap());
     let model = LlamaModel::from_gguf(&file, 1).unwrap();
@@ -364,9 +368,43 @@ fn a_panic_in_a_step_fails_its_requests_and_marks_the_engine_unhealthy() {
             prefix_cache: true,
             max_waiting: 16,
         },
-        panic_at_step: Some(3),
+        panic_at_step,
+        max_unread_events,
     };
     let e = EngineHandle::start(model, Arc::clone(&tok), cfg, Arc::new(NoopObserver)).unwrap();
+    (e, tok)
+}
+
+#[test]
+fn a_stream_nobody_reads_is_aborted_at_the_unread_limit() {
+    // RELIABILITY 14: a client that never reads must not grow the server's memory: once its
+    // stream holds the limit of unread events, the request is aborted and its KV freed.
+    let (e, tok) = small_engine(None, 24);
+    let mut req = greedy(chat(&tok, QUESTIONS[0]), 400);
+    req.ignore_eos = true;
+    let mut s = e.submit(req).unwrap();
+    wait_for("the request to run", || e.load().running == 1);
+    wait_for("the unread request to be aborted", || idle(&e));
+    let events: Vec<Event> = std::iter::from_fn(|| s.blocking_recv()).collect();
+    assert!(events.len() <= 24, "{} events buffered", events.len());
+    let tokens: usize = events
+        .iter()
+        .map(|ev| match ev {
+            Event::Delta { ids, .. } => ids.len(),
+            _ => 0,
+        })
+        .sum();
+    assert!(tokens < 400, "generation went on: {tokens} tokens");
+    // The engine still serves.
+    let (outs, _) = collect(e.submit(greedy(chat(&tok, "hi"), 4)).unwrap(), 1);
+    assert!(outs[0].finish.is_some());
+    e.shutdown();
+}
+
+#[test]
+fn a_panic_in_a_step_fails_its_requests_and_marks_the_engine_unhealthy() {
+    use kiln::scheduler::SubmitError;
+    let (e, tok) = small_engine(Some(3), kiln::scheduler::handle::MAX_UNREAD_EVENTS);
     let streams: Vec<RequestStream> = (0..3)
         .map(|i| e.submit(greedy(chat(&tok, QUESTIONS[i]), 50)).unwrap())
         .collect();

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,9 @@ KEY = "sk-schemathesis"
 # about two minutes. SCHEMATHESIS_MAX_TIME / SCHEMATHESIS_MAX_EXAMPLES override.
 MAX_TIME = os.environ.get("SCHEMATHESIS_MAX_TIME", "90")
 MAX_EXAMPLES = os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "50")
+# CPython 3.11's AST validator can crash while hypothesis describes a strategy deep in a
+# recursion (python/cpython gh-106905); the run then reports a "Runtime Error" and no finding.
+TOOL_CRASH = "AST constructor recursion depth mismatch"
 CHECKS = ",".join([
     "not_a_server_error",
     "status_code_conformance",
@@ -65,9 +69,17 @@ def test_openapi_document_holds_under_schemathesis(fuzz_server, tmp_path):
         "--no-color",
     ]
     # Run in a scratch directory: schemathesis and hypothesis write files where they run.
-    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True,
-                         timeout=int(MAX_TIME) + 120)
-    out = res.stdout + res.stderr
+    def run():
+        res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True,
+                             timeout=int(MAX_TIME) + 120)
+        return res, res.stdout + res.stderr
+
+    res, out = run()
+    if res.returncode != 0 and TOOL_CRASH in out and "Failures:" not in out:
+        # The fuzzer itself crashed (not a finding about kiln): run it once more, openly.
+        (tmp_path / "schemathesis-crashed.log").write_text(out)
+        warnings.warn(f"schemathesis crashed inside CPython ({TOOL_CRASH}); ran it again")
+        res, out = run()
     (tmp_path / "schemathesis.log").write_text(out)
     assert res.returncode == 0, f"schemathesis found problems:\n{out[-12000:]}"
     # A run that tested nothing must not pass.

@@ -1,6 +1,6 @@
 //! `POST /v1/chat/completions` bodies.
 
-use super::common::{ChatLogprobs, StopSpec, StreamOptions, UsageBody};
+use super::common::{ChatLogprobs, StopSpec, StreamOptions, TimingsBody, UsageBody};
 use super::structured::{ResponseFormat, Tool, ToolCall, ToolCallDelta, ToolChoiceSpec};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -255,6 +255,9 @@ pub struct ChatCompletionChunk {
     /// Only on the last chunk, when `stream_options.include_usage` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageBody>,
+    /// kiln's timings of the request, on the usage chunk of a stream only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<TimingsBody>,
 }
 
 /// A choice's part of a chunk.

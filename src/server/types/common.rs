@@ -54,6 +54,40 @@ impl UsageBody {
     }
 }
 
+/// kiln's own field on the streaming usage chunk (not OpenAI's): where the request's time
+/// went, measured by the engine from the moment it accepted the request, in milliseconds.
+/// Clients that cannot time chunk arrivals (k6) read TTFT and inter-token latency here.
+/// Over several prompts (completions with a list): the longest queue and duration, the
+/// earliest first token, and every prompt's gaps.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
+pub struct TimingsBody {
+    /// Acceptance to the first engine step that ran it.
+    pub queue_ms: f64,
+    /// Acceptance to the first generated token; null if none was generated.
+    pub ttft_ms: Option<f64>,
+    /// Acceptance to the end.
+    pub duration_ms: f64,
+    /// Every gap between two consecutive tokens of a choice.
+    pub itl_ms: Vec<f64>,
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    // Microsecond resolution keeps the JSON short.
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+impl TimingsBody {
+    /// Adds one engine request's timings.
+    pub fn add(&mut self, t: &crate::scheduler::Timings) {
+        self.queue_ms = self.queue_ms.max(ms(t.queue));
+        self.duration_ms = self.duration_ms.max(ms(t.duration));
+        if let Some(first) = t.ttft.map(ms) {
+            self.ttft_ms = Some(self.ttft_ms.map_or(first, |cur| cur.min(first)));
+        }
+        self.itl_ms.extend(t.itl.iter().copied().map(ms));
+    }
+}
+
 /// OpenAI's error envelope.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct ErrorResponse {

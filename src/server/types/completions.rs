@@ -1,6 +1,6 @@
 //! `POST /v1/completions` bodies.
 
-use super::common::{CompletionLogprobs, StopSpec, StreamOptions, UsageBody};
+use super::common::{CompletionLogprobs, StopSpec, StreamOptions, TimingsBody, UsageBody};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -214,6 +214,9 @@ pub struct CompletionResponse {
     /// `stream_options.include_usage`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageBody>,
+    /// kiln's timings of the request, on the usage chunk of a stream only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<TimingsBody>,
 }
 
 /// One choice of a completion.

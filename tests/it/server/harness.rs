@@ -70,7 +70,8 @@ impl Server {
                 cmd.env_remove(k);
             }
         }
-        cmd.env("KILN_LOG", "info");
+        // The config decides the level (`[log]`), whatever the environment running the tests says.
+        cmd.env_remove("KILN_LOG").env_remove("RUST_LOG");
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }

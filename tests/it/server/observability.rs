@@ -63,3 +63,98 @@ fn metrics_families_are_there_and_numbers_add_up() {
     assert!(st["last_5m"]["generated_tokens_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(st["running"], 0);
 }
+
+#[test]
+fn request_ids_come_back_and_name_the_json_access_line() {
+    use super::harness::{wait_for, Options};
+    use std::time::Duration;
+    // The config's [log] section: JSON lines, warnings plus the access lines only.
+    let s = Server::start(Options {
+        config: "[log]\nformat = \"json\"\nlevel = \"warn,kiln::access=info\"\n".to_string(),
+        ..Options::default()
+    });
+    let c = s.client();
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4});
+    let r = c.request(
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("Content-Type", "application/json"),
+            ("x-request-id", "trace-42"),
+        ],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-request-id"), Some("trace-42"));
+    let answer = r.json();
+    // A stream's usage chunk carries kiln's timings: one gap per token after the first.
+    let body = json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 6,
+                      "stream": true, "stream_options": {"include_usage": true}});
+    let r = c.request(
+        "POST",
+        "/v1/chat/completions",
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let last: serde_json::Value = r
+        .text()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .rfind(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).expect("a JSON chunk"))
+        .expect("chunks");
+    let t = &last["timings"];
+    let generated = last["usage"]["completion_tokens"].as_u64().unwrap();
+    assert_eq!(
+        t["itl_ms"].as_array().unwrap().len() as u64,
+        generated - 1,
+        "{last}"
+    );
+    let (queue, ttft, total) = (
+        t["queue_ms"].as_f64().unwrap(),
+        t["ttft_ms"].as_f64().unwrap(),
+        t["duration_ms"].as_f64().unwrap(),
+    );
+    assert!(0.0 <= queue && queue <= ttft && ttft <= total, "{t}");
+    // An id that could forge a log line is replaced by a fresh one.
+    let r = c.request("GET", "/v1/models", &[("x-request-id", "a\"b<c>")], b"");
+    let fresh = r.header("x-request-id").unwrap().to_string();
+    assert!(fresh.starts_with("req-"), "{fresh}");
+    wait_for("access lines", Duration::from_secs(10), || {
+        s.log().contains("trace-42") && s.log().contains(&fresh)
+    });
+    let log = s.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("trace-42") && l.contains("kiln::access"))
+        .unwrap_or_else(|| panic!("no access line for trace-42 in:\n{log}"));
+    let v: serde_json::Value = serde_json::from_str(line).expect("a JSON log line");
+    assert_eq!(v["route"], "/v1/chat/completions");
+    assert_eq!(v["status"], 200);
+    assert_eq!(v["request_id"], "trace-42");
+    // The generation's numbers, as the response reported them.
+    let usage = &answer["usage"];
+    assert_eq!(v["prompt_tokens"], usage["prompt_tokens"], "{line}");
+    assert_eq!(v["generated_tokens"], usage["completion_tokens"], "{line}");
+    assert_eq!(
+        v["cached_tokens"],
+        usage["prompt_tokens_details"]["cached_tokens"]
+    );
+    assert_eq!(v["finish_reason"], answer["choices"][0]["finish_reason"]);
+    let (queue, ttft) = (
+        v["queue_ms"].as_f64().unwrap(),
+        v["ttft_ms"].as_f64().unwrap(),
+    );
+    assert!(0.0 <= queue && queue <= ttft, "{line}");
+    // Routes that generate nothing have no generation fields.
+    let models = log
+        .lines()
+        .find(|l| l.contains(&fresh) && l.contains("kiln::access"))
+        .unwrap();
+    assert!(!models.contains("prompt_tokens"), "{models}");
+    assert!(
+        !log.contains("model loaded"),
+        "info lines are filtered out:\n{log}"
+    );
+}
