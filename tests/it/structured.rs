@@ -72,6 +72,25 @@ fn control_tokens_sit_behind_the_special_marker() {
 }
 
 #[test]
+fn a_sentencepiece_vocabulary_builds_a_trie_and_a_schema_walks() {
+    // Byte tokens (<0x41>) share their bytes with text tokens (A): the trie must cope.
+    let f = GgufFile::open(crate::common::shared_file(
+        "conformance/tokenizer/ggml-vocab-llama-spm.gguf",
+    ))
+    .unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&f).unwrap());
+    let g = Grammars::new(Arc::clone(&tok)).expect("trie builds");
+    let schema = json!({"type": "object", "properties": {"k": {"enum": ["A b", "é€"]}, "n": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["k", "n"], "additionalProperties": false});
+    let c = Constraint::json_schema(&g, &schema, "p", "x").unwrap();
+    for seed in 0..5 {
+        let text = random_walk_with(&tok, &c, seed);
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert!(["A b", "é€"].contains(&v["k"].as_str().unwrap()), "{text}");
+        assert!((0..=99).contains(&v["n"].as_i64().unwrap()), "{text}");
+    }
+}
+
+#[test]
 fn random_logits_under_the_mask_always_give_valid_json() {
     let g = grammars();
     let tok = tokenizer();
@@ -358,7 +377,10 @@ fn native_templates_render_the_tools_kiln_passes() {
 
 /// Samples from random logits under `c` until the grammar ends; the decoded text.
 fn random_walk(c: &Constraint, seed: u64) -> String {
-    let tok = tokenizer();
+    random_walk_with(&tokenizer(), c, seed)
+}
+
+fn random_walk_with(tok: &Tokenizer, c: &Constraint, seed: u64) -> String {
     let mut rng = Rng::new(seed);
     let mut scratch = SampleScratch::new();
     let mut seq = SeqConstraint::new(c.start());
