@@ -35,8 +35,10 @@ pub struct Runtime {
     /// The grammar compiler for `response_format` and tools (None if the vocabulary could not
     /// be turned into a token trie: such requests are then refused).
     pub grammars: Option<Arc<Grammars>>,
-    /// How this model writes tool calls (from its chat template).
+    /// How this model writes tool calls (from its chat template), and the template's source
+    /// (it tells variants of a format apart).
     pub tool_format: ToolFormat,
+    pub template_text: String,
 }
 
 /// Why a model could not be made ready to serve.
@@ -96,6 +98,7 @@ impl Runtime {
             eos_text,
             grammars,
             tool_format,
+            template_text,
         })
     }
 }

@@ -8,6 +8,7 @@ use crate::server::state::Runtime;
 use crate::server::types::{
     ChatMessage, MessageContent, ResponseFormat, Role, Tool, ToolChoiceSpec,
 };
+use crate::structured::tools::native::{forced_call, ForcedCall};
 use crate::structured::tools::{generic, ToolChoice, ToolDef, ToolFormat, MAX_TOOLS};
 use crate::structured::{Constraint, ConstraintError, Grammars};
 use serde_json::{json, Value};
@@ -247,10 +248,36 @@ pub fn prepare_chat(
                     "name": t.name, "description": t.description, "parameters": t.parameters}})
             })
             .collect();
+        // "required" and a named function force a call in the model's own syntax; "auto"
+        // leaves the choice (and, for now, the call's syntax) to the model.
+        let offered: Vec<&ToolDef> = match &tools.choice {
+            ToolChoice::Named(n) => tools.tools.iter().filter(|t| &t.name == n).collect(),
+            _ => tools.tools.iter().collect(),
+        };
+        let forced = match tools.choice {
+            ToolChoice::Required | ToolChoice::Named(_) => forced_call(
+                format,
+                &offered,
+                tools.parallel,
+                &rt.tokenizer,
+                &rt.template_text,
+            ),
+            _ => None,
+        };
+        let constraint = match forced {
+            None => None,
+            Some(ForcedCall::Schema(s)) => {
+                Some(Constraint::json_schema(g, &s, "tools", "forced_call"))
+            }
+            Some(ForcedCall::Lark(l)) => Some(Constraint::lark(g, &l, "tools", "forced_call")),
+        }
+        .transpose()
+        .map_err(constraint_error)?
+        .map(Arc::new);
         return Ok(Prepared {
             messages: history(messages, format),
             template_tools: Some(Value::Array(listed)),
-            constraint: None,
+            constraint,
             read_calls: Some(format),
         });
     }

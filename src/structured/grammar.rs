@@ -111,6 +111,27 @@ impl Constraint {
         })
     }
 
+    /// Output must follow a Lark grammar (llguidance's syntax; `%json {schema}` embeds a
+    /// schema). Used for tool-call syntaxes with tags around the JSON.
+    pub fn lark(
+        g: &Grammars,
+        grammar: &str,
+        param: &str,
+        label: &str,
+    ) -> Result<Constraint, ConstraintError> {
+        let parser = g
+            .factory()
+            .create_parser(TopLevelGrammar::from_lark(grammar.to_string()));
+        let matcher = Matcher::new(parser);
+        if let Some(e) = matcher.get_error() {
+            return Err(classify(param, &e));
+        }
+        Ok(Constraint {
+            matcher,
+            label: label.to_string(),
+        })
+    }
+
     /// Output must be one JSON object (`response_format: {"type": "json_object"}`).
     pub fn json_object(g: &Grammars) -> Result<Constraint, ConstraintError> {
         Constraint::json_schema(

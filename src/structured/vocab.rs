@@ -17,13 +17,24 @@ impl TokenizerEnv for KilnTokEnv {
         &self.trie
     }
 
-    /// Plain text only: user-visible grammar text never becomes a control token.
+    /// Plain text only: user-visible grammar text never becomes a control token. The tokens'
+    /// bytes must be exactly `s` (llguidance forces them): where kiln's encoding differs
+    /// (SentencePiece adds a leading space) or `s` is not UTF-8, the trie's greedy split.
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
-        match std::str::from_utf8(s) {
-            Ok(text) => self.tok.encode(text, false, false),
-            // Bytes that are not UTF-8 (part of a character): the trie's greedy split.
-            Err(_) => self.trie.greedy_tokenize(s),
+        if let Ok(text) = std::str::from_utf8(s) {
+            let ids = self.tok.encode(text, false, false);
+            let mut at = 0;
+            let exact = ids.iter().all(|&id| {
+                let w = self.trie.token(id);
+                let ok = s.get(at..at + w.len()) == Some(w);
+                at += w.len();
+                ok
+            }) && at == s.len();
+            if exact {
+                return ids;
+            }
         }
+        self.trie.greedy_tokenize(s)
     }
 }
 

@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 fn tokenizer() -> Arc<Tokenizer> {
     static T: OnceLock<Arc<Tokenizer>> = OnceLock::new();
     T.get_or_init(|| {
-        let f = GgufFile::open(&default_model()).expect("model opens");
+        let f = GgufFile::open(default_model()).expect("model opens");
         Arc::new(Tokenizer::from_gguf(&f).expect("tokenizer loads"))
     })
     .clone()
@@ -69,6 +69,25 @@ fn control_tokens_sit_behind_the_special_marker() {
     assert_eq!(&words[im_end as usize][1..], b"<|im_end|>");
     let brace = tok.encode("{", false, false);
     assert_eq!(words[brace[0] as usize], b"{");
+}
+
+#[test]
+fn a_sentencepiece_vocabulary_builds_a_trie_and_a_schema_walks() {
+    // Byte tokens (<0x41>) share their bytes with text tokens (A): the trie must cope.
+    let f = GgufFile::open(crate::common::shared_file(
+        "conformance/tokenizer/ggml-vocab-llama-spm.gguf",
+    ))
+    .unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&f).unwrap());
+    let g = Grammars::new(Arc::clone(&tok)).expect("trie builds");
+    let schema = json!({"type": "object", "properties": {"k": {"enum": ["A b", "é€"]}, "n": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["k", "n"], "additionalProperties": false});
+    let c = Constraint::json_schema(&g, &schema, "p", "x").unwrap();
+    for seed in 0..5 {
+        let text = random_walk_with(&tok, &c, seed);
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert!(["A b", "é€"].contains(&v["k"].as_str().unwrap()), "{text}");
+        assert!((0..=99).contains(&v["n"].as_i64().unwrap()), "{text}");
+    }
 }
 
 #[test]
@@ -315,7 +334,7 @@ fn tool_formats_are_detected_from_real_templates() {
         assert_eq!(ToolFormat::detect(&src), want, "{name}");
     }
     // The default model's own template knows nothing of tools.
-    let f = GgufFile::open(&default_model()).unwrap();
+    let f = GgufFile::open(default_model()).unwrap();
     let tpl = f
         .get_str("tokenizer.chat_template")
         .unwrap()
@@ -353,5 +372,93 @@ fn native_templates_render_the_tools_kiln_passes() {
         assert!(out.contains("get_weather"), "{name}: {out}");
         assert!(out.contains("18 C, sunny"), "{name}: {out}");
         assert!(out.contains("Paris"), "{name}: {out}");
+    }
+}
+
+/// Samples from random logits under `c` until the grammar ends; the decoded text.
+fn random_walk(c: &Constraint, seed: u64) -> String {
+    random_walk_with(&tokenizer(), c, seed)
+}
+
+fn random_walk_with(tok: &Tokenizer, c: &Constraint, seed: u64) -> String {
+    let mut rng = Rng::new(seed);
+    let mut scratch = SampleScratch::new();
+    let mut seq = SeqConstraint::new(c.start());
+    let mut sampler = Sampler::new(&Default::default(), seed, &[]);
+    let mut out = Vec::new();
+    loop {
+        assert!(out.len() < 600, "no end: {}", tok.decode(&out));
+        seq.compute_mask();
+        let logits: Vec<f32> = (0..tok.n_vocab())
+            .map(|_| rng.next_f64() as f32 * 8.0)
+            .collect();
+        let id = sampler
+            .sample_masked(&logits, seq.allowed(), &mut scratch)
+            .id;
+        if tok.is_eog(id) {
+            break;
+        }
+        out.push(id);
+        match seq.commit(id) {
+            Step::Continue => {}
+            Step::Complete => break,
+            Step::Failed(e) => panic!("{e}"),
+        }
+    }
+    tok.decode(&out)
+}
+
+#[test]
+fn forced_calls_in_each_native_syntax_parse_and_validate() {
+    use kiln::structured::tools::native::{forced_call, ForcedCall};
+    use kiln::structured::tools::{parse_reply, ToolDef, ToolFormat};
+    let g = grammars();
+    let tok = tokenizer();
+    let tools = [
+        ToolDef {
+            name: "get_weather".into(),
+            description: None,
+            parameters: json!({"type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["unit", "days"], "additionalProperties": false}),
+        },
+        ToolDef {
+            name: "book".into(),
+            description: None,
+            parameters: json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false}),
+        },
+    ];
+    let offered: Vec<&ToolDef> = tools.iter().collect();
+    for (format, template) in [
+        (ToolFormat::Hermes, ""),
+        (ToolFormat::Llama3, ""),
+        (ToolFormat::Mistral, ""),
+        (ToolFormat::Mistral, "[ARGS]"),
+    ] {
+        for parallel in [false, true] {
+            let c = match forced_call(format, &offered, parallel, &tok, template).unwrap() {
+                ForcedCall::Schema(s) => Constraint::json_schema(g, &s, "tools", "f").unwrap(),
+                ForcedCall::Lark(l) => Constraint::lark(g, &l, "tools", "f")
+                    .unwrap_or_else(|e| panic!("{format:?}: {e}\n{l}")),
+            };
+            for seed in 0..6 {
+                let text = random_walk(&c, seed);
+                let reply = parse_reply(format, &text, true);
+                assert!(!reply.calls.is_empty(), "{format:?}: {text}");
+                assert!(parallel || reply.calls.len() == 1, "{format:?}: {text}");
+                assert_eq!(reply.content, "", "{format:?}: {text}");
+                for call in &reply.calls {
+                    assert!(call.complete, "{format:?}: {text}");
+                    let args: Value = serde_json::from_str(&call.arguments)
+                        .unwrap_or_else(|e| panic!("{format:?}: {text}: {e}"));
+                    match call.name.as_deref() {
+                        Some("get_weather") => {
+                            assert!(["c", "f"].contains(&args["unit"].as_str().unwrap()));
+                            assert!((1..=7).contains(&args["days"].as_i64().unwrap()));
+                        }
+                        Some("book") => assert!(args["ok"].is_boolean()),
+                        other => panic!("{format:?}: unknown name {other:?} in {text}"),
+                    }
+                }
+            }
+        }
     }
 }

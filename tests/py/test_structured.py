@@ -10,6 +10,7 @@ message, final answer) works streamed and whole. Malformed requests are 400s nam
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import jsonschema
@@ -413,3 +414,44 @@ def test_unsupported_schema_features_and_malformed_tools_are_400s(client, model_
     assert err["param"] == "tool_choice"
     err = bad(client, model_id, tools=[{"type": "function"}])
     assert err["param"].startswith("tools")
+
+
+@pytest.fixture(scope="module")
+def hermes_client(tmp_path_factory):
+    """A kiln serving the default model under Qwen2.5's chat template (Hermes tool syntax):
+    the tiny model does not know the syntax, so only forced calls are meaningful here."""
+    from conftest import ROOT, TEST_CONFIG, client_for, start_kiln  # noqa: F401
+    import os
+    shared = Path(os.environ.get("KILN_SHARED", ROOT.parent / "shared"))
+    template = shared / "conformance/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"
+    assert template.is_file(), f"{template} is missing (set KILN_SHARED)"
+    cfg = {section: dict(keys) for section, keys in TEST_CONFIG.items()}
+    cfg["model"] = {"chat_template": str(template)}
+    server = start_kiln(config=cfg, log_dir=tmp_path_factory.mktemp("kiln-hermes"))
+    yield client_for(server.base_url)
+    assert server.stop() == 0, server.log_tail()
+
+
+def test_native_hermes_syntax_forced_calls_whole_and_streamed(hermes_client):
+    kw = dict(model="SmolLM2-135M-Instruct.Q4_1", messages=ASK_WEATHER, tools=TOOLS,
+              temperature=1.0, max_tokens=256)
+    for seed in range(3):
+        one = dict(tool_choice="required", parallel_tool_calls=False, seed=seed)
+        r = hermes_client.chat.completions.create(**one, **kw)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls", c
+        assert not c.message.content  # the <tool_call> tags never show
+        check_calls(c.message.tool_calls, set(SCHEMA_OF))
+        content, calls, finish = stream_reply(hermes_client, **one, **kw)
+        assert finish == "tool_calls" and not content.strip()
+        assert [(x["name"], x["arguments"]) for x in calls] == [
+            (t.function.name, t.function.arguments) for t in c.message.tool_calls]
+    r = hermes_client.chat.completions.create(
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        parallel_tool_calls=False, seed=1, **kw)
+    assert [t.function.name for t in r.choices[0].message.tool_calls] == ["get_weather"]
+    # Parallel calls (up to 8): a small model at temperature 1 may use them all and run into
+    # max_tokens; every call returned is whole and valid either way.
+    r = hermes_client.chat.completions.create(tool_choice="required", seed=4, **kw)
+    assert r.choices[0].finish_reason in ("tool_calls", "length")
+    check_calls(r.choices[0].message.tool_calls, set(SCHEMA_OF))

@@ -16,6 +16,7 @@
 
 pub mod generic;
 pub mod json_scan;
+pub mod native;
 pub mod parse;
 pub mod stream;
 

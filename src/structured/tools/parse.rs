@@ -189,8 +189,9 @@ fn mistral(text: &str, done: bool) -> Reply {
             calls: Vec::new(),
         };
     };
+    let before = &text[..at];
     let mut reply = Reply {
-        content: text[..at].trim().to_string(),
+        content: if done { before.trim() } else { before }.to_string(),
         calls: Vec::new(),
     };
     let body = &text[at + TAG.len()..];
@@ -322,6 +323,62 @@ mod tests {
                 prev = r;
             }
             assert_eq!(parse_reply(f, text, false).calls.len(), whole.calls.len());
+        }
+    }
+
+    /// Pieces a reply is made of, good and broken: every sequence of them must parse without
+    /// a panic, and on every prefix the content and calls only grow.
+    fn pieces() -> impl proptest::strategy::Strategy<Value = Vec<&'static str>> {
+        let p = proptest::sample::select(vec![
+            "{",
+            "}",
+            "[",
+            "]",
+            "\"",
+            ":",
+            ", ",
+            "name",
+            "arguments",
+            "parameters",
+            "response",
+            "tool_calls",
+            "<tool_call>",
+            "</tool_call>",
+            "[TOOL_CALLS]",
+            "[ARGS]",
+            "<|python_tag|>",
+            "\\u00e9",
+            "\\ud83d",
+            "\\",
+            "1",
+            "-2.5e3",
+            "true",
+            "null",
+            "é",
+            " ",
+            "\n",
+            "<",
+            "tool",
+        ]);
+        proptest::collection::vec(p, 0..40)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_parses_without_panic_and_grows(ps in pieces()) {
+            let text: String = ps.concat();
+            for f in [ToolFormat::Generic, ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral] {
+                let _ = parse_reply(f, &text, true);
+                let mut prev = Reply::default();
+                for cut in (0..=text.len()).filter(|&c| text.is_char_boundary(c)) {
+                    let r = parse_reply(f, &text[..cut], false);
+                    if f != ToolFormat::Llama3 {
+                        // Llama 3 decides only at the end whether a leading `{` was a call.
+                        proptest::prop_assert!(r.content.starts_with(&prev.content), "{:?} {:?} at {}: {:?}", f, text, cut, r);
+                    }
+                    prev = r;
+                }
+            }
         }
     }
 }
