@@ -12,4 +12,5 @@ pub mod kernels;
 pub mod metrics;
 pub mod scheduler;
 pub mod server;
+pub mod structured;
 pub mod tokenizer;

@@ -39,6 +39,10 @@ pub struct Args {
     /// With --concurrency: measured requests per user (after one warm-up request).
     #[arg(long, default_value_t = 3)]
     requests_per_user: usize,
+    /// With --concurrency: constrain every request's output to this JSON Schema (a file), and
+    /// report the grammar mask time per token.
+    #[arg(long)]
+    json_schema: Option<std::path::PathBuf>,
     /// With --concurrency: record into the Prometheus metrics and the /stats window as
     /// `kiln serve` does (run with and without it to measure what recording costs).
     #[arg(long)]
@@ -73,6 +77,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
             requests_per_user: args.requests_per_user,
             gen_tokens: args.n_gen,
             json: args.json,
+            json_schema: args.json_schema.as_deref(),
             metrics: args.metrics,
         });
     }

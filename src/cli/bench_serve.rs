@@ -3,6 +3,9 @@
 //! tokens each; reported: aggregate generated tokens/s, time to first token (TTFT) and
 //! inter-token latency (ITL) percentiles. Then one interference run: 15 streams decoding while
 //! a 2,000-token prompt arrives, with the worst gap the streams saw.
+//!
+//! With `--json-schema FILE` every request's output is constrained to that schema (the
+//! grammar masks run beside each forward pass) and the mask time per token is reported.
 
 use crate::cli::bench_observer::TimedObserver;
 use anyhow::{bail, Context};
@@ -12,9 +15,13 @@ use kiln::engine::sampling::Rng;
 use kiln::metrics::{window::StatsWindow, Metrics};
 use kiln::scheduler::observer::Fanout;
 use kiln::scheduler::setup::{start, Loaded};
-use kiln::scheduler::{EngineHandle, Event, GenerationRequest, NoopObserver, SamplingParams};
+use kiln::scheduler::{
+    EngineHandle, Event, GenerationRequest, NoopObserver, Observer, SamplingParams, StepStats,
+};
+use kiln::structured::{Constraint, Grammars};
 use kiln::tokenizer::Tokenizer;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -27,6 +34,8 @@ pub struct ServeBench<'a> {
     pub requests_per_user: usize,
     pub gen_tokens: usize,
     pub json: bool,
+    /// Constrain every request to this JSON Schema file.
+    pub json_schema: Option<&'a Path>,
     /// Record into the server's observers (Prometheus metrics, the /stats window).
     pub metrics: bool,
 }
@@ -134,8 +143,14 @@ fn run_one(engine: &EngineHandle, req: GenerationRequest) -> anyhow::Result<Time
     }
 }
 
-fn request(prompt: Vec<u32>, gen: usize, seed: u64) -> GenerationRequest {
+fn request(
+    prompt: Vec<u32>,
+    gen: usize,
+    seed: u64,
+    constraint: Option<&Arc<Constraint>>,
+) -> GenerationRequest {
     let mut r = GenerationRequest::new(prompt, gen);
+    r.constraint = constraint.cloned();
     r.ignore_eos = true;
     r.params = SamplingParams {
         temperature: 0.7,
@@ -166,7 +181,10 @@ fn closed_loop(
     users: usize,
     per_user: usize,
     gen: usize,
+    constraint: Option<&Arc<Constraint>>,
+    masks: &MaskCounter,
 ) -> anyhow::Result<serde_json::Value> {
+    masks.reset();
     let barrier = Arc::new(Barrier::new(users));
     let results = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..users)
@@ -185,12 +203,13 @@ fn closed_loop(
                     // out, as real users are, instead of all arriving in one burst.
                     barrier.wait();
                     let warm = 8 + rng.next_u32() as usize % gen.max(1);
-                    run_one(&engine, request(next(&mut rng), warm, u as u64))?;
+                    run_one(&engine, request(next(&mut rng), warm, u as u64, constraint))?;
                     let t0 = Instant::now();
                     let mut timed = Vec::new();
                     for i in 0..per_user {
                         let p = next(&mut rng);
-                        timed.push(run_one(&engine, request(p, gen, (u * 1000 + i) as u64))?);
+                        let seed = (u * 1000 + i) as u64;
+                        timed.push(run_one(&engine, request(p, gen, seed, constraint))?);
                     }
                     Ok((timed, t0, Instant::now()))
                 })
@@ -219,7 +238,50 @@ fn closed_loop(
         "ttft_ms": pcts(all.iter().map(|t| ms(&t.ttft)).collect()),
         "itl_ms": pcts(all.iter().flat_map(|t| t.gaps.iter().map(ms)).collect()),
         "requests": all.len(),
+        "tokens_per_request": all.iter().map(|t| t.tokens).sum::<usize>() as f64 / all.len().max(1) as f64,
+        "masks": masks.snapshot(),
     }))
+}
+
+/// Sums the steps' grammar mask work (the bench's observer).
+#[derive(Default)]
+struct MaskCounter {
+    masks: AtomicU64,
+    compute_ns: AtomicU64,
+    wait_ns: AtomicU64,
+    steps: AtomicU64,
+}
+
+impl MaskCounter {
+    fn reset(&self) {
+        for a in [&self.masks, &self.compute_ns, &self.wait_ns, &self.steps] {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Masks computed, mean mask time per token (one mask per constrained token), and mean
+    /// wait per step for masks that outlasted the forward pass.
+    fn snapshot(&self) -> serde_json::Value {
+        let masks = self.masks.load(Ordering::Relaxed);
+        let steps = self.steps.load(Ordering::Relaxed).max(1);
+        let us = |ns: u64, per: u64| ns as f64 / 1e3 / per.max(1) as f64;
+        serde_json::json!({
+            "count": masks,
+            "us_per_token": us(self.compute_ns.load(Ordering::Relaxed), masks),
+            "wait_us_per_step": us(self.wait_ns.load(Ordering::Relaxed), steps),
+        })
+    }
+}
+
+impl Observer for MaskCounter {
+    fn on_step(&self, s: &StepStats) {
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        self.masks.fetch_add(s.masks as u64, Ordering::Relaxed);
+        self.compute_ns
+            .fetch_add(s.mask_time.as_nanos() as u64, Ordering::Relaxed);
+        self.wait_ns
+            .fetch_add(s.mask_wait.as_nanos() as u64, Ordering::Relaxed);
+    }
 }
 
 /// 15 streams decode; once they are going, a 2,000-token prompt arrives. Returns the worst
@@ -243,7 +305,7 @@ fn interference(l: &Loaded, tpl: &ChatTemplate) -> anyhow::Result<serde_json::Va
                 let started = Arc::clone(&started);
                 sc.spawn(move || -> anyhow::Result<Vec<(Instant, Duration)>> {
                     let mut s = engine
-                        .submit(request(p, 400, i as u64))
+                        .submit(request(p, 400, i as u64, None))
                         .map_err(|e| anyhow::anyhow!("{e}"))?;
                     let mut last = None;
                     let mut gaps = Vec::new();
@@ -272,7 +334,7 @@ fn interference(l: &Loaded, tpl: &ChatTemplate) -> anyhow::Result<serde_json::Va
             .collect();
         started.wait();
         let t0 = Instant::now();
-        let long = run_one(&l.engine, request(long_prompt.clone(), 1, 99))?;
+        let long = run_one(&l.engine, request(long_prompt.clone(), 1, 99, None))?;
         window_tx.send((t0, t0 + long.ttft)).ok();
         handles
             .into_iter()
@@ -295,7 +357,7 @@ fn interference(l: &Loaded, tpl: &ChatTemplate) -> anyhow::Result<serde_json::Va
 }
 
 pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
-    let observer: Arc<dyn kiln::scheduler::Observer> =
+    let slow: Arc<dyn kiln::scheduler::Observer> =
         if std::env::var_os("KILN_BENCH_SLOW_STEPS").is_some() {
             Arc::new(SlowSteps)
         } else if b.metrics {
@@ -306,10 +368,29 @@ pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
         } else {
             Arc::new(NoopObserver)
         };
-    let timed = Arc::new(TimedObserver::new(observer));
-    let l = start(&b.cfg, b.model, timed.clone()).context("starting the engine")?;
+    let timed = Arc::new(TimedObserver::new(slow));
+    let masks = Arc::new(MaskCounter::default());
+    let observer: Arc<dyn Observer> = Arc::new(Fanout(vec![timed.clone(), masks.clone()]));
+    let l = start(&b.cfg, b.model, observer).context("starting the engine")?;
     let (tpl, _) = ChatTemplate::for_model(l.chat_template.as_deref(), None)
         .context("loading the chat template")?;
+    let constraint = match b.json_schema {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let schema: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not JSON", path.display()))?;
+            let g = Grammars::new(Arc::clone(&l.tokenizer))?;
+            let label = path.display().to_string();
+            Some(Arc::new(Constraint::json_schema(
+                &g,
+                &schema,
+                "--json-schema",
+                &label,
+            )?))
+        }
+    };
     let mut rows = Vec::new();
     for &users in &b.concurrency {
         let row = closed_loop(
@@ -318,6 +399,8 @@ pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
             users.max(1),
             b.requests_per_user.max(1),
             b.gen_tokens,
+            constraint.as_ref(),
+            &masks,
         )?;
         if !b.json {
             eprintln!("bench: {row}");
@@ -335,6 +418,7 @@ pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
         "max_num_seqs": info.max_num_seqs,
         "max_batch_tokens": info.max_batch_tokens,
         "gen_tokens": b.gen_tokens,
+        "json_schema": b.json_schema.map(|p| p.display().to_string()),
         "concurrency": rows,
         "interference": interference,
         "metrics": b.metrics,
@@ -352,8 +436,8 @@ pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
         info.max_num_seqs,
         info.max_batch_tokens
     );
-    println!("| users | gen tok/s | TTFT p50 / p95 / p99 ms | ITL p50 / p95 / p99 ms |");
-    println!("|---:|---:|---|---|");
+    println!("| users | gen tok/s | TTFT p50 / p95 / p99 ms | ITL p50 / p95 / p99 ms | tokens/request | mask us/token | mask wait us/step |");
+    println!("|---:|---:|---|---|---:|---:|---:|");
     for r in &obj["concurrency"].as_array().cloned().unwrap_or_default() {
         let p = |k: &str| {
             format!(
@@ -364,11 +448,14 @@ pub fn run(b: ServeBench<'_>) -> anyhow::Result<()> {
             )
         };
         println!(
-            "| {} | {:.1} | {} | {} |",
+            "| {} | {:.1} | {} | {} | {:.0} | {:.0} | {:.0} |",
             r["users"],
             r["gen_tok_s"].as_f64().unwrap_or(0.0),
             p("ttft_ms"),
-            p("itl_ms")
+            p("itl_ms"),
+            r["tokens_per_request"].as_f64().unwrap_or(0.0),
+            r["masks"]["us_per_token"].as_f64().unwrap_or(0.0),
+            r["masks"]["wait_us_per_step"].as_f64().unwrap_or(0.0),
         );
     }
     let i = &obj["interference"];

@@ -304,6 +304,9 @@ mod tests {
             preemptions: 1,
             prefix_queries: 1,
             prefix_hits: 1,
+            masks: 0,
+            mask_time: Duration::ZERO,
+            mask_wait: Duration::ZERO,
         });
         m.on_request(&RequestStats {
             queue: Duration::from_millis(5),

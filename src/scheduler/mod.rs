@@ -9,6 +9,7 @@
 //! - [`observer`]: the plain numbers handed to monitoring;
 //! - [`setup`]: builds the engine from the configuration.
 
+mod constrain;
 pub mod handle;
 pub mod observer;
 pub mod prefix_cache;

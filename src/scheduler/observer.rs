@@ -52,6 +52,11 @@ pub struct StepStats {
     /// Prefix-cache lookups and hits (lookups that reused blocks) in this step.
     pub prefix_queries: u64,
     pub prefix_hits: u64,
+    /// Grammar masks computed for this step (constrained sequences), the time computing them
+    /// (overlapped with the forward pass), and how long the step waited for them after it.
+    pub masks: usize,
+    pub mask_time: Duration,
+    pub mask_wait: Duration,
 }
 
 /// One finished request (all its choices).

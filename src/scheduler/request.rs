@@ -3,6 +3,8 @@
 use crate::scheduler::sampling::{SamplingError, SamplingParams};
 use crate::scheduler::state::AdmitError;
 pub use crate::scheduler::stop::FinishReason;
+use crate::structured::Constraint;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Most choices one request may ask for (`n`).
@@ -29,6 +31,9 @@ pub struct GenerationRequest {
     pub n: usize,
     /// Report each token's logprob (and `params.top_logprobs` alternatives).
     pub logprobs: bool,
+    /// A grammar every choice's output must follow (tokens that would break it are masked
+    /// before sampling; the choice ends where the grammar is complete).
+    pub constraint: Option<Arc<Constraint>>,
 }
 
 impl GenerationRequest {
@@ -43,6 +48,7 @@ impl GenerationRequest {
             ignore_eos: false,
             n: 1,
             logprobs: false,
+            constraint: None,
         }
     }
 }

@@ -6,6 +6,7 @@
 
 use crate::engine::kv_cache::{KvCache, KvCacheConfig};
 use crate::engine::{BatchLimits, EngineError, LlamaModel, LogitsWanted, Scratch, SeqInput};
+use crate::scheduler::constrain::{self, MaskWork, Pending};
 use crate::scheduler::handle::EngineConfig;
 use crate::scheduler::observer::{Observer, Phase, RequestStats, StepStats};
 use crate::scheduler::request::{
@@ -14,12 +15,16 @@ use crate::scheduler::request::{
 use crate::scheduler::sampling::{SampleScratch, Sampled, Sampler};
 use crate::scheduler::state::{Limits, Plan, Scheduler, SeqId};
 use crate::scheduler::stop::StopMatcher;
+use crate::structured::seq::Step;
+use crate::structured::SeqConstraint;
 use crate::tokenizer::{DecodeState, Tokenizer};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod sample;
 
 /// Messages from handles to a worker.
 pub(crate) enum Command {
@@ -92,6 +97,9 @@ struct SeqOut {
     choice: usize,
     /// Taken out while a step samples in parallel.
     sampler: Option<Sampler>,
+    /// The request's grammar, when it has one (taken out while masks are computed and while
+    /// a step samples in parallel).
+    constraint: Option<SeqConstraint>,
     decode: DecodeState,
     stop: StopMatcher,
     last_token: Option<Instant>,
@@ -277,6 +285,10 @@ impl Worker {
             req: id,
             choice: 0,
             sampler: Some(Sampler::new(&req.params, choice_seed(seed, 0), &req.prompt)),
+            constraint: req
+                .constraint
+                .as_ref()
+                .map(|c| SeqConstraint::new(c.start())),
             decode: DecodeState::new(false),
             stop: StopMatcher::new(&req.stop),
             last_token: None,
@@ -442,7 +454,8 @@ impl Worker {
                 }
             }
         }
-        match self.execute(&plan) {
+        let mut masks = MaskWork::default();
+        match self.execute(&plan, &mut masks) {
             Ok(()) => {}
             Err(fatal) => self.fail(&plan, fatal),
         }
@@ -452,12 +465,13 @@ impl Worker {
             t0,
             after.queries - before.queries,
             after.hits - before.hits,
+            masks,
         );
     }
 
     /// Copies shared blocks, runs the forward pass and handles each sequence's logits. An
     /// error (or a panic) in the forward pass is returned: `Err(true)` when it was a panic.
-    fn execute(&mut self, plan: &Plan) -> Result<(), bool> {
+    fn execute(&mut self, plan: &Plan, masks: &mut MaskWork) -> Result<(), bool> {
         for &(src, dst) in &plan.copies {
             self.kv.copy_block(src, dst).map_err(|_| false)?;
         }
@@ -466,6 +480,17 @@ impl Worker {
             let r = catch_unwind(|| panic!("injected engine fault (panic_at_step)"));
             return r.map_err(|_| true);
         }
+        // The masks of constrained sequences that sample this step, computed beside the forward
+        // pass.
+        let mut pending: Pending = plan
+            .items
+            .iter()
+            .filter(|it| it.logits)
+            .filter_map(|it| {
+                let c = self.sched.seq_mut(it.seq)?.payload.constraint.take()?;
+                Some((it.seq, c))
+            })
+            .collect();
         let Worker {
             model,
             kv,
@@ -496,13 +521,21 @@ impl Worker {
         }
         // The logits rows are copied out of the scratch (about 1% of a step) so that sampling
         // can update the scheduler while reading them.
-        let out = catch_unwind(AssertUnwindSafe(|| {
-            let logits = model.forward(&inputs, kv, scratch)?;
-            rows.clear();
-            rows.extend_from_slice(logits.as_slice());
-            Ok::<usize, EngineError>(logits.n_vocab())
-        }));
+        let (out, work) = constrain::overlapped(&mut pending, || {
+            catch_unwind(AssertUnwindSafe(|| {
+                let logits = model.forward(&inputs, kv, scratch)?;
+                rows.clear();
+                rows.extend_from_slice(logits.as_slice());
+                Ok::<usize, EngineError>(logits.n_vocab())
+            }))
+        });
         drop(inputs);
+        *masks = work;
+        for (sid, c) in pending {
+            if let Some(s) = self.sched.seq_mut(sid) {
+                s.payload.constraint = Some(c);
+            }
+        }
         let n_vocab = match out {
             Ok(Ok(n)) => n,
             Ok(Err(e)) => {
@@ -540,55 +573,6 @@ impl Worker {
         Ok(())
     }
 
-    /// Samples each `(sequence, row)` of `batch` from `rows`, in parallel on the worker team
-    /// when there are several. Each sequence's sampler is its own (seeded per sequence), so
-    /// the result does not depend on which thread ran it.
-    fn sample_many(
-        &mut self,
-        batch: &[(SeqId, usize)],
-        rows: &[f32],
-        n_vocab: usize,
-    ) -> Vec<Sampled> {
-        let mut jobs: Vec<Mutex<(Option<Sampler>, Option<Sampled>)>> = batch
-            .iter()
-            .map(|&(sid, _)| {
-                let sampler = self
-                    .sched
-                    .seq_mut(sid)
-                    .and_then(|s| s.payload.sampler.take());
-                Mutex::new((sampler, None))
-            })
-            .collect();
-        let scratch = &self.sample_scratch;
-        let job = |t: usize, w: usize| {
-            let k = batch[t].1;
-            let mut j = jobs[t].lock().unwrap_or_else(|e| e.into_inner());
-            let mut sc = scratch[w].lock().unwrap_or_else(|e| e.into_inner());
-            let (sampler, out) = &mut *j;
-            if let Some(sp) = sampler.as_mut() {
-                *out = Some(sp.sample(&rows[k * n_vocab..(k + 1) * n_vocab], &mut sc));
-            }
-        };
-        if batch.len() >= 4 {
-            self.model.pool().run(batch.len(), &job);
-        } else {
-            (0..batch.len()).for_each(|t| job(t, 0));
-        }
-        let mut out = Vec::with_capacity(batch.len());
-        for (&(sid, _), j) in batch.iter().zip(jobs.iter_mut()) {
-            let (sampler, sampled) = std::mem::take(j.get_mut().unwrap_or_else(|e| e.into_inner()));
-            if let Some(s) = self.sched.seq_mut(sid) {
-                s.payload.sampler = sampler;
-            }
-            out.push(sampled.unwrap_or(Sampled {
-                id: 0,
-                logprob: 0.0,
-                top: Vec::new(),
-            }));
-        }
-        out
-    }
-
     /// The first token of a request with `n > 1` choices: fork the other choices (sharing the
     /// prompt's blocks) and sample each of them and the parent from the same logits.
     fn on_first_logits(&mut self, sid: SeqId, row: &[f32]) {
@@ -596,6 +580,8 @@ impl Worker {
             return;
         };
         let req_id = s.payload.req;
+        // Each choice follows the grammar on its own, from the parent's state (and mask).
+        let constraint = s.payload.constraint.clone();
         let mut forks = Vec::new();
         if let Some(r) = self.reqs.get_mut(&req_id) {
             for c in 1..r.finish.len() {
@@ -610,6 +596,7 @@ impl Worker {
                         choice_seed(r.seed, c),
                         &r.req.prompt,
                     )),
+                    constraint: constraint.clone(),
                     decode: DecodeState::new(false),
                     stop: StopMatcher::new(&r.req.stop),
                     last_token: None,
@@ -629,14 +616,6 @@ impl Worker {
         }
         let sampled = self.sample_one(sid, row);
         self.emit(sid, sampled);
-    }
-
-    fn sample_one(&mut self, sid: SeqId, row: &[f32]) -> Option<Sampled> {
-        let s = self.sched.seq_mut(sid)?;
-        let mut sc = self.sample_scratch[0]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        Some(s.payload.sampler.as_mut()?.sample(row, &mut sc))
     }
 
     /// Appends `sid`'s sampled token, sends its text, and ends the choice on an
@@ -661,9 +640,25 @@ impl Worker {
             r.first_token = Some(now);
             r.cached_tokens = s.cached_tokens;
         }
+        let eog = (!r.req.ignore_eos && self.tok.is_eog(id)) || r.req.stop_token_ids.contains(&id);
+        // The grammar advances over the token; an end-of-generation token was only allowed
+        // where it may end.
+        let grammar = match s.payload.constraint.as_mut() {
+            None => Step::Continue,
+            Some(c) => match c.failure() {
+                Some(e) => Step::Failed(e.to_string()),
+                None if eog => Step::Continue,
+                None => c.commit(id),
+            },
+        };
+        if let Step::Failed(e) = &grammar {
+            // Never caused by input alone; the choice ends rather than leave its grammar.
+            tracing::warn!(worker = self.index, error = %e, "constrained decoding failed");
+            self.finish_choice(req_id, choice, sid, FinishReason::Stop);
+            return;
+        }
         self.sched.append(sid, id);
         let s = self.sched.seq_mut(sid).expect("sequence exists");
-        let eog = (!r.req.ignore_eos && self.tok.is_eog(id)) || r.req.stop_token_ids.contains(&id);
         let mut reason = None;
         let text = if eog {
             reason = Some(FinishReason::Stop);
@@ -676,6 +671,9 @@ impl Worker {
             }
             rel.text
         };
+        if reason.is_none() && grammar == Step::Complete {
+            reason = Some(FinishReason::Stop);
+        }
         if reason.is_none() && s.tokens.len() >= s.max_len {
             reason = Some(FinishReason::Length);
         }
@@ -731,7 +729,7 @@ impl Worker {
     }
 
     /// Publishes the load for handles and hands the step's numbers to the observer.
-    fn publish(&self, plan: &Plan, t0: Instant, queries: u64, hits: u64) {
+    fn publish(&self, plan: &Plan, t0: Instant, queries: u64, hits: u64, masks: MaskWork) {
         let (used, cached, total) = self.publish_load();
         let decode = plan
             .items
@@ -760,6 +758,9 @@ impl Worker {
             preemptions: plan.preempted.len(),
             prefix_queries: queries,
             prefix_hits: hits,
+            masks: masks.masks,
+            mask_time: masks.compute,
+            mask_wait: masks.wait,
         });
     }
 }

@@ -9,12 +9,14 @@ use crate::server::params::{Fields, Plan};
 use crate::server::run::collect;
 use crate::server::sse::{self, json_event, ChunkWriter, StreamSettings};
 use crate::server::state::{random_id, unix_now, AppState, Runtime};
+use crate::server::structured::{self as shapes, Shape};
 use crate::server::types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ErrorResponse,
-    TimingsBody, UsageBody,
+    FunctionCall, FunctionCallDelta, TimingsBody, ToolCall, ToolCallDelta, UsageBody,
 };
 use crate::server::{blocking, prompt};
+use crate::structured::tools::{ToolDelta, ToolFormat, ToolStream};
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
@@ -101,13 +103,25 @@ pub async fn chat_completions(
     let settings = state.settings();
     let info = rt.engine.info();
     let plan = Plan::new(&fields(&req), settings, info)?;
+    let shape = request_shape(&req)?;
     let messages = std::mem::take(&mut req.messages);
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
-    let ids = {
+    let (ids, constraint, read_calls) = {
         let rt = Arc::clone(&rt);
-        blocking(move || prompt::chat_prompt(&rt, &messages, add_generation_prompt)).await?
+        blocking(move || {
+            let p = shapes::prepare_chat(&rt, messages, &shape)?;
+            let ids = prompt::chat_prompt_with_tools(
+                &rt,
+                &p.messages,
+                add_generation_prompt,
+                p.template_tools.as_ref(),
+            )?;
+            Ok::<_, ApiError>((ids, p.constraint, p.read_calls))
+        })
+        .await?
     };
     let mut gen = plan.request(ids, "messages", settings, info)?;
+    gen.constraint = constraint;
     if !plan.ignore_eos {
         gen.stop_token_ids = rt.end_of_turn.clone();
     }
@@ -120,10 +134,14 @@ pub async fn chat_completions(
         .map_err(|e| ApiError::from_submit(e, "messages", plan.max_tokens_param))?;
     let meta = Meta::new("chatcmpl-", &state, &rt);
     if req.stream.unwrap_or(false) {
+        let readers = (0..plan.n)
+            .map(|_| read_calls.map(|f| ToolStream::new(f, Arc::clone(&rt.tokenizer))))
+            .collect();
         let writer = ChatWriter {
             meta,
             rt,
             n: plan.n,
+            readers,
         };
         let include_usage = req
             .stream_options
@@ -146,18 +164,26 @@ pub async fn chat_completions(
     let choices = outs
         .into_iter()
         .enumerate()
-        .map(|(index, o)| ChatChoice {
-            index,
-            message: ChatResponseMessage {
-                role: "assistant".to_string(),
-                content: Some(o.text),
-                refusal: None,
-            },
-            logprobs: plan.logprobs.then(|| ChatLogprobs {
-                content: chat_entries(&rt.tokenizer, &o.logprobs),
-                refusal: None,
-            }),
-            finish_reason: o.finish.unwrap_or(FinishReason::Abort).as_str().to_string(),
+        .map(|(index, o)| {
+            let finish = o.finish.unwrap_or(FinishReason::Abort);
+            let (content, tool_calls) = match read_calls {
+                Some(f) => reply_calls(f, &rt, &o.ids, &o.text),
+                None => (Some(o.text), None),
+            };
+            ChatChoice {
+                index,
+                finish_reason: finish_reason(finish, tool_calls.is_some()),
+                message: ChatResponseMessage {
+                    role: "assistant".to_string(),
+                    content,
+                    refusal: None,
+                    tool_calls,
+                },
+                logprobs: plan.logprobs.then(|| ChatLogprobs {
+                    content: chat_entries(&rt.tokenizer, &o.logprobs),
+                    refusal: None,
+                }),
+            }
         })
         .collect();
     Ok(Json(ChatCompletionResponse {
@@ -172,11 +198,80 @@ pub async fn chat_completions(
     .into_response())
 }
 
+/// `response_format` or tools, whichever the request asks for (both at once is refused).
+fn request_shape(req: &ChatCompletionRequest) -> Result<Shape, ApiError> {
+    let json = shapes::response_format(req.response_format.as_ref())?;
+    let tools = shapes::tool_request(
+        req.tools.as_deref(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+    )?;
+    match (json, tools) {
+        (json, None) => Ok(json),
+        (Shape::Free, Some(t)) => Ok(Shape::Tools(t)),
+        (_, Some(_)) => Err(ApiError::bad(
+            "response_format",
+            "response_format together with tools is not supported; send one of them",
+        )),
+    }
+}
+
+/// A new tool call id: `call_` and 24 hex digits, or for Mistral templates (which check)
+/// 9 alphanumeric characters.
+fn call_id(format: ToolFormat) -> String {
+    match format {
+        ToolFormat::Mistral => random_id("").chars().take(9).collect(),
+        _ => random_id("call_"),
+    }
+}
+
+/// `finish_reason`: a reply that made calls and ended by itself is `tool_calls`.
+fn finish_reason(reason: FinishReason, called: bool) -> String {
+    match reason {
+        FinishReason::Stop if called => "tool_calls".to_string(),
+        other => other.as_str().to_string(),
+    }
+}
+
+/// The content and calls of a whole reply in `format`.
+fn reply_calls(
+    format: ToolFormat,
+    rt: &Runtime,
+    ids: &[u32],
+    text: &str,
+) -> (Option<String>, Option<Vec<ToolCall>>) {
+    let mut reader = ToolStream::new(format, Arc::clone(&rt.tokenizer));
+    reader.push(ids, text);
+    let (_, reply) = reader.finish();
+    let calls: Vec<ToolCall> = reply
+        .calls
+        .into_iter()
+        .filter(|c| c.complete)
+        .filter_map(|c| {
+            Some(ToolCall {
+                id: call_id(format),
+                kind: "function".to_string(),
+                function: FunctionCall {
+                    name: c.name?,
+                    arguments: c.arguments,
+                },
+            })
+        })
+        .collect();
+    if calls.is_empty() {
+        return (Some(reply.content), None);
+    }
+    let content = (!reply.content.is_empty()).then_some(reply.content);
+    (content, Some(calls))
+}
+
 /// Chat's chunks.
 struct ChatWriter {
     meta: Meta,
     rt: Arc<Runtime>,
     n: usize,
+    /// Per choice, the tool-call reader when the request offers tools.
+    readers: Vec<Option<ToolStream>>,
 }
 
 impl ChatWriter {
@@ -210,6 +305,7 @@ impl ChunkWriter for ChatWriter {
                         delta: ChatDelta {
                             role: Some("assistant".to_string()),
                             content: Some(String::new()),
+                            tool_calls: None,
                         },
                         logprobs: None,
                         finish_reason: None,
@@ -234,6 +330,7 @@ impl ChunkWriter for ChatWriter {
                 delta: ChatDelta {
                     role: None,
                     content: Some(text),
+                    tool_calls: None,
                 },
                 logprobs,
                 finish_reason: None,
@@ -256,5 +353,95 @@ impl ChunkWriter for ChatWriter {
 
     fn usage(&mut self, usage: UsageBody, timings: TimingsBody) -> SseEvent {
         self.chunk(Vec::new(), Some((usage, timings)))
+    }
+
+    fn deltas(
+        &mut self,
+        choice: usize,
+        ids: &[u32],
+        text: String,
+        lps: &[TokenLogprob],
+    ) -> Vec<SseEvent> {
+        match self.readers.get_mut(choice).and_then(Option::as_mut) {
+            None => self.delta(choice, text, lps).into_iter().collect(),
+            Some(reader) => {
+                let parts = reader.push(ids, &text);
+                let format = reader.format();
+                parts
+                    .into_iter()
+                    .map(|d| self.tool_chunk(choice, format, d))
+                    .collect()
+            }
+        }
+    }
+
+    fn finish_chunks(&mut self, choice: usize, reason: FinishReason) -> Vec<SseEvent> {
+        let Some(reader) = self.readers.get_mut(choice).and_then(Option::as_mut) else {
+            return vec![self.finished(choice, reason)];
+        };
+        let (rest, _) = reader.finish();
+        let called = reader.calls_started() > 0;
+        let format = reader.format();
+        let mut out: Vec<SseEvent> = rest
+            .into_iter()
+            .map(|d| self.tool_chunk(choice, format, d))
+            .collect();
+        out.push(self.chunk(
+            vec![ChatChunkChoice {
+                index: choice,
+                delta: ChatDelta::default(),
+                logprobs: None,
+                finish_reason: Some(finish_reason(reason, called)),
+            }],
+            None,
+        ));
+        out
+    }
+}
+
+impl ChatWriter {
+    /// One chunk for a piece of a reply read for tool calls: content, a call's header (id,
+    /// type and name with empty arguments), or an argument fragment.
+    fn tool_chunk(&self, choice: usize, format: ToolFormat, d: ToolDelta) -> SseEvent {
+        let (content, call) = match d {
+            ToolDelta::Content(t) => (Some(t), None),
+            ToolDelta::CallStart { index, name } => (
+                None,
+                Some(ToolCallDelta {
+                    index,
+                    id: Some(call_id(format)),
+                    kind: Some("function".to_string()),
+                    function: FunctionCallDelta {
+                        name: Some(name),
+                        arguments: Some(String::new()),
+                    },
+                }),
+            ),
+            ToolDelta::Arguments { index, fragment } => (
+                None,
+                Some(ToolCallDelta {
+                    index,
+                    id: None,
+                    kind: None,
+                    function: FunctionCallDelta {
+                        name: None,
+                        arguments: Some(fragment),
+                    },
+                }),
+            ),
+        };
+        self.chunk(
+            vec![ChatChunkChoice {
+                index: choice,
+                delta: ChatDelta {
+                    role: None,
+                    content,
+                    tool_calls: call.map(|c| vec![c]),
+                },
+                logprobs: None,
+                finish_reason: None,
+            }],
+            None,
+        )
     }
 }

@@ -159,14 +159,20 @@ pub async fn completions(
             ),
         ));
     }
-    let tokenized = {
-        let tok = Arc::clone(&rt.tokenizer);
-        blocking(move || tokenize(&tok, prompts)).await?
+    let shape = crate::server::structured::response_format(req.response_format.as_ref())?;
+    let (tokenized, constraint) = {
+        let rt = Arc::clone(&rt);
+        blocking(move || {
+            let c = crate::server::structured::compile_json(&rt, &shape)?;
+            Ok((tokenize(&rt.tokenizer, prompts)?, c))
+        })
+        .await?
     };
     let mut streams = Vec::with_capacity(tokenized.len());
     let mut echoes = Vec::with_capacity(tokenized.len());
     for t in tokenized {
-        let gen = plan.request(t.ids, "prompt", settings, info)?;
+        let mut gen = plan.request(t.ids, "prompt", settings, info)?;
+        gen.constraint = constraint.clone();
         // On a refusal the streams already submitted are dropped, which aborts them.
         streams.push(
             rt.engine

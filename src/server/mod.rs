@@ -30,6 +30,7 @@ pub mod request_id;
 mod run;
 mod sse;
 pub mod state;
+pub mod structured;
 pub mod tokenize;
 pub mod types;
 

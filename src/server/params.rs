@@ -182,6 +182,7 @@ impl Plan {
             ignore_eos: self.ignore_eos,
             n: self.n,
             logprobs: self.logprobs,
+            constraint: None,
         })
     }
 }

@@ -26,10 +26,25 @@ pub fn chat_prompt(
     messages: &[ChatMessage],
     add_generation_prompt: bool,
 ) -> Result<Vec<u32>, ApiError> {
+    chat_prompt_with_tools(rt, messages, add_generation_prompt, None)
+}
+
+/// [`chat_prompt`] with the template's `tools` variable set (OpenAI `tools` entries, for
+/// templates that render tools themselves). Their strings are the client's, so protected too.
+pub fn chat_prompt_with_tools(
+    rt: &Runtime,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    tools: Option<&serde_json::Value>,
+) -> Result<Vec<u32>, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::bad("messages", "messages must not be empty"));
     }
-    let (context, user_strings) = template_context(rt, messages, add_generation_prompt)?;
+    let (mut context, mut user_strings) = template_context(rt, messages, add_generation_prompt)?;
+    if let Some(tools) = tools {
+        collect_strings(tools, &mut user_strings);
+        context["tools"] = tools.clone();
+    }
     let rendered = rt.template.render(&context, None).map_err(template_error)?;
     let protected = protected_ranges(&rt.tokenizer, &rendered, &user_strings)?;
     let mut ids = rt.tokenizer.encode_protected(&rendered, false, &protected);

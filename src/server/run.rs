@@ -41,6 +41,8 @@ pub async fn next_event(
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChoiceOutput {
     pub text: String,
+    /// The generated ids (end-of-generation tokens excluded).
+    pub ids: Vec<u32>,
     pub logprobs: Vec<TokenLogprob>,
     pub finish: Option<FinishReason>,
 }
@@ -66,11 +68,12 @@ pub async fn collect(
         match ev {
             Event::Delta {
                 choice,
+                ids,
                 text,
                 logprobs,
-                ..
             } => {
                 if let Some(o) = outs.get_mut(p * n + choice) {
+                    o.ids.extend(ids);
                     o.text.push_str(&text);
                     o.logprobs.extend(logprobs);
                 }

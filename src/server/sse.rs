@@ -35,6 +35,22 @@ pub trait ChunkWriter: Send + 'static {
         -> Option<SseEvent>;
     /// The choice's last chunk.
     fn finished(&mut self, choice: usize, reason: FinishReason) -> SseEvent;
+    /// The chunks for a delta, given its token ids too (a writer that reads tool calls may
+    /// send several chunks, or none yet). By default [`ChunkWriter::delta`]'s.
+    fn deltas(
+        &mut self,
+        choice: usize,
+        _ids: &[u32],
+        text: String,
+        logprobs: &[TokenLogprob],
+    ) -> Vec<SseEvent> {
+        self.delta(choice, text, logprobs).into_iter().collect()
+    }
+    /// The chunks ending a choice (text still held back first). By default
+    /// [`ChunkWriter::finished`]'s.
+    fn finish_chunks(&mut self, choice: usize, reason: FinishReason) -> Vec<SseEvent> {
+        vec![self.finished(choice, reason)]
+    }
     /// The usage chunk (`choices: []`), with kiln's timings of the request.
     fn usage(&mut self, usage: UsageBody, timings: TimingsBody) -> SseEvent;
 }
@@ -113,14 +129,15 @@ impl<W: ChunkWriter> Driver<W> {
                     p,
                     Event::Delta {
                         choice,
+                        ids,
                         text,
                         logprobs,
-                        ..
                     },
                 ) => {
-                    if let Some(e) = self.writer.delta(p * self.n + choice, text, &logprobs) {
-                        self.outbox.push_back(e);
-                    }
+                    let chunks = self
+                        .writer
+                        .deltas(p * self.n + choice, &ids, text, &logprobs);
+                    self.outbox.extend(chunks);
                 }
                 // A choice failed by the engine is reported once, by the error event.
                 (
@@ -132,8 +149,8 @@ impl<W: ChunkWriter> Driver<W> {
                 ) => {}
                 (p, Event::Finished { choice, reason }) => {
                     self.note.finished(reason);
-                    let e = self.writer.finished(p * self.n + choice, reason);
-                    self.outbox.push_back(e);
+                    let chunks = self.writer.finish_chunks(p * self.n + choice, reason);
+                    self.outbox.extend(chunks);
                 }
                 (_, Event::Done { usage, timings }) => {
                     self.note.done(usage, &timings);

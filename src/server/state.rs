@@ -10,6 +10,8 @@ use crate::scheduler::observer::Fanout;
 use crate::scheduler::setup::Loaded;
 use crate::scheduler::{EngineHandle, Observer};
 use crate::server::error::ApiError;
+use crate::structured::tools::ToolFormat;
+use crate::structured::Grammars;
 use crate::tokenizer::Tokenizer;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -30,6 +32,13 @@ pub struct Runtime {
     /// The BOS / EOS token texts, for templates that print them.
     pub bos_text: String,
     pub eos_text: String,
+    /// The grammar compiler for `response_format` and tools (None if the vocabulary could not
+    /// be turned into a token trie: such requests are then refused).
+    pub grammars: Option<Arc<Grammars>>,
+    /// How this model writes tool calls (from its chat template), and the template's source
+    /// (it tells variants of a format apart).
+    pub tool_format: ToolFormat,
+    pub template_text: String,
 }
 
 /// Why a model could not be made ready to serve.
@@ -65,6 +74,19 @@ impl Runtime {
         end_of_turn.sort_unstable();
         end_of_turn.dedup();
         end_of_turn.truncate(crate::scheduler::request::MAX_STOPS);
+        let template_text = match template_override {
+            Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
+            None => loaded.chat_template.clone().unwrap_or_default(),
+        };
+        let tool_format = ToolFormat::detect(&template_text);
+        let grammars = match Grammars::new(Arc::clone(&loaded.tokenizer)) {
+            Ok(g) => Some(Arc::new(g)),
+            Err(e) => {
+                tracing::warn!(error = %e, "structured output disabled");
+                None
+            }
+        };
+        tracing::info!(tool_format = tool_format.as_str(), "tool calling");
         Ok(Runtime {
             engine: loaded.engine,
             tokenizer: loaded.tokenizer,
@@ -74,6 +96,9 @@ impl Runtime {
             end_of_turn,
             bos_text,
             eos_text,
+            grammars,
+            tool_format,
+            template_text,
         })
     }
 }

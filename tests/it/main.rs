@@ -12,4 +12,5 @@ mod kv_cache;
 mod quantize;
 mod scheduler;
 mod server;
+mod structured;
 mod tokenizer;

@@ -226,6 +226,22 @@ fn last_positive_in(w: &[f32]) -> Option<usize> {
     w.iter().rposition(|&x| x > 0.0)
 }
 
+/// Sets every logit whose bit in `allowed` is clear to `-inf` (bit `i % 32` of word `i / 32`;
+/// entries past the end of `allowed` are cleared too). A grammar's mask as a sampling pass.
+pub fn apply_mask(row: &mut [f32], allowed: &[u32]) {
+    for (w, chunk) in row.chunks_mut(32).enumerate() {
+        let bits = allowed.get(w).copied().unwrap_or(0);
+        if bits == u32::MAX {
+            continue;
+        }
+        for (b, v) in chunk.iter_mut().enumerate() {
+            if bits & (1 << b) == 0 {
+                *v = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,5 +300,21 @@ mod tests {
         let total = fill_weights(&row, max, 1.0, 100.0, &mut w, &mut sums);
         assert_eq!(total.kept, 0.0);
         assert_eq!(draw(&w, &sums, 0.5), None);
+    }
+
+    #[test]
+    fn mask_keeps_only_allowed_tokens() {
+        let mut row: Vec<f32> = (0..70).map(|i| i as f32).collect();
+        // Tokens 1, 33 and 64 allowed; 70 logits but only 3 words of bits.
+        let allowed = [1u32 << 1, 1 << 1, 1];
+        apply_mask(&mut row, &allowed);
+        let kept: Vec<usize> = (0..70).filter(|&i| row[i].is_finite()).collect();
+        assert_eq!(kept, vec![1, 33, 64]);
+        assert_eq!(row[33], 33.0);
+        let mut short = vec![1.0f32; 40];
+        apply_mask(&mut short, &[u32::MAX]);
+        assert!(
+            short[..32].iter().all(|v| *v == 1.0) && short[32..].iter().all(|v| v.is_infinite())
+        );
     }
 }

@@ -81,15 +81,32 @@ impl Sampler {
     /// its generator; any other takes exactly one number from it per call. An empty row gives
     /// token 0 with logprob `-inf`.
     pub fn sample(&mut self, logits: &[f32], scratch: &mut SampleScratch) -> Sampled {
+        self.sample_masked(logits, None, scratch)
+    }
+
+    /// [`Sampler::sample`] under a grammar's mask: `allowed` holds one bit per token (bit
+    /// `i % 32` of word `i / 32`); every other token's logit is `-inf` before anything else
+    /// (bias, penalties, logprobs and draw all see the masked row), tokens past the end of
+    /// `allowed` included. `None` masks nothing. The draw takes the same one number from the
+    /// generator, so a seed reproduces masked sampling too.
+    pub fn sample_masked(
+        &mut self,
+        logits: &[f32],
+        allowed: Option<&[u32]>,
+        scratch: &mut SampleScratch,
+    ) -> Sampled {
         let SampleScratch {
             row: buf,
             block_max,
             ranked,
             work,
         } = scratch;
-        let row: &[f32] = if self.penalties.is_active() {
+        let row: &[f32] = if self.penalties.is_active() || allowed.is_some() {
             buf.clear();
             buf.extend_from_slice(logits);
+            if let Some(bits) = allowed {
+                passes::apply_mask(buf, bits);
+            }
             self.penalties.apply(buf);
             buf
         } else {

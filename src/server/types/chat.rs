@@ -1,6 +1,7 @@
 //! `POST /v1/chat/completions` bodies.
 
 use super::common::{ChatLogprobs, StopSpec, StreamOptions, TimingsBody, UsageBody};
+use super::structured::{ResponseFormat, Tool, ToolCall, ToolCallDelta, ToolChoiceSpec};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -84,6 +85,18 @@ pub struct ChatCompletionRequest {
     /// Extension: end the rendered prompt where the assistant's reply starts. Default true.
     #[serde(default)]
     pub add_generation_prompt: Option<bool>,
+    /// `text`, `json_object`, or `json_schema` (output valid by construction).
+    #[serde(default)]
+    pub response_format: Option<ResponseFormat>,
+    /// Functions the model may call (at most 128).
+    #[serde(default)]
+    pub tools: Option<Vec<Tool>>,
+    /// `none`, `auto` (the default with tools), `required`, or a named function.
+    #[serde(default)]
+    pub tool_choice: Option<ToolChoiceSpec>,
+    /// Allow several calls in one reply. Default true.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
 }
 
 /// Who wrote a message.
@@ -209,7 +222,8 @@ pub struct ChatChoice {
     pub index: usize,
     pub message: ChatResponseMessage,
     pub logprobs: Option<ChatLogprobs>,
-    /// `stop`, `length`, or `abort` (cancelled, e.g. at shutdown past the drain deadline).
+    /// `stop`, `length`, `tool_calls`, or `abort` (cancelled, e.g. at shutdown past the drain
+    /// deadline).
     pub finish_reason: String,
 }
 
@@ -221,6 +235,9 @@ pub struct ChatResponseMessage {
     pub content: Option<String>,
     /// Always null.
     pub refusal: Option<String>,
+    /// The calls the model made (then `finish_reason` is `tool_calls`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
 }
 
 /// One server-sent event of a streamed chat completion.
@@ -260,4 +277,6 @@ pub struct ChatDelta {
     pub role: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }

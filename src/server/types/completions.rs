@@ -70,6 +70,9 @@ pub struct CompletionRequest {
     pub repetition_penalty: Option<f64>,
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    /// `text`, `json_object`, or `json_schema` (output valid by construction).
+    #[serde(default)]
+    pub response_format: Option<super::structured::ResponseFormat>,
 }
 
 /// `prompt` in its four forms. Token ids are checked against the vocabulary later.

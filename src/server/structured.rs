@@ -1,0 +1,344 @@
+//! `response_format` and tools for the handlers: the request's fields checked (a 400 naming
+//! the field for anything malformed or unsupported), the conversation prepared for the
+//! model's tool format, and the grammar compiled (off the async runtime: a schema takes
+//! milliseconds).
+
+use crate::server::error::ApiError;
+use crate::server::state::Runtime;
+use crate::server::types::{
+    ChatMessage, MessageContent, ResponseFormat, Role, Tool, ToolChoiceSpec,
+};
+use crate::structured::tools::native::{forced_call, ForcedCall};
+use crate::structured::tools::{generic, ToolChoice, ToolDef, ToolFormat, MAX_TOOLS};
+use crate::structured::{Constraint, ConstraintError, Grammars};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// The tools a chat request offers, checked.
+#[derive(Debug, Clone)]
+pub struct ToolRequest {
+    pub tools: Vec<ToolDef>,
+    pub choice: ToolChoice,
+    pub parallel: bool,
+}
+
+/// What the output must be: a schema (with the field it came from, for errors) or a tool
+/// request.
+#[derive(Debug, Clone)]
+pub enum Shape {
+    Free,
+    Json {
+        schema: Value,
+        param: &'static str,
+        label: String,
+    },
+    Tools(ToolRequest),
+}
+
+/// What the handler runs: the messages as the template sees them, the template's `tools`,
+/// the grammar, and the format replies are read in for calls (None: plain content).
+pub struct Prepared {
+    pub messages: Vec<ChatMessage>,
+    pub template_tools: Option<Value>,
+    pub constraint: Option<Arc<Constraint>>,
+    pub read_calls: Option<ToolFormat>,
+}
+
+fn constraint_error(e: ConstraintError) -> ApiError {
+    match e.param() {
+        Some(p) => ApiError::bad(p.to_string(), e.to_string()),
+        None => ApiError::Unavailable(e.to_string()),
+    }
+}
+
+/// `response_format` as a schema to enforce (None for text or absent).
+pub fn response_format(rf: Option<&ResponseFormat>) -> Result<Shape, ApiError> {
+    Ok(match rf {
+        None | Some(ResponseFormat::Text) => Shape::Free,
+        Some(ResponseFormat::JsonObject) => Shape::Json {
+            schema: json!({"type": "object"}),
+            param: "response_format",
+            label: "json_object".to_string(),
+        },
+        Some(ResponseFormat::JsonSchema { json_schema }) => {
+            let Some(schema) = json_schema.schema.clone() else {
+                return Err(ApiError::bad(
+                    "response_format.json_schema.schema",
+                    "response_format.json_schema needs a `schema`",
+                ));
+            };
+            Shape::Json {
+                schema,
+                param: "response_format.json_schema.schema",
+                label: format!("json_schema:{}", json_schema.name),
+            }
+        }
+    })
+}
+
+fn valid_name(n: &str) -> bool {
+    (1..=64).contains(&n.len())
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Checks `tools`, `tool_choice` and `parallel_tool_calls` (cheap: no schema is compiled).
+/// None when no tools are offered (and none are required).
+pub fn tool_request(
+    tools: Option<&[Tool]>,
+    choice: Option<&ToolChoiceSpec>,
+    parallel: Option<bool>,
+) -> Result<Option<ToolRequest>, ApiError> {
+    let tools = tools.unwrap_or_default();
+    if tools.len() > MAX_TOOLS {
+        return Err(ApiError::bad(
+            "tools",
+            format!("at most {MAX_TOOLS} tools are allowed, got {}", tools.len()),
+        ));
+    }
+    let mut defs: Vec<ToolDef> = Vec::with_capacity(tools.len());
+    for (i, t) in tools.iter().enumerate() {
+        if t.kind != "function" {
+            return Err(ApiError::bad(
+                format!("tools[{i}].type"),
+                format!(
+                    "only tools of type \"function\" are supported, got {:?}",
+                    t.kind
+                ),
+            ));
+        }
+        let name = &t.function.name;
+        if !valid_name(name) {
+            return Err(ApiError::bad(
+                format!("tools[{i}].function.name"),
+                "a function name must be 1 to 64 characters of a-z, A-Z, 0-9, _ and -",
+            ));
+        }
+        if defs.iter().any(|d| &d.name == name) {
+            return Err(ApiError::bad(
+                format!("tools[{i}].function.name"),
+                format!("two tools are named {name:?}"),
+            ));
+        }
+        let parameters = match &t.function.parameters {
+            None => json!({"type": "object", "properties": {}}),
+            Some(p @ Value::Object(_)) => p.clone(),
+            Some(_) => {
+                return Err(ApiError::bad(
+                    format!("tools[{i}].function.parameters"),
+                    "parameters must be a JSON Schema object",
+                ))
+            }
+        };
+        defs.push(ToolDef {
+            name: name.clone(),
+            description: t.function.description.clone(),
+            parameters,
+        });
+    }
+    let choice = match choice {
+        None => ToolChoice::Auto,
+        Some(ToolChoiceSpec::Mode(m)) => match m.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(ApiError::bad(
+                    "tool_choice",
+                    format!("tool_choice must be \"none\", \"auto\", \"required\" or a named function, got {other:?}"),
+                ))
+            }
+        },
+        Some(ToolChoiceSpec::Named(n)) => {
+            if n.kind != "function" {
+                return Err(ApiError::bad(
+                    "tool_choice.type",
+                    format!("tool_choice.type must be \"function\", got {:?}", n.kind),
+                ));
+            }
+            if !defs.iter().any(|d| d.name == n.function.name) {
+                return Err(ApiError::bad(
+                    "tool_choice.function.name",
+                    format!("tool_choice names {:?}, which is not among the tools", n.function.name),
+                ));
+            }
+            ToolChoice::Named(n.function.name.clone())
+        }
+    };
+    if defs.is_empty() {
+        return match choice {
+            ToolChoice::Required => Err(ApiError::bad(
+                "tool_choice",
+                "tool_choice \"required\" needs at least one tool",
+            )),
+            _ => Ok(None),
+        };
+    }
+    Ok(Some(ToolRequest {
+        tools: defs,
+        choice,
+        parallel: parallel.unwrap_or(true),
+    }))
+}
+
+/// The grammar compiler, or a 503 naming why there is none.
+fn grammars(rt: &Runtime) -> Result<&Grammars, ApiError> {
+    rt.grammars.as_deref().ok_or_else(|| {
+        ApiError::Unavailable("structured output is unavailable for this model".to_string())
+    })
+}
+
+/// Compiles a `response_format` shape (for completions, which have no tools).
+pub fn compile_json(rt: &Runtime, shape: &Shape) -> Result<Option<Arc<Constraint>>, ApiError> {
+    match shape {
+        Shape::Json {
+            schema,
+            param,
+            label,
+        } => Constraint::json_schema(grammars(rt)?, schema, param, label)
+            .map(|c| Some(Arc::new(c)))
+            .map_err(constraint_error),
+        _ => Ok(None),
+    }
+}
+
+/// Prepares a chat request (run on the blocking pool).
+pub fn prepare_chat(
+    rt: &Runtime,
+    messages: Vec<ChatMessage>,
+    shape: &Shape,
+) -> Result<Prepared, ApiError> {
+    let format = rt.tool_format;
+    let tools = match shape {
+        Shape::Tools(t) => t,
+        _ => {
+            return Ok(Prepared {
+                messages: history(messages, format),
+                template_tools: None,
+                constraint: compile_json(rt, shape)?,
+                read_calls: None,
+            })
+        }
+    };
+    let g = grammars(rt)?;
+    // Every parameters schema must be enforceable, whatever the choice.
+    for (i, t) in tools.tools.iter().enumerate() {
+        Constraint::json_schema(
+            g,
+            &t.parameters,
+            &format!("tools[{i}].function.parameters"),
+            &t.name,
+        )
+        .map_err(constraint_error)?;
+    }
+    if tools.choice == ToolChoice::None {
+        return Ok(Prepared {
+            messages: history(messages, format),
+            template_tools: None,
+            constraint: None,
+            read_calls: None,
+        });
+    }
+    if format.template_renders_tools() {
+        let listed: Vec<Value> = tools
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect();
+        // "required" and a named function force a call in the model's own syntax; "auto"
+        // leaves the choice (and, for now, the call's syntax) to the model.
+        let offered: Vec<&ToolDef> = match &tools.choice {
+            ToolChoice::Named(n) => tools.tools.iter().filter(|t| &t.name == n).collect(),
+            _ => tools.tools.iter().collect(),
+        };
+        let forced = match tools.choice {
+            ToolChoice::Required | ToolChoice::Named(_) => forced_call(
+                format,
+                &offered,
+                tools.parallel,
+                &rt.tokenizer,
+                &rt.template_text,
+            ),
+            _ => None,
+        };
+        let constraint = match forced {
+            None => None,
+            Some(ForcedCall::Schema(s)) => {
+                Some(Constraint::json_schema(g, &s, "tools", "forced_call"))
+            }
+            Some(ForcedCall::Lark(l)) => Some(Constraint::lark(g, &l, "tools", "forced_call")),
+        }
+        .transpose()
+        .map_err(constraint_error)?
+        .map(Arc::new);
+        return Ok(Prepared {
+            messages: history(messages, format),
+            template_tools: Some(Value::Array(listed)),
+            constraint,
+            read_calls: Some(format),
+        });
+    }
+    let schema = generic::envelope_schema(&tools.tools, &tools.choice, tools.parallel)
+        .unwrap_or_else(|| json!({}));
+    let constraint =
+        Constraint::json_schema(g, &schema, "tools", "tool_envelope").map_err(constraint_error)?;
+    let prompt = generic::system_prompt(&tools.tools, &tools.choice, tools.parallel);
+    let mut messages = history(messages, format);
+    match messages.first_mut() {
+        Some(m) if matches!(m.role, Role::System | Role::Developer) => {
+            let text = m.content.as_ref().map(|c| c.text()).unwrap_or_default();
+            m.content = Some(MessageContent::Text(format!("{text}\n\n{prompt}")));
+        }
+        _ => messages.insert(
+            0,
+            ChatMessage {
+                role: Role::System,
+                content: Some(MessageContent::Text(prompt)),
+                name: None,
+                tool_call_id: None,
+                tool_calls: None,
+            },
+        ),
+    }
+    Ok(Prepared {
+        messages,
+        template_tools: None,
+        constraint: Some(Arc::new(constraint)),
+        read_calls: Some(ToolFormat::Generic),
+    })
+}
+
+/// Earlier calls as the model's format shows them: for the generic format, an assistant
+/// message's calls become the envelope it would have written; for the native formats, each
+/// call's `arguments` string becomes the object templates print with `tojson`.
+fn history(mut messages: Vec<ChatMessage>, format: ToolFormat) -> Vec<ChatMessage> {
+    for m in &mut messages {
+        let Some(calls) = m.tool_calls.take() else {
+            continue;
+        };
+        if calls.is_empty() {
+            continue;
+        }
+        if format == ToolFormat::Generic {
+            let text = generic::render_calls(&calls);
+            m.content = Some(MessageContent::Text(text));
+        } else {
+            let calls = calls
+                .into_iter()
+                .map(|mut c| {
+                    if let Some(Value::String(s)) = c.pointer("/function/arguments").cloned() {
+                        if let Ok(v) = serde_json::from_str::<Value>(&s) {
+                            c["function"]["arguments"] = v;
+                        }
+                    }
+                    c
+                })
+                .collect();
+            m.tool_calls = Some(calls);
+        }
+    }
+    messages
+}

@@ -1,0 +1,223 @@
+//! A request's constraint: a JSON schema (or any JSON object) compiled by llguidance into a
+//! matcher in its start state, cloned for each sequence that runs it.
+
+use super::vocab::Grammars;
+use llguidance::api::TopLevelGrammar;
+use llguidance::Matcher;
+use serde_json::{json, Value};
+
+/// Why a constraint could not be built. [`ConstraintError::param`] names the request field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConstraintError {
+    /// The schema uses a JSON Schema feature the grammar engine cannot enforce.
+    #[error("{param}: the schema uses a feature kiln cannot enforce: {detail}")]
+    Unsupported { param: String, detail: String },
+    /// The schema is malformed or can never be satisfied.
+    #[error("{param}: invalid schema: {detail}")]
+    Invalid { param: String, detail: String },
+    /// The model's vocabulary could not be turned into a token trie.
+    #[error("structured output is unavailable for this model: {0}")]
+    Setup(String),
+}
+
+impl ConstraintError {
+    /// The request field at fault (None for a server-side setup failure).
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            ConstraintError::Unsupported { param, .. } | ConstraintError::Invalid { param, .. } => {
+                Some(param)
+            }
+            ConstraintError::Setup(_) => None,
+        }
+    }
+}
+
+/// How generated JSON is laid out: one space after `,` and `:` (as Python's `json.dumps`
+/// writes it, common in training data), no other whitespace. Fixed layout keeps a sampling
+/// model from spending its token budget on blank lines.
+fn layout() -> Value {
+    json!({
+        "whitespace_flexible": false,
+        "item_separator": ", ",
+        "key_separator": ": ",
+        "lenient": false,
+    })
+}
+
+/// A compiled grammar in its start state. Compile once per request (off the async runtime:
+/// a schema takes milliseconds), then [`Constraint::start`] a matcher per sequence.
+pub struct Constraint {
+    matcher: Matcher,
+    /// What it enforces, for logs (`json_schema:name`).
+    label: String,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Constraint({})", self.label)
+    }
+}
+
+/// Two constraints are equal only when they are the same compiled grammar.
+impl PartialEq for Constraint {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Constraint {
+    /// Output must be JSON valid against `schema`; `param` names the request field holding it
+    /// (for errors). Any `x-guidance` key in the schema is replaced by kiln's layout.
+    pub fn json_schema(
+        g: &Grammars,
+        schema: &Value,
+        param: &str,
+        label: &str,
+    ) -> Result<Constraint, ConstraintError> {
+        let mut schema = match schema {
+            Value::Object(_) => schema.clone(),
+            // `true` is the schema every value satisfies.
+            Value::Bool(true) => json!({}),
+            _ => {
+                return Err(ConstraintError::Invalid {
+                    param: param.to_string(),
+                    detail: "a schema must be a JSON object".to_string(),
+                })
+            }
+        };
+        if let Some(path) = inexact_number_range(&schema, "") {
+            return Err(ConstraintError::Unsupported {
+                param: param.to_string(),
+                detail: format!(
+                    "the number range at {path:?} has an exclusive integer bound less than 1 from \
+                     the other bound, which the grammar engine (llguidance 1.9) cannot enforce \
+                     exactly; use an inclusive bound or type integer"
+                ),
+            });
+        }
+        if let Some(obj) = schema.as_object_mut() {
+            obj.insert("x-guidance".to_string(), layout());
+        }
+        let grammar = TopLevelGrammar::from_json_schema(schema);
+        // llguidance reports errors as text; a panic inside it is caught and reported too.
+        let parser = g.factory().create_parser(grammar);
+        let matcher = Matcher::new(parser);
+        if let Some(e) = matcher.get_error() {
+            return Err(classify(param, &e));
+        }
+        Ok(Constraint {
+            matcher,
+            label: label.to_string(),
+        })
+    }
+
+    /// Output must follow a Lark grammar (llguidance's syntax; `%json {schema}` embeds a
+    /// schema). Used for tool-call syntaxes with tags around the JSON.
+    pub fn lark(
+        g: &Grammars,
+        grammar: &str,
+        param: &str,
+        label: &str,
+    ) -> Result<Constraint, ConstraintError> {
+        let parser = g
+            .factory()
+            .create_parser(TopLevelGrammar::from_lark(grammar.to_string()));
+        let matcher = Matcher::new(parser);
+        if let Some(e) = matcher.get_error() {
+            return Err(classify(param, &e));
+        }
+        Ok(Constraint {
+            matcher,
+            label: label.to_string(),
+        })
+    }
+
+    /// Output must be one JSON object (`response_format: {"type": "json_object"}`).
+    pub fn json_object(g: &Grammars) -> Result<Constraint, ConstraintError> {
+        Constraint::json_schema(
+            g,
+            &json!({"type": "object"}),
+            "response_format",
+            "json_object",
+        )
+    }
+
+    /// A fresh matcher for one sequence, in the start state.
+    pub fn start(&self) -> Matcher {
+        self.matcher.clone()
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+}
+
+/// A JSON pointer to a `number` range llguidance 1.9 would enforce wrongly, if the schema has
+/// one: its float-range regex lets the bound itself through when an exclusive bound is an
+/// integer and the other bound is within 1 of it (`exclusiveMinimum: 0, maximum: 0.5` admits
+/// `0`). Refused rather than silently allowing invalid output.
+fn inexact_number_range(v: &Value, at: &str) -> Option<String> {
+    match v {
+        Value::Object(o) => {
+            let num = |k: &str| o.get(k).and_then(Value::as_f64);
+            let is_number = match o.get("type") {
+                Some(Value::String(t)) => t == "number",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "number"),
+                _ => true,
+            };
+            let upper = num("maximum")
+                .into_iter()
+                .chain(num("exclusiveMaximum"))
+                .reduce(f64::min);
+            let lower = num("minimum")
+                .into_iter()
+                .chain(num("exclusiveMinimum"))
+                .reduce(f64::max);
+            // The faulty case: an integer exclusive bound on the side of zero the range
+            // extends away from (`exclusiveMinimum >= 0`, or `exclusiveMaximum <= 0`
+            // mirrored), with the other bound less than 1 away.
+            let near = |b: f64, other: Option<f64>| {
+                b.fract() == 0.0 && other.is_some_and(|x| (x - b).abs() < 1.0)
+            };
+            if is_number
+                && (num("exclusiveMinimum").is_some_and(|m| m >= 0.0 && near(m, upper))
+                    || num("exclusiveMaximum").is_some_and(|m| m <= 0.0 && near(m, lower)))
+            {
+                return Some(at.to_string());
+            }
+            o.iter().find_map(|(k, x)| {
+                let k = k.replace('~', "~0").replace('/', "~1");
+                inexact_number_range(x, &format!("{at}/{k}"))
+            })
+        }
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| inexact_number_range(x, &format!("{at}/{i}"))),
+        _ => None,
+    }
+}
+
+/// Sorts llguidance's error text into unsupported features and invalid schemas.
+fn classify(param: &str, e: &str) -> ConstraintError {
+    let detail: String = e.chars().take(400).collect();
+    let unsupported = [
+        "Unimplemented",
+        "not supported",
+        "unsupported",
+        "Unknown format",
+    ]
+    .iter()
+    .any(|k| e.contains(k));
+    if unsupported {
+        ConstraintError::Unsupported {
+            param: param.to_string(),
+            detail,
+        }
+    } else {
+        ConstraintError::Invalid {
+            param: param.to_string(),
+            detail,
+        }
+    }
+}

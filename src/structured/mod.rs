@@ -1,0 +1,23 @@
+//! Structured output: decoding constrained by a grammar (JSON schemas through llguidance), and
+//! the tool-calling formats built on it.
+//!
+//! - [`vocab`]: the token trie llguidance needs, built from kiln's own tokenizer (each token's
+//!   bytes; control tokens behind llguidance's special marker byte, so grammar text can never
+//!   match them), and the shared [`Grammars`] factory;
+//! - [`grammar`]: a request's constraint (`response_format`, a tool envelope) compiled into a
+//!   [`Constraint`], with typed errors naming the unsupported feature;
+//! - [`seq`]: one sequence's matcher in the scheduler: mask, accept, end-of-generation rule;
+//! - [`tools`]: tool definitions, the model family's tool-call syntax, and parsers that keep
+//!   calls out of the content (whole replies and streams).
+//!
+//! Like `tokenizer` and `chat_template`, this module sits beside the layers: the scheduler
+//! runs a [`Constraint`] per sequence, the server builds them; it imports neither.
+
+pub mod grammar;
+pub mod seq;
+pub mod tools;
+pub mod vocab;
+
+pub use grammar::{Constraint, ConstraintError};
+pub use seq::{MaskStats, SeqConstraint};
+pub use vocab::Grammars;

@@ -1,0 +1,124 @@
+//! One sequence's constraint inside the scheduler: compute the mask of allowed tokens (before
+//! or while the forward pass runs; it needs no logits), let the sampler draw under it, then
+//! advance on the drawn token.
+//!
+//! End of generation: llguidance allows the end-of-generation ids only where the grammar may
+//! end, so a reply cannot stop half-way. Once the grammar can take no further token the
+//! sequence is complete ([`Step::Complete`]) and the scheduler ends it without spending a
+//! token on the end marker.
+
+use llguidance::toktrie::SimpleVob;
+use llguidance::Matcher;
+use std::time::{Duration, Instant};
+
+/// Mask work of one sequence (reported per request and per step).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MaskStats {
+    pub masks: u64,
+    pub time: Duration,
+}
+
+/// What a drawn token did to the grammar.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// More tokens may follow.
+    Continue,
+    /// The grammar is complete and allows nothing more: end the sequence now.
+    Complete,
+    /// The token was not allowed or the matcher failed (a bug, never input): end the sequence.
+    Failed(String),
+}
+
+/// A sequence's matcher and its current mask.
+pub struct SeqConstraint {
+    matcher: Matcher,
+    mask: Option<SimpleVob>,
+    /// The mask could not be computed; the sequence must end.
+    failed: Option<String>,
+    stats: MaskStats,
+}
+
+impl std::fmt::Debug for SeqConstraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SeqConstraint")
+            .field("has_mask", &self.mask.is_some())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Clone for SeqConstraint {
+    /// A copy in the same state (its own parser; used when `n` choices fork from one prompt).
+    fn clone(&self) -> Self {
+        SeqConstraint {
+            matcher: self.matcher.deep_clone(),
+            mask: self.mask.clone(),
+            failed: self.failed.clone(),
+            stats: MaskStats::default(),
+        }
+    }
+}
+
+impl SeqConstraint {
+    pub fn new(matcher: Matcher) -> SeqConstraint {
+        SeqConstraint {
+            matcher,
+            mask: None,
+            failed: None,
+            stats: MaskStats::default(),
+        }
+    }
+
+    /// Whether the next token's mask is still to be computed.
+    pub fn needs_mask(&self) -> bool {
+        self.mask.is_none() && self.failed.is_none()
+    }
+
+    /// Computes the mask for the next token (a no-op when it is ready). Costly (up to a few
+    /// milliseconds): run it off the step's critical path.
+    pub fn compute_mask(&mut self) {
+        if !self.needs_mask() {
+            return;
+        }
+        let t0 = Instant::now();
+        match self.matcher.compute_mask() {
+            Ok(m) if m.num_set() > 0 => self.mask = Some(m),
+            Ok(_) => self.failed = Some("the grammar allows no token here".to_string()),
+            Err(e) => self.failed = Some(e.to_string()),
+        }
+        self.stats.masks += 1;
+        self.stats.time += t0.elapsed();
+    }
+
+    /// The allowed tokens as bits (bit `i % 32` of word `i / 32`), once computed. Tokens past
+    /// the end are not allowed.
+    pub fn allowed(&self) -> Option<&[u32]> {
+        self.mask.as_ref().map(SimpleVob::as_slice)
+    }
+
+    /// Why the mask could not be computed, if it could not.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Advances over the drawn token `id` (an end-of-generation id is accepted by the caller
+    /// without calling this: the mask only allowed it where the grammar may end).
+    pub fn commit(&mut self, id: u32) -> Step {
+        let allowed = self.mask.take().is_some_and(|m| m.is_allowed(id));
+        if !allowed {
+            return Step::Failed(format!("token {id} is outside the grammar's mask"));
+        }
+        if let Err(e) = self.matcher.consume_token(id) {
+            return Step::Failed(e.to_string());
+        }
+        if self.matcher.is_stopped() {
+            Step::Complete
+        } else {
+            Step::Continue
+        }
+    }
+
+    pub fn stats(&self) -> MaskStats {
+        self.stats
+    }
+}

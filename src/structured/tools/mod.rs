@@ -1,0 +1,107 @@
+//! Tool calling: what a request offers ([`ToolDef`], [`ToolChoice`]), how the model family
+//! writes a call ([`ToolFormat`], detected from its chat template), and reading calls out of
+//! the generated text, whole or while it streams ([`ToolStream`]).
+//!
+//! Formats:
+//! - **Hermes / Qwen**: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, text around
+//!   it is content;
+//! - **Llama 3.x**: the reply is one JSON object `{"name": ..., "parameters": {...}}`
+//!   (optionally after `<|python_tag|>`);
+//! - **Mistral**: `[TOOL_CALLS]` then a JSON array of `{"name", "arguments"}` (Nemo), or
+//!   `[TOOL_CALLS]name[ARGS]{...}` (Small 3.2 and later);
+//! - **Generic** (any template without tool support, the default SmolLM2 among them): kiln
+//!   describes the tools in a system message and constrains the reply to a JSON envelope,
+//!   `{"tool_calls": [{"name": ..., "arguments": {...}}]}` or `{"response": "..."}`
+//!   ([`generic`]).
+
+pub mod generic;
+pub mod json_scan;
+pub mod native;
+pub mod parse;
+pub mod stream;
+
+pub use parse::{parse_reply, PartialCall, Reply};
+pub use stream::{ToolDelta, ToolStream};
+
+use serde_json::Value;
+
+/// Most tools one request may offer.
+pub const MAX_TOOLS: usize = 128;
+
+/// One function the model may call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: Option<String>,
+    /// A JSON Schema for the arguments object (`{"type": "object"}` when absent).
+    pub parameters: Value,
+}
+
+/// `tool_choice`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// No call: the tools are not offered.
+    None,
+    /// The model chooses between answering and calling.
+    Auto,
+    /// The reply must be one or more calls.
+    Required,
+    /// The reply must be a call of this function.
+    Named(String),
+}
+
+/// The syntax a model family writes calls in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFormat {
+    Generic,
+    Hermes,
+    Llama3,
+    Mistral,
+}
+
+impl ToolFormat {
+    /// The format a chat template's source shows (it renders past calls and describes the
+    /// syntax): Generic when the template has no tool support kiln knows.
+    pub fn detect(template: &str) -> ToolFormat {
+        if !template.contains("tools") && !template.contains("tool_calls") {
+            return ToolFormat::Generic;
+        }
+        if template.contains("<tool_call>") {
+            ToolFormat::Hermes
+        } else if template.contains("[TOOL_CALLS]") {
+            ToolFormat::Mistral
+        } else if template.contains("<|start_header_id|>")
+            && (template.contains("\"parameters\"") || template.contains("<|python_tag|>"))
+        {
+            ToolFormat::Llama3
+        } else {
+            ToolFormat::Generic
+        }
+    }
+
+    /// Whether the model's own template receives `tools` (the native formats) or kiln
+    /// describes them itself (Generic).
+    pub fn template_renders_tools(self) -> bool {
+        self != ToolFormat::Generic
+    }
+
+    /// Control tokens that belong to the call syntax: decoded text drops control tokens, so
+    /// the parser is fed their text explicitly.
+    pub fn trigger_texts(self) -> &'static [&'static str] {
+        match self {
+            ToolFormat::Mistral => &["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"],
+            ToolFormat::Llama3 => &["<|python_tag|>"],
+            ToolFormat::Hermes => &["<tool_call>", "</tool_call>"],
+            ToolFormat::Generic => &[],
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolFormat::Generic => "generic",
+            ToolFormat::Hermes => "hermes",
+            ToolFormat::Llama3 => "llama3",
+            ToolFormat::Mistral => "mistral",
+        }
+    }
+}
