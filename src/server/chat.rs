@@ -198,7 +198,8 @@ pub async fn chat_completions(
     .into_response())
 }
 
-/// `response_format` or tools, whichever the request asks for (both at once is refused).
+/// What the reply must be: free, JSON (`response_format`), or tools. With both tools and
+/// `response_format`, an answer that is not a call follows the format's schema.
 fn request_shape(req: &ChatCompletionRequest) -> Result<Shape, ApiError> {
     let json = shapes::response_format(req.response_format.as_ref())?;
     let tools = shapes::tool_request(
@@ -208,11 +209,11 @@ fn request_shape(req: &ChatCompletionRequest) -> Result<Shape, ApiError> {
     )?;
     match (json, tools) {
         (json, None) => Ok(json),
-        (Shape::Free, Some(t)) => Ok(Shape::Tools(t)),
-        (_, Some(_)) => Err(ApiError::bad(
-            "response_format",
-            "response_format together with tools is not supported; send one of them",
-        )),
+        (Shape::Json { schema, param, .. }, Some(mut t)) => {
+            t.answer = Some((schema, param));
+            Ok(Shape::Tools(t))
+        }
+        (_, Some(t)) => Ok(Shape::Tools(t)),
     }
 }
 

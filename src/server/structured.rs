@@ -8,7 +8,7 @@ use crate::server::state::Runtime;
 use crate::server::types::{
     ChatMessage, MessageContent, ResponseFormat, Role, Tool, ToolChoiceSpec,
 };
-use crate::structured::tools::native::{forced_call, ForcedCall};
+use crate::structured::tools::native::{auto_call, forced_call, ForcedCall};
 use crate::structured::tools::{generic, ToolChoice, ToolDef, ToolFormat, MAX_TOOLS};
 use crate::structured::{Constraint, ConstraintError, Grammars};
 use serde_json::{json, Value};
@@ -20,6 +20,9 @@ pub struct ToolRequest {
     pub tools: Vec<ToolDef>,
     pub choice: ToolChoice,
     pub parallel: bool,
+    /// `response_format`'s schema for an answer that is not a call (with `auto`), and the
+    /// request field it came from.
+    pub answer: Option<(Value, &'static str)>,
 }
 
 /// What the output must be: a schema (with the field it came from, for errors) or a tool
@@ -178,6 +181,7 @@ pub fn tool_request(
         tools: defs,
         choice,
         parallel: parallel.unwrap_or(true),
+        answer: None,
     }))
 }
 
@@ -231,11 +235,28 @@ pub fn prepare_chat(
         )
         .map_err(constraint_error)?;
     }
+    let answer = match &tools.answer {
+        Some((schema, param)) => {
+            // Checked on its own first, so an unsupported feature names its own field.
+            Constraint::json_schema(g, schema, param, "response_format")
+                .map_err(constraint_error)?;
+            Some(schema)
+        }
+        None => None,
+    };
     if tools.choice == ToolChoice::None {
+        let shape = match &tools.answer {
+            Some((schema, param)) => Shape::Json {
+                schema: schema.clone(),
+                param,
+                label: "response_format".to_string(),
+            },
+            None => Shape::Free,
+        };
         return Ok(Prepared {
             messages: history(messages, format),
             template_tools: None,
-            constraint: None,
+            constraint: compile_json(rt, &shape)?,
             read_calls: None,
         });
     }
@@ -249,7 +270,7 @@ pub fn prepare_chat(
             })
             .collect();
         // "required" and a named function force a call in the model's own syntax; "auto"
-        // leaves the choice (and, for now, the call's syntax) to the model.
+        // leaves the choice to the model, but a call it starts must be valid.
         let offered: Vec<&ToolDef> = match &tools.choice {
             ToolChoice::Named(n) => tools.tools.iter().filter(|t| &t.name == n).collect(),
             _ => tools.tools.iter().collect(),
@@ -262,14 +283,22 @@ pub fn prepare_chat(
                 &rt.tokenizer,
                 &rt.template_text,
             ),
-            _ => None,
+            ToolChoice::Auto => auto_call(
+                format,
+                &offered,
+                tools.parallel,
+                &rt.tokenizer,
+                &rt.template_text,
+                answer,
+            ),
+            ToolChoice::None => None,
         };
         let constraint = match forced {
             None => None,
             Some(ForcedCall::Schema(s)) => {
-                Some(Constraint::json_schema(g, &s, "tools", "forced_call"))
+                Some(Constraint::json_schema(g, &s, "tools", "tool_call"))
             }
-            Some(ForcedCall::Lark(l)) => Some(Constraint::lark(g, &l, "tools", "forced_call")),
+            Some(ForcedCall::Lark(l)) => Some(Constraint::lark(g, &l, "tools", "tool_call")),
         }
         .transpose()
         .map_err(constraint_error)?
@@ -281,11 +310,11 @@ pub fn prepare_chat(
             read_calls: Some(format),
         });
     }
-    let schema = generic::envelope_schema(&tools.tools, &tools.choice, tools.parallel)
+    let schema = generic::envelope_schema(&tools.tools, &tools.choice, tools.parallel, answer)
         .unwrap_or_else(|| json!({}));
     let constraint =
         Constraint::json_schema(g, &schema, "tools", "tool_envelope").map_err(constraint_error)?;
-    let prompt = generic::system_prompt(&tools.tools, &tools.choice, tools.parallel);
+    let prompt = generic::system_prompt(&tools.tools, &tools.choice, tools.parallel, answer);
     let mut messages = history(messages, format);
     match messages.first_mut() {
         Some(m) if matches!(m.role, Role::System | Role::Developer) => {

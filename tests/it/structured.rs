@@ -253,7 +253,8 @@ fn scheduler_constrained_sampling_is_valid_invariant_and_reproducible() {
 fn accepts(c: &Constraint, text: &str) -> bool {
     let tok = tokenizer();
     let mut seq = SeqConstraint::new(c.start());
-    for id in tok.encode(text, false, false) {
+    let ids = tok.encode(text, false, false);
+    for (i, &id) in ids.iter().enumerate() {
         seq.compute_mask();
         match seq.allowed() {
             Some(bits)
@@ -264,7 +265,8 @@ fn accepts(c: &Constraint, text: &str) -> bool {
         }
         match seq.commit(id) {
             Step::Continue => {}
-            Step::Complete => return true,
+            // Complete: nothing more may follow.
+            Step::Complete => return i + 1 == ids.len(),
             Step::Failed(_) => return false,
         }
     }
@@ -408,13 +410,10 @@ fn random_walk_with(tok: &Tokenizer, c: &Constraint, seed: u64) -> String {
     tok.decode(&out)
 }
 
-#[test]
-fn forced_calls_in_each_native_syntax_parse_and_validate() {
-    use kiln::structured::tools::native::{forced_call, ForcedCall};
-    use kiln::structured::tools::{parse_reply, ToolDef, ToolFormat};
-    let g = grammars();
-    let tok = tokenizer();
-    let tools = [
+/// Two tools with small argument schemas.
+fn weather_tools() -> [kiln::structured::tools::ToolDef; 2] {
+    use kiln::structured::tools::ToolDef;
+    [
         ToolDef {
             name: "get_weather".into(),
             description: None,
@@ -425,20 +424,54 @@ fn forced_calls_in_each_native_syntax_parse_and_validate() {
             description: None,
             parameters: json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false}),
         },
-    ];
+    ]
+}
+
+/// Checks a parsed call of one of `weather_tools` (`text` is the reply, for messages).
+fn check_weather_call(call: &kiln::structured::tools::PartialCall, text: &str) {
+    assert!(call.complete, "{text}");
+    let args: Value =
+        serde_json::from_str(&call.arguments).unwrap_or_else(|e| panic!("{text}: {e}"));
+    match call.name.as_deref() {
+        Some("get_weather") => {
+            assert!(
+                ["c", "f"].contains(&args["unit"].as_str().unwrap()),
+                "{text}"
+            );
+            assert!((1..=7).contains(&args["days"].as_i64().unwrap()), "{text}");
+        }
+        Some("book") => assert!(args["ok"].is_boolean(), "{text}"),
+        other => panic!("unknown name {other:?} in {text}"),
+    }
+}
+
+fn compile(c: kiln::structured::tools::native::ForcedCall) -> Constraint {
+    use kiln::structured::tools::native::ForcedCall;
+    match c {
+        ForcedCall::Schema(s) => Constraint::json_schema(grammars(), &s, "tools", "f").unwrap(),
+        ForcedCall::Lark(l) => {
+            Constraint::lark(grammars(), &l, "tools", "f").unwrap_or_else(|e| panic!("{e}\n{l}"))
+        }
+    }
+}
+
+const NATIVE: [(kiln::structured::tools::ToolFormat, &str); 4] = [
+    (kiln::structured::tools::ToolFormat::Hermes, ""),
+    (kiln::structured::tools::ToolFormat::Llama3, ""),
+    (kiln::structured::tools::ToolFormat::Mistral, ""),
+    (kiln::structured::tools::ToolFormat::Mistral, "[ARGS]"),
+];
+
+#[test]
+fn forced_calls_in_each_native_syntax_parse_and_validate() {
+    use kiln::structured::tools::native::forced_call;
+    use kiln::structured::tools::{parse_reply, ToolDef};
+    let tok = tokenizer();
+    let tools = weather_tools();
     let offered: Vec<&ToolDef> = tools.iter().collect();
-    for (format, template) in [
-        (ToolFormat::Hermes, ""),
-        (ToolFormat::Llama3, ""),
-        (ToolFormat::Mistral, ""),
-        (ToolFormat::Mistral, "[ARGS]"),
-    ] {
+    for (format, template) in NATIVE {
         for parallel in [false, true] {
-            let c = match forced_call(format, &offered, parallel, &tok, template).unwrap() {
-                ForcedCall::Schema(s) => Constraint::json_schema(g, &s, "tools", "f").unwrap(),
-                ForcedCall::Lark(l) => Constraint::lark(g, &l, "tools", "f")
-                    .unwrap_or_else(|e| panic!("{format:?}: {e}\n{l}")),
-            };
+            let c = compile(forced_call(format, &offered, parallel, &tok, template).unwrap());
             for seed in 0..6 {
                 let text = random_walk(&c, seed);
                 let reply = parse_reply(format, &text, true);
@@ -446,19 +479,203 @@ fn forced_calls_in_each_native_syntax_parse_and_validate() {
                 assert!(parallel || reply.calls.len() == 1, "{format:?}: {text}");
                 assert_eq!(reply.content, "", "{format:?}: {text}");
                 for call in &reply.calls {
-                    assert!(call.complete, "{format:?}: {text}");
-                    let args: Value = serde_json::from_str(&call.arguments)
-                        .unwrap_or_else(|e| panic!("{format:?}: {text}: {e}"));
-                    match call.name.as_deref() {
-                        Some("get_weather") => {
-                            assert!(["c", "f"].contains(&args["unit"].as_str().unwrap()));
-                            assert!((1..=7).contains(&args["days"].as_i64().unwrap()));
-                        }
-                        Some("book") => assert!(args["ok"].is_boolean()),
-                        other => panic!("{format:?}: unknown name {other:?} in {text}"),
-                    }
+                    check_weather_call(call, &text);
                 }
             }
         }
     }
+}
+
+/// A valid call of `book` in `format`'s syntax (kiln's JSON layout).
+fn book_call(format: kiln::structured::tools::ToolFormat, template: &str) -> &'static str {
+    use kiln::structured::tools::ToolFormat;
+    match (format, template) {
+        (ToolFormat::Hermes, _) => {
+            "<tool_call>\n{\"name\": \"book\", \"arguments\": {\"ok\": true}}\n</tool_call>"
+        }
+        (ToolFormat::Llama3, _) => "{\"name\": \"book\", \"parameters\": {\"ok\": true}}",
+        (ToolFormat::Mistral, "") => {
+            "[TOOL_CALLS][{\"name\": \"book\", \"arguments\": {\"ok\": true}}]"
+        }
+        (ToolFormat::Mistral, _) => "[TOOL_CALLS]book[ARGS]{\"ok\": true}",
+        (ToolFormat::Generic, _) => unreachable!("no native syntax"),
+    }
+}
+
+/// The text up to and including where a call starts in `call` (its opening tag, or Llama 3's
+/// opening brace).
+fn call_opening(call: &str) -> &str {
+    let end = ["<tool_call>", "[TOOL_CALLS]"]
+        .iter()
+        .find_map(|t| call.find(t).map(|i| i + t.len()))
+        .unwrap_or(1);
+    &call[..end]
+}
+
+/// Samples from random logits under `c` after forcing `prefix`'s tokens; the whole text.
+fn walk_after(c: &Constraint, prefix: &str, seed: u64) -> String {
+    let tok = tokenizer();
+    let mut rng = Rng::new(seed);
+    let mut scratch = SampleScratch::new();
+    let mut seq = SeqConstraint::new(c.start());
+    let mut sampler = Sampler::new(&Default::default(), seed, &[]);
+    let mut out = tok.encode(prefix, false, false);
+    for &id in &out {
+        seq.compute_mask();
+        assert_eq!(seq.commit(id), Step::Continue, "{prefix:?} is refused");
+    }
+    loop {
+        assert!(out.len() < 600, "no end: {}", tok.decode(&out));
+        seq.compute_mask();
+        let logits: Vec<f32> = (0..tok.n_vocab())
+            .map(|_| rng.next_f64() as f32 * 8.0)
+            .collect();
+        let id = sampler
+            .sample_masked(&logits, seq.allowed(), &mut scratch)
+            .id;
+        if tok.is_eog(id) {
+            break;
+        }
+        out.push(id);
+        match seq.commit(id) {
+            Step::Continue => {}
+            Step::Complete => break,
+            Step::Failed(e) => panic!("{e}"),
+        }
+    }
+    tok.decode(&out)
+}
+
+#[test]
+fn auto_allows_an_answer_or_calls_and_a_started_call_is_valid() {
+    use kiln::structured::tools::native::auto_call;
+    use kiln::structured::tools::{parse_reply, ToolDef, ToolFormat};
+    let tok = tokenizer();
+    let tools = weather_tools();
+    let offered: Vec<&ToolDef> = tools.iter().collect();
+    for (format, template) in NATIVE {
+        for parallel in [false, true] {
+            let c = compile(auto_call(format, &offered, parallel, &tok, template, None).unwrap());
+            let call = book_call(format, template);
+            let what = format!("{format:?} {template} parallel={parallel}");
+            assert!(accepts(&c, "It is sunny in Paris today."), "{what}");
+            assert!(accepts(&c, call), "{what}: {call}");
+            assert!(!accepts(&c, &call.replace("true", "\"yes\"")), "{what}");
+            assert!(!accepts(&c, &call.replace("book", "boom")), "{what}");
+            if format != ToolFormat::Llama3 {
+                // Text may come first; the call still has to be valid.
+                assert!(accepts(&c, &format!("Let me check. {call}")), "{what}");
+                assert!(!accepts(
+                    &c,
+                    &format!("Let me check. {}", call.replace("true", "1"))
+                ));
+            }
+            assert_eq!(
+                accepts(&c, &format!("{call}{call}")),
+                parallel && (format == ToolFormat::Hermes || !template.is_empty()),
+                "{what}"
+            );
+            // Once a call starts, whatever is sampled is a valid call.
+            for seed in 0..4 {
+                let text = walk_after(&c, call_opening(call), seed);
+                let reply = parse_reply(format, &text, true);
+                assert!(!reply.calls.is_empty(), "{what}: {text}");
+                assert!(parallel || reply.calls.len() == 1, "{what}: {text}");
+                for call in &reply.calls {
+                    check_weather_call(call, &text);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn auto_with_response_format_answers_in_the_schema_or_calls() {
+    use kiln::structured::tools::native::auto_call;
+    use kiln::structured::tools::{generic, parse_reply, ToolChoice, ToolDef, ToolFormat};
+    let tok = tokenizer();
+    let tools = weather_tools();
+    let offered: Vec<&ToolDef> = tools.iter().collect();
+    let person = person_schema();
+    let answer = r#"{"name": "Ann", "age": 30, "role": "user", "tags": ["a"]}"#;
+    for (format, template) in NATIVE {
+        let c = compile(auto_call(format, &offered, true, &tok, template, Some(&person)).unwrap());
+        let what = format!("{format:?} {template}");
+        assert!(accepts(&c, answer), "{what}");
+        assert!(accepts(&c, book_call(format, template)), "{what}");
+        assert!(!accepts(&c, "It is sunny."), "{what}");
+        assert!(!accepts(&c, r#"{"name": "Ann"}"#), "{what}");
+        let reply = parse_reply(format, answer, true);
+        assert_eq!(
+            (reply.content.as_str(), reply.calls.len()),
+            (answer, 0),
+            "{what}"
+        );
+    }
+    // The generic envelope: `response` holds the schema's JSON, which becomes the content.
+    let schema = generic::envelope_schema(&tools, &ToolChoice::Auto, true, Some(&person)).unwrap();
+    let c = Constraint::json_schema(grammars(), &schema, "tools", "envelope").unwrap();
+    assert!(!accepts(&c, r#"{"response": "hello"}"#));
+    let mut answers = 0;
+    for seed in 0..12 {
+        let text = random_walk(&c, seed);
+        let reply = parse_reply(ToolFormat::Generic, &text, true);
+        if reply.calls.is_empty() {
+            answers += 1;
+            check_person(
+                &serde_json::from_str(&reply.content).unwrap_or_else(|e| panic!("{text}: {e}")),
+            );
+        } else {
+            assert_eq!(reply.content, "", "{text}");
+            reply
+                .calls
+                .iter()
+                .for_each(|call| check_weather_call(call, &text));
+        }
+    }
+    // Random logits pick either branch (each is a handful of first tokens).
+    assert!(answers > 0, "no answer in 12 walks");
+}
+
+#[test]
+fn free_text_ends_at_a_control_token_tag() {
+    use kiln::structured::tools::native::{free_or_calls, Tag};
+    let tok = tokenizer();
+    let open = tok
+        .vocab()
+        .id(b"<|im_start|>")
+        .expect("SmolLM2 has <|im_start|>");
+    assert!(tok.is_control(open));
+    let grammar = free_or_calls(&Tag::Control(open), r#""call" "!""#, 2, None);
+    let c = Constraint::lark(grammars(), &grammar, "tools", "t")
+        .unwrap_or_else(|e| panic!("{e}\n{grammar}"));
+    let accepts_special = |text: &str| {
+        let mut seq = SeqConstraint::new(c.start());
+        let ids = tok.encode(text, false, true);
+        for (i, &id) in ids.iter().enumerate() {
+            seq.compute_mask();
+            if seq
+                .allowed()
+                .is_none_or(|b| b[id as usize / 32] & (1 << (id % 32)) == 0)
+            {
+                return false;
+            }
+            match seq.commit(id) {
+                Step::Continue => {}
+                Step::Complete => return i + 1 == ids.len(),
+                Step::Failed(_) => return false,
+            }
+        }
+        seq.compute_mask();
+        let eog = tok.eog_ids()[0];
+        seq.allowed()
+            .is_some_and(|b| b[eog as usize / 32] & (1 << (eog % 32)) != 0)
+    };
+    assert!(accepts_special("plain text"));
+    assert!(accepts_special("text first <|im_start|>call!"));
+    assert!(accepts_special("<|im_start|>call!<|im_start|>call!"));
+    assert!(!accepts_special("<|im_start|>call?"));
+    assert!(!accepts_special(
+        "<|im_start|>call!<|im_start|>call!<|im_start|>call!"
+    ));
 }

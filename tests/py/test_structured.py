@@ -373,6 +373,58 @@ def test_auto_answers_or_calls_validly(client, model_id):
     assert kinds
 
 
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 20}, "sunny": {"type": "boolean"}},
+    "required": ["city", "sunny"],
+    "additionalProperties": False,
+}
+
+
+def check_answer_or_calls(content, calls, finish):
+    """With tools and response_format: calls that validate, or content that is JSON valid
+    against ANSWER_SCHEMA (unless max_tokens cut it short)."""
+    if calls:
+        for name, arguments in calls:
+            jsonschema.validate(json.loads(arguments), SCHEMA_OF[name])
+        assert finish in ("tool_calls", "length")
+        return "call"
+    assert finish in ("stop", "length")
+    if finish == "stop":
+        jsonschema.validate(json.loads(content), ANSWER_SCHEMA)
+    return "answer"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tools_with_response_format(client, model_id, stream):
+    kinds = set()
+    for seed in range(6):
+        kw = dict(model=model_id, messages=ASK_WEATHER, tools=TOOLS, temperature=1.0, seed=seed,
+                  max_tokens=200, response_format=schema_format("answer", ANSWER_SCHEMA))
+        if stream:
+            content, calls, finish = stream_reply(client, **kw)
+            calls = [(c["name"], c["arguments"]) for c in calls]
+        else:
+            c = client.chat.completions.create(**kw).choices[0]
+            content, finish = c.message.content, c.finish_reason
+            calls = [(t.function.name, t.function.arguments) for t in c.message.tool_calls or []]
+        kinds.add(check_answer_or_calls(content, calls, finish))
+    assert kinds
+    # tool_choice "none": the answer alone, in the schema.
+    r = client.chat.completions.create(
+        model=model_id, messages=ASK_WEATHER, tools=TOOLS, tool_choice="none", temperature=1.0,
+        seed=1, max_tokens=200, response_format=schema_format("answer", ANSWER_SCHEMA))
+    assert r.choices[0].finish_reason == "stop" and not r.choices[0].message.tool_calls
+    jsonschema.validate(json.loads(r.choices[0].message.content), ANSWER_SCHEMA)
+    # The format's schema is checked with the tools, and a fault names its field.
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model=model_id, messages=ASK_WEATHER, tools=TOOLS, max_tokens=8,
+            response_format=schema_format("x", {"type": "object", "if": {"required": ["a"]},
+                                                "then": {"required": ["b"]}}))
+    assert e.value.body["param"] == "response_format.json_schema.schema"
+
+
 def bad(client, model_id, **kw):
     kw.setdefault("messages", ASK)
     kw.setdefault("max_tokens", 8)
@@ -455,3 +507,20 @@ def test_native_hermes_syntax_forced_calls_whole_and_streamed(hermes_client):
     r = hermes_client.chat.completions.create(tool_choice="required", seed=4, **kw)
     assert r.choices[0].finish_reason in ("tool_calls", "length")
     check_calls(r.choices[0].message.tool_calls, set(SCHEMA_OF))
+
+
+def test_native_hermes_auto_answers_or_calls_validly(hermes_client):
+    """`auto` in Hermes syntax: free text, or calls whose arguments validate from the
+    `<tool_call>` tag on (the tiny model rarely starts one unprompted, so response_format,
+    which leaves it only JSON or calls, is exercised too)."""
+    kw = dict(model="SmolLM2-135M-Instruct.Q4_1", messages=ASK_WEATHER, tools=TOOLS,
+              temperature=1.0, max_tokens=160)
+    for seed in range(4):
+        c = hermes_client.chat.completions.create(seed=seed, **kw).choices[0]
+        assert c.finish_reason in ("stop", "length", "tool_calls"), c
+        assert "<tool_call>" not in (c.message.content or "")
+        if c.message.tool_calls:
+            check_calls(c.message.tool_calls, set(SCHEMA_OF))
+        content, calls, finish = stream_reply(
+            hermes_client, seed=seed, response_format=schema_format("a", ANSWER_SCHEMA), **kw)
+        check_answer_or_calls(content, [(x["name"], x["arguments"]) for x in calls], finish)

@@ -9,7 +9,9 @@
 //!
 //! `tool_choice: "auto"` allows both shapes, `"required"` only calls, a named function only
 //! calls of it; `parallel_tool_calls: false` allows one call. Arguments always validate
-//! against the function's `parameters` schema.
+//! against the function's `parameters` schema. With `response_format`, the answer's
+//! `response` is JSON valid against its schema instead of a string (and becomes the
+//! message's content as JSON text).
 
 use super::{ToolChoice, ToolDef};
 use serde_json::{json, Map, Value};
@@ -59,8 +61,14 @@ pub fn calls_schema(tools: &[&ToolDef], parallel: bool) -> Value {
 const ANSWER: &str = r#"{"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"], "additionalProperties": false}"#;
 
 /// The envelope schema the reply is constrained to, or None for `tool_choice: "none"`.
-/// `tools` must hold the named function for `Named` (the caller checks).
-pub fn envelope_schema(tools: &[ToolDef], choice: &ToolChoice, parallel: bool) -> Option<Value> {
+/// `tools` must hold the named function for `Named` (the caller checks); `answer` is
+/// `response_format`'s schema for the answer's `response`, if any.
+pub fn envelope_schema(
+    tools: &[ToolDef],
+    choice: &ToolChoice,
+    parallel: bool,
+    answer: Option<&Value>,
+) -> Option<Value> {
     let offered: Vec<&ToolDef> = match choice {
         ToolChoice::None => return None,
         ToolChoice::Named(n) => tools.iter().filter(|t| &t.name == n).collect(),
@@ -69,15 +77,24 @@ pub fn envelope_schema(tools: &[ToolDef], choice: &ToolChoice, parallel: bool) -
     let calls = calls_schema(&offered, parallel);
     Some(match choice {
         ToolChoice::Auto => {
-            let answer: Value = serde_json::from_str(ANSWER).unwrap_or(Value::Null);
-            json!({"anyOf": [calls, answer]})
+            let mut envelope: Value = serde_json::from_str(ANSWER).unwrap_or(Value::Null);
+            if let Some(schema) = answer {
+                envelope["properties"]["response"] = schema.clone();
+            }
+            json!({"anyOf": [calls, envelope]})
         }
         _ => calls,
     })
 }
 
-/// The system message text describing the tools and the envelope.
-pub fn system_prompt(tools: &[ToolDef], choice: &ToolChoice, parallel: bool) -> String {
+/// The system message text describing the tools and the envelope (`answer`: the schema a
+/// `response` must follow, when `response_format` gives one).
+pub fn system_prompt(
+    tools: &[ToolDef],
+    choice: &ToolChoice,
+    parallel: bool,
+    answer: Option<&Value>,
+) -> String {
     let listed: Vec<Value> = tools
         .iter()
         .filter(|t| match choice {
@@ -104,9 +121,15 @@ pub fn system_prompt(tools: &[ToolDef], choice: &ToolChoice, parallel: bool) -> 
         "You can call the following tools:\n{list}\n\nTo call tools, reply with JSON only, {many}:\n{{\"tool_calls\": [{{\"name\": \"<tool name>\", \"arguments\": {{<arguments>}}}}]}}\n"
     );
     match choice {
-        ToolChoice::Auto => out.push_str(
-            "To answer without a tool (for example once a tool's result is known), reply with JSON only:\n{\"response\": \"<your answer>\"}\n",
-        ),
+        ToolChoice::Auto => match answer {
+            None => out.push_str(
+                "To answer without a tool (for example once a tool's result is known), reply with JSON only:\n{\"response\": \"<your answer>\"}\n",
+            ),
+            Some(schema) => out.push_str(&format!(
+                "To answer without a tool (for example once a tool's result is known), reply with JSON only:\n{{\"response\": <your answer>}}\nwhere the answer is JSON following this schema:\n{}\n",
+                serde_json::to_string(schema).unwrap_or_default()
+            )),
+        },
         ToolChoice::Named(n) => out.push_str(&format!("You must call the tool {n:?}.\n")),
         ToolChoice::Required => out.push_str("You must call a tool.\n"),
         ToolChoice::None => {}

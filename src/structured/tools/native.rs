@@ -1,8 +1,13 @@
-//! Forced calls in a model's own syntax (`tool_choice: "required"` or a named function):
-//! the reply must be calls whose arguments validate, written as the template taught the
-//! model. Hermes and Mistral need tags around the JSON, so their grammars are Lark (with the
-//! JSON parts as embedded schemas); Llama 3's call is plain JSON. A tag that is a control
-//! token in the vocabulary is named by id (`<[id]>`), since grammar text never produces one.
+//! Calls in a model's own syntax, written as the template taught the model:
+//! - [`forced_call`] (`tool_choice: "required"` or a named function): the reply must be calls
+//!   whose arguments validate;
+//! - [`auto_call`] (`tool_choice: "auto"`): the reply is an answer (free text, or JSON valid
+//!   against `response_format`'s schema) or calls; a call the model starts is constrained
+//!   from its opening tag on, so its arguments validate too.
+//!
+//! Hermes and Mistral need tags around the JSON, so their grammars are Lark (with the JSON
+//! parts as embedded schemas); Llama 3's call is plain JSON. A tag that is a control token in
+//! the vocabulary is named by id (`<[id]>`), since grammar text never produces one.
 
 use super::generic::MAX_CALLS;
 use super::{ToolDef, ToolFormat};
@@ -48,9 +53,162 @@ fn call_schema(tools: &[&ToolDef], args_key: &str) -> Value {
 /// A tag as a grammar item: the control token's id if the vocabulary has it as one, else
 /// the text as a string literal.
 fn tag(tok: &Tokenizer, text: &str) -> String {
-    match tok.vocab().id(text.as_bytes()) {
-        Some(id) if tok.is_control(id) => format!("<[{id}]>"),
-        _ => serde_json::to_string(text).unwrap_or_default(),
+    Tag::of(tok, text).item()
+}
+
+/// A syntax tag and how the vocabulary holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tag {
+    /// A control token: text can never produce it, so free text needs no guard against it.
+    Control(u32),
+    /// Plain text: free text must be kept from writing it except as the tag.
+    Text(String),
+}
+
+impl Tag {
+    pub fn of(tok: &Tokenizer, text: &str) -> Tag {
+        match tok.vocab().id(text.as_bytes()) {
+            Some(id) if tok.is_control(id) => Tag::Control(id),
+            _ => Tag::Text(text.to_string()),
+        }
+    }
+
+    /// The tag as a grammar item.
+    fn item(&self) -> String {
+        match self {
+            Tag::Control(id) => format!("<[{id}]>"),
+            Tag::Text(t) => serde_json::to_string(t).unwrap_or_default(),
+        }
+    }
+}
+
+/// `text` as a regex matching it literally (llguidance's regex syntax, inside `/.../`).
+fn regex_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$/-&~#".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The answer branch of an `auto` reply: JSON valid against `schema`, or free text.
+const ANSWER_JSON: &str = "answer: %json ";
+
+/// A Lark grammar for `auto` with a tagged call syntax: each call is `open` followed by
+/// `after` (a grammar expression), at most `most` calls. Without `answer`, free text may
+/// precede the calls (or be the whole reply) and can never contain a text `open` tag except
+/// as the start of a call: there, a lazy lexeme ends the text at the tag, and from the tag
+/// on the call is constrained. With `answer`, the reply is that JSON or calls alone.
+pub fn free_or_calls(open: &Tag, after: &str, most: usize, answer: Option<&Value>) -> String {
+    let call = format!("call: {} {after}\n", open.item());
+    if let Some(schema) = answer {
+        return format!(
+            "start: answer | call{{1,{most}}}\n{call}{ANSWER_JSON}{}\n",
+            with_layout(schema.clone())
+        );
+    }
+    match open {
+        // The tag is a token of its own: text ends where it is drawn.
+        Tag::Control(_) => format!("start: TEXT? call{{0,{most}}}\n{call}TEXT: /(?s:.+)/\n"),
+        Tag::Text(t) => {
+            let lit = regex_literal(t);
+            let rest = if most > 1 {
+                format!(" call{{0,{}}}", most - 1)
+            } else {
+                String::new()
+            };
+            format!(
+                "start: TEXT? | lead {after}{rest}\n{call}\
+                 lead[lazy]: /(?s:.*){lit}/\n\
+                 TEXT: /(?s:.+)/ & ~/(?s:.*{lit}.*)/\n"
+            )
+        }
+    }
+}
+
+/// The grammar of a reply under `tool_choice: "auto"` in `format` (None for Generic, whose
+/// envelope has its own answer branch). `answer` is `response_format`'s schema, if any.
+pub fn auto_call(
+    format: ToolFormat,
+    tools: &[&ToolDef],
+    parallel: bool,
+    tok: &Tokenizer,
+    template: &str,
+    answer: Option<&Value>,
+) -> Option<ForcedCall> {
+    let most = if parallel { MAX_CALLS } else { 1 };
+    match format {
+        ToolFormat::Generic => None,
+        ToolFormat::Llama3 => {
+            // A reply starting with `{` (or the python tag) is a call; any other is text.
+            let py = Tag::of(tok, "<|python_tag|>");
+            let call = with_layout(call_schema(tools, "parameters"));
+            let answer_rule = match answer {
+                Some(schema) => format!("{ANSWER_JSON}{}\n", with_layout(schema.clone())),
+                None => {
+                    let mut text = "answer: TEXT\nTEXT: /(?s:.+)/ & ~/\\s*\\{(?s:.*)/".to_string();
+                    if let Tag::Text(t) = &py {
+                        text.push_str(&format!(" & ~/\\s*{}(?s:.*)/", regex_literal(t)));
+                    }
+                    text.push('\n');
+                    text
+                }
+            };
+            let opt = if answer.is_none() { "?" } else { "" };
+            Some(ForcedCall::Lark(format!(
+                "start: answer{opt} | {}? call\ncall: %json {call}\n{answer_rule}",
+                py.item()
+            )))
+        }
+        ToolFormat::Hermes => {
+            let body = with_layout(call_schema(tools, "arguments"));
+            let after = format!(
+                "\"\\n\" %json {body} \"\\n\" {} \"\\n\"?",
+                tag(tok, "</tool_call>")
+            );
+            Some(ForcedCall::Lark(free_or_calls(
+                &Tag::of(tok, "<tool_call>"),
+                &after,
+                most,
+                answer,
+            )))
+        }
+        ToolFormat::Mistral if template.contains("[ARGS]") => {
+            let alts: Vec<String> = tools
+                .iter()
+                .map(|t| {
+                    format!(
+                        "({} {} %json {})",
+                        serde_json::to_string(&t.name).unwrap_or_default(),
+                        tag(tok, "[ARGS]"),
+                        with_layout(t.parameters.clone())
+                    )
+                })
+                .collect();
+            Some(ForcedCall::Lark(free_or_calls(
+                &Tag::of(tok, "[TOOL_CALLS]"),
+                &format!("({})", alts.join(" | ")),
+                most,
+                answer,
+            )))
+        }
+        ToolFormat::Mistral => {
+            let list = with_layout(json!({
+                "type": "array",
+                "items": call_schema(tools, "arguments"),
+                "minItems": 1,
+                "maxItems": most,
+            }));
+            Some(ForcedCall::Lark(free_or_calls(
+                &Tag::of(tok, "[TOOL_CALLS]"),
+                &format!("%json {list}"),
+                1,
+                answer,
+            )))
+        }
     }
 }
 

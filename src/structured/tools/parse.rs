@@ -75,7 +75,13 @@ fn generic(text: &str, done: bool) -> Reply {
     let mut reply = Reply::default();
     for m in &ms {
         match m.key.as_str() {
-            "response" => reply.content = string(s, m.start).0,
+            // A string is the answer's text; any other value (an answer under
+            // `response_format`) is the answer as JSON text, raw as it arrives.
+            "response" if s.get(m.start) == Some(&b'"') => reply.content = string(s, m.start).0,
+            "response" => {
+                let stop = m.end.unwrap_or(s.len());
+                reply.content = String::from_utf8_lossy(&s[m.start..stop]).into_owned();
+            }
             "tool_calls" => {
                 let (els, _) = elements(s, m.start);
                 reply.calls = els.iter().map(|&(st, _)| call_object(s, st)).collect();
@@ -158,22 +164,24 @@ fn llama3(text: &str, done: bool) -> Reply {
     match s.get(i) {
         None if !done => Reply::default(),
         Some(b'{') => {
+            // A call is `{"name": ..., "parameters"|"arguments": ...}`: any other object
+            // (an answer under `response_format`, which may well have a `name`) is content.
+            // Until the second key arrives, nothing is shown.
             let call = call_object(s, i);
             let (ms, _) = members(s, i);
-            let named = ms.first().is_some_and(|m| m.key == "name");
-            if !named && (done || !ms.is_empty()) {
-                return not_call;
+            let keys: Vec<&str> = ms.iter().take(2).map(|m| m.key.as_str()).collect();
+            let decided = keys.len() == 2 || done;
+            let is_call = matches!(keys[..], ["name", "parameters" | "arguments"]);
+            if !decided {
+                let not_yet = matches!(keys[..], [] | ["name"]);
+                return if not_yet { Reply::default() } else { not_call };
             }
-            if done && !call.complete {
+            if !is_call || (done && !call.complete) {
                 return not_call;
             }
             Reply {
                 content: String::new(),
-                calls: if ms.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![call]
-                },
+                calls: vec![call],
             }
         }
         _ => not_call,
