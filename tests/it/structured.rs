@@ -383,31 +383,7 @@ fn random_walk(c: &Constraint, seed: u64) -> String {
 }
 
 fn random_walk_with(tok: &Tokenizer, c: &Constraint, seed: u64) -> String {
-    let mut rng = Rng::new(seed);
-    let mut scratch = SampleScratch::new();
-    let mut seq = SeqConstraint::new(c.start());
-    let mut sampler = Sampler::new(&Default::default(), seed, &[]);
-    let mut out = Vec::new();
-    loop {
-        assert!(out.len() < 600, "no end: {}", tok.decode(&out));
-        seq.compute_mask();
-        let logits: Vec<f32> = (0..tok.n_vocab())
-            .map(|_| rng.next_f64() as f32 * 8.0)
-            .collect();
-        let id = sampler
-            .sample_masked(&logits, seq.allowed(), &mut scratch)
-            .id;
-        if tok.is_eog(id) {
-            break;
-        }
-        out.push(id);
-        match seq.commit(id) {
-            Step::Continue => {}
-            Step::Complete => break,
-            Step::Failed(e) => panic!("{e}"),
-        }
-    }
-    tok.decode(&out)
+    walk_after_with(tok, c, "", seed)
 }
 
 /// Two tools with small argument schemas.
@@ -514,7 +490,10 @@ fn call_opening(call: &str) -> &str {
 
 /// Samples from random logits under `c` after forcing `prefix`'s tokens; the whole text.
 fn walk_after(c: &Constraint, prefix: &str, seed: u64) -> String {
-    let tok = tokenizer();
+    walk_after_with(&tokenizer(), c, prefix, seed)
+}
+
+fn walk_after_with(tok: &Tokenizer, c: &Constraint, prefix: &str, seed: u64) -> String {
     let mut rng = Rng::new(seed);
     let mut scratch = SampleScratch::new();
     let mut seq = SeqConstraint::new(c.start());
@@ -639,14 +618,14 @@ fn auto_with_response_format_answers_in_the_schema_or_calls() {
 
 #[test]
 fn free_text_ends_at_a_control_token_tag() {
-    use kiln::structured::tools::native::{free_or_calls, Tag};
+    use kiln::structured::tools::native::{tagged_grammar, Tag};
     let tok = tokenizer();
     let open = tok
         .vocab()
         .id(b"<|im_start|>")
         .expect("SmolLM2 has <|im_start|>");
     assert!(tok.is_control(open));
-    let grammar = free_or_calls(&Tag::Control(open), r#""call" "!""#, 2, None);
+    let grammar = tagged_grammar(&Tag::Control(open), r#""call" "!""#, 2, false, None);
     let c = Constraint::lark(grammars(), &grammar, "tools", "t")
         .unwrap_or_else(|e| panic!("{e}\n{grammar}"));
     let accepts_special = |text: &str| {

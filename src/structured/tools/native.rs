@@ -94,16 +94,74 @@ fn regex_literal(text: &str) -> String {
     out
 }
 
-/// The answer branch of an `auto` reply: JSON valid against `schema`, or free text.
+/// The answer branch of an `auto` reply under `response_format`.
 const ANSWER_JSON: &str = "answer: %json ";
 
-/// A Lark grammar for `auto` with a tagged call syntax: each call is `open` followed by
-/// `after` (a grammar expression), at most `most` calls. Without `answer`, free text may
-/// precede the calls (or be the whole reply) and can never contain a text `open` tag except
-/// as the start of a call: there, a lazy lexeme ends the text at the tag, and from the tag
-/// on the call is constrained. With `answer`, the reply is that JSON or calls alone.
-pub fn free_or_calls(open: &Tag, after: &str, most: usize, answer: Option<&Value>) -> String {
+/// What follows the opening tag in one call, per tagged format, and how many such tagged
+/// calls a reply may hold (Mistral Nemo puts all its calls in one tagged list).
+fn tagged_call(
+    format: ToolFormat,
+    tools: &[&ToolDef],
+    most: usize,
+    tok: &Tokenizer,
+    template: &str,
+) -> Option<(Tag, String, usize)> {
+    match format {
+        ToolFormat::Generic | ToolFormat::Llama3 => None,
+        ToolFormat::Hermes => {
+            let body = with_layout(call_schema(tools, "arguments"));
+            let after = format!(
+                "\"\\n\" %json {body} \"\\n\" {} \"\\n\"?",
+                tag(tok, "</tool_call>")
+            );
+            Some((Tag::of(tok, "<tool_call>"), after, most))
+        }
+        ToolFormat::Mistral if template.contains("[ARGS]") => {
+            // Small 3.2: [TOOL_CALLS]name[ARGS]{...} per call.
+            let alts: Vec<String> = tools
+                .iter()
+                .map(|t| {
+                    format!(
+                        "({} {} %json {})",
+                        serde_json::to_string(&t.name).unwrap_or_default(),
+                        tag(tok, "[ARGS]"),
+                        with_layout(t.parameters.clone())
+                    )
+                })
+                .collect();
+            let after = format!("({})", alts.join(" | "));
+            Some((Tag::of(tok, "[TOOL_CALLS]"), after, most))
+        }
+        ToolFormat::Mistral => {
+            // Nemo: [TOOL_CALLS] then a JSON array of calls.
+            let list = with_layout(json!({
+                "type": "array",
+                "items": call_schema(tools, "arguments"),
+                "minItems": 1,
+                "maxItems": most,
+            }));
+            Some((Tag::of(tok, "[TOOL_CALLS]"), format!("%json {list}"), 1))
+        }
+    }
+}
+
+/// A Lark grammar for a tagged call syntax: each call is `open` followed by `after` (a
+/// grammar expression), at most `most` calls. `answer: None` with `forced`: calls only.
+/// Without `forced` (`auto`): with `answer`, the reply is that JSON or calls; without,
+/// free text may precede the calls (or be the whole reply) and never contains a text `open`
+/// tag except as the start of a call: there a lazy lexeme ends the text at the tag, and
+/// from the tag on the call is constrained.
+pub fn tagged_grammar(
+    open: &Tag,
+    after: &str,
+    most: usize,
+    forced: bool,
+    answer: Option<&Value>,
+) -> String {
     let call = format!("call: {} {after}\n", open.item());
+    if forced {
+        return format!("start: call{{1,{most}}}\n{call}");
+    }
     if let Some(schema) = answer {
         return format!(
             "start: answer | call{{1,{most}}}\n{call}{ANSWER_JSON}{}\n",
@@ -140,76 +198,31 @@ pub fn auto_call(
     answer: Option<&Value>,
 ) -> Option<ForcedCall> {
     let most = if parallel { MAX_CALLS } else { 1 };
-    match format {
-        ToolFormat::Generic => None,
-        ToolFormat::Llama3 => {
-            // A reply starting with `{` (or the python tag) is a call; any other is text.
-            let py = Tag::of(tok, "<|python_tag|>");
-            let call = with_layout(call_schema(tools, "parameters"));
-            let answer_rule = match answer {
-                Some(schema) => format!("{ANSWER_JSON}{}\n", with_layout(schema.clone())),
-                None => {
-                    let mut text = "answer: TEXT\nTEXT: /(?s:.+)/ & ~/\\s*\\{(?s:.*)/".to_string();
-                    if let Tag::Text(t) = &py {
-                        text.push_str(&format!(" & ~/\\s*{}(?s:.*)/", regex_literal(t)));
-                    }
-                    text.push('\n');
-                    text
+    if format == ToolFormat::Llama3 {
+        // A reply starting with `{` (or the python tag) is a call; any other is text.
+        let py = Tag::of(tok, "<|python_tag|>");
+        let call = with_layout(call_schema(tools, "parameters"));
+        let answer_rule = match answer {
+            Some(schema) => format!("{ANSWER_JSON}{}\n", with_layout(schema.clone())),
+            None => {
+                let mut text = "answer: TEXT\nTEXT: /(?s:.+)/ & ~/\\s*\\{(?s:.*)/".to_string();
+                if let Tag::Text(t) = &py {
+                    text.push_str(&format!(" & ~/\\s*{}(?s:.*)/", regex_literal(t)));
                 }
-            };
-            let opt = if answer.is_none() { "?" } else { "" };
-            Some(ForcedCall::Lark(format!(
-                "start: answer{opt} | {}? call\ncall: %json {call}\n{answer_rule}",
-                py.item()
-            )))
-        }
-        ToolFormat::Hermes => {
-            let body = with_layout(call_schema(tools, "arguments"));
-            let after = format!(
-                "\"\\n\" %json {body} \"\\n\" {} \"\\n\"?",
-                tag(tok, "</tool_call>")
-            );
-            Some(ForcedCall::Lark(free_or_calls(
-                &Tag::of(tok, "<tool_call>"),
-                &after,
-                most,
-                answer,
-            )))
-        }
-        ToolFormat::Mistral if template.contains("[ARGS]") => {
-            let alts: Vec<String> = tools
-                .iter()
-                .map(|t| {
-                    format!(
-                        "({} {} %json {})",
-                        serde_json::to_string(&t.name).unwrap_or_default(),
-                        tag(tok, "[ARGS]"),
-                        with_layout(t.parameters.clone())
-                    )
-                })
-                .collect();
-            Some(ForcedCall::Lark(free_or_calls(
-                &Tag::of(tok, "[TOOL_CALLS]"),
-                &format!("({})", alts.join(" | ")),
-                most,
-                answer,
-            )))
-        }
-        ToolFormat::Mistral => {
-            let list = with_layout(json!({
-                "type": "array",
-                "items": call_schema(tools, "arguments"),
-                "minItems": 1,
-                "maxItems": most,
-            }));
-            Some(ForcedCall::Lark(free_or_calls(
-                &Tag::of(tok, "[TOOL_CALLS]"),
-                &format!("%json {list}"),
-                1,
-                answer,
-            )))
-        }
+                text.push('\n');
+                text
+            }
+        };
+        let opt = if answer.is_none() { "?" } else { "" };
+        return Some(ForcedCall::Lark(format!(
+            "start: answer{opt} | {}? call\ncall: %json {call}\n{answer_rule}",
+            py.item()
+        )));
     }
+    let (open, after, most) = tagged_call(format, tools, most, tok, template)?;
+    Some(ForcedCall::Lark(tagged_grammar(
+        &open, &after, most, false, answer,
+    )))
 }
 
 /// The grammar of a forced call in `format` (None for Generic, which has its own envelope).
@@ -222,48 +235,11 @@ pub fn forced_call(
     template: &str,
 ) -> Option<ForcedCall> {
     let most = if parallel { MAX_CALLS } else { 1 };
-    match format {
-        ToolFormat::Generic => None,
-        ToolFormat::Llama3 => Some(ForcedCall::Schema(call_schema(tools, "parameters"))),
-        ToolFormat::Hermes => {
-            let schema = with_layout(call_schema(tools, "arguments"));
-            Some(ForcedCall::Lark(format!(
-                "start: call{{1,{most}}}\ncall: {open} \"\\n\" body \"\\n\" {close} \"\\n\"?\nbody: %json {schema}\n",
-                open = tag(tok, "<tool_call>"),
-                close = tag(tok, "</tool_call>"),
-            )))
-        }
-        ToolFormat::Mistral if template.contains("[ARGS]") => {
-            // Small 3.2: [TOOL_CALLS]name[ARGS]{...} per call.
-            let alts: Vec<String> = tools
-                .iter()
-                .map(|t| {
-                    format!(
-                        "{} {} %json {}",
-                        serde_json::to_string(&t.name).unwrap_or_default(),
-                        tag(tok, "[ARGS]"),
-                        with_layout(t.parameters.clone())
-                    )
-                })
-                .collect();
-            Some(ForcedCall::Lark(format!(
-                "start: call{{1,{most}}}\ncall: {tc} fn\nfn: {}\n",
-                alts.join(" | "),
-                tc = tag(tok, "[TOOL_CALLS]"),
-            )))
-        }
-        ToolFormat::Mistral => {
-            // Nemo: [TOOL_CALLS] then a JSON array of calls.
-            let list = with_layout(json!({
-                "type": "array",
-                "items": call_schema(tools, "arguments"),
-                "minItems": 1,
-                "maxItems": most,
-            }));
-            Some(ForcedCall::Lark(format!(
-                "start: {} calls\ncalls: %json {list}\n",
-                tag(tok, "[TOOL_CALLS]")
-            )))
-        }
+    if format == ToolFormat::Llama3 {
+        return Some(ForcedCall::Schema(call_schema(tools, "parameters")));
     }
+    let (open, after, most) = tagged_call(format, tools, most, tok, template)?;
+    Some(ForcedCall::Lark(tagged_grammar(
+        &open, &after, most, true, None,
+    )))
 }
