@@ -4,7 +4,7 @@
 //
 // Environment (besides lib/common.js's BASE_URL, MODEL, API_KEY, SUMMARY_JSON, THRESHOLD_*):
 //   START_RATE   requests/s at the start (default 1)
-//   PEAK_RATE    requests/s at the top of the ramp (default 24; about 2x what 2 cores serve)
+//   PEAK_RATE    requests/s at the top of the ramp (default 48; about 2x what 2 quiet cores serve)
 //   RAMP         time to go from START_RATE to PEAK_RATE (default 60s)
 //   HOLD         time held at PEAK_RATE (default 20s)
 //   MAX_TOKENS   tokens per answer (default 32)
@@ -30,7 +30,7 @@ import {
 const DATA = JSON.parse(open('./data/prompts.json'));
 const T = loadThresholds(open('./thresholds.json'));
 const START_RATE = envFloat('START_RATE', 1);
-const PEAK_RATE = envFloat('PEAK_RATE', 24);
+const PEAK_RATE = envFloat('PEAK_RATE', 48);
 const RAMP = envStr('RAMP', '60s');
 const HOLD = envStr('HOLD', '20s');
 const MAX_TOKENS = envInt('MAX_TOKENS', 32);
