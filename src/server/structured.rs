@@ -235,28 +235,20 @@ pub fn prepare_chat(
         )
         .map_err(constraint_error)?;
     }
-    let answer = match &tools.answer {
-        Some((schema, param)) => {
-            // Checked on its own first, so an unsupported feature names its own field.
-            Constraint::json_schema(g, schema, param, "response_format")
-                .map_err(constraint_error)?;
-            Some(schema)
-        }
-        None => None,
-    };
+    // `response_format`'s schema, compiled on its own (so an unsupported feature names its
+    // own field): the whole constraint under "none", checked only under the others.
+    let answer_constraint = tools
+        .answer
+        .as_ref()
+        .map(|(schema, param)| Constraint::json_schema(g, schema, param, "response_format"))
+        .transpose()
+        .map_err(constraint_error)?;
+    let answer = tools.answer.as_ref().map(|(schema, _)| schema);
     if tools.choice == ToolChoice::None {
-        let shape = match &tools.answer {
-            Some((schema, param)) => Shape::Json {
-                schema: schema.clone(),
-                param,
-                label: "response_format".to_string(),
-            },
-            None => Shape::Free,
-        };
         return Ok(Prepared {
             messages: history(messages, format),
             template_tools: None,
-            constraint: compile_json(rt, &shape)?,
+            constraint: answer_constraint.map(Arc::new),
             read_calls: None,
         });
     }
