@@ -1,7 +1,7 @@
 //! Instruction-set detection and selection, done once at start-up.
 //!
 //! A generic release build runs the fastest path the CPU has: detection is at run time
-//! (`is_x86_feature_detected!`), never only at compile time. `KILN_ISA=scalar|avx2|avx512|neon`
+//! (`is_x86_feature_detected!`), never only at compile time. `KILN_ISA=scalar|avx2|avxvnni|avx512|neon`
 //! forces a path (tests, benchmarks); asking for one the CPU lacks is a named error from
 //! [`Isa::from_env`], and [`isa`] then logs it and uses the best supported path.
 
@@ -13,8 +13,10 @@ use std::sync::OnceLock;
 pub enum Isa {
     /// Portable Rust, the reference every SIMD kernel is tested against.
     Scalar,
-    /// x86-64 with AVX2 + FMA + F16C.
+    /// x86-64 with AVX2 + FMA + F16C (a Zen 2/3 or Skylake client: no AVX-512, no VNNI).
     Avx2,
+    /// [`Isa::Avx2`] plus AVX-VNNI (`vpdpbusd` on ymm: Alder Lake and later clients, Zen 5).
+    AvxVnni,
     /// x86-64 with AVX-512 F + BW + VL (and AVX2/FMA/F16C); VNNI is used when present
     /// ([`has_avx512_vnni`]), otherwise the AVX2 kernels run.
     Avx512,
@@ -25,7 +27,7 @@ pub enum Isa {
 /// Why `KILN_ISA` could not be honoured.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IsaError {
-    #[error("KILN_ISA={0:?} is not one of scalar, avx2, avx512, neon")]
+    #[error("KILN_ISA={0:?} is not one of scalar, avx2, avxvnni, avx512, neon")]
     Unknown(String),
     #[error("KILN_ISA={0} requested but this CPU does not support it")]
     Unsupported(Isa),
@@ -36,13 +38,14 @@ pub const ISA_ENV: &str = "KILN_ISA";
 
 impl Isa {
     /// Every variant, slowest first.
-    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon];
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512, Isa::Neon];
 
     /// Lower-case name, as accepted by `KILN_ISA` and shown by `kiln inspect --isa`.
     pub const fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
             Isa::Avx512 => "avx512",
             Isa::Neon => "neon",
         }
@@ -99,6 +102,7 @@ pub fn supported(isa: Isa) -> bool {
     match isa {
         Isa::Scalar => true,
         Isa::Avx2 => has_avx2(),
+        Isa::AvxVnni => has_avx_vnni(),
         Isa::Avx512 => has_avx512(),
         Isa::Neon => has_neon(),
     }
@@ -119,6 +123,12 @@ fn has_avx512() -> bool {
         && is_x86_feature_detected!("avx512vl")
 }
 
+/// Whether AVX-VNNI (`vpdpbusd` on ymm, VEX-encoded) is available on top of [`Isa::Avx2`].
+#[cfg(target_arch = "x86_64")]
+fn has_avx_vnni() -> bool {
+    has_avx2() && is_x86_feature_detected!("avxvnni")
+}
+
 /// Whether AVX-512 VNNI (`vpdpbusd`) is available on top of [`Isa::Avx512`].
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx512_vnni() -> bool {
@@ -132,6 +142,11 @@ fn has_avx2() -> bool {
 
 #[cfg(not(target_arch = "x86_64"))]
 fn has_avx512() -> bool {
+    false
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn has_avx_vnni() -> bool {
     false
 }
 

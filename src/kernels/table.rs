@@ -71,7 +71,8 @@ pub struct TypeKernels {
     /// block is loaded once per tile of tokens). Only the listed `out` cells are written.
     pub gemm: GemmFn,
     /// A GEMM over weights repacked at load ([`super::packed::pack`]), where this ISA has one
-    /// (AVX-512 VNNI: Q4_0, Q4_1, Q8_0); `None` means multiply the GGUF rows with `gemm`.
+    /// (AVX2, AVX-VNNI, AVX-512 VNNI: Q4_0, Q4_1, Q8_0); `None` means multiply the GGUF rows
+    /// with `gemm`.
     pub packed: Option<PackedKernels>,
 }
 
@@ -118,6 +119,11 @@ fn install_simd(isa: Isa, t: &mut Table) {
     match isa {
         // SAFETY: `build` only calls this when `supported(Avx2)`: AVX2, FMA and F16C are present.
         Isa::Avx2 => unsafe { x86::avx2::install(t) },
+        // SAFETY: `supported(AvxVnni)` is the AVX2 set plus AVX-VNNI.
+        Isa::AvxVnni => unsafe {
+            x86::avx2::install(t);
+            x86::avx2::install_vnni(t);
+        },
         Isa::Avx512 => {
             // SAFETY: `supported(Avx512)` implies the AVX2 set (see `isa::has_avx512`), and
             // the AVX-512 F/BW/VL kernels are installed only after that check.

@@ -51,9 +51,11 @@ fn packed_gemms(dt: DType) -> Vec<(String, Gemm)> {
     v
 }
 
-/// The ISA whose GGUF-layout gemm the panel layout reproduces (the one with a packed kernel).
-fn reference_isa(dt: DType) -> Option<Isa> {
-    Isa::all_supported().find(|&i| kernels_for(dt, i).unwrap().packed.is_some())
+/// The ISAs with a panel GEMM for `dt`: each one's GGUF-layout gemm must equal the twin too.
+fn packed_isas(dt: DType) -> Vec<Isa> {
+    Isa::all_supported()
+        .filter(|&i| kernels_for(dt, i).unwrap().packed.is_some())
+        .collect()
 }
 
 fn check(dt: DType, k: usize, seed: u64, scale: f32, shift: f32) -> Result<(), TestCaseError> {
@@ -64,11 +66,17 @@ fn check(dt: DType, k: usize, seed: u64, scale: f32, shift: f32) -> Result<(), T
     let qa = quantize_act(sk, &values(seed ^ 0xABCD, max_tok * k, 1.0, 0.1));
     let (wr, ar) = (qw.len() / max_rows, qa.len() / max_tok);
     let gemms = packed_gemms(dt);
-    if crate::kernels::isa::has_avx512_vnni() && crate::kernels::isa::supported(Isa::Avx512) {
-        prop_assert!(
-            reference_isa(dt).is_some() && gemms.len() == 2,
-            "AVX-512 VNNI panel GEMM not installed"
-        );
+    // Every x86 SIMD ISA this CPU has installs a panel GEMM: none may be skipped silently.
+    for isa in [Isa::Avx2, Isa::AvxVnni, Isa::Avx512] {
+        if crate::kernels::isa::supported(isa)
+            && (isa != Isa::Avx512 || crate::kernels::isa::has_avx512_vnni())
+        {
+            prop_assert!(
+                packed_isas(dt).contains(&isa),
+                "{} panel GEMM not installed",
+                isa
+            );
+        }
     }
     for n_rows in ROWS {
         let pw: PackedWeights = pack(dt, k, &qw[..n_rows * wr], n_rows).expect("packable");
@@ -78,7 +86,7 @@ fn check(dt: DType, k: usize, seed: u64, scale: f32, shift: f32) -> Result<(), T
             let len = (n_tok - 1) * os + n_rows;
             let mut want = vec![0f32; len];
             gemm_packed(dt, k, pw.bytes(), n_rows, a, n_tok, &mut want, os);
-            if let Some(isa) = reference_isa(dt) {
+            for isa in packed_isas(dt) {
                 let mut r = vec![0f32; len];
                 (kernels_for(dt, isa).unwrap().gemm)(k, &qw, n_rows, a, n_tok, &mut r, os);
                 for t in 0..n_tok {

@@ -5,6 +5,11 @@
 //! `vpmaddubsw` + `vpmaddwd`. Q4/Q5 weights stay unsigned and the `_0` offset is removed
 //! exactly as `-offset * sum(a)`; Q8_0 uses the sign trick (`|w| * sign(a, w)`) because
 //! unsigned Q8 would saturate `vpmaddubsw`.
+//!
+//! Float order: Q4_0 and Q8_0 sum each block exactly in i32 and do one fma per block; Q4_1
+//! keeps eight lane sums plus a separate `m * s` sum (llama.cpp's order). Both are the panel
+//! twins' orders (`scalar/packed.rs`), so these equal the AVX2 and AVX-512 panel GEMMs bit
+//! for bit. Q5_0 / Q5_1 keep eight lane sums (the minimum folded into lane 0).
 
 use std::arch::x86_64::*;
 
@@ -124,6 +129,17 @@ fn dot_i32<const T: u8>(w: __m256i, a: __m256i) -> __m256i {
     }
 }
 
+/// Exact sum of the 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_i32(v: __m256i) -> i32 {
+    let x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
+    let x = _mm_add_epi32(x, _mm_shuffle_epi32::<1>(x));
+    _mm_cvtsi128_si32(x)
+}
+
+/// llama.cpp's `hsum_float_8` order: `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn hsum(v: __m256) -> f32 {
@@ -151,7 +167,12 @@ unsafe fn tile<const T: u8, const M: usize, const N: usize>(
     out_stride: usize,
 ) {
     let (bw, ab) = (wdt(T).block_bytes(), adt(T).block_bytes());
+    // Q4_0 / Q8_0: exact i32 block sums, one f32 fma per block (`exact`); the others keep
+    // eight lane sums, Q4_1 / Q5_1 with the minimum term in its own sum (`summs`).
+    let exact = T == Q4_0 || T == Q8_0;
     let mut acc = [[_mm256_setzero_ps(); N]; M];
+    let mut acc1 = [[0f32; N]; M];
+    let mut summs = [[0f32; N]; M];
     for b in 0..nb {
         let mut wq = [_mm256_setzero_si256(); M];
         let mut wd = [_mm256_setzero_ps(); M];
@@ -165,22 +186,32 @@ unsafe fn tile<const T: u8, const M: usize, const N: usize>(
             let (aq, ad, as_, start) = unsafe { load_a::<T>(a.add(t * ar + b * ab)) };
             for r in 0..M {
                 let sumi = _mm256_add_epi32(dot_i32::<T>(wq[r], aq), start);
-                let mut x = _mm256_fmadd_ps(
+                if exact {
+                    let d = _mm256_cvtss_f32(wd[r]) * _mm256_cvtss_f32(ad);
+                    acc1[r][t] = (hsum_i32(sumi) as f32).mul_add(d, acc1[r][t]);
+                    continue;
+                }
+                acc[r][t] = _mm256_fmadd_ps(
                     _mm256_cvtepi32_ps(sumi),
                     _mm256_mul_ps(wd[r], ad),
                     acc[r][t],
                 );
                 if has_min(T) {
-                    x = _mm256_fmadd_ps(wm[r], as_, x);
+                    let (m, s) = (_mm256_cvtss_f32(wm[r]), _mm256_cvtss_f32(as_));
+                    summs[r][t] = m.mul_add(s, summs[r][t]);
                 }
-                acc[r][t] = x;
             }
         }
     }
-    for (r, row) in acc.iter().enumerate() {
-        for (t, v) in row.iter().enumerate() {
+    for r in 0..M {
+        for t in 0..N {
+            let v = if exact {
+                acc1[r][t]
+            } else {
+                hsum(acc[r][t]) + summs[r][t]
+            };
             // SAFETY: the caller guarantees the M x N output cells are in bounds.
-            unsafe { *out.add(t * out_stride + r) = hsum(*v) };
+            unsafe { *out.add(t * out_stride + r) = v };
         }
     }
 }

@@ -3,8 +3,9 @@
 pub mod float;
 pub mod kquants;
 pub mod legacy;
+mod packed;
 
-use crate::kernels::table::Table;
+use crate::kernels::table::{PackedKernels, Table};
 use crate::kernels::DType;
 
 macro_rules! install_fns {
@@ -46,4 +47,30 @@ pub unsafe fn install(t: &mut Table) {
         Q5_1: vec_dot_q5_1, gemm_q5_1;
         Q8_0: vec_dot_q8_0, gemm_q8_0;
     }
+    install_packed! { t, gemm_packed, Q4_0, Q4_1, Q8_0 }
+}
+
+/// Installs the panel GEMMs as [`packed`] kernels: `$f` one of its entry points.
+macro_rules! install_packed {
+    ($t:ident, $f:ident, $($dt:ident),*) => {$(
+        {
+            fn gp(k: usize, p: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
+                // SAFETY: only installed by `install` / `install_vnni`, whose callers verified
+                // the CPU features `$f` needs.
+                unsafe { packed::$f::<{ crate::kernels::legacy_kind::$dt }>(k, p, n_rows, a, n_tok, out, os) }
+            }
+            if let Some(row) = $t[DType::$dt as usize].as_mut() {
+                row.packed = Some(PackedKernels { gemm: gp });
+            }
+        }
+    )*};
+}
+use install_packed;
+
+/// Replaces the panel GEMMs of [`install`] with their AVX-VNNI versions (same results).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-VNNI (`isa::supported(Isa::AvxVnni)`).
+pub unsafe fn install_vnni(t: &mut Table) {
+    install_packed! { t, gemm_packed_vnni, Q4_0, Q4_1, Q8_0 }
 }

@@ -1,0 +1,503 @@
+//! AVX2 and AVX-VNNI panel GEMMs over load-time repacked weights ([`crate::kernels::packed`]):
+//! Q4_0, Q4_1 and Q8_0, bit-identical to their scalar twins in `scalar/packed.rs` (and so to
+//! the AVX-512 panel GEMMs: every x86 path computes the same numbers).
+//!
+//! A panel's 64-byte quant chunk is two ymm halves: rows 0..8 and rows 8..16. Lane r of a half
+//! holds 4 weights of row r, so a broadcast activation dword dots 8 rows at once with no
+//! shuffles and no horizontal reduction:
+//!
+//! * plain AVX2: `vpmaddubsw` (unsigned weight x signed activation, pairs to i16) then
+//!   `vpmaddwd` with ones (pairs to i32). Q4 weights are at most 15, so a whole block's eight
+//!   `vpmaddubsw` results add up in i16 without saturating (8 x 2 x 15 x 128 < 2^15) and one
+//!   `vpmaddwd` finishes the block. Q8_0 uses the sign trick (`|w| * sign(a, w)`), since the
+//!   packed unsigned `q + 128` would saturate `vpmaddubsw`.
+//! * AVX-VNNI: `vpdpbusd` on ymm, as the AVX-512 kernel does on zmm.
+//!
+//! Orders (see the twin): Q4_1 keeps eight f32 partial sums per output (llama.cpp's order);
+//! Q4_0 / Q8_0 sum each block exactly in i32 and do one convert + fma per block. Integer sums
+//! are exact whichever instructions form them, which is what makes all paths agree.
+
+use std::arch::x86_64::*;
+
+use crate::kernels::legacy_kind::*;
+use crate::kernels::packed::{PanelLayout, PANEL};
+
+/// Rows per ymm half of a panel.
+const HALF: usize = 8;
+/// Per-(token, block) activation table entries (stack: 2 x 16 KiB).
+const SCRATCH: usize = 4096;
+/// Small tables for decode-sized calls.
+const SMALL: usize = 256;
+/// Tokens whose activations stay in L1 while a call's panels stream past (prefill).
+const TOKEN_GROUP: usize = 64;
+/// Largest token tile of the Q4_0 / Q8_0 kernel.
+const MAX_TT: usize = 4;
+/// How far ahead (in blocks) decode-sized tiles prefetch the weight stream.
+const PF_BLOCKS: usize = 8;
+
+/// Activation terms of one token group, `[t * nb + b]`: d_a and `-offset * sum(a)`.
+struct ActTables<const N: usize> {
+    d: [f32; N],
+    start: [i32; N],
+}
+
+/// Sum of the 32 signed quants at `q`.
+///
+/// # Safety
+/// CPU features as enabled; 32 readable bytes at `q`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sum_i8x32(q: *const u8) -> i32 {
+    // SAFETY: caller contract.
+    let v = unsafe { _mm256_loadu_si256(q as *const __m256i) };
+    // (a + 128) as unsigned bytes, summed in 4 u64 lanes by vpsadbw.
+    let s = _mm256_sad_epu8(
+        _mm256_xor_si256(v, _mm256_set1_epi8(-128)),
+        _mm256_setzero_si256(),
+    );
+    let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+    let s = _mm_add_epi64(s, _mm_unpackhi_epi64(s, s));
+    _mm_cvtsi128_si32(s) - 32 * 128
+}
+
+/// Broadcast of the activation dword `i` of the quants at `q`.
+///
+/// # Safety
+/// 4 readable bytes at `q + 4i`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn act(q: *const u8, i: usize) -> __m256i {
+    // SAFETY: caller contract.
+    _mm256_set1_epi32(unsafe { (q.add(4 * i) as *const i32).read_unaligned() })
+}
+
+/// 8 f16 at `p` as f32 lanes.
+///
+/// # Safety
+/// 16 readable bytes at `p`, 16-byte aligned.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16x8(p: *const u8) -> __m256 {
+    // SAFETY: caller contract.
+    _mm256_cvtph_ps(unsafe { _mm_load_si128(p as *const __m128i) })
+}
+
+/// Weight register `i` (dword i = values 4i..4i+4) of half `h` of the block at `q`: unsigned
+/// nibbles for Q4, the packed `q + 128` bytes for Q8_0.
+///
+/// # Safety
+/// `q` is a 64-byte aligned block of the panel's quants.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn weights<const T: u8>(q: *const u8, h: usize, i: usize) -> __m256i {
+    // SAFETY: chunk `i` (Q8_0) or `i % 4` (Q4), half h, lies inside the aligned block.
+    unsafe {
+        if T == Q8_0 {
+            _mm256_load_si256(q.add(64 * i + 32 * h) as *const __m256i)
+        } else {
+            let x = _mm256_load_si256(q.add(64 * (i % 4) + 32 * h) as *const __m256i);
+            let x = if i >= 4 { _mm256_srli_epi16::<4>(x) } else { x };
+            _mm256_and_si256(x, _mm256_set1_epi8(0x0F))
+        }
+    }
+}
+
+/// Prefetches the quants `PF_BLOCKS` blocks ahead of `q`; prefetches never fault.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch_ahead(q: *const u8, quant_bytes: usize) {
+    let p = q.wrapping_add(PF_BLOCKS * quant_bytes);
+    for c in (0..quant_bytes).step_by(64) {
+        // A prefetch is only a hint: it never faults, whatever the address.
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8);
+    }
+}
+
+/// Lane r = sum of the 4 products of dword lane r of `w` (unsigned) and `x` (signed).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dword_dot_plain(w: __m256i, x: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+}
+
+/// [`dword_dot_plain`] with `vpdpbusd`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn dword_dot_vnni(w: __m256i, x: __m256i) -> __m256i {
+    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x)
+}
+
+/// Exact i32 block sums of 8 rows: `start + sum(u * a)` for Q4_0 (u the nibble) and
+/// `sum(w * a)` for Q8_0 (w the signed quant; `start` is ignored: the sign trick needs no
+/// offset), with `w` the block's weight registers and `qa` the token's 32 quants.
+///
+/// # Safety
+/// 32 readable bytes at `qa`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_sum_plain<const T: u8>(w: &[__m256i; 8], qa: *const u8, start: i32) -> __m256i {
+    let ones = _mm256_set1_epi16(1);
+    if T == Q8_0 {
+        let mut s = _mm256_setzero_si256();
+        for (i, &u) in w.iter().enumerate() {
+            let ws = _mm256_xor_si256(u, _mm256_set1_epi8(-128));
+            // SAFETY: dword i of the token's block quants.
+            let x = unsafe { act(qa, i) };
+            let p = _mm256_maddubs_epi16(_mm256_sign_epi8(ws, ws), _mm256_sign_epi8(x, ws));
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+        }
+        s
+    } else {
+        let mut s16 = _mm256_setzero_si256();
+        for (i, &u) in w.iter().enumerate() {
+            // SAFETY: dword i of the token's block quants.
+            let x = unsafe { act(qa, i) };
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u, x));
+        }
+        _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(start))
+    }
+}
+
+/// [`block_sum_plain`] with `vpdpbusd` (Q8_0 weights stay `q + 128`, so `start` is applied
+/// for both kinds).
+///
+/// # Safety
+/// 32 readable bytes at `qa`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn block_sum_vnni<const T: u8>(w: &[__m256i; 8], qa: *const u8, start: i32) -> __m256i {
+    let mut s0 = _mm256_set1_epi32(start);
+    let mut s1 = _mm256_setzero_si256();
+    for i in (0..8).step_by(2) {
+        // SAFETY: dwords i and i + 1 of the token's block quants.
+        let (x0, x1) = unsafe { (act(qa, i), act(qa, i + 1)) };
+        s0 = _mm256_dpbusd_avx_epi32(s0, w[i], x0);
+        s1 = _mm256_dpbusd_avx_epi32(s1, w[i + 1], x1);
+    }
+    _mm256_add_epi32(s0, s1)
+}
+
+/// Stores the first `valid` lanes of `v` at `out`.
+///
+/// # Safety
+/// `valid` (1..=8) writable f32 at `out`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn store(out: *mut f32, v: __m256, valid: usize) {
+    if valid >= HALF {
+        // SAFETY: caller contract.
+        unsafe { _mm256_storeu_ps(out, v) };
+    } else {
+        let mut tmp = [0f32; HALF];
+        // SAFETY: `tmp` holds 8 f32.
+        unsafe { _mm256_storeu_ps(tmp.as_mut_ptr(), v) };
+        // SAFETY: caller contract: `valid` cells at `out`.
+        unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr(), out, valid) };
+    }
+}
+
+/// Generates one instruction set's panel GEMM: `$feat` its target features, `$dword` and
+/// `$block` its integer dot helpers.
+macro_rules! panel_gemm {
+    ($name:ident, $feat:literal, $dword:ident, $block:ident) => {
+        mod $name {
+            use super::*;
+
+            /// Q4_1 x Q8_1, llama.cpp order: half `h` of one panel x one token, all blocks.
+            ///
+            /// # Safety
+            /// CPU features as enabled; `panel` is a whole aligned panel of `l`, `a` one
+            /// activation row, `out` `valid` cells.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            pub(super) unsafe fn tile_q4_1(
+                l: &PanelLayout,
+                panel: *const u8,
+                h: usize,
+                a: *const u8,
+                out: *mut f32,
+                valid: usize,
+                prefetch: bool,
+            ) {
+                let mut acc = [_mm256_setzero_ps(); 8];
+                let mut summs = _mm256_setzero_ps();
+                for b in 0..l.nb {
+                    let q = panel.wrapping_add(b * l.quant_bytes);
+                    if prefetch && h == 0 {
+                        prefetch_ahead(q, l.quant_bytes);
+                    }
+                    let sc = panel.wrapping_add(l.scales_at(b) + 16 * h);
+                    // SAFETY: half h of block b's scales (d, then m 32 bytes on), 16-aligned.
+                    let (dw, mw) = unsafe { (f16x8(sc), f16x8(sc.add(32))) };
+                    let blk = a.wrapping_add(b * 36);
+                    // SAFETY: the token's block b (f16 d, f16 s, 32 quants) is inside `a`.
+                    let hds = unsafe { (blk as *const i32).read_unaligned() };
+                    let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(hds));
+                    let scale = _mm256_mul_ps(dw, _mm256_broadcastss_ps(ds));
+                    summs = _mm256_fmadd_ps(mw, _mm256_broadcastss_ps(_mm_movehdup_ps(ds)), summs);
+                    for (i, acc_i) in acc.iter_mut().enumerate() {
+                        // SAFETY: q is block b's aligned quants; dword i of the token's quants.
+                        let (w, x) = unsafe { (weights::<Q4_1>(q, h, i), act(blk.add(4), i)) };
+                        let p = $dword(w, x);
+                        *acc_i = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), *acc_i);
+                    }
+                }
+                let s: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(acc[4 + j], acc[j]));
+                let r = _mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3]));
+                // SAFETY: `valid` cells at `out` (caller contract).
+                unsafe { store(out, _mm256_add_ps(r, summs), valid) };
+            }
+
+            /// Q4_0 / Q8_0 x Q8_0: both halves of one panel x TT tokens over all blocks,
+            /// activation terms from `tab` (entries `tab0 + t * nb + b`).
+            ///
+            /// # Safety
+            /// As [`tile_q4_1`] for TT activation rows `ar` apart and output rows `os`
+            /// apart (`valid` cells each); `tab` holds the entries of the TT tokens.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+            pub(super) unsafe fn tile_q0<const T: u8, const TT: usize, const N: usize>(
+                l: &PanelLayout,
+                panel: *const u8,
+                a: *const u8,
+                ar: usize,
+                tab: &ActTables<N>,
+                tab0: usize,
+                out: *mut f32,
+                os: usize,
+                valid: usize,
+            ) {
+                let nb = l.nb;
+                let mut acc = [[_mm256_setzero_ps(); TT]; 2];
+                for b in 0..nb {
+                    let q = panel.wrapping_add(b * l.quant_bytes);
+                    if TT <= 2 {
+                        prefetch_ahead(q, l.quant_bytes);
+                    }
+                    for h in 0..2 {
+                        // SAFETY: q is block b's aligned quants.
+                        let w: [__m256i; 8] =
+                            std::array::from_fn(|i| unsafe { weights::<T>(q, h, i) });
+                        // SAFETY: half h of block b's d lies in the panel, 16-byte aligned.
+                        let dw = unsafe { f16x8(panel.wrapping_add(l.scales_at(b) + 16 * h)) };
+                        for t in 0..TT {
+                            let ti = tab0 + t * nb + b;
+                            let qa = a.wrapping_add(t * ar + b * 34 + 2);
+                            // SAFETY: token t's block b quants are inside `a`.
+                            let sum = unsafe { $block::<T>(&w, qa, tab.start[ti]) };
+                            let scale = _mm256_mul_ps(dw, _mm256_set1_ps(tab.d[ti]));
+                            acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc[h][t]);
+                        }
+                    }
+                }
+                for t in 0..TT {
+                    // SAFETY: `valid` cells of token row t (caller contract).
+                    unsafe {
+                        store(out.add(t * os), acc[0][t], valid.min(HALF));
+                        if valid > HALF {
+                            store(out.add(t * os + HALF), acc[1][t], valid - HALF);
+                        }
+                    }
+                }
+            }
+
+            /// Dispatches a Q4_0 / Q8_0 token tile of `tt` (1..=MAX_TT) tokens.
+            ///
+            /// # Safety
+            /// As [`tile_q0`] with TT = `tt`.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn tile_q0_dyn<const T: u8, const N: usize>(
+                tt: usize,
+                l: &PanelLayout,
+                panel: *const u8,
+                a: *const u8,
+                ar: usize,
+                tab: &ActTables<N>,
+                tab0: usize,
+                out: *mut f32,
+                os: usize,
+                valid: usize,
+            ) {
+                // SAFETY: this function's contract is tile_q0's with TT = tt.
+                unsafe {
+                    match tt {
+                        1 => tile_q0::<T, 1, N>(l, panel, a, ar, tab, tab0, out, os, valid),
+                        2 => tile_q0::<T, 2, N>(l, panel, a, ar, tab, tab0, out, os, valid),
+                        3 => tile_q0::<T, 3, N>(l, panel, a, ar, tab, tab0, out, os, valid),
+                        _ => tile_q0::<T, 4, N>(l, panel, a, ar, tab, tab0, out, os, valid),
+                    }
+                }
+            }
+
+            /// Q4_0 / Q8_0 GEMM with `N`-entry activation tables.
+            ///
+            /// # Safety
+            /// As [`gemm_packed`], with the lengths checked and `nb <= N`.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn gemm_q0<const T: u8, const N: usize>(
+                l: &PanelLayout,
+                packed: *const u8,
+                n_rows: usize,
+                a: *const u8,
+                ar: usize,
+                n_tok: usize,
+                out: *mut f32,
+                os: usize,
+            ) {
+                let nb = l.nb;
+                let offset = if T == Q8_0 { 128 } else { 8 };
+                let mut tab = ActTables::<N> {
+                    d: [0.0; N],
+                    start: [0; N],
+                };
+                let group = (N / nb).min(TOKEN_GROUP);
+                for g0 in (0..n_tok).step_by(group) {
+                    let gn = group.min(n_tok - g0);
+                    for t in 0..gn {
+                        for b in 0..nb {
+                            let blk = a.wrapping_add((g0 + t) * ar + b * 34);
+                            // SAFETY: token g0 + t < n_tok, block b < nb: 34 bytes in `a`.
+                            let (hd, sum) = unsafe {
+                                ((blk as *const u16).read_unaligned(), sum_i8x32(blk.add(2)))
+                            };
+                            tab.d[t * nb + b] = half::f16::from_bits(hd).to_f32();
+                            tab.start[t * nb + b] = -offset * sum;
+                        }
+                    }
+                    for p in 0..PanelLayout::panels(n_rows) {
+                        let valid = PANEL.min(n_rows - p * PANEL);
+                        let panel = packed.wrapping_add(p * l.panel_bytes);
+                        for t0 in (0..gn).step_by(MAX_TT) {
+                            let tt = MAX_TT.min(gn - t0);
+                            let tok = g0 + t0;
+                            // SAFETY: panel p, tokens tok..tok + tt and their output cells
+                            // are in range (checked by the caller); the table holds the group.
+                            unsafe {
+                                tile_q0_dyn::<T, N>(
+                                    tt,
+                                    l,
+                                    panel,
+                                    a.add(tok * ar),
+                                    ar,
+                                    &tab,
+                                    t0 * nb,
+                                    out.add(tok * os + p * PANEL),
+                                    os,
+                                    valid,
+                                )
+                            };
+                        }
+                    }
+                }
+            }
+
+            /// The panel GEMM of this instruction set (contract of the module's
+            /// `gemm_packed`).
+            ///
+            /// # Safety
+            /// The CPU must support `$feat`.
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            pub(crate) unsafe fn gemm_packed<const T: u8>(
+                k: usize,
+                packed: &[u8],
+                n_rows: usize,
+                a: &[u8],
+                n_tok: usize,
+                out: &mut [f32],
+                os: usize,
+            ) {
+                let l = PanelLayout::new(wdt(T), k).expect("dtype with a panel layout");
+                let ar = l.check_gemm(packed, n_rows, a.len(), n_tok, out.len(), os);
+                if n_rows == 0 || n_tok == 0 {
+                    return;
+                }
+                let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
+                if T == Q4_1 {
+                    for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
+                        let g1 = (g0 + TOKEN_GROUP).min(n_tok);
+                        for p in 0..PanelLayout::panels(n_rows) {
+                            let valid = PANEL.min(n_rows - p * PANEL);
+                            let panel = pp.wrapping_add(p * l.panel_bytes);
+                            for h in 0..valid.div_ceil(HALF) {
+                                let hv = (valid - h * HALF).min(HALF);
+                                for t in g0..g1 {
+                                    // SAFETY: lengths checked above; panel p, half h and
+                                    // token t are in range.
+                                    unsafe {
+                                        let o = op.add(t * os + p * PANEL + h * HALF);
+                                        tile_q4_1(&l, panel, h, ap.add(t * ar), o, hv, n_tok == 1)
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    return;
+                }
+                // SAFETY: lengths checked above; `PanelLayout::new` caps nb at SCRATCH.
+                unsafe {
+                    if n_tok * l.nb <= SMALL {
+                        gemm_q0::<T, SMALL>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+                    } else {
+                        gemm_q0::<T, SCRATCH>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+                    }
+                }
+            }
+        }
+    };
+}
+
+panel_gemm!(plain, "avx2,fma,f16c", dword_dot_plain, block_sum_plain);
+panel_gemm!(
+    vnni,
+    "avx2,fma,f16c,avxvnni",
+    dword_dot_vnni,
+    block_sum_vnni
+);
+
+/// AVX2 panel GEMM: `out[t * out_stride + r] = dot(row r, activation row t)` for `r < n_rows`,
+/// `t < n_tok`, with `packed` the 64-byte aligned panels of rows `0..n_rows` of kind `T`
+/// (Q4_0, Q4_1 or Q8_0) and `a` rows in its activation dtype. Lengths are checked (panics).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_packed<const T: u8>(
+    k: usize,
+    packed: &[u8],
+    n_rows: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+    os: usize,
+) {
+    // SAFETY: same features.
+    unsafe { plain::gemm_packed::<T>(k, packed, n_rows, a, n_tok, out, os) }
+}
+
+/// [`gemm_packed`] with AVX-VNNI `vpdpbusd` (same results).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_packed_vnni<const T: u8>(
+    k: usize,
+    packed: &[u8],
+    n_rows: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+    os: usize,
+) {
+    // SAFETY: same features.
+    unsafe { vnni::gemm_packed::<T>(k, packed, n_rows, a, n_tok, out, os) }
+}
+
+const _: () = assert!(crate::kernels::packed::MAX_K / 32 <= SCRATCH);
