@@ -7,8 +7,12 @@ kiln and llama.cpp alternate so both see the same machine state. Prints a markdo
 (kiln, llama.cpp, ratio) and writes the raw figures as JSON.
 
     scripts/bench_compare.py --model models/X.gguf [--model ...] [--threads 2] [--repeat 5]
+                             [--isa avx2]
 
-llama.cpp comes from ../shared/tools/llama-cpp-reference.sh (built once per machine).
+llama.cpp comes from ../shared/tools/llama-cpp-reference.sh (built once per machine). With
+--isa avx2 (or avxvnni) kiln runs with KILN_ISA set to it and llama.cpp is its AVX2-only build
+(KILN_REFERENCE_ISA=avx2: no AVX-512, no AVX-VNNI), so both sides use the instructions an
+AVX2 machine has; the default is each side's best path on this CPU.
 """
 import argparse
 import json
@@ -21,10 +25,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def reference_bin(shared: Path) -> Path:
+def reference_bin(shared: Path, isa) -> Path:
+    env = dict(os.environ)
+    if isa in ("avx2", "avxvnni"):
+        env["KILN_REFERENCE_ISA"] = "avx2"
     out = subprocess.run(
         ["bash", str(shared / "tools/llama-cpp-reference.sh")],
-        check=True, capture_output=True, text=True,
+        check=True, capture_output=True, text=True, env=env,
     )
     return Path(out.stdout.strip().splitlines()[-1])
 
@@ -36,11 +43,15 @@ def run_json(cmd, env=None):
     return res.stdout
 
 
-def kiln_once(kiln, model, threads, batches):
+def kiln_once(kiln, model, threads, batches, isa):
+    env = dict(os.environ)
+    env.pop("KILN_ISA", None)
+    if isa:
+        env["KILN_ISA"] = isa
     out = run_json([
         str(kiln), "bench", "--model", str(model), "-p", "512", "-n", "128",
         "--batch", ",".join(map(str, batches)), "--repeat", "1", "--threads", str(threads), "--json",
-    ])
+    ], env)
     d = json.loads(out)
     return {
         "isa": d["isa"],
@@ -89,18 +100,20 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--batch", default="4,8,16,32")
+    ap.add_argument("--isa", default=None, choices=["scalar", "avx2", "avxvnni", "avx512"],
+                    help="KILN_ISA for kiln; avx2/avxvnni also select llama.cpp's AVX2 build")
     ap.add_argument("--kiln", default=str(ROOT / "target/release/kiln"))
     ap.add_argument("--shared", default=os.environ.get("KILN_SHARED", str(ROOT.parent / "shared")))
     ap.add_argument("--out", default=str(ROOT / "target/bench-compare.json"))
     args = ap.parse_args()
     batches = [int(b) for b in args.batch.split(",")]
-    bin_dir = reference_bin(Path(args.shared))
+    bin_dir = reference_bin(Path(args.shared), args.isa)
     results = {}
     for model in args.model:
         k_runs, l_runs = [], []
         for i in range(args.repeat):
             print(f"bench_compare: {Path(model).name} run {i + 1}/{args.repeat}", file=sys.stderr)
-            k_runs.append(kiln_once(args.kiln, model, args.threads, batches))
+            k_runs.append(kiln_once(args.kiln, model, args.threads, batches, args.isa))
             l_runs.append(llama_once(bin_dir, model, args.threads, batches))
         rows = [("prefill pp512", "pp", None), ("decode tg128", "tg", None)]
         rows += [(f"aggregate decode B={b}", None, b) for b in batches]
@@ -113,7 +126,9 @@ def main():
                                      "kiln_runs": k_runs, "llama_runs": l_runs}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
-    print(f"threads={args.threads}, median of {args.repeat} runs, tok/s\n")
+    ref = "AVX2 build" if args.isa in ("avx2", "avxvnni") else "default build"
+    print(f"threads={args.threads}, kiln isa={results[Path(args.model[0]).name]['isa']}, "
+          f"llama.cpp {ref}, median of {args.repeat} runs, tok/s\n")
     print("| model | metric | kiln | llama.cpp | ratio |")
     print("|---|---|---:|---:|---:|")
     for name, r in results.items():
