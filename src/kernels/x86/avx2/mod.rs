@@ -4,6 +4,7 @@ pub mod float;
 pub mod kquants;
 pub mod legacy;
 mod packed;
+mod quant;
 
 use crate::kernels::table::{PackedKernels, Table};
 use crate::kernels::DType;
@@ -48,6 +49,20 @@ pub unsafe fn install(t: &mut Table) {
         Q8_0: vec_dot_q8_0, gemm_q8_0;
     }
     install_packed! { t, gemm_packed, Q4_0, Q4_1, Q8_0 }
+    fn q8_0(x: &[f32], y: &mut [u8]) {
+        // SAFETY: only installed by `install`, whose caller verified AVX2/FMA/F16C.
+        unsafe { quant::quantize_q8_0(x, y) }
+    }
+    fn q8_1(x: &[f32], y: &mut [u8]) {
+        // SAFETY: only installed by `install`, whose caller verified AVX2/FMA/F16C.
+        unsafe { quant::quantize_q8_1(x, y) }
+    }
+    if let Some(row) = t[DType::Q8_0 as usize].as_mut() {
+        row.from_f32 = Some(q8_0);
+    }
+    if let Some(row) = t[DType::Q8_1 as usize].as_mut() {
+        row.from_f32 = Some(q8_1);
+    }
 }
 
 /// Installs the panel GEMMs as [`packed`] kernels: `$f` one of its entry points.
