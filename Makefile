@@ -196,11 +196,13 @@ unit:
 ## engine` again with KILN_ISA forcing the kernel table (src/kernels: activation quantization,
 ## dot products, GEMMs): the kernel unit tests (SIMD against scalar twins), the engine unit tests
 ## and tests/it/engine.rs (logits bit-identical whatever the prefill chunking or the batch
-## company), so each ISA's kernels are checked in the forward pass too. The AVX2 family also
-## runs the golden test: its kernels follow llama.cpp's x86 operation order as the AVX-512 ones
-## do, so the bars hold there (measured forced avx2: mean deviation 0.0016, max 0.19, 23/24
-## greedy, the AVX-512 figures). Scalar is left out of golden: it takes 12 minutes even in a
-## release build (its figures then: mean 0.045, 5/24: the scalar row kernels keep their own order).
+## company), so each ISA's kernels are checked in the forward pass too. KILN_ISA steers attention
+## and SwiGLU as well (their AVX-512, AVX2 and scalar versions are bit-identical, each tested
+## against the scalar one in the engine tests). The AVX2 family also runs the golden test: its
+## kernels follow llama.cpp's x86 operation order as the AVX-512 ones do, so the bars hold there
+## (measured forced avx2: mean deviation 0.0016, max 0.19, 23/24 greedy, the AVX-512 figures).
+## Scalar is left out of golden: it takes 12 minutes even in a release build (its figures then:
+## mean 0.045, 5/24: the scalar row kernels keep their own order).
 isa-matrix:
 	$(CARGO) build -q
 	@for isa in $(TEST_ISAS); do \

@@ -50,8 +50,8 @@ fn timed(iters: u64, mut f: impl FnMut()) -> Duration {
 }
 
 fn bench(c: &mut Criterion) {
-    eprintln!("attention kernel: {}", AttnIsa::detected().name());
-    let isas: Vec<AttnIsa> = [AttnIsa::Avx512, AttnIsa::Scalar]
+    eprintln!("attention kernel: {}", AttnIsa::selected().name());
+    let isas: Vec<AttnIsa> = [AttnIsa::Avx512, AttnIsa::Avx2, AttnIsa::Scalar]
         .into_iter()
         .filter(|isa| isa.supported())
         .collect();

@@ -1,11 +1,12 @@
 //! Decode attention over the paged KV cache: one query token, all heads, in llama.cpp's CPU
 //! flash-attention order (see `attention/ggml_order.rs`).
 //!
-//! The query heads sharing one KV head (a GQA group) are attended together. The kernel is
-//! chosen once per process from the CPU's features ([`AttnIsa::detected`]) and resolved per
-//! cache shape when the scratch is made ([`AttnScratch::isa`] names the one that runs): the
-//! AVX-512 kernel where the CPU and the shape allow it, else its scalar twin
-//! (`ggml_order::attend_group`), which it matches bit for bit.
+//! The query heads sharing one KV head (a GQA group) are attended together. The kernel follows
+//! the kernel instruction set (`KILN_ISA`, [`crate::kernels::isa()`]) through
+//! [`AttnIsa::for_kernel_isa`] and is resolved per cache shape when the scratch is made
+//! ([`AttnScratch::isa`] names the one that runs): the AVX-512 kernel, its AVX2 twin, or the
+//! scalar twin (`ggml_order::attend_group`), all three bit-identical. A shape a SIMD kernel does
+//! not cover falls back to the next narrower one that does.
 //!
 //! Determinism: blocks are visited in table order and positions in order, and the reduction
 //! order is fixed, so the output depends only on `q` and the cached values, never on physical
@@ -18,14 +19,17 @@ mod expf;
 mod ggml_order;
 
 use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig, KvCacheError};
+use crate::kernels::isa::Isa;
 use half::f16;
-use std::sync::OnceLock;
 
-/// Instruction set of an attention kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Instruction set of an attention kernel, narrowest first (the order [`Ord`] follows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum AttnIsa {
     /// `ggml_order::attend_group`, any shape.
     Scalar,
+    /// `ggml_order::attend_group_avx2`: head_dim a multiple of 64 up to 256, block size a
+    /// multiple of 8.
+    Avx2,
     /// `ggml_order::attend_group_avx512`: head_dim a multiple of 64 up to 256, block size a
     /// multiple of 16.
     Avx512,
@@ -37,13 +41,19 @@ impl AttnIsa {
         match self {
             AttnIsa::Scalar => true,
             #[cfg(target_arch = "x86_64")]
+            AttnIsa::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
             AttnIsa::Avx512 => {
                 is_x86_feature_detected!("avx512f")
                     && is_x86_feature_detected!("fma")
                     && is_x86_feature_detected!("f16c")
             }
             #[cfg(not(target_arch = "x86_64"))]
-            AttnIsa::Avx512 => false,
+            AttnIsa::Avx2 | AttnIsa::Avx512 => false,
         }
     }
 
@@ -51,41 +61,62 @@ impl AttnIsa {
     pub fn covers(self, head_dim: usize, block_size: usize) -> bool {
         match self {
             AttnIsa::Scalar => true,
+            AttnIsa::Avx2 => ggml_order::avx2_covers(head_dim, block_size),
             AttnIsa::Avx512 => ggml_order::avx512_covers(head_dim, block_size),
         }
     }
 
-    /// "scalar" or "avx512".
+    /// "scalar", "avx2" or "avx512".
     pub fn name(self) -> &'static str {
         match self {
             AttnIsa::Scalar => "scalar",
+            AttnIsa::Avx2 => "avx2",
             AttnIsa::Avx512 => "avx512",
         }
     }
 
-    /// The best kernel for this CPU, detected once per process.
-    pub fn detected() -> AttnIsa {
-        static ISA: OnceLock<AttnIsa> = OnceLock::new();
-        *ISA.get_or_init(|| {
-            if AttnIsa::Avx512.supported() {
-                AttnIsa::Avx512
-            } else {
-                AttnIsa::Scalar
-            }
-        })
+    /// The attention kernel of the kernel instruction set `isa`, before any shape is known:
+    /// AVX-512 and AVX2 map to their own kernels, scalar and NEON (no NEON attention yet) to
+    /// the scalar twin.
+    pub fn of_kernel_isa(isa: Isa) -> AttnIsa {
+        match isa {
+            Isa::Avx512 => AttnIsa::Avx512,
+            Isa::Avx2 => AttnIsa::Avx2,
+            Isa::Scalar | Isa::Neon => AttnIsa::Scalar,
+        }
+    }
+
+    /// The kernel that runs heads of `head_dim` in blocks of `block_size` when the kernel
+    /// instruction set is `isa` (assumed supported by this CPU, as [`crate::kernels::isa()`]'s
+    /// choice is): [`AttnIsa::of_kernel_isa`], else the next narrower kernel covering the shape
+    /// (AVX-512, AVX2, scalar). Pure: reads neither the CPU nor the environment.
+    pub fn for_kernel_isa(isa: Isa, head_dim: usize, block_size: usize) -> AttnIsa {
+        let widest = AttnIsa::of_kernel_isa(isa);
+        [AttnIsa::Avx512, AttnIsa::Avx2, AttnIsa::Scalar]
+            .into_iter()
+            .filter(|k| *k <= widest)
+            .find(|k| k.covers(head_dim, block_size))
+            .unwrap_or(AttnIsa::Scalar)
+    }
+
+    /// The kernel selected for this process: [`AttnIsa::of_kernel_isa`] of
+    /// [`crate::kernels::isa()`] (`KILN_ISA`, else the best the CPU has).
+    pub fn selected() -> AttnIsa {
+        AttnIsa::of_kernel_isa(crate::kernels::isa())
     }
 }
 
-/// Name of the attention kernel this CPU runs ("avx512" or "scalar"), for logs and metric
-/// labels. A cache shape the AVX-512 kernel does not cover runs the scalar one
-/// ([`AttnScratch::isa`] says which for a given shape).
+/// Name of the attention kernel this process selected ("avx512", "avx2" or "scalar", following
+/// `KILN_ISA`), for logs and metric labels. A cache shape that kernel does not cover runs a
+/// narrower one ([`AttnScratch::isa`] says which for a given shape).
 pub fn attention_isa() -> &'static str {
-    AttnIsa::detected().name()
+    AttnIsa::selected().name()
 }
 
 /// Per-thread scratch for [`attend`], made once for a cache shape; `attend` never allocates.
-/// It also fixes the kernel used: [`AttnIsa::detected`] unless forced with
-/// [`AttnScratch::force_isa`], and the scalar twin when the shape is not covered.
+/// It also fixes the kernel used: [`AttnIsa::for_kernel_isa`] of the kernel instruction set
+/// ([`crate::kernels::isa()`], which `KILN_ISA` steers) unless forced with
+/// [`AttnScratch::force_isa`].
 #[derive(Debug, Clone)]
 pub struct AttnScratch {
     /// The kernel `attend` runs (supported by this CPU, covering the shape).
@@ -100,17 +131,19 @@ pub struct AttnScratch {
 impl AttnScratch {
     /// Scratch for attention over a cache of shape `cfg` (any number of query heads).
     pub fn new(cfg: &KvCacheConfig) -> AttnScratch {
+        let isa = AttnIsa::for_kernel_isa(crate::kernels::isa(), cfg.head_dim, cfg.block_size);
         let mut s = AttnScratch {
             isa: AttnIsa::Scalar,
             head_dim: cfg.head_dim,
             block_size: cfg.block_size,
             buf: vec![0.0; 2 * cfg.head_dim],
         };
-        s.force_isa(AttnIsa::detected());
+        // `force_isa` also checks the CPU, which `kernels::isa()` has already done.
+        s.force_isa(isa);
         s
     }
 
-    /// Uses `isa` instead of the detected kernel (for benchmarks and tests comparing kernels);
+    /// Uses `isa` instead of the selected kernel (for benchmarks and tests comparing kernels);
     /// an ISA this CPU lacks, or one that does not cover the shape, runs the scalar kernel. The
     /// kernels are bit-identical, so this changes speed only.
     pub fn force_isa(&mut self, isa: AttnIsa) {
@@ -231,12 +264,16 @@ pub fn attend(
         let (qg, og) = (&q[span.clone()], &mut out[span]);
         match scratch.isa {
             AttnIsa::Scalar => ggml_order::attend_group(&view, qg, og, scale, &mut scratch.buf),
+            // SAFETY: `force_isa` keeps Avx2 only when `supported()` detected AVX2, FMA and
+            // F16C and `covers()` accepted this (head_dim, block_size), checked above.
+            #[cfg(target_arch = "x86_64")]
+            AttnIsa::Avx2 => unsafe { ggml_order::attend_group_avx2(&view, qg, og, scale) },
             // SAFETY: `force_isa` keeps Avx512 only when `supported()` detected AVX-512F, FMA
             // and F16C and `covers()` accepted this (head_dim, block_size), checked above.
             #[cfg(target_arch = "x86_64")]
             AttnIsa::Avx512 => unsafe { ggml_order::attend_group_avx512(&view, qg, og, scale) },
             #[cfg(not(target_arch = "x86_64"))]
-            AttnIsa::Avx512 => unreachable!("AVX-512 is never supported off x86-64"),
+            AttnIsa::Avx2 | AttnIsa::Avx512 => unreachable!("never supported off x86-64"),
         }
     }
     Ok(())

@@ -1,4 +1,4 @@
-//! `expf` for 16 lanes, bit-identical to the C library's `expf` that llama.cpp's flash
+//! `expf` for 16 lanes (AVX-512) or 8 lanes (AVX2), bit-identical to the C library's `expf` that llama.cpp's flash
 //! attention calls once per position (glibc's FMA variant, the one x86-64 machines with FMA
 //! run; `f32::exp` calls the same function, so the scalar twin agrees).
 //!
@@ -6,7 +6,9 @@
 //! adding 1.5 * 2^52, `r = x * 32/ln 2 - k` fused, `2^(k/32)` from a 32-entry table with the
 //! exponent bits added, a degree-3 polynomial in `r` with fused multiply-adds, one final
 //! rounding to f32. The operation order (which steps are fused) was read off the library's
-//! machine code; `matches_libm` checks millions of inputs against `f32::exp`.
+//! machine code; `matches_libm` checks millions of inputs against `f32::exp`, for both widths.
+//! The AVX2 version is the AVX-512 one instruction for instruction on 4 f64 lanes instead of 8
+//! (the table lookup is `vpgatherqq` either way); only the blends differ, and they select.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -103,32 +105,103 @@ pub(super) unsafe fn expf16_nonpositive(x: __m512) -> __m512 {
     _mm512_mask_blend_ps(nan, y, _mm512_add_ps(x, x))
 }
 
+/// 4 lanes of the f64 core: [`core8`] on AVX2 registers, the same operations in the same order.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn core4(xd: __m256d) -> __m256d {
+    let c = |bits: u64| _mm256_set1_pd(f64::from_bits(bits));
+    let inv_ln2_n = c(0x4047_1547_652b_82fe); // 32 / ln 2
+    let shift = c(0x4338_0000_0000_0000); // 1.5 * 2^52
+    let kds = _mm256_fmadd_pd(inv_ln2_n, xd, shift);
+    let ki = _mm256_castpd_si256(kds);
+    let kd = _mm256_sub_pd(kds, shift);
+    let r = _mm256_fmsub_pd(inv_ln2_n, xd, kd);
+    let idx = _mm256_and_si256(ki, _mm256_set1_epi64x(31));
+    // SAFETY: every index is in 0..32, inside TAB.
+    let t = unsafe { _mm256_i64gather_epi64::<8>(TAB.as_ptr().cast(), idx) };
+    let s = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64::<47>(ki)));
+    let z = _mm256_fmadd_pd(c(0x3ebc_6af8_4b91_2394), r, c(0x3f2e_bfce_50fa_c4f3));
+    let r2 = _mm256_mul_pd(r, r);
+    let y = _mm256_fmadd_pd(r, c(0x3f96_2e42_ff0c_52d6), _mm256_set1_pd(1.0));
+    let y = _mm256_fmadd_pd(z, r2, y);
+    _mm256_mul_pd(y, s)
+}
+
+/// `expf` of 8 lanes that are all `<= 0` or NaN (softmax arguments), bit-identical to the
+/// C library's `expf` on them, and so to [`expf16_nonpositive`] lane for lane.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn expf8_nonpositive(x: __m256) -> __m256 {
+    // SAFETY: same features as this function.
+    let (lo, hi) = unsafe {
+        (
+            core4(_mm256_cvtps_pd(_mm256_castps256_ps128(x))),
+            core4(_mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x))),
+        )
+    };
+    let y = _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
+    // Below log(2^-150) (-inf included) the library returns +0; NaN gives NaN (x + x).
+    let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(f32::from_bits(0xc2cf_f1b4)));
+    let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
+    let y = _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
+    _mm256_blendv_ps(y, _mm256_add_ps(x, x), nan)
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
 
+    /// The AVX-512 (16 lanes) and, when present, AVX2 (8 lanes) `expf` of `xs` (a multiple of
+    /// 16 long), each checked against `f32::exp` bit for bit.
     fn check(xs: &[f32]) {
+        let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+        let avx2 = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
         for chunk in xs.chunks_exact(16) {
-            // SAFETY: the test only runs when AVX-512F is present (checked by the caller).
-            let got = unsafe {
-                let v = expf16_nonpositive(_mm512_loadu_ps(chunk.as_ptr()));
-                let mut out = [0f32; 16];
-                _mm512_storeu_ps(out.as_mut_ptr(), v);
-                out
-            };
-            for (x, g) in chunk.iter().zip(got) {
-                let want = x.exp();
-                assert!(
-                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
-                    "expf({x:e}) = {want:e}, got {g:e}"
-                );
+            let mut got = vec![];
+            if avx512 {
+                // SAFETY: AVX-512F checked above.
+                got.push(unsafe {
+                    let v = expf16_nonpositive(_mm512_loadu_ps(chunk.as_ptr()));
+                    let mut out = [0f32; 16];
+                    _mm512_storeu_ps(out.as_mut_ptr(), v);
+                    out
+                });
+            }
+            if avx2 {
+                // SAFETY: AVX2 and FMA checked above; each half of `chunk` holds 8 f32.
+                got.push(unsafe {
+                    let mut out = [0f32; 16];
+                    for h in 0..2 {
+                        let v = expf8_nonpositive(_mm256_loadu_ps(chunk.as_ptr().add(8 * h)));
+                        _mm256_storeu_ps(out.as_mut_ptr().add(8 * h), v);
+                    }
+                    out
+                });
+            }
+            for out in got {
+                for (x, g) in chunk.iter().zip(out) {
+                    let want = x.exp();
+                    assert!(
+                        g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                        "expf({x:e}) = {want:e}, got {g:e}"
+                    );
+                }
             }
         }
     }
 
     #[test]
     fn matches_libm() {
-        if !std::arch::is_x86_feature_detected!("avx512f") {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            eprintln!("no AVX2 on this CPU: neither vector expf can run here");
             return;
         }
         // Every 61st bit pattern from -0.0 down to past the underflow threshold (~1.1M

@@ -302,3 +302,200 @@ unsafe fn heads_avx512<const G: usize, const C: usize>(
         }
     }
 }
+
+/// Positions the AVX2 twin scores at once: one 256-bit register of f32.
+const AVX2_POS: usize = 8;
+
+/// True when [`attend_group_avx2`] handles heads of `d` values in blocks of `bs` positions:
+/// `d` a multiple of 64 up to 256 (as for AVX-512), `bs` a multiple of 8 (it scores 8
+/// positions of a K tile at once).
+pub(super) fn avx2_covers(d: usize, bs: usize) -> bool {
+    d > 0 && d.is_multiple_of(LANES * PARTS) && d <= 256 && bs > 0 && bs.is_multiple_of(AVX2_POS)
+}
+
+/// Query heads of one GQA group attended together by the AVX2 twin: three heads' 4 partial
+/// score vectors (12 registers) plus the K vector and a broadcast fit AVX2's 16 registers, and
+/// three is the default model's group.
+#[cfg(target_arch = "x86_64")]
+const HEADS_AVX2: usize = 3;
+
+/// AVX2 twin of [`attend_group`] (bit-identical), the AVX-512 twin's algorithm on 256-bit
+/// registers: the reference's 16 score lanes are not vector lanes here (nor there) but 16
+/// separate partial sums, each vectorized over positions, so 8 positions per register instead
+/// of 16 changes no per-position operation: every position still gets the four-part fused
+/// multiply-adds, the `(0 + 2) + (1 + 3)` combination and the halving over the 16 lanes of
+/// [`reduce_lanes`]; the exps are [`super::expf::expf8_nonpositive`] (bit-identical to `expf`)
+/// and the f16 accumulator is rounded through `vcvtps2ph` after every step. Up to
+/// [`HEADS_AVX2`] query heads of the group run side by side. Panics unless [`avx2_covers`]
+/// accepts the view's shape and `q` and `out` have the same length.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn attend_group_avx2(view: &HeadView, q: &[f32], out: &mut [f32], scale: f32) {
+    let (d, bs) = (view.head_dim, view.block_size);
+    assert!(
+        avx2_covers(d, bs) && q.len() == out.len(),
+        "attend_group_avx2: head_dim {d}, block size {bs} not covered"
+    );
+    let g = q.len() / d;
+    for j0 in (0..g).step_by(HEADS_AVX2) {
+        let span = j0 * d..(j0 + HEADS_AVX2).min(g) * d;
+        // SAFETY: features as required by this function; d and bs checked above.
+        unsafe {
+            let (qs, os) = (&q[span.clone()], &mut out[span]);
+            // Const head counts and accumulator widths, as in `attend_group_avx512`.
+            macro_rules! go {
+                ($($g:literal)*) => {
+                    match ((g - j0).min(HEADS_AVX2), d / AVX2_POS) {
+                        $(
+                            ($g, 8) => heads_avx2::<$g, 8>(view, qs, os, scale),
+                            ($g, 16) => heads_avx2::<$g, 16>(view, qs, os, scale),
+                            ($g, 24) => heads_avx2::<$g, 24>(view, qs, os, scale),
+                            ($g, _) => heads_avx2::<$g, 32>(view, qs, os, scale),
+                        )*
+                        _ => unreachable!("at most {HEADS_AVX2} heads per pass"),
+                    }
+                };
+            }
+            go!(1 2 3)
+        }
+    }
+}
+
+/// `G` query heads of one KV head (see [`attend_group_avx2`]); `q` and `out` hold `G` heads,
+/// `C` registers of 8 values make one head.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `head_dim` a multiple of 64 and at most 256, block size a multiple of 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // indices address registers of several heads
+unsafe fn heads_avx2<const G: usize, const C: usize>(
+    view: &HeadView,
+    q: &[f32],
+    out: &mut [f32],
+    scale: f32,
+) {
+    use std::arch::x86_64::*;
+    let (d, bs) = (view.head_dim, view.block_size);
+    debug_assert_eq!(d, C * AVX2_POS);
+    #[inline(always)]
+    fn round16(x: __m256) -> __m256 {
+        // SAFETY: callers run with F16C enabled.
+        unsafe { _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)) }
+    }
+    let mut qh = [[0f32; 256]; G];
+    for j in 0..G {
+        for (h, &x) in qh[j].iter_mut().zip(&q[j * d..][..d]) {
+            *h = f16::from_f32(x).to_f32();
+        }
+    }
+    let mut acc = [[_mm256_setzero_ps(); C]; G];
+    let (mut m, mut l) = ([f32::NEG_INFINITY; G], [0.0f32; G]);
+    let mut scores = [[0f32; AVX2_POS]; G];
+    for bi in 0..view.n_blocks() {
+        let (k, v, n) = view.block(bi);
+        assert!(k.len() == bs * d && v.len() >= n * d);
+        for t in (0..n).step_by(AVX2_POS) {
+            // s[j][lane]: head j's lane-`lane` partial sums, vectorized over 8 positions.
+            let mut s = [[_mm256_setzero_ps(); LANES]; G];
+            for lane in 0..LANES {
+                let mut parts = [[_mm256_setzero_ps(); PARTS]; G];
+                for base in (0..d).step_by(LANES * PARTS) {
+                    for pj in 0..PARTS {
+                        let i = base + pj * LANES + lane;
+                        // SAFETY: t is a multiple of 8 below n <= bs and bs is a multiple of
+                        // 8, so i * bs + t + 8 <= (d - 1) * bs + bs = k.len().
+                        let kk = unsafe {
+                            _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(i * bs + t).cast()))
+                        };
+                        for j in 0..G {
+                            parts[j][pj] =
+                                _mm256_fmadd_ps(_mm256_set1_ps(qh[j][i]), kk, parts[j][pj]);
+                        }
+                    }
+                }
+                for j in 0..G {
+                    let [p0, p1, p2, p3] = parts[j];
+                    s[j][lane] = _mm256_add_ps(_mm256_add_ps(p0, p2), _mm256_add_ps(p1, p3));
+                }
+            }
+            for j in 0..G {
+                let mut w = LANES / 2;
+                while w >= 1 {
+                    for lane in 0..w {
+                        s[j][lane] = _mm256_add_ps(s[j][lane], s[j][lane + w]);
+                    }
+                    w /= 2;
+                }
+                // SAFETY: `scores[j]` holds 8 f32.
+                unsafe { _mm256_storeu_ps(scores[j].as_mut_ptr(), s[j][0]) };
+            }
+            // The serial running-max scan, then the 8 exps as one vector (bit-identical to
+            // expf); positions past `n` get exp(0) and are never read.
+            let nv = (n - t).min(AVX2_POS);
+            let mut grew = [0u8; G];
+            let mut e = [[0f32; AVX2_POS]; G];
+            for j in 0..G {
+                let mut arg = [0f32; AVX2_POS];
+                for p in 0..nv {
+                    let sc = scores[j][p] * scale;
+                    if sc > m[j] {
+                        arg[p] = m[j] - sc;
+                        m[j] = sc;
+                        grew[j] |= 1 << p;
+                    } else {
+                        arg[p] = sc - m[j];
+                    }
+                }
+                // SAFETY: AVX2 and FMA (this function's contract); the arguments are <= 0 or
+                // NaN; `arg` and `e[j]` hold 8 f32.
+                unsafe {
+                    let v = super::expf::expf8_nonpositive(_mm256_loadu_ps(arg.as_ptr()));
+                    _mm256_storeu_ps(e[j].as_mut_ptr(), v);
+                }
+            }
+            for p in 0..nv {
+                let mut vsv = [_mm256_setzero_ps(); G];
+                for j in 0..G {
+                    let (ms, vs) = if grew[j] & (1 << p) != 0 {
+                        let ms = e[j][p];
+                        let msv = _mm256_set1_ps(ms);
+                        for a in acc[j].iter_mut() {
+                            *a = round16(_mm256_mul_ps(*a, msv));
+                        }
+                        (ms, 1.0f32)
+                    } else {
+                        (1.0f32, e[j][p])
+                    };
+                    vsv[j] = _mm256_set1_ps(vs);
+                    l[j] = l[j].mul_add(ms, vs);
+                }
+                let row = (t + p) * d;
+                for ci in 0..C {
+                    // SAFETY: row + ci * 8 + 8 <= (t + p + 1) * d <= n * d <= v.len().
+                    let vv = unsafe {
+                        _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(row + ci * AVX2_POS).cast()))
+                    };
+                    for j in 0..G {
+                        acc[j][ci] = round16(_mm256_fmadd_ps(vv, vsv[j], acc[j][ci]));
+                    }
+                }
+            }
+        }
+    }
+    for j in 0..G {
+        let inv = _mm256_set1_ps(if l[j] == 0.0 { 0.0 } else { 1.0 / l[j] });
+        for ci in 0..C {
+            // SAFETY: j * d + ci * 8 + 8 <= (j + 1) * d <= out.len().
+            unsafe {
+                _mm256_storeu_ps(
+                    out.as_mut_ptr().add(j * d + ci * AVX2_POS),
+                    _mm256_mul_ps(acc[j][ci], inv),
+                )
+            };
+        }
+    }
+}

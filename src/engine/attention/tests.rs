@@ -1,5 +1,6 @@
-//! Attention tests: against an f64 reference, the AVX-512 kernel against its scalar twin bit for
-//! bit, which kernel runs, and the invariances the batch scheduler relies on.
+//! Attention tests: against an f64 reference, the AVX-512 and AVX2 kernels against their scalar
+//! twin bit for bit, which kernel runs (and that it follows `KILN_ISA`), and the invariances the
+//! batch scheduler relies on.
 
 use super::*;
 use crate::engine::kv_cache::DEFAULT_BLOCK_SIZE;
@@ -23,12 +24,17 @@ impl Rng {
 
 /// A two-layer cache with room for 320 positions of one sequence plus some filler blocks.
 fn cfg(n_head_kv: usize, head_dim: usize, block_size: usize) -> KvCacheConfig {
+    cfg_for(n_head_kv, head_dim, block_size, 320)
+}
+
+/// A two-layer cache with room for `n_pos` positions of one sequence plus some filler blocks.
+fn cfg_for(n_head_kv: usize, head_dim: usize, block_size: usize, n_pos: usize) -> KvCacheConfig {
     KvCacheConfig {
         n_layer: 2,
         n_head_kv,
         head_dim,
         block_size,
-        n_blocks: 64.max(320usize.div_ceil(block_size) + 16),
+        n_blocks: 64.max(n_pos.div_ceil(block_size) + 16),
     }
 }
 
@@ -106,7 +112,7 @@ fn run(isa: AttnIsa, cache: &KvCache, table: &BlockTable, pos: usize, q: &[f32])
 
 /// The kernels this CPU runs.
 fn isas() -> Vec<AttnIsa> {
-    [AttnIsa::Scalar, AttnIsa::Avx512]
+    [AttnIsa::Scalar, AttnIsa::Avx2, AttnIsa::Avx512]
         .into_iter()
         .filter(|i| i.supported())
         .collect()
@@ -117,16 +123,18 @@ fn bits(x: &[f32]) -> Vec<u32> {
 }
 
 /// (n_head_kv, group, head_dim, block_size): the default model's shape first, then shapes that
-/// exercise every head count and accumulator width of the AVX-512 kernel (groups of 1..=4
-/// heads per pass; head_dim 64, 128, 192, 256), then shapes only the scalar twin covers
+/// exercise every head count and accumulator width of the SIMD kernels (groups of 1..=4 heads
+/// per AVX-512 pass and 1..=3 per AVX2 pass, in groups of up to 8; head_dim 64, 128, 192, 256),
+/// then a block size only AVX2 and scalar cover (8), then shapes only the scalar twin covers
 /// (head_dim 24, blocks of 5 or of 1).
-const SHAPES: [(usize, usize, usize, usize); 9] = [
+const SHAPES: [(usize, usize, usize, usize); 10] = [
     (3, 3, 64, 16),
     (2, 4, 128, 32),
     (1, 1, 64, 16),
     (4, 8, 64, 16),
     (2, 6, 192, 16),
     (1, 5, 256, 32),
+    (2, 5, 128, 8),
     (2, 2, 24, 5),
     (2, 2, 64, 1),
     (1, 3, 64, 1),
@@ -159,53 +167,152 @@ fn attend_matches_f64_reference() {
     }
 }
 
+/// Compares `isa` with the scalar twin bit for bit on every shape of `shapes` it covers, at
+/// positions around block edges (partial blocks included) up to `n_pos - 1`; returns how many
+/// shapes were compared.
+fn check_bit_identical(
+    isa: AttnIsa,
+    shapes: &[(usize, usize, usize, usize)],
+    n_pos: usize,
+) -> usize {
+    let mut rng = Rng(0x5eed ^ n_pos as u64);
+    let mut compared = 0;
+    for &(hk, g, d, bs) in shapes {
+        if !isa.covers(d, bs) {
+            continue;
+        }
+        let c = cfg_for(hk, d, bs, n_pos);
+        let mut cache = KvCache::new(c).unwrap();
+        let mut table = cache.new_table();
+        fill(&mut cache, &mut table, n_pos, &mut rng);
+        let last = n_pos - 1;
+        let positions = [
+            0,
+            1,
+            bs - 1,
+            bs,
+            bs + 1,
+            2 * bs + 3,
+            99,
+            last / 2,
+            last - bs,
+            last,
+        ];
+        for pos in positions.into_iter().filter(|&p| p < n_pos) {
+            let q = rng.vec(hk * g * d, 1.0);
+            let scalar = bits(&run(AttnIsa::Scalar, &cache, &table, pos, &q));
+            let simd = bits(&run(isa, &cache, &table, pos, &q));
+            assert_eq!(simd, scalar, "{isa:?} shape {:?} pos {pos}", (hk, g, d, bs));
+        }
+        compared += 1;
+    }
+    compared
+}
+
 #[test]
 fn avx512_kernel_is_bit_identical_to_its_scalar_twin() {
     if !AttnIsa::Avx512.supported() {
         eprintln!("no AVX-512F/FMA/F16C on this CPU: only the scalar twin runs here");
         return;
     }
-    let mut rng = Rng(0x5eed);
-    let mut compared = 0;
-    for (hk, g, d, bs) in SHAPES {
-        if !AttnIsa::Avx512.covers(d, bs) {
-            continue;
-        }
-        let c = cfg(hk, d, bs);
-        let mut cache = KvCache::new(c).unwrap();
-        let mut table = cache.new_table();
-        fill(&mut cache, &mut table, 300, &mut rng);
-        for pos in [0, 1, bs - 1, bs + 1, 99, 299] {
-            let q = rng.vec(hk * g * d, 1.0);
-            let scalar = bits(&run(AttnIsa::Scalar, &cache, &table, pos, &q));
-            let simd = bits(&run(AttnIsa::Avx512, &cache, &table, pos, &q));
-            assert_eq!(simd, scalar, "shape {:?} pos {pos}", (hk, g, d, bs));
-        }
-        compared += 1;
-    }
-    // Every shape above except the last three is one the AVX-512 kernel must take.
-    assert_eq!(compared, SHAPES.len() - 3);
+    // Every shape except the last four (blocks of 8, head_dim 24, blocks of 1) is the
+    // AVX-512 kernel's.
+    assert_eq!(
+        check_bit_identical(AttnIsa::Avx512, &SHAPES, 300),
+        SHAPES.len() - 4
+    );
 }
 
 #[test]
-fn avx512_kernel_runs_on_avx512_cpus() {
-    // The features are read here, not through `AttnIsa::supported`, so a selection that stops
-    // picking the AVX-512 kernel fails this test.
+fn avx2_kernel_is_bit_identical_to_its_scalar_twin() {
+    if !AttnIsa::Avx2.supported() {
+        eprintln!("no AVX2/FMA/F16C on this CPU: only the scalar twin runs here");
+        return;
+    }
+    // Every shape except the last three (head_dim 24, blocks of 1) is the AVX2 kernel's.
+    assert_eq!(
+        check_bit_identical(AttnIsa::Avx2, &SHAPES, 300),
+        SHAPES.len() - 3
+    );
+}
+
+#[test]
+fn simd_kernels_are_bit_identical_over_long_contexts() {
+    // Past 900 positions the running max has settled and most exps are tiny: the regime of
+    // the long golden prompt. The default model's shape, a 128-wide head and 8-position blocks.
+    let shapes = [(3, 3, 64, 16), (2, 4, 128, 32), (1, 3, 64, 8)];
+    for isa in [AttnIsa::Avx512, AttnIsa::Avx2] {
+        if isa.supported() {
+            let want = shapes.iter().filter(|s| isa.covers(s.2, s.3)).count();
+            assert_eq!(check_bit_identical(isa, &shapes, 960), want, "{isa:?}");
+        }
+    }
+}
+
+#[test]
+fn kernel_follows_the_kernel_isa() {
+    use crate::kernels::isa::Isa;
+    assert_eq!(AttnIsa::of_kernel_isa(Isa::Avx512), AttnIsa::Avx512);
+    assert_eq!(AttnIsa::of_kernel_isa(Isa::Avx2), AttnIsa::Avx2);
+    assert_eq!(AttnIsa::of_kernel_isa(Isa::Scalar), AttnIsa::Scalar);
+    assert_eq!(AttnIsa::of_kernel_isa(Isa::Neon), AttnIsa::Scalar);
+    // (kernel ISA, head_dim, block_size) -> kernel: a SIMD ISA falls back to the next narrower
+    // kernel covering the shape, never to a wider one.
+    let table = [
+        (Isa::Avx512, 64, 16, AttnIsa::Avx512),
+        (Isa::Avx512, 256, 32, AttnIsa::Avx512),
+        (Isa::Avx512, 64, 8, AttnIsa::Avx2),
+        (Isa::Avx512, 128, 24, AttnIsa::Avx2),
+        (Isa::Avx512, 24, 16, AttnIsa::Scalar),
+        (Isa::Avx512, 64, 1, AttnIsa::Scalar),
+        (Isa::Avx512, 320, 16, AttnIsa::Scalar),
+        (Isa::Avx2, 64, 16, AttnIsa::Avx2),
+        (Isa::Avx2, 192, 8, AttnIsa::Avx2),
+        (Isa::Avx2, 64, 5, AttnIsa::Scalar),
+        (Isa::Avx2, 32, 16, AttnIsa::Scalar),
+        (Isa::Scalar, 64, 16, AttnIsa::Scalar),
+        (Isa::Neon, 64, 16, AttnIsa::Scalar),
+    ];
+    for (isa, d, bs, want) in table {
+        assert_eq!(
+            AttnIsa::for_kernel_isa(isa, d, bs),
+            want,
+            "{isa} ({d}, {bs})"
+        );
+    }
+}
+
+#[test]
+fn selected_kernel_runs_by_default() {
+    // The kernel instruction set here is `KILN_ISA` (make isa-matrix sets it) or the best the
+    // CPU has; the kernel is read off the CPU features, not through `AttnIsa::supported`, so a
+    // selection that stops picking a SIMD kernel fails this test.
+    use crate::kernels::isa::Isa;
     #[cfg(target_arch = "x86_64")]
-    let avx512 = is_x86_feature_detected!("avx512f")
-        && is_x86_feature_detected!("fma")
-        && is_x86_feature_detected!("f16c");
-    #[cfg(not(target_arch = "x86_64"))]
-    let avx512 = false;
-    let want = if avx512 {
-        AttnIsa::Avx512
-    } else {
-        AttnIsa::Scalar
+    let (avx2, avx512) = {
+        let avx2 = is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c");
+        (avx2, avx2 && is_x86_feature_detected!("avx512f"))
     };
-    assert_eq!(AttnIsa::detected(), want);
+    #[cfg(not(target_arch = "x86_64"))]
+    let (avx2, avx512) = (false, false);
+    let want = match crate::kernels::isa() {
+        Isa::Avx512 if avx512 => AttnIsa::Avx512,
+        Isa::Avx2 if avx2 => AttnIsa::Avx2,
+        _ => AttnIsa::Scalar,
+    };
+    if avx512 && Isa::from_env() == Ok(None) {
+        assert_eq!(
+            want,
+            AttnIsa::Avx512,
+            "unforced, an AVX-512 CPU runs AVX-512"
+        );
+    }
+    assert_eq!(AttnIsa::selected(), want);
     assert_eq!(attention_isa(), want.name());
     // The default model (3 KV heads of 64, 9 query heads) with the engine's block size, and a
-    // 128-wide head (llama-family models of 1B and up): the default scratch runs the detected
+    // 128-wide head (llama-family models of 1B and up): the default scratch runs the selected
     // kernel, bit-identical to a scratch forced to the scalar twin.
     let mut rng = Rng(3);
     for (hk, g, d) in [(3, 3, 64), (8, 4, 128)] {
@@ -233,12 +340,21 @@ fn uncovered_shapes_run_the_scalar_twin() {
     for (d, bs) in [(24, 5), (64, 1), (64, 8), (320, 16), (32, 16)] {
         assert!(!AttnIsa::Avx512.covers(d, bs), "({d}, {bs})");
         let mut s = AttnScratch::new(&cfg(1, d, bs));
-        assert_eq!(s.isa(), AttnIsa::Scalar);
         s.force_isa(AttnIsa::Avx512);
+        assert_eq!(s.isa(), AttnIsa::Scalar);
+    }
+    for (d, bs) in [(24, 5), (64, 1), (64, 12), (320, 16), (32, 16)] {
+        assert!(!AttnIsa::Avx2.covers(d, bs), "({d}, {bs})");
+        let mut s = AttnScratch::new(&cfg(1, d, bs));
+        assert_eq!(s.isa(), AttnIsa::Scalar);
+        s.force_isa(AttnIsa::Avx2);
         assert_eq!(s.isa(), AttnIsa::Scalar);
     }
     for (d, bs) in [(64, 16), (128, 32), (192, 16), (256, 48)] {
         assert!(AttnIsa::Avx512.covers(d, bs), "({d}, {bs})");
+    }
+    for (d, bs) in [(64, 8), (128, 16), (192, 24), (256, 48)] {
+        assert!(AttnIsa::Avx2.covers(d, bs), "({d}, {bs})");
     }
 }
 

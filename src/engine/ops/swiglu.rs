@@ -4,26 +4,35 @@
 //! (fused multiply-adds via `mul_add`), so the output is bit-identical to the reference's x86
 //! SwiGLU. The AVX2+FMA twin compiles the very same code with hardware FMA; without it
 //! `mul_add` is a (slower) libm call with the same result, so every ISA agrees bit for bit.
+//!
+//! The version that runs follows the kernel instruction set ([`crate::kernels::isa()`], which
+//! `KILN_ISA` steers): AVX-512, AVX2, else (scalar, NEON) the portable one.
 
-/// Writes `silu(gate[i]) * up[i]` into `out[i]`.
+use crate::kernels::isa::{self, Isa};
+
+/// Writes `silu(gate[i]) * up[i]` into `out[i]`, with the version of the kernel instruction set.
 pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    swiglu_with(crate::kernels::isa(), gate, up, out);
+}
+
+/// [`swiglu`] with the version for `isa`: [`swiglu_avx512`] for AVX-512, [`swiglu_avx2`] for
+/// AVX2, [`swiglu_scalar`] for scalar and NEON; all bit-identical. Panics when the slices'
+/// lengths differ or this CPU lacks `isa`.
+pub fn swiglu_with(isa: Isa, gate: &[f32], up: &[f32], out: &mut [f32]) {
     assert!(
         gate.len() == up.len() && gate.len() == out.len(),
         "swiglu lengths"
     );
-    #[cfg(target_arch = "x86_64")]
-    if avx512() {
-        // SAFETY: AVX-512F was detected at run time.
-        unsafe { swiglu_avx512(gate, up, out) };
-        return;
+    assert!(isa::supported(isa), "swiglu: this CPU lacks {isa}");
+    match isa {
+        // SAFETY: Isa::Avx512 is supported (checked above), which includes AVX-512F.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { swiglu_avx512(gate, up, out) },
+        // SAFETY: Isa::Avx2 is supported (checked above), which includes AVX2 and FMA.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { swiglu_avx2(gate, up, out) },
+        _ => swiglu_scalar(gate, up, out),
     }
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: AVX2 was detected at run time.
-        unsafe { swiglu_avx2(gate, up, out) };
-        return;
-    }
-    swiglu_scalar(gate, up, out);
 }
 
 /// The portable version (SSE2 vectors on x86_64 by auto-vectorization).
@@ -31,20 +40,6 @@ pub fn swiglu_scalar(gate: &[f32], up: &[f32], out: &mut [f32]) {
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         *o = silu(g) * u;
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx2() -> bool {
-    static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVX2.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    })
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx512() -> bool {
-    static AVX512: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVX512.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
 }
 
 /// 16 lanes of [`swiglu_scalar`] at a time, bit-identical to it: [`exp_poly`]'s steps as
@@ -153,6 +148,76 @@ pub fn exp_poly(x: f32) -> f32 {
 mod tests {
     use super::*;
 
+    fn bits(x: &[f32]) -> Vec<u32> {
+        x.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Asserts that every ISA this CPU runs gives `swiglu_scalar`'s bits (any NaN for a NaN)
+    /// on `gate` and `up`, through the vector body and the scalar tail alike.
+    fn assert_every_isa_matches_scalar(gate: &[f32], up: &[f32], what: &str) {
+        let mut want = vec![0.0; gate.len()];
+        swiglu_scalar(gate, up, &mut want);
+        for isa in Isa::all_supported() {
+            let mut got = vec![f32::NAN; gate.len()];
+            swiglu_with(isa, gate, up, &mut got);
+            for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+                assert!(
+                    w.to_bits() == g.to_bits() || (w.is_nan() && g.is_nan()),
+                    "{isa} {what} [{i}] gate {}: {w} vs {g}",
+                    gate[i]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_isa_is_bit_identical_to_scalar() {
+        // Odd lengths: empty, shorter than one vector, one vector plus a tail, the default
+        // model's 1536 plus 1 (the tail of every width runs).
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        for n in [0, 1, 7, 15, 17, 31, 33, 1537] {
+            let g: Vec<f32> = (0..n).map(|_| next() * 12.0).collect();
+            let u: Vec<f32> = (0..n).map(|_| next() * 3.0).collect();
+            assert_every_isa_matches_scalar(&g, &u, &format!("length {n}"));
+        }
+        // Extreme but NaN-free inputs: large of both signs (e^-x overflows to infinity or
+        // underflows to 0 and subnormals), near the |n| > 192 cut, tiny, zeros, and large `up`.
+        let mut g = vec![
+            0.0f32,
+            -0.0,
+            1e-38,
+            -1e-38,
+            f32::MIN_POSITIVE,
+            3e38,
+            -3e38,
+            f32::MAX,
+        ];
+        g.extend([
+            f32::MIN,
+            1e30,
+            -1e30,
+            1e6,
+            -1e6,
+            133.0,
+            -133.0,
+            133.5,
+            -133.5,
+            88.7,
+            -88.7,
+        ]);
+        g.extend((0..401).map(|i| (i as f32 - 200.0) * 0.7731));
+        let u: Vec<f32> = (0..g.len())
+            .map(|i| [1.0, -2.5, 1e20, -1e-20, 3e38][i % 5])
+            .collect();
+        assert_every_isa_matches_scalar(&g, &u, "extremes");
+    }
+
     #[test]
     fn exp_poly_is_close_to_libm() {
         let mut worst = 0f32;
@@ -175,47 +240,11 @@ mod tests {
         assert!(silu(-200.0).abs() < 1e-30 && (silu(200.0) - 200.0).abs() < 1e-3);
         let g: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) * 0.037).collect();
         let u: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.11).sin()).collect();
-        let (mut a, mut b) = (vec![0.0; 1000], vec![0.0; 1000]);
+        let mut a = vec![0.0; 1000];
         swiglu_scalar(&g, &u, &mut a);
+        let mut b = vec![0.0; 1000];
         swiglu(&g, &u, &mut b);
-        assert_eq!(a, b);
-        // Every float class through the vector body: tiny, huge, ±inf, NaN, ±0, subnormal
-        // results of e^x.
-        let mut edge: Vec<f32> = vec![
-            0.0,
-            -0.0,
-            1e-30,
-            -1e-30,
-            87.0,
-            -87.0,
-            88.8,
-            -88.8,
-            103.0,
-            -103.0,
-            150.0,
-            -150.0,
-            200.0,
-            -200.0,
-            1e30,
-            -1e30,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            f32::NAN,
-            0.5,
-        ];
-        edge.extend((0..300).map(|i| (i as f32 - 150.0) * 1.37));
-        let ue: Vec<f32> = (0..edge.len()).map(|i| 1.0 + i as f32 * 0.01).collect();
-        let (mut ea, mut eb) = (vec![0.0; edge.len()], vec![0.0; edge.len()]);
-        swiglu_scalar(&edge, &ue, &mut ea);
-        swiglu(&edge, &ue, &mut eb);
-        for i in 0..edge.len() {
-            assert!(
-                ea[i].to_bits() == eb[i].to_bits() || (ea[i].is_nan() && eb[i].is_nan()),
-                "{i}: {} vs {}",
-                ea[i],
-                eb[i]
-            );
-        }
+        assert_eq!(bits(&a), bits(&b), "the selected kernel ISA's version");
         for i in 0..1000 {
             let want = g[i] / (1.0 + (-g[i]).exp()) * u[i];
             assert!((a[i] - want).abs() <= 1e-6 * (1.0 + want.abs()), "{i}");
