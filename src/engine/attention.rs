@@ -81,7 +81,7 @@ impl AttnIsa {
     pub fn of_kernel_isa(isa: Isa) -> AttnIsa {
         match isa {
             Isa::Avx512 => AttnIsa::Avx512,
-            Isa::Avx2 => AttnIsa::Avx2,
+            Isa::Avx2 | Isa::AvxVnni => AttnIsa::Avx2,
             Isa::Scalar | Isa::Neon => AttnIsa::Scalar,
         }
     }

@@ -254,6 +254,7 @@ fn kernel_follows_the_kernel_isa() {
     use crate::kernels::isa::Isa;
     assert_eq!(AttnIsa::of_kernel_isa(Isa::Avx512), AttnIsa::Avx512);
     assert_eq!(AttnIsa::of_kernel_isa(Isa::Avx2), AttnIsa::Avx2);
+    assert_eq!(AttnIsa::of_kernel_isa(Isa::AvxVnni), AttnIsa::Avx2);
     assert_eq!(AttnIsa::of_kernel_isa(Isa::Scalar), AttnIsa::Scalar);
     assert_eq!(AttnIsa::of_kernel_isa(Isa::Neon), AttnIsa::Scalar);
     // (kernel ISA, head_dim, block_size) -> kernel: a SIMD ISA falls back to the next narrower

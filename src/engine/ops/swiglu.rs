@@ -28,9 +28,9 @@ pub fn swiglu_with(isa: Isa, gate: &[f32], up: &[f32], out: &mut [f32]) {
         // SAFETY: Isa::Avx512 is supported (checked above), which includes AVX-512F.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { swiglu_avx512(gate, up, out) },
-        // SAFETY: Isa::Avx2 is supported (checked above), which includes AVX2 and FMA.
+        // SAFETY: Isa::Avx2 / AvxVnni is supported (checked above), which includes AVX2 and FMA.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { swiglu_avx2(gate, up, out) },
+        Isa::Avx2 | Isa::AvxVnni => unsafe { swiglu_avx2(gate, up, out) },
         _ => swiglu_scalar(gate, up, out),
     }
 }
