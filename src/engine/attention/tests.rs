@@ -300,7 +300,7 @@ fn selected_kernel_runs_by_default() {
     let (avx2, avx512) = (false, false);
     let want = match crate::kernels::isa() {
         Isa::Avx512 if avx512 => AttnIsa::Avx512,
-        Isa::Avx2 if avx2 => AttnIsa::Avx2,
+        Isa::Avx2 | Isa::AvxVnni if avx2 => AttnIsa::Avx2,
         _ => AttnIsa::Scalar,
     };
     if avx512 && Isa::from_env() == Ok(None) {
