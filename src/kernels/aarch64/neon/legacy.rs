@@ -87,7 +87,9 @@ unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
             vaddvq_s32(vaddq_s32(dot16(w0, a0), dot16(w1, a1)))
         };
         let d = f16_to_f32_at(wb, 0) * f16_to_f32_at(abk, 0);
-        sum += s as f32 * d;
+        // One fused multiply-add per block, as the panel GEMMs (`packed.rs`) and their scalar
+        // twin do: `gemm` over GGUF rows and over panels must agree bit for bit.
+        sum = (s as f32).mul_add(d, sum);
         if has_min(T) {
             sum += f16_to_f32_at(wb, 2) * f16_to_f32_at(abk, 2);
         }
