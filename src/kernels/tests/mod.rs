@@ -5,5 +5,7 @@
 mod accuracy;
 mod kquants;
 mod packed;
+#[cfg(target_arch = "aarch64")]
+mod packed_neon;
 mod simd;
 mod util;
