@@ -13,7 +13,7 @@ use std::arch::asm;
 /// a[4L+j]` (signed bytes, exact in i32: at most 4 * 128 * 128 per call).
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-fn sdot<const L: i32>(mut acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+fn sdot_by_element<const L: i32>(mut acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
     // SAFETY: one register-only instruction (no memory, no stack, no flags); this function's
     // `dotprod` target feature means the CPU has SDOT (callers detected it at run time).
     unsafe {
@@ -29,16 +29,35 @@ fn sdot<const L: i32>(mut acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4
     acc
 }
 
-/// [`sdot`] with the activation dword chosen by `lane` (0..4; callers index with constants
+/// `sdot acc.4s, w.16b, a.16b`: lane `i` of the result is `acc[i] + sum_{j<4} w[4i+j] *
+/// a[4i+j]` (signed bytes, exact in i32).
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+pub(super) fn sdot(mut acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+    // SAFETY: one register-only instruction; this function's `dotprod` target feature means
+    // the CPU has SDOT (callers detected it at run time).
+    unsafe {
+        asm!(
+            "sdot {acc:v}.4s, {w:v}.16b, {a:v}.16b",
+            acc = inout(vreg) acc,
+            w = in(vreg) w,
+            a = in(vreg) a,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// [`sdot_by_element`] with the activation dword chosen by `lane` (0..4; callers index with constants
 /// in unrolled loops, so the match folds away).
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
 pub(super) fn sdot_lane(acc: int32x4_t, w: int8x16_t, a: int8x16_t, lane: usize) -> int32x4_t {
     match lane {
-        0 => sdot::<0>(acc, w, a),
-        1 => sdot::<1>(acc, w, a),
-        2 => sdot::<2>(acc, w, a),
-        _ => sdot::<3>(acc, w, a),
+        0 => sdot_by_element::<0>(acc, w, a),
+        1 => sdot_by_element::<1>(acc, w, a),
+        2 => sdot_by_element::<2>(acc, w, a),
+        _ => sdot_by_element::<3>(acc, w, a),
     }
 }
 
