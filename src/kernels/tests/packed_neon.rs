@@ -1,4 +1,4 @@
-//! NEON panel GEMMs: the `sdot` and the `smmla` variant, each called directly (whichever the
+//! NEON panel GEMMs (Q4_0, Q4_1, Q8_0): the `sdot` and the `smmla` variant, each called directly (whichever the
 //! table installed), equal the scalar twin bit for bit on ragged panels, token counts 1..=20
 //! and past a token group (64+), several row lengths, and write only their cells.
 //!
@@ -7,7 +7,7 @@
 
 use super::util::{quantize, quantize_act};
 use crate::kernels::aarch64::neon::{self, packed};
-use crate::kernels::legacy_kind::{Q4_0, Q8_0};
+use crate::kernels::legacy_kind::{Q4_0, Q4_1, Q8_0};
 use crate::kernels::packed::pack;
 use crate::kernels::scalar::packed::gemm_packed;
 use crate::kernels::{kernels_for, DType, Isa};
@@ -41,6 +41,16 @@ fn dot_q8_0(k: usize, p: &[u8], n: usize, a: &[u8], t: usize, o: &mut [f32], os:
     // SAFETY: as `dot_q4_0`.
     unsafe { packed::gemm_dotprod::<Q8_0>(k, p, n, a, t, o, os) }
 }
+fn dot_q4_1(k: usize, p: &[u8], n: usize, a: &[u8], t: usize, o: &mut [f32], os: usize) {
+    assert!(neon::has_dotprod());
+    // SAFETY: as `dot_q4_0`.
+    unsafe { packed::gemm_dotprod::<Q4_1>(k, p, n, a, t, o, os) }
+}
+fn mm_q4_1(k: usize, p: &[u8], n: usize, a: &[u8], t: usize, o: &mut [f32], os: usize) {
+    assert!(neon::has_i8mm());
+    // SAFETY: as `mm_q4_0`.
+    unsafe { packed::gemm_i8mm::<Q4_1>(k, p, n, a, t, o, os) }
+}
 fn mm_q4_0(k: usize, p: &[u8], n: usize, a: &[u8], t: usize, o: &mut [f32], os: usize) {
     assert!(neon::has_i8mm());
     // SAFETY: dotprod and i8mm detected just above.
@@ -54,13 +64,17 @@ fn mm_q8_0(k: usize, p: &[u8], n: usize, a: &[u8], t: usize, o: &mut [f32], os: 
 
 /// The variants this CPU runs for `dt`.
 fn variants(dt: DType) -> Vec<(&'static str, Gemm)> {
-    let q4 = dt == DType::Q4_0;
+    let (dot, mm): (Gemm, Gemm) = match dt {
+        DType::Q4_0 => (dot_q4_0, mm_q4_0),
+        DType::Q4_1 => (dot_q4_1, mm_q4_1),
+        _ => (dot_q8_0, mm_q8_0),
+    };
     let mut v: Vec<(&'static str, Gemm)> = Vec::new();
     if neon::has_dotprod() {
-        v.push(("sdot", if q4 { dot_q4_0 } else { dot_q8_0 }));
+        v.push(("sdot", dot));
     }
     if neon::has_i8mm() {
-        v.push(("smmla", if q4 { mm_q4_0 } else { mm_q8_0 }));
+        v.push(("smmla", mm));
     }
     v
 }
@@ -73,7 +87,7 @@ fn expected_neon_extensions_are_detected_and_installed() {
     if expected("KILN_EXPECT_I8MM") {
         assert!(neon::has_i8mm(), "KILN_EXPECT_I8MM=1 but no i8mm");
     }
-    for dt in [DType::Q4_0, DType::Q8_0] {
+    for dt in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
         let installed = kernels_for(dt, Isa::Neon).unwrap().packed.map(|p| p.gemm);
         let want = neon::packed_gemms().map(|g| g.iter().find(|(d, _)| *d == dt).unwrap().1);
         assert_eq!(installed.is_some(), neon::has_dotprod(), "{dt}");
@@ -91,7 +105,7 @@ fn neon_panel_gemms_equal_the_scalar_twin() {
     let tokens: Vec<usize> = (1..=20).chain([64, 67]).collect();
     let max_tok = *tokens.iter().max().unwrap();
     let mut checked = 0;
-    for dt in [DType::Q4_0, DType::Q8_0] {
+    for dt in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
         let vs = variants(dt);
         if expected("KILN_EXPECT_I8MM") {
             assert_eq!(vs.len(), 2, "both NEON variants must run");

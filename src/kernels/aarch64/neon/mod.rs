@@ -5,7 +5,7 @@ pub mod kquants;
 pub mod legacy;
 pub(crate) mod packed;
 
-use crate::kernels::legacy_kind::{Q4_0, Q8_0};
+use crate::kernels::legacy_kind::{Q4_0, Q4_1, Q8_0};
 use crate::kernels::table::{PackedGemmFn, PackedKernels, Table};
 use crate::kernels::DType;
 
@@ -29,17 +29,24 @@ macro_rules! packed_fn {
     };
 }
 packed_fn!(q4_0_dotprod, gemm_dotprod, Q4_0);
+packed_fn!(q4_1_dotprod, gemm_dotprod, Q4_1);
 packed_fn!(q8_0_dotprod, gemm_dotprod, Q8_0);
 packed_fn!(q4_0_i8mm, gemm_i8mm, Q4_0);
 packed_fn!(q8_0_i8mm, gemm_i8mm, Q8_0);
 
-/// The panel GEMMs for Q4_0 and Q8_0 this CPU can run (`smmla` where it has i8mm, else
-/// `sdot`), or `None` without dotprod (the row kernels then serve the GGUF layout).
-pub fn packed_gemms() -> Option<[(DType, PackedGemmFn); 2]> {
+/// The panel GEMMs for Q4_0, Q4_1 and Q8_0 this CPU can run (`smmla` where it has i8mm, else
+/// `sdot`; Q4_1 always `sdot`), or `None` without dotprod (the row kernels then serve the
+/// GGUF layout).
+pub fn packed_gemms() -> Option<[(DType, PackedGemmFn); 3]> {
+    let q4_1 = (DType::Q4_1, q4_1_dotprod as PackedGemmFn);
     if has_i8mm() {
-        Some([(DType::Q4_0, q4_0_i8mm), (DType::Q8_0, q8_0_i8mm)])
+        Some([(DType::Q4_0, q4_0_i8mm), q4_1, (DType::Q8_0, q8_0_i8mm)])
     } else if has_dotprod() {
-        Some([(DType::Q4_0, q4_0_dotprod), (DType::Q8_0, q8_0_dotprod)])
+        Some([
+            (DType::Q4_0, q4_0_dotprod),
+            q4_1,
+            (DType::Q8_0, q8_0_dotprod),
+        ])
     } else {
         None
     }

@@ -1,7 +1,7 @@
 //! NEON panel GEMMs over load-time repacked weights ([`crate::kernels::packed`]): Q4_0 and
-//! Q8_0 x Q8_0, bit-identical to their scalar twins in `scalar/packed.rs`.
-//!
-//! Both variants sum each (row, token, block) exactly in i32, on signed weights (Q8_0's
+//! Q8_0 x Q8_0, Q4_1 x Q8_1, bit-identical to their scalar twins in `scalar/packed.rs`.
+//! Q4_1 follows llama.cpp's order (eight partial sums per output, see `tile_q4_1`); for the
+//! others both variants sum each (row, token, block) exactly in i32, on signed weights (Q8_0's
 //! packed `q ^ 0x80` flipped back, Q4_0's nibbles minus 8), which equals the twin's
 //! `-offset * sum(a) + sum(u * a)`; then one convert and `acc = fma(f32(sum), d_w * d_a, acc)`
 //! per block, in block order, as the twin does.
@@ -31,8 +31,9 @@ const TOKEN_GROUP: usize = 64;
 /// Bytes of one Q8_0 activation block (f16 d + 32 quants).
 const ABLK: usize = 34;
 
-/// Signed weights of "chunk" `c` (0..8, values 4c..4c+4 of every row) of the block whose
-/// quants start at `q`: register `g` holds rows 4g..4g+4, one dword each.
+/// Weights of "chunk" `c` (0..8, values 4c..4c+4 of every row) of the block whose quants
+/// start at `q`, as signed bytes (Q4_0 minus 8, Q8_0 flipped back; Q4_1 as stored): register
+/// `g` holds rows 4g..4g+4, one dword each.
 ///
 /// # Safety
 /// `q` is a whole block of the panel's quants (256 bytes for Q4_0, 512 for Q8_0).
@@ -52,7 +53,13 @@ unsafe fn chunk<const T: u8>(q: *const u8, c: usize) -> [int8x16_t; 4] {
             } else {
                 vshrq_n_u8::<4>(x)
             };
-            vsubq_s8(vreinterpretq_s8_u8(u), vdupq_n_s8(8))
+            let u = vreinterpretq_s8_u8(u);
+            // Q4_0 is centred on 8; Q4_1's minimum is added apart (`tile_q4_1`).
+            if T == Q4_0 {
+                vsubq_s8(u, vdupq_n_s8(8))
+            } else {
+                u
+            }
         }
     })
 }
@@ -270,6 +277,62 @@ unsafe fn tile_mm<const T: u8, const P: usize>(
     }
 }
 
+/// Q4_1 x Q8_1 in llama.cpp's order (the twin's): one panel x one token over all blocks,
+/// eight f32 accumulators per row (accumulator `c` = values 4c..4c+4 of each block, one `sdot`
+/// each), the minimum terms apart, then the twin's horizontal sum. (`smmla` would merge two
+/// of the eight partial sums, so Q4_1 has no i8mm form.)
+///
+/// # Safety
+/// CPU with dotprod; `panel` is a whole panel of `l`, `a` one Q8_1 activation row, `out`
+/// `valid` cells.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+#[allow(clippy::needless_range_loop)]
+unsafe fn tile_q4_1(l: &PanelLayout, panel: *const u8, a: *const u8, out: *mut f32, valid: usize) {
+    let mut acc = [[vdupq_n_f32(0.0); 4]; 8];
+    let mut summs = [vdupq_n_f32(0.0); 4];
+    for b in 0..l.nb {
+        let q = panel.wrapping_add(b * l.quant_bytes);
+        let blk = a.wrapping_add(b * 36);
+        // SAFETY: the token's block b: f16 d, f16 s, 32 quants, inside `a`.
+        let (x, da, sa) = unsafe {
+            (
+                [
+                    vld1q_s8(blk.add(4) as *const i8),
+                    vld1q_s8(blk.add(20) as *const i8),
+                ],
+                act_scale(blk),
+                act_scale(blk.add(2)),
+            )
+        };
+        // SAFETY: panel is whole: block b's d, then its m 32 bytes further.
+        let (dw, mw) = unsafe {
+            (
+                weight_scales(l, panel, b),
+                weight_scales(l, panel.add(32), b),
+            )
+        };
+        for c in 0..8 {
+            // SAFETY: q is block b's quants inside the panel.
+            let w = unsafe { chunk::<Q4_1>(q, c) };
+            for g in 0..4 {
+                let p = sdot_lane(vdupq_n_s32(0), w[g], x[c / 4], c % 4);
+                acc[c][g] = vfmaq_f32(acc[c][g], vcvtq_f32_s32(p), vmulq_n_f32(dw[g], da));
+            }
+        }
+        for g in 0..4 {
+            summs[g] = vfmaq_n_f32(summs[g], mw[g], sa);
+        }
+    }
+    let r: [float32x4_t; 4] = std::array::from_fn(|g| {
+        let s: [float32x4_t; 4] = std::array::from_fn(|j| vaddq_f32(acc[4 + j][g], acc[j][g]));
+        let h = vaddq_f32(vaddq_f32(s[0], s[2]), vaddq_f32(s[1], s[3]));
+        vaddq_f32(h, summs[g])
+    });
+    // SAFETY: `valid` cells at `out` (caller contract).
+    unsafe { store(&r, out, valid) };
+}
+
 /// The checked call shared by both variants: the layout and activation row bytes, or `None`
 /// when there is nothing to compute.
 fn prepare<const T: u8>(
@@ -282,8 +345,8 @@ fn prepare<const T: u8>(
     os: usize,
 ) -> Option<(PanelLayout, usize)> {
     assert!(
-        T == Q4_0 || T == Q8_0,
-        "NEON panel GEMMs: Q4_0 and Q8_0 only"
+        T == Q4_0 || T == Q4_1 || T == Q8_0,
+        "NEON panel GEMMs: Q4_0, Q4_1 and Q8_0 only"
     );
     let l = PanelLayout::new(wdt(T), k).expect("dtype with a panel layout");
     let ar = l.check_gemm(packed, n_rows, a.len(), n_tok, out.len(), os);
@@ -292,7 +355,8 @@ fn prepare<const T: u8>(
 
 /// Panel GEMM with `sdot`: `out[t * os + r] = dot(row r, activation row t)` for `r < n_rows`,
 /// `t < n_tok`; `packed` holds the 64-byte aligned panels of rows `0..n_rows` of kind `T`
-/// (Q4_0 or Q8_0), `a` Q8_0 activation rows. Lengths are checked (panics).
+/// (Q4_0, Q4_1 or Q8_0), `a` activation rows (Q8_1 for Q4_1, else Q8_0). Lengths are checked
+/// (panics).
 ///
 /// # Safety
 /// The CPU must support NEON and dotprod.
@@ -315,6 +379,16 @@ pub(crate) unsafe fn gemm_dotprod<const T: u8>(
         for p in 0..PanelLayout::panels(n_rows) {
             let valid = PANEL.min(n_rows - p * PANEL);
             let panel = pp.wrapping_add(p * l.panel_bytes);
+            if T == Q4_1 {
+                for t in g0..g1 {
+                    // SAFETY: lengths checked by `prepare`; panel p, token t and its output
+                    // cells are in range.
+                    unsafe {
+                        tile_q4_1(&l, panel, ap.add(t * ar), op.add(t * os + p * PANEL), valid)
+                    };
+                }
+                continue;
+            }
             for t0 in (g0..g1).step_by(DOT_TT) {
                 let tt = DOT_TT.min(g1 - t0);
                 // SAFETY: lengths checked by `prepare`; panel p, tokens t0..t0 + tt and their
@@ -336,8 +410,8 @@ pub(crate) unsafe fn gemm_dotprod<const T: u8>(
     }
 }
 
-/// Panel GEMM with `smmla` for token pairs (and `sdot` for an odd last token); the contract
-/// of [`gemm_dotprod`], with the same results bit for bit.
+/// Panel GEMM with `smmla` for token pairs (and `sdot` for an odd last token; Q4_1 is all
+/// [`gemm_dotprod`]); the contract of [`gemm_dotprod`], with the same results bit for bit.
 ///
 /// # Safety
 /// The CPU must support NEON, dotprod and i8mm.
@@ -351,6 +425,10 @@ pub(crate) unsafe fn gemm_i8mm<const T: u8>(
     out: &mut [f32],
     os: usize,
 ) {
+    if T == Q4_1 {
+        // SAFETY: dotprod is part of this function's contract.
+        return unsafe { gemm_dotprod::<T>(k, packed, n_rows, a, n_tok, out, os) };
+    }
     let Some((l, ar)) = prepare::<T>(k, packed, n_rows, a, n_tok, out, os) else {
         return;
     };
