@@ -214,12 +214,15 @@ isa-matrix:
 	done
 
 ## neon-test: the kernel tests built for aarch64 and run under qemu-user, so the NEON
-## kernels are checked against their scalar twins on an x86 machine.
+## kernels are checked against their scalar twins on an x86 machine. `-cpu max` gives the
+## emulated CPU dotprod and i8mm; KILN_EXPECT_* make the tests fail if the sdot/smmla panel
+## GEMMs are not detected (instead of passing without running them).
 AARCH64_ENV := CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
   CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc \
-  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu"
 neon-test:
-	$(AARCH64_ENV) $(CARGO) test --lib --target aarch64-unknown-linux-gnu -- kernels
+	$(AARCH64_ENV) KILN_EXPECT_DOTPROD=1 KILN_EXPECT_I8MM=1 \
+	  $(CARGO) test --lib --target aarch64-unknown-linux-gnu -- kernels
 
 ## bench: criterion benchmarks (kernels, attention, tokenizer, sampling), then the engine and
 ## the served (scheduler) figures: kiln bench --batch 16 and --concurrency 1,4,16,32.

@@ -71,8 +71,8 @@ pub struct TypeKernels {
     /// block is loaded once per tile of tokens). Only the listed `out` cells are written.
     pub gemm: GemmFn,
     /// A GEMM over weights repacked at load ([`super::packed::pack`]), where this ISA has one
-    /// (AVX2, AVX-VNNI, AVX-512 VNNI: Q4_0, Q4_1, Q8_0); `None` means multiply the GGUF rows
-    /// with `gemm`.
+    /// (AVX2, AVX-VNNI, AVX-512 VNNI, and NEON with dotprod: Q4_0, Q4_1, Q8_0); `None` means
+    /// multiply the GGUF rows with `gemm`.
     pub packed: Option<PackedKernels>,
 }
 

@@ -4,6 +4,10 @@
 
 mod accuracy;
 mod kquants;
+#[cfg(target_arch = "aarch64")]
+mod kquants_neon;
 mod packed;
+#[cfg(target_arch = "aarch64")]
+mod packed_neon;
 mod simd;
 mod util;

@@ -4,12 +4,14 @@
 //! group g, in value order; the Q3_K/Q6_K offsets left out). Group dot products use
 //! `vmull_s8` (values < 64 times i8 fit in i16, two of them still do) and a pairwise widening
 //! add, then the group scale multiplies the i32 lanes. Offsets and mins go through Q8_K's block
-//! sums. Per-block integer sums equal the scalar ones exactly. Only baseline NEON is used (no
-//! `sdot`, whose intrinsics are not stable in Rust), so every AArch64 CPU runs this.
+//! sums. Per-block integer sums equal the scalar ones exactly. Where the CPU has dotprod the
+//! group sums use `sdot` instead (`asm.rs`: its intrinsics are not stable in Rust); the sums,
+//! and so the results, are the same bit for bit.
 
 use std::arch::aarch64::*;
 use std::mem::offset_of;
 
+use super::asm::sdot;
 use crate::kernels::blocks::kquants::{
     scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KBlock,
     QK_K,
@@ -52,13 +54,17 @@ fn bsum_dot(bsums: &[i16; 16], coeff: &[i32; 16]) -> i32 {
     bsums.iter().zip(coeff).map(|(&b, &c)| b as i32 * c).sum()
 }
 
-/// `sum_g scale[g] * sum_{v in g} u[v] * q8[v]`, exact.
+/// `sum_g scale[g] * sum_{v in g} u[v] * q8[v]`, exact (so the `sdot` form, `DOT`, gives the
+/// same i32 as the `smull` one).
 ///
 /// # Safety
-/// `q8` must point to 256 readable bytes.
-#[inline]
-#[target_feature(enable = "neon")]
-unsafe fn scaled_sum(u: &Unpacked, q8: *const u8, scales: &[i32; 16]) -> i32 {
+/// `q8` must point to 256 readable bytes; with `DOT` the CPU must have dotprod.
+#[inline(always)]
+unsafe fn scaled_sum<const DOT: bool>(u: &Unpacked, q8: *const u8, scales: &[i32; 16]) -> i32 {
+    if DOT {
+        // SAFETY: caller contract (dotprod present, 256 bytes at q8).
+        return unsafe { scaled_sum_dot(u, q8, scales) };
+    }
     let mut acc = vdupq_n_s32(0);
     for g in 0..16 {
         let w = vreinterpretq_s8_u8(u[g]);
@@ -68,6 +74,24 @@ unsafe fn scaled_sum(u: &Unpacked, q8: *const u8, scales: &[i32; 16]) -> i32 {
             vmull_high_s8(w, q),
         );
         acc = vmlaq_n_s32(acc, vpaddlq_s16(p), scales[g]);
+    }
+    vaddvq_s32(acc)
+}
+
+/// [`scaled_sum`] with `sdot`: 16 products per group in one instruction (values < 64 and
+/// bytes: exact in i32).
+///
+/// # Safety
+/// `q8` must point to 256 readable bytes; the CPU must have dotprod.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn scaled_sum_dot(u: &Unpacked, q8: *const u8, scales: &[i32; 16]) -> i32 {
+    let mut acc = vdupq_n_s32(0);
+    for g in 0..16 {
+        // SAFETY: group g's 16 bytes of the 256 at q8 (caller contract).
+        let q = unsafe { vld1q_s8(q8.add(16 * g).cast()) };
+        let d = sdot(vdupq_n_s32(0), vreinterpretq_s8_u8(u[g]), q);
+        acc = vmlaq_n_s32(acc, d, scales[g]);
     }
     vaddvq_s32(acc)
 }
@@ -169,12 +193,13 @@ fn groups_k4(scales: *const u8) -> ([i32; 16], [i32; 16]) {
     )
 }
 
-/// NEON twin of `scalar::vec_dot_q2_k_q8_k`.
+/// NEON twin of `scalar::vec_dot_q2_k_q8_k` (`sdot` for the group sums with `DOT`).
 ///
 /// # Safety
-/// NEON must be available (always true on AArch64). Lengths are checked.
-#[target_feature(enable = "neon")]
-pub unsafe fn vec_dot_q2_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+/// NEON must be available (always true on AArch64), and dotprod with `DOT`. Lengths are
+/// checked.
+#[inline(always)]
+unsafe fn dot_q2_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let nb = check(n, DType::Q2_K, w, a);
     let mut sum = 0.0f32;
     for i in 0..nb {
@@ -187,7 +212,7 @@ pub unsafe fn vec_dot_q2_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let gs: [i32; 16] = std::array::from_fn(|g| (sc[g] & 0xF) as i32);
         let gm: [i32; 16] = std::array::from_fn(|g| (sc[g] >> 4) as i32);
         let u = unpack_2bit(x.add(offset_of!(BlockQ2K, qs)));
-        let isum = scaled_sum(&u, y.add(offset_of!(BlockQ8K, qs)), &gs);
+        let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs);
         let (dy, bsums) = q8k_head(y);
         let (d, dmin) = (
             f16_at(x.add(offset_of!(BlockQ2K, d))),
@@ -198,12 +223,13 @@ pub unsafe fn vec_dot_q2_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     sum
 }
 
-/// NEON twin of `scalar::vec_dot_q3_k_q8_k`.
+/// NEON twin of `scalar::vec_dot_q3_k_q8_k` (`sdot` for the group sums with `DOT`).
 ///
 /// # Safety
-/// NEON must be available (always true on AArch64). Lengths are checked.
-#[target_feature(enable = "neon")]
-pub unsafe fn vec_dot_q3_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+/// NEON must be available (always true on AArch64), and dotprod with `DOT`. Lengths are
+/// checked.
+#[inline(always)]
+unsafe fn dot_q3_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let nb = check(n, DType::Q3_K, w, a);
     let mut sum = 0.0f32;
     for i in 0..nb {
@@ -219,18 +245,20 @@ pub unsafe fn vec_dot_q3_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         add_high_bits(&mut u, x.add(offset_of!(BlockQ3K, hmask)), 2);
         let (dy, bsums) = q8k_head(y);
         // Values were unpacked +4.
-        let isum = scaled_sum(&u, y.add(offset_of!(BlockQ8K, qs)), &gs) - 4 * bsum_dot(&bsums, &gs);
+        let isum =
+            scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs) - 4 * bsum_dot(&bsums, &gs);
         sum += dy * f16_at(x.add(offset_of!(BlockQ3K, d))) * isum as f32;
     }
     sum
 }
 
-/// NEON twin of `scalar::vec_dot_q4_k_q8_k`.
+/// NEON twin of `scalar::vec_dot_q4_k_q8_k` (`sdot` for the group sums with `DOT`).
 ///
 /// # Safety
-/// NEON must be available (always true on AArch64). Lengths are checked.
-#[target_feature(enable = "neon")]
-pub unsafe fn vec_dot_q4_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+/// NEON must be available (always true on AArch64), and dotprod with `DOT`. Lengths are
+/// checked.
+#[inline(always)]
+unsafe fn dot_q4_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let nb = check(n, DType::Q4_K, w, a);
     let mut sum = 0.0f32;
     for i in 0..nb {
@@ -238,7 +266,7 @@ pub unsafe fn vec_dot_q4_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let y = a.as_ptr().add(i * BlockQ8K::BYTES);
         let (gs, gm) = groups_k4(x.add(offset_of!(BlockQ4K, scales)));
         let u = unpack_nibbles(x.add(offset_of!(BlockQ4K, qs)));
-        let isum = scaled_sum(&u, y.add(offset_of!(BlockQ8K, qs)), &gs);
+        let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs);
         let (dy, bsums) = q8k_head(y);
         let (d, dmin) = (
             f16_at(x.add(offset_of!(BlockQ4K, d))),
@@ -249,12 +277,13 @@ pub unsafe fn vec_dot_q4_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     sum
 }
 
-/// NEON twin of `scalar::vec_dot_q5_k_q8_k`.
+/// NEON twin of `scalar::vec_dot_q5_k_q8_k` (`sdot` for the group sums with `DOT`).
 ///
 /// # Safety
-/// NEON must be available (always true on AArch64). Lengths are checked.
-#[target_feature(enable = "neon")]
-pub unsafe fn vec_dot_q5_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+/// NEON must be available (always true on AArch64), and dotprod with `DOT`. Lengths are
+/// checked.
+#[inline(always)]
+unsafe fn dot_q5_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let nb = check(n, DType::Q5_K, w, a);
     let mut sum = 0.0f32;
     for i in 0..nb {
@@ -263,7 +292,7 @@ pub unsafe fn vec_dot_q5_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let (gs, gm) = groups_k4(x.add(offset_of!(BlockQ5K, scales)));
         let mut u = unpack_nibbles(x.add(offset_of!(BlockQ5K, qs)));
         add_high_bits(&mut u, x.add(offset_of!(BlockQ5K, qh)), 4);
-        let isum = scaled_sum(&u, y.add(offset_of!(BlockQ8K, qs)), &gs);
+        let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs);
         let (dy, bsums) = q8k_head(y);
         let (d, dmin) = (
             f16_at(x.add(offset_of!(BlockQ5K, d))),
@@ -274,12 +303,13 @@ pub unsafe fn vec_dot_q5_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     sum
 }
 
-/// NEON twin of `scalar::vec_dot_q6_k_q8_k`.
+/// NEON twin of `scalar::vec_dot_q6_k_q8_k` (`sdot` for the group sums with `DOT`).
 ///
 /// # Safety
-/// NEON must be available (always true on AArch64). Lengths are checked.
-#[target_feature(enable = "neon")]
-pub unsafe fn vec_dot_q6_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+/// NEON must be available (always true on AArch64), and dotprod with `DOT`. Lengths are
+/// checked.
+#[inline(always)]
+unsafe fn dot_q6_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let nb = check(n, DType::Q6_K, w, a);
     let mut sum = 0.0f32;
     for i in 0..nb {
@@ -293,45 +323,71 @@ pub unsafe fn vec_dot_q6_k_q8_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let u = unpack_q6k(x);
         let (dy, bsums) = q8k_head(y);
         // Values were unpacked +32.
-        let isum =
-            scaled_sum(&u, y.add(offset_of!(BlockQ8K, qs)), &gs) - 32 * bsum_dot(&bsums, &gs);
+        let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs)
+            - 32 * bsum_dot(&bsums, &gs);
         sum += dy * f16_at(x.add(offset_of!(BlockQ6K, d))) * isum as f32;
     }
     sum
 }
 
 macro_rules! neon_rows {
-    ($($dt:ident: $dot:ident, $safe:ident, $gemm:ident;)*) => {
+    ($($dt:ident: $body:ident, $neon:ident, $sdot:ident;)*) => {
         $(
-            fn $safe(n: usize, w: &[u8], a: &[u8]) -> f32 {
-                // SAFETY: only installed by `install`, whose caller guarantees NEON.
-                unsafe { $dot(n, w, a) }
+            /// NEON twin of the scalar K-quant dot of the same dtype (`smull` group sums).
+            ///
+            /// # Safety
+            /// NEON must be available (always true on AArch64). Lengths are checked.
+            #[target_feature(enable = "neon")]
+            pub unsafe fn $neon(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                // SAFETY: this function's contract.
+                unsafe { $body::<false>(n, w, a) }
             }
 
-            fn $gemm(
-                k: usize,
-                w: &[u8],
-                n_rows: usize,
-                a: &[u8],
-                n_tok: usize,
-                out: &mut [f32],
-                out_stride: usize,
-            ) {
-                crate::kernels::scalar::gemm_by_vec_dot(
-                    $safe, DType::$dt, DType::Q8_K, k, w, n_rows, a, n_tok, out, out_stride,
-                )
+            /// As the `smull` version, with `sdot` group sums: bit-identical (exact i32 sums).
+            ///
+            /// # Safety
+            /// The CPU must have NEON and dotprod. Lengths are checked.
+            #[target_feature(enable = "neon,dotprod")]
+            pub unsafe fn $sdot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                // SAFETY: this function's contract.
+                unsafe { $body::<true>(n, w, a) }
             }
         )*
 
-        /// Installs the NEON K-quant dot products (and gemms as loops over them) in `t`.
+        /// Installs the NEON K-quant dot products (and gemms as loops over them) in `t`: the
+        /// `sdot` versions when the CPU has dotprod.
         ///
         /// # Safety
         /// The CPU must support NEON.
         pub(crate) unsafe fn install(t: &mut Table) {
+            let dotprod = super::has_dotprod();
             $(
-                if let Some(r) = t[DType::$dt as usize].as_mut() {
-                    r.vec_dot = $safe;
-                    r.gemm = $gemm;
+                {
+                    fn vd(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                        // SAFETY: only installed by `install`, whose caller guarantees NEON.
+                        unsafe { $neon(n, w, a) }
+                    }
+                    fn vd_sdot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                        // SAFETY: only installed by `install` after detecting dotprod.
+                        unsafe { $sdot(n, w, a) }
+                    }
+                    fn gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
+                        crate::kernels::scalar::gemm_by_vec_dot(
+                            vd, DType::$dt, DType::Q8_K, k, w, n_rows, a, n_tok, out, os,
+                        )
+                    }
+                    fn gm_sdot(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
+                        crate::kernels::scalar::gemm_by_vec_dot(
+                            vd_sdot, DType::$dt, DType::Q8_K, k, w, n_rows, a, n_tok, out, os,
+                        )
+                    }
+                    if let Some(r) = t[DType::$dt as usize].as_mut() {
+                        if dotprod {
+                            (r.vec_dot, r.gemm) = (vd_sdot, gm_sdot);
+                        } else {
+                            (r.vec_dot, r.gemm) = (vd, gm);
+                        }
+                    }
                 }
             )*
         }
@@ -339,9 +395,9 @@ macro_rules! neon_rows {
 }
 
 neon_rows! {
-    Q2_K: vec_dot_q2_k_q8_k, dot_q2_k, gemm_q2_k;
-    Q3_K: vec_dot_q3_k_q8_k, dot_q3_k, gemm_q3_k;
-    Q4_K: vec_dot_q4_k_q8_k, dot_q4_k, gemm_q4_k;
-    Q5_K: vec_dot_q5_k_q8_k, dot_q5_k, gemm_q5_k;
-    Q6_K: vec_dot_q6_k_q8_k, dot_q6_k, gemm_q6_k;
+    Q2_K: dot_q2_k, vec_dot_q2_k_q8_k, vec_dot_q2_k_q8_k_sdot;
+    Q3_K: dot_q3_k, vec_dot_q3_k_q8_k, vec_dot_q3_k_q8_k_sdot;
+    Q4_K: dot_q4_k, vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_sdot;
+    Q5_K: dot_q5_k, vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_sdot;
+    Q6_K: dot_q6_k, vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_sdot;
 }

@@ -1,8 +1,9 @@
 //! NEON kernels for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights (plain NEON: widening
 //! `smull` + pairwise add; no `sdot` so any ARMv8 core runs them).
 //!
-//! `gemm` is the loop of these `vec_dot`s (no register tiling on aarch64 yet). These can't be
-//! run on the x86 CI machine; they are compiled with `cargo check --target aarch64-unknown-linux-gnu`.
+//! Q4_1 follows llama.cpp's summation order (eight partial sums per block), as on AVX-512,
+//! so the Q4_1 panel GEMM (`packed.rs`) can equal it bit for bit. `gemm` is the loop of these
+//! `vec_dot`s (no register tiling). `make neon-test` runs their tests under qemu-user.
 
 use std::arch::aarch64::*;
 
@@ -74,6 +75,9 @@ unsafe fn load_w<const T: u8>(p: *const u8) -> (int8x16_t, int8x16_t) {
 #[target_feature(enable = "neon")]
 unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_vec_dot(n, wdt(T), w.len(), adt(T), a.len());
+    if T == Q4_1 {
+        return dot_q4_1_ggml(n, w, a);
+    }
     let (bw, ab) = (wdt(T).block_bytes(), adt(T).block_bytes());
     let qoff = if has_min(T) { 4 } else { 2 };
     let mut sum = 0f32;
@@ -87,12 +91,55 @@ unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
             vaddvq_s32(vaddq_s32(dot16(w0, a0), dot16(w1, a1)))
         };
         let d = f16_to_f32_at(wb, 0) * f16_to_f32_at(abk, 0);
-        sum += s as f32 * d;
+        // One fused multiply-add per block, as the panel GEMMs (`packed.rs`) and their scalar
+        // twin do: `gemm` over GGUF rows and over panels must agree bit for bit.
+        sum = (s as f32).mul_add(d, sum);
         if has_min(T) {
             sum += f16_to_f32_at(wb, 2) * f16_to_f32_at(abk, 2);
         }
     }
     sum
+}
+
+/// Q4_1 x Q8_1 in llama.cpp's order, as `x86/avx512/q4_1_ggml.rs` and the panel GEMMs
+/// (`packed.rs`) do: lane `i` of two f32x4 holds the exact sum of values `4i..4i+4` of each
+/// block, `acc_i = fma(f32(sum_i), d_w * d_a, acc_i)`, `summs = fma(m_w, s_a, summs)`, then
+/// `((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)) + summs`.
+/// Lengths are checked by the caller.
+#[inline]
+#[target_feature(enable = "neon")]
+fn dot_q4_1_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    /// Sums of the products of values 4i..4i+4, i < 4, of two i8x16 vectors (exact).
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn sums4(w: int8x16_t, a: int8x16_t) -> int32x4_t {
+        let lo = vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(a)));
+        let hi = vpaddlq_s16(vmull_high_s8(w, a));
+        vpaddq_s32(lo, hi)
+    }
+    let (mut acc_lo, mut acc_hi) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
+    let mut summs = 0f32;
+    for b in 0..n / 32 {
+        let (wb, abk) = (&w[b * 20..(b + 1) * 20], &a[b * 36..(b + 1) * 36]);
+        // SAFETY: `wb` and `abk` are whole blocks (lengths checked by the caller).
+        let (w0, w1, a0, a1) = unsafe {
+            let (w0, w1) = load_w::<Q4_1>(wb.as_ptr());
+            let a0 = vld1q_s8(abk.as_ptr().add(4) as *const i8);
+            (w0, w1, a0, vld1q_s8(abk.as_ptr().add(20) as *const i8))
+        };
+        let scale = vdupq_n_f32(f16_to_f32_at(wb, 0) * f16_to_f32_at(abk, 0));
+        acc_lo = vfmaq_f32(acc_lo, vcvtq_f32_s32(sums4(w0, a0)), scale);
+        acc_hi = vfmaq_f32(acc_hi, vcvtq_f32_s32(sums4(w1, a1)), scale);
+        summs = f16_to_f32_at(wb, 2).mul_add(f16_to_f32_at(abk, 2), summs);
+    }
+    let s = vaddq_f32(acc_hi, acc_lo);
+    let (s0, s1, s2, s3) = (
+        vgetq_lane_f32::<0>(s),
+        vgetq_lane_f32::<1>(s),
+        vgetq_lane_f32::<2>(s),
+        vgetq_lane_f32::<3>(s),
+    );
+    ((s0 + s2) + (s1 + s3)) + summs
 }
 
 macro_rules! entry_points {

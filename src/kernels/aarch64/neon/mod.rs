@@ -1,10 +1,65 @@
 //! NEON kernels.
 
+mod asm;
 pub mod kquants;
 pub mod legacy;
+pub(crate) mod packed;
 
-use crate::kernels::table::Table;
+use crate::kernels::legacy_kind::{Q4_0, Q4_1, Q8_0};
+use crate::kernels::table::{PackedGemmFn, PackedKernels, Table};
 use crate::kernels::DType;
+
+/// Whether the CPU has the dot-product extension (`sdot`), which the panel GEMMs need.
+pub fn has_dotprod() -> bool {
+    std::arch::is_aarch64_feature_detected!("dotprod")
+}
+
+/// Whether the CPU has the int8 matrix-multiply extension (`smmla`) on top of dotprod.
+pub fn has_i8mm() -> bool {
+    has_dotprod() && std::arch::is_aarch64_feature_detected!("i8mm")
+}
+
+macro_rules! packed_fn {
+    ($name:ident, $gemm:ident, $t:ident) => {
+        fn $name(k: usize, p: &[u8], n: usize, a: &[u8], nt: usize, o: &mut [f32], os: usize) {
+            // SAFETY: only returned by `packed_gemms` after it detected the features `$gemm`
+            // needs (dotprod; i8mm too for `gemm_i8mm`).
+            unsafe { packed::$gemm::<$t>(k, p, n, a, nt, o, os) }
+        }
+    };
+}
+packed_fn!(q4_0_dotprod, gemm_dotprod, Q4_0);
+packed_fn!(q4_1_dotprod, gemm_dotprod, Q4_1);
+packed_fn!(q8_0_dotprod, gemm_dotprod, Q8_0);
+packed_fn!(q4_0_i8mm, gemm_i8mm, Q4_0);
+packed_fn!(q8_0_i8mm, gemm_i8mm, Q8_0);
+
+/// The panel GEMMs for Q4_0, Q4_1 and Q8_0 this CPU can run (`smmla` where it has i8mm, else
+/// `sdot`; Q4_1 always `sdot`), or `None` without dotprod (the row kernels then serve the
+/// GGUF layout).
+pub fn packed_gemms() -> Option<[(DType, PackedGemmFn); 3]> {
+    let q4_1 = (DType::Q4_1, q4_1_dotprod as PackedGemmFn);
+    if has_i8mm() {
+        Some([(DType::Q4_0, q4_0_i8mm), q4_1, (DType::Q8_0, q8_0_i8mm)])
+    } else if has_dotprod() {
+        Some([
+            (DType::Q4_0, q4_0_dotprod),
+            q4_1,
+            (DType::Q8_0, q8_0_dotprod),
+        ])
+    } else {
+        None
+    }
+}
+
+/// Installs [`packed_gemms`] as the `packed` kernels of their rows.
+fn install_packed(t: &mut Table) {
+    for (dt, gemm) in packed_gemms().into_iter().flatten() {
+        if let Some(row) = t[dt as usize].as_mut() {
+            row.packed = Some(PackedKernels { gemm });
+        }
+    }
+}
 
 macro_rules! install_fns {
     ($t:ident, $($dt:ident: $vd:ident, $gm:ident;)*) => {$(
@@ -40,4 +95,5 @@ pub unsafe fn install(t: &mut Table) {
         Q5_1: vec_dot_q5_1, gemm_q5_1;
         Q8_0: vec_dot_q8_0, gemm_q8_0;
     }
+    install_packed(t);
 }
