@@ -18,8 +18,13 @@
 //! 64-byte aligned while the scales stay f16: the packed copy is exactly as big as the GGUF
 //! rows (plus the padding), which matters because decode streams all weights once per token.
 //! Rows past `n_rows` in the last panel repeat the last row; GEMMs mask those outputs.
+//!
+//! The K-quants (Q4_K, Q5_K, Q6_K: 256-value blocks, Q8_K activations) have their own
+//! quant and scale areas in the same frame: see `packed/kquant.rs`.
 
 use super::DType;
+
+pub mod kquant;
 
 /// Rows per panel (one zmm of i32 lanes).
 pub const PANEL: usize = 16;
@@ -39,7 +44,7 @@ pub struct Line(pub [u8; 64]);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PanelLayout {
     pub dtype: DType,
-    /// Blocks per row (`k / 32`).
+    /// Blocks per row (`k / 32`; `k / 256` for the K-quants, see `packed/kquant.rs`).
     pub nb: usize,
     /// Quant bytes per block and panel (256 or 512).
     pub quant_bytes: usize,
@@ -57,7 +62,7 @@ impl PanelLayout {
             DType::Q4_0 => (256, 32),
             DType::Q4_1 => (256, 64),
             DType::Q8_0 => (512, 32),
-            _ => return None,
+            _ => return kquant::layout(dtype, k),
         };
         if k == 0 || !k.is_multiple_of(QK) || k > MAX_K {
             return None;
@@ -95,12 +100,12 @@ impl PanelLayout {
         out: usize,
         out_stride: usize,
     ) -> usize {
-        let adt = if self.dtype == DType::Q4_1 {
-            DType::Q8_1
-        } else {
-            DType::Q8_0
+        let (adt, qk) = match self.dtype {
+            DType::Q4_1 => (DType::Q8_1, QK),
+            DType::Q4_K | DType::Q5_K | DType::Q6_K => (DType::Q8_K, kquant::QK_K),
+            _ => (DType::Q8_0, QK),
         };
-        let ar = super::shape::row_bytes(adt, self.nb * QK);
+        let ar = super::shape::row_bytes(adt, self.nb * qk);
         if n_rows == 0 || n_tok == 0 {
             return ar;
         }
@@ -165,6 +170,13 @@ impl std::fmt::Debug for PackedWeights {
 /// the dtype/`k` has no panel layout or `rows` is shorter than `n_rows` rows.
 pub fn pack(dtype: DType, k: usize, rows: &[u8], n_rows: usize) -> Option<PackedWeights> {
     let layout = PanelLayout::new(dtype, k)?;
+    if kquant::is_kquant(dtype) {
+        return kquant::pack(&layout, rows, n_rows).map(|lines| PackedWeights {
+            layout,
+            n_rows,
+            lines,
+        });
+    }
     let bb = dtype.bytes_for(QK as u64)? as usize;
     let rb = layout.nb * bb;
     if n_rows == 0 || rows.len() < n_rows * rb {

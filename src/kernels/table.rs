@@ -71,7 +71,8 @@ pub struct TypeKernels {
     /// block is loaded once per tile of tokens). Only the listed `out` cells are written.
     pub gemm: GemmFn,
     /// A GEMM over weights repacked at load ([`super::packed::pack`]), where this ISA has one
-    /// (AVX-512 VNNI: Q4_0, Q4_1, Q8_0); `None` means multiply the GGUF rows with `gemm`.
+    /// (AVX-512 VNNI: Q4_0, Q4_1, Q8_0; AVX-512 VNNI and AVX2: Q4_K, Q5_K, Q6_K); `None`
+    /// means multiply the GGUF rows with `gemm`.
     pub packed: Option<PackedKernels>,
 }
 

@@ -5,5 +5,6 @@
 mod accuracy;
 mod kquants;
 mod packed;
+mod packed_k;
 mod simd;
 mod util;

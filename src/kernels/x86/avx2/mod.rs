@@ -3,6 +3,7 @@
 pub mod float;
 pub mod kquants;
 pub mod legacy;
+mod packed_k;
 
 use crate::kernels::table::Table;
 use crate::kernels::DType;
@@ -34,6 +35,8 @@ macro_rules! install_fns {
 pub unsafe fn install(t: &mut Table) {
     // SAFETY: this function's own contract (the CPU has this module's features).
     unsafe { kquants::install(t) };
+    // SAFETY: as above.
+    unsafe { packed_k::install(t) };
     install_fns! { t, float,
         F32: vec_dot_f32, gemm_f32;
         F16: vec_dot_f16, gemm_f16;
