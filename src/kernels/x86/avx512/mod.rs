@@ -63,7 +63,7 @@ pub unsafe fn install(t: &mut Table) {
             }
         )*};
     }
-    install_packed!(Q4_0, Q4_1, Q8_0);
+    install_packed!(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0);
     fn q8_0(x: &[f32], y: &mut [u8]) {
         // SAFETY: only installed by `install`, whose caller verified the CPU features.
         unsafe { legacy::quantize_q8_0(x, y) }
