@@ -2,7 +2,7 @@
 //! (n_rows = 1536, k = 576) for n_tok = 1, 4, 16, 64; K-quants (256-value blocks) use k = 768. Throughput is in multiply-adds
 //! ("elements" = n_rows * k * n_tok); weights/s = elements / n_tok.
 //! Where an ISA has a panel GEMM (weights repacked at load), `gemm_packed/<isa>` measures it at
-//! n_tok = 1, 16, 64 on the same data.
+//! n_tok = 1, 16, 64, 512 on the same data (Q4_0/Q4_1/Q8_0 and the K-quants Q4_K/Q5_K/Q6_K).
 //! `KILN_BENCH_ISA=avx512` restricts to one ISA; `KILN_BENCH_TYPES=Q4_1,Q8_0` to some types.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -50,6 +50,7 @@ fn types() -> Vec<DType> {
             DType::Q8_0,
             DType::F16,
             DType::Q4_K,
+            DType::Q5_K,
             DType::Q6_K,
         ],
     }

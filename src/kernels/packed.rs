@@ -13,13 +13,20 @@
 //!   values 4j..4j+4, high nibbles values 16+4j..16+4j+4), SB = 32 / 64.
 //! * Q8_0: QB = 512 (8 chunks of the 32 quant bytes, each byte xor 0x80, i.e. q + 128 as an
 //!   unsigned byte, ready for `vpdpbusd`), SB = 32.
+//! * Q5_0 / Q5_1: QB = 320 (the Q4 nibble chunks, then one chunk of each row's 32-bit `qh`
+//!   at bytes 4r..4r+4), SB = 32 / 64 (d, then for Q5_1 m).
 //!
 //! The scales sit after all quants of the panel (not after each block) so every quant chunk is
 //! 64-byte aligned while the scales stay f16: the packed copy is exactly as big as the GGUF
 //! rows (plus the padding), which matters because decode streams all weights once per token.
 //! Rows past `n_rows` in the last panel repeat the last row; GEMMs mask those outputs.
+//!
+//! The K-quants (Q4_K, Q5_K, Q6_K: 256-value blocks, Q8_K activations) have their own
+//! quant and scale areas in the same frame: see `packed/kquant.rs`.
 
 use super::DType;
+
+pub mod kquant;
 
 /// Rows per panel (one zmm of i32 lanes).
 pub const PANEL: usize = 16;
@@ -39,7 +46,7 @@ pub struct Line(pub [u8; 64]);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PanelLayout {
     pub dtype: DType,
-    /// Blocks per row (`k / 32`).
+    /// Blocks per row (`k / 32`; `k / 256` for the K-quants, see `packed/kquant.rs`).
     pub nb: usize,
     /// Quant bytes per block and panel (256 or 512).
     pub quant_bytes: usize,
@@ -57,7 +64,9 @@ impl PanelLayout {
             DType::Q4_0 => (256, 32),
             DType::Q4_1 => (256, 64),
             DType::Q8_0 => (512, 32),
-            _ => return None,
+            DType::Q5_0 => (320, 32),
+            DType::Q5_1 => (320, 64),
+            _ => return kquant::layout(dtype, k),
         };
         if k == 0 || !k.is_multiple_of(QK) || k > MAX_K {
             return None;
@@ -95,12 +104,12 @@ impl PanelLayout {
         out: usize,
         out_stride: usize,
     ) -> usize {
-        let adt = if self.dtype == DType::Q4_1 {
-            DType::Q8_1
-        } else {
-            DType::Q8_0
+        let (adt, qk) = match self.dtype {
+            DType::Q4_1 | DType::Q5_1 => (DType::Q8_1, QK),
+            DType::Q4_K | DType::Q5_K | DType::Q6_K => (DType::Q8_K, kquant::QK_K),
+            _ => (DType::Q8_0, QK),
         };
-        let ar = super::shape::row_bytes(adt, self.nb * QK);
+        let ar = super::shape::row_bytes(adt, self.nb * qk);
         if n_rows == 0 || n_tok == 0 {
             return ar;
         }
@@ -165,6 +174,13 @@ impl std::fmt::Debug for PackedWeights {
 /// the dtype/`k` has no panel layout or `rows` is shorter than `n_rows` rows.
 pub fn pack(dtype: DType, k: usize, rows: &[u8], n_rows: usize) -> Option<PackedWeights> {
     let layout = PanelLayout::new(dtype, k)?;
+    if kquant::is_kquant(dtype) {
+        return kquant::pack(&layout, rows, n_rows).map(|lines| PackedWeights {
+            layout,
+            n_rows,
+            lines,
+        });
+    }
     let bb = dtype.bytes_for(QK as u64)? as usize;
     let rb = layout.nb * bb;
     if n_rows == 0 || rows.len() < n_rows * rb {
@@ -173,10 +189,17 @@ pub fn pack(dtype: DType, k: usize, rows: &[u8], n_rows: usize) -> Option<Packed
     let n_panels = PanelLayout::panels(n_rows);
     let mut lines = vec![Line([0; 64]); n_panels * layout.panel_bytes / 64];
     let mut buf = vec![0u8; layout.panel_bytes];
-    // Quant bytes start after the f16 d (and f16 m for Q4_1).
-    let qoff = if dtype == DType::Q4_1 { 4 } else { 2 };
+    let has_min = matches!(dtype, DType::Q4_1 | DType::Q5_1);
+    // Q5 blocks: f16 d, (f16 m,) u32 qh, 16 nibble bytes.
+    let qh_at = matches!(dtype, DType::Q5_0 | DType::Q5_1).then_some(if has_min { 4 } else { 2 });
+    // Quant bytes start after the f16 d (and f16 m for Q4_1/Q5_1, and qh for Q5).
+    let qoff = if has_min { 4 } else { 2 } + if qh_at.is_some() { 4 } else { 0 };
     let flip = if dtype == DType::Q8_0 { 0x80 } else { 0 };
-    let dwords = layout.quant_bytes / 64;
+    let dwords = if qh_at.is_some() {
+        4
+    } else {
+        layout.quant_bytes / 64
+    };
     for p in 0..n_panels {
         for r in 0..PANEL {
             let row = (p * PANEL + r).min(n_rows - 1);
@@ -188,9 +211,13 @@ pub fn pack(dtype: DType, k: usize, rows: &[u8], n_rows: usize) -> Option<Packed
                             blk[qoff + 4 * j + i] ^ flip;
                     }
                 }
+                if let Some(h) = qh_at {
+                    let at = b * layout.quant_bytes + 256 + 4 * r;
+                    buf[at..at + 4].copy_from_slice(&blk[h..h + 4]);
+                }
                 let s = layout.scales_at(b);
                 buf[s + 2 * r..s + 2 * r + 2].copy_from_slice(&blk[0..2]);
-                if dtype == DType::Q4_1 {
+                if has_min {
                     buf[s + 32 + 2 * r..s + 32 + 2 * r + 2].copy_from_slice(&blk[2..4]);
                 }
             }

@@ -71,8 +71,9 @@ pub struct TypeKernels {
     /// block is loaded once per tile of tokens). Only the listed `out` cells are written.
     pub gemm: GemmFn,
     /// A GEMM over weights repacked at load ([`super::packed::pack`]), where this ISA has one
-    /// (AVX2, AVX-VNNI, AVX-512 VNNI, and NEON with dotprod: Q4_0, Q4_1, Q8_0); `None` means
-    /// multiply the GGUF rows with `gemm`.
+    /// (AVX2, AVX-VNNI, AVX-512 VNNI, and NEON with dotprod: Q4_0, Q4_1, Q8_0; AVX-512 VNNI
+    /// and AVX2: Q4_K, Q5_K, Q6_K; AVX-512 VNNI: Q5_0, Q5_1); `None` means multiply the GGUF
+    /// rows with `gemm`.
     pub packed: Option<PackedKernels>,
 }
 

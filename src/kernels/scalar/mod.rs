@@ -4,6 +4,7 @@ pub mod float;
 pub mod kquants;
 pub mod legacy;
 pub mod packed;
+pub mod packed_k;
 
 use super::shape::check_gemm;
 use super::DType;

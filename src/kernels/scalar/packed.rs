@@ -6,9 +6,11 @@
 //!   output (lane `i` = values `4i..4i+4` of each block), `acc_i = fma(d_w * d_a, f32(sum_i),
 //!   acc_i)` block after block, `summs = fma(m_w, s_a, summs)`, then
 //!   `((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)) + summs`.
-//! * Q4_0 / Q8_0 x Q8_0 as the row-lanes GEMM (`x86/avx512/lanes.rs`): the exact integer block
-//!   sum `-offset * sum(a) + sum(u * a)` (u the unsigned weight), then
+//! * Q4_0 / Q5_0 / Q8_0 x Q8_0 as the row-lanes GEMM (`x86/avx512/lanes.rs`): the exact
+//!   integer block sum `-offset * sum(a) + sum(u * a)` (u the unsigned weight), then
 //!   `acc = fma(f32(sum), d_w * d_a, acc)`.
+//! * Q5_1 x Q8_1 as the row-lanes GEMM too: `acc = fma(f32(sum(u * a)), d_w * d_a, acc)`, then
+//!   `acc = fma(m_w, s_a, acc)`.
 
 use crate::kernels::blocks::f16_to_f32_at;
 use crate::kernels::packed::{PanelLayout, PANEL};
@@ -23,15 +25,39 @@ fn weight(l: &PanelLayout, panel: &[u8], b: usize, r: usize, v: usize) -> i32 {
     } else {
         let (j, hi) = ((v % 16) / 4, v >= 16);
         let byte = q[j * 64 + 4 * r + v % 4];
-        (if hi { byte >> 4 } else { byte & 0xF }) as i32
+        let nibble = (if hi { byte >> 4 } else { byte & 0xF }) as i32;
+        if matches!(l.dtype, DType::Q5_0 | DType::Q5_1) {
+            let qh = u32::from_le_bytes(q[256 + 4 * r..260 + 4 * r].try_into().expect("4 bytes"));
+            nibble | ((((qh >> v) & 1) as i32) << 4)
+        } else {
+            nibble
+        }
     }
 }
 
 /// One output: row `r` of `panel` times the activation row `a` (Q8_0 or Q8_1 blocks).
 fn dot(l: &PanelLayout, panel: &[u8], r: usize, a: &[u8]) -> f32 {
-    let ab = if l.dtype == DType::Q4_1 { 36 } else { 34 };
-    let qa = if l.dtype == DType::Q4_1 { 4 } else { 2 };
-    if l.dtype == DType::Q4_1 {
+    let q8_1 = matches!(l.dtype, DType::Q4_1 | DType::Q5_1);
+    let ab = if q8_1 { 36 } else { 34 };
+    let qa = if q8_1 { 4 } else { 2 };
+    if l.dtype == DType::Q5_1 {
+        let mut acc = 0f32;
+        for b in 0..l.nb {
+            let blk = &a[b * ab..(b + 1) * ab];
+            let sum: i32 = (0..QK)
+                .map(|v| weight(l, panel, b, r, v) * blk[qa + v] as i8 as i32)
+                .sum();
+            let s = l.scales_at(b);
+            let (dw, mw) = (
+                f16_to_f32_at(panel, s + 2 * r),
+                f16_to_f32_at(panel, s + 32 + 2 * r),
+            );
+            let (da, sa) = (f16_to_f32_at(blk, 0), f16_to_f32_at(blk, 2));
+            acc = (sum as f32).mul_add(dw * da, acc);
+            acc = mw.mul_add(sa, acc);
+        }
+        acc
+    } else if l.dtype == DType::Q4_1 {
         let mut acc = [0f32; 8];
         let mut summs = 0f32;
         for b in 0..l.nb {
@@ -54,7 +80,11 @@ fn dot(l: &PanelLayout, panel: &[u8], r: usize, a: &[u8]) -> f32 {
         let s: [f32; 4] = std::array::from_fn(|j| acc[4 + j] + acc[j]);
         ((s[0] + s[2]) + (s[1] + s[3])) + summs
     } else {
-        let offset = if l.dtype == DType::Q8_0 { 128 } else { 8 };
+        let offset = match l.dtype {
+            DType::Q8_0 => 128,
+            DType::Q5_0 => 16,
+            _ => 8,
+        };
         let mut acc = 0f32;
         for b in 0..l.nb {
             let blk = &a[b * ab..(b + 1) * ab];
@@ -75,7 +105,7 @@ const QK: usize = 32;
 
 /// Panel GEMM, scalar: `out[t * out_stride + r] = dot(row r, activation row t)` for
 /// `r < n_rows`, `t < n_tok`; `packed` holds the panels of rows `0..n_rows` (64-byte aligned)
-/// of `dtype` (Q4_0, Q4_1 or Q8_0), `a` activation rows in the dtype's `vec_dot_type`.
+/// of `dtype` (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0), `a` activation rows in the dtype's `vec_dot_type`.
 /// Panics on lengths that don't fit (a caller bug) or a dtype without a panel layout.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_packed(

@@ -7,6 +7,7 @@ mod kquants;
 #[cfg(target_arch = "aarch64")]
 mod kquants_neon;
 mod packed;
+mod packed_k;
 #[cfg(target_arch = "aarch64")]
 mod packed_neon;
 mod simd;

@@ -9,7 +9,13 @@ use crate::kernels::packed::{pack, PackedWeights};
 use crate::kernels::scalar::packed::gemm_packed;
 use crate::kernels::{kernels_for, DType, Isa};
 
-const TYPES: [DType; 3] = [DType::Q4_0, DType::Q4_1, DType::Q8_0];
+const TYPES: [DType; 5] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+];
 const TOKENS: [usize; 7] = [1, 2, 3, 5, 16, 17, 40];
 const ROWS: [usize; 3] = [16, 32, 40];
 
@@ -171,7 +177,9 @@ fn packed_gemm_is_bit_identical_on_every_shape() {
 
 #[test]
 fn pack_rejects_what_it_cannot_lay_out() {
-    assert!(pack(DType::Q5_0, 32, &[0; 22], 1).is_none());
+    assert!(pack(DType::Q2_K, 256, &[0; 84], 1).is_none());
+    assert!(pack(DType::Q5_0, 48, &[0; 44], 1).is_none());
+    assert!(pack(DType::Q5_1, 32, &[0; 23], 1).is_none());
     assert!(pack(DType::Q4_0, 48, &[0; 36], 1).is_none());
     assert!(pack(DType::Q4_0, 32, &[0; 17], 1).is_none());
     assert!(pack(DType::Q4_0, 32, &[], 0).is_none());

@@ -6,10 +6,11 @@
 //! exactly as `-offset * sum(a)`; Q8_0 uses the sign trick (`|w| * sign(a, w)`) because
 //! unsigned Q8 would saturate `vpmaddubsw`.
 //!
-//! Float order: Q4_0 and Q8_0 sum each block exactly in i32 and do one fma per block; Q4_1
-//! keeps eight lane sums plus a separate `m * s` sum (llama.cpp's order). Both are the panel
-//! twins' orders (`scalar/packed.rs`), so these equal the AVX2 and AVX-512 panel GEMMs bit
-//! for bit. Q5_0 / Q5_1 keep eight lane sums (the minimum folded into lane 0).
+//! Float order: Q4_0, Q5_0, Q5_1 and Q8_0 sum each block exactly in i32 and do one fma per
+//! block (Q5_1 then a second fma, `m * s`, into the same sum); Q4_1 keeps eight lane sums
+//! plus a separate `m * s` sum (llama.cpp's order). These are the panel twins' orders
+//! (`scalar/packed.rs`), so the row kernels equal the AVX2 and AVX-512 panel GEMMs bit for
+//! bit.
 
 use std::arch::x86_64::*;
 
@@ -167,9 +168,9 @@ unsafe fn tile<const T: u8, const M: usize, const N: usize>(
     out_stride: usize,
 ) {
     let (bw, ab) = (wdt(T).block_bytes(), adt(T).block_bytes());
-    // Q4_0 / Q8_0: exact i32 block sums, one f32 fma per block (`exact`); the others keep
-    // eight lane sums, Q4_1 / Q5_1 with the minimum term in its own sum (`summs`).
-    let exact = T == Q4_0 || T == Q8_0;
+    // All but Q4_1: exact i32 block sums, one f32 fma per block (`exact`; Q5_1 adds `m * s`
+    // with a second fma). Q4_1 keeps eight lane sums and the minimum term in `summs`.
+    let exact = T != Q4_1;
     let mut acc = [[_mm256_setzero_ps(); N]; M];
     let mut acc1 = [[0f32; N]; M];
     let mut summs = [[0f32; N]; M];
@@ -189,6 +190,10 @@ unsafe fn tile<const T: u8, const M: usize, const N: usize>(
                 if exact {
                     let d = _mm256_cvtss_f32(wd[r]) * _mm256_cvtss_f32(ad);
                     acc1[r][t] = (hsum_i32(sumi) as f32).mul_add(d, acc1[r][t]);
+                    if has_min(T) {
+                        let (m, s) = (_mm256_cvtss_f32(wm[r]), _mm256_cvtss_f32(as_));
+                        acc1[r][t] = m.mul_add(s, acc1[r][t]);
+                    }
                     continue;
                 }
                 acc[r][t] = _mm256_fmadd_ps(

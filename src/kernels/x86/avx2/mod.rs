@@ -4,6 +4,7 @@ pub mod float;
 pub mod kquants;
 pub mod legacy;
 mod packed;
+mod packed_k;
 mod quant;
 
 use crate::kernels::table::{PackedKernels, Table};
@@ -36,6 +37,8 @@ macro_rules! install_fns {
 pub unsafe fn install(t: &mut Table) {
     // SAFETY: this function's own contract (the CPU has this module's features).
     unsafe { kquants::install(t) };
+    // SAFETY: as above.
+    unsafe { packed_k::install(t) };
     install_fns! { t, float,
         F32: vec_dot_f32, gemm_f32;
         F16: vec_dot_f16, gemm_f16;
@@ -48,7 +51,7 @@ pub unsafe fn install(t: &mut Table) {
         Q5_1: vec_dot_q5_1, gemm_q5_1;
         Q8_0: vec_dot_q8_0, gemm_q8_0;
     }
-    install_packed! { t, gemm_packed, Q4_0, Q4_1, Q8_0 }
+    install_packed! { t, gemm_packed, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 }
     fn q8_0(x: &[f32], y: &mut [u8]) {
         // SAFETY: only installed by `install`, whose caller verified AVX2/FMA/F16C.
         unsafe { quant::quantize_q8_0(x, y) }
@@ -87,5 +90,5 @@ use install_packed;
 /// # Safety
 /// The CPU must support AVX2, FMA, F16C and AVX-VNNI (`isa::supported(Isa::AvxVnni)`).
 pub unsafe fn install_vnni(t: &mut Table) {
-    install_packed! { t, gemm_packed_vnni, Q4_0, Q4_1, Q8_0 }
+    install_packed! { t, gemm_packed_vnni, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 }
 }

@@ -1,5 +1,5 @@
 //! AVX2 and AVX-VNNI panel GEMMs over load-time repacked weights ([`crate::kernels::packed`]):
-//! Q4_0, Q4_1 and Q8_0, bit-identical to their scalar twins in `scalar/packed.rs` (and so to
+//! Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, bit-identical to their scalar twins in `scalar/packed.rs` (and so to
 //! the AVX-512 panel GEMMs: every x86 path computes the same numbers).
 //!
 //! A panel's 64-byte quant chunk is two ymm halves: rows 0..8 and rows 8..16. Lane r of a half
@@ -9,12 +9,13 @@
 //! * plain AVX2: `vpmaddubsw` (unsigned weight x signed activation, pairs to i16) then
 //!   `vpmaddwd` with ones (pairs to i32). Q4 weights are at most 15, so a whole block's eight
 //!   `vpmaddubsw` results add up in i16 without saturating (8 x 2 x 15 x 128 < 2^15) and one
-//!   `vpmaddwd` finishes the block. Q8_0 uses the sign trick (`|w| * sign(a, w)`), since the
+//!   `vpmaddwd` finishes the block; Q5 weights (at most 31) add up four at a time. Q8_0 uses the sign trick (`|w| * sign(a, w)`), since the
 //!   packed unsigned `q + 128` would saturate `vpmaddubsw`.
 //! * AVX-VNNI: `vpdpbusd` on ymm, as the AVX-512 kernel does on zmm.
 //!
 //! Orders (see the twin): Q4_1 keeps eight f32 partial sums per output (llama.cpp's order);
-//! Q4_0 / Q8_0 sum each block exactly in i32 and do one convert + fma per block. Integer sums
+//! Q4_0 / Q5_0 / Q5_1 / Q8_0 sum each block exactly in i32 and do one convert + fma per block
+//! (Q5_1 then `fma(m, s)` into the same sum). Integer sums
 //! are exact whichever instructions form them, which is what makes all paths agree.
 
 use std::arch::x86_64::*;
@@ -35,10 +36,17 @@ const MAX_TT: usize = 4;
 /// How far ahead (in blocks) decode-sized tiles prefetch the weight stream.
 const PF_BLOCKS: usize = 8;
 
-/// Activation terms of one token group, `[t * nb + b]`: d_a and `-offset * sum(a)`.
+/// Activation terms of one token group, `[t * nb + b]`: d_a, s_a (Q8_1) and
+/// `-offset * sum(a)`.
 struct ActTables<const N: usize> {
     d: [f32; N],
+    s: [f32; N],
     start: [i32; N],
+}
+
+/// Whether `T` is a 5-bit kind (its panel block carries a `qh` chunk after the nibbles).
+const fn is_q5(t: u8) -> bool {
+    t == Q5_0 || t == Q5_1
 }
 
 /// Sum of the 32 signed quants at `q`.
@@ -83,21 +91,44 @@ unsafe fn f16x8(p: *const u8) -> __m256 {
 }
 
 /// Weight register `i` (dword i = values 4i..4i+4) of half `h` of the block at `q`: unsigned
-/// nibbles for Q4, the packed `q + 128` bytes for Q8_0.
+/// nibbles for Q4, nibble | high bit << 4 for Q5, the packed `q + 128` bytes for Q8_0.
 ///
 /// # Safety
 /// `q` is a 64-byte aligned block of the panel's quants.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn weights<const T: u8>(q: *const u8, h: usize, i: usize) -> __m256i {
-    // SAFETY: chunk `i` (Q8_0) or `i % 4` (Q4), half h, lies inside the aligned block.
+    // SAFETY: chunk `i` (Q8_0), `i % 4` (Q4, Q5) or 4 (Q5's qh), half h, lies inside the
+    // aligned block.
     unsafe {
         if T == Q8_0 {
             _mm256_load_si256(q.add(64 * i + 32 * h) as *const __m256i)
         } else {
             let x = _mm256_load_si256(q.add(64 * (i % 4) + 32 * h) as *const __m256i);
             let x = if i >= 4 { _mm256_srli_epi16::<4>(x) } else { x };
-            _mm256_and_si256(x, _mm256_set1_epi8(0x0F))
+            let x = _mm256_and_si256(x, _mm256_set1_epi8(0x0F));
+            if !is_q5(T) {
+                return x;
+            }
+            // Bits 4i..4i+4 of each row's qh sit in its byte i / 2: copy that byte to all 4
+            // bytes of the lane, keep bit 4 (i % 2) + j in byte j, and turn it into 0x10.
+            let qh = _mm256_load_si256(q.add(256 + 32 * h) as *const __m256i);
+            let sel = _mm256_add_epi32(
+                _mm256_setr_epi32(
+                    0,
+                    0x0404_0404,
+                    0x0808_0808,
+                    0x0C0C_0C0C,
+                    0,
+                    0x0404_0404,
+                    0x0808_0808,
+                    0x0C0C_0C0C,
+                ),
+                _mm256_set1_epi32((i / 2) as i32 * 0x0101_0101),
+            );
+            let bit = _mm256_set1_epi32(0x0804_0201 << (4 * (i % 2)));
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, sel), bit), bit);
+            _mm256_or_si256(x, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
         }
     }
 }
@@ -127,8 +158,8 @@ fn dword_dot_vnni(w: __m256i, x: __m256i) -> __m256i {
     _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x)
 }
 
-/// Exact i32 block sums of 8 rows: `start + sum(u * a)` for Q4_0 (u the nibble) and
-/// `sum(w * a)` for Q8_0 (w the signed quant; `start` is ignored: the sign trick needs no
+/// Exact i32 block sums of 8 rows: `start + sum(u * a)` for Q4_0 / Q5_0 / Q5_1 (u the
+/// unsigned weight) and `sum(w * a)` for Q8_0 (w the signed quant; `start` is ignored: the sign trick needs no
 /// offset), with `w` the block's weight registers and `qa` the token's 32 quants.
 ///
 /// # Safety
@@ -147,6 +178,19 @@ unsafe fn block_sum_plain<const T: u8>(w: &[__m256i; 8], qa: *const u8, start: i
             s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
         }
         s
+    } else if is_q5(T) {
+        // Four pair sums of weights <= 31 stay inside i16 (4 x 2 x 31 x 128 < 2^15).
+        let mut s16 = [_mm256_setzero_si256(); 2];
+        for (i, &u) in w.iter().enumerate() {
+            // SAFETY: dword i of the token's block quants.
+            let x = unsafe { act(qa, i) };
+            s16[i / 4] = _mm256_add_epi16(s16[i / 4], _mm256_maddubs_epi16(u, x));
+        }
+        let s = _mm256_add_epi32(
+            _mm256_madd_epi16(s16[0], ones),
+            _mm256_madd_epi16(s16[1], ones),
+        );
+        _mm256_add_epi32(s, _mm256_set1_epi32(start))
     } else {
         let mut s16 = _mm256_setzero_si256();
         for (i, &u) in w.iter().enumerate() {
@@ -248,8 +292,9 @@ macro_rules! panel_gemm {
                 unsafe { store(out, _mm256_add_ps(r, summs), valid) };
             }
 
-            /// Q4_0 / Q8_0 x Q8_0: both halves of one panel x TT tokens over all blocks,
-            /// activation terms from `tab` (entries `tab0 + t * nb + b`).
+            /// Q4_0 / Q5_0 / Q8_0 x Q8_0 and Q5_1 x Q8_1: both halves of one panel x TT
+            /// tokens over all blocks, activation terms from `tab` (entries
+            /// `tab0 + t * nb + b`).
             ///
             /// # Safety
             /// As [`tile_q4_1`] for TT activation rows `ar` apart and output rows `os`
@@ -269,6 +314,7 @@ macro_rules! panel_gemm {
                 valid: usize,
             ) {
                 let nb = l.nb;
+                let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
                 let mut acc = [[_mm256_setzero_ps(); TT]; 2];
                 for b in 0..nb {
                     let q = panel.wrapping_add(b * l.quant_bytes);
@@ -279,15 +325,27 @@ macro_rules! panel_gemm {
                         // SAFETY: q is block b's aligned quants.
                         let w: [__m256i; 8] =
                             std::array::from_fn(|i| unsafe { weights::<T>(q, h, i) });
-                        // SAFETY: half h of block b's d lies in the panel, 16-byte aligned.
-                        let dw = unsafe { f16x8(panel.wrapping_add(l.scales_at(b) + 16 * h)) };
+                        let sc = panel.wrapping_add(l.scales_at(b) + 16 * h);
+                        // SAFETY: half h of block b's d (and m, 32 bytes on) lies in the
+                        // panel, 16-byte aligned.
+                        let dw = unsafe { f16x8(sc) };
+                        let mw = if has_min(T) {
+                            // SAFETY: as above.
+                            unsafe { f16x8(sc.add(32)) }
+                        } else {
+                            _mm256_setzero_ps()
+                        };
                         for t in 0..TT {
                             let ti = tab0 + t * nb + b;
-                            let qa = a.wrapping_add(t * ar + b * 34 + 2);
+                            let qa = a.wrapping_add(t * ar + b * ab + qo);
                             // SAFETY: token t's block b quants are inside `a`.
                             let sum = unsafe { $block::<T>(&w, qa, tab.start[ti]) };
                             let scale = _mm256_mul_ps(dw, _mm256_set1_ps(tab.d[ti]));
                             acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc[h][t]);
+                            if has_min(T) {
+                                acc[h][t] =
+                                    _mm256_fmadd_ps(mw, _mm256_set1_ps(tab.s[ti]), acc[h][t]);
+                            }
                         }
                     }
                 }
@@ -302,7 +360,7 @@ macro_rules! panel_gemm {
                 }
             }
 
-            /// Dispatches a Q4_0 / Q8_0 token tile of `tt` (1..=MAX_TT) tokens.
+            /// Dispatches a Q4_0 / Q5_0 / Q5_1 / Q8_0 token tile of `tt` (1..=MAX_TT) tokens.
             ///
             /// # Safety
             /// As [`tile_q0`] with TT = `tt`.
@@ -332,7 +390,7 @@ macro_rules! panel_gemm {
                 }
             }
 
-            /// Q4_0 / Q8_0 GEMM with `N`-entry activation tables.
+            /// Q4_0 / Q5_0 / Q5_1 / Q8_0 GEMM with `N`-entry activation tables.
             ///
             /// # Safety
             /// As [`gemm_packed`], with the lengths checked and `nb <= N`.
@@ -350,9 +408,16 @@ macro_rules! panel_gemm {
                 os: usize,
             ) {
                 let nb = l.nb;
-                let offset = if T == Q8_0 { 128 } else { 8 };
+                let offset = match T {
+                    Q8_0 => 128,
+                    Q5_0 => 16,
+                    Q5_1 => 0,
+                    _ => 8,
+                };
+                let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
                 let mut tab = ActTables::<N> {
                     d: [0.0; N],
+                    s: [0.0; N],
                     start: [0; N],
                 };
                 let group = (N / nb).min(TOKEN_GROUP);
@@ -360,12 +425,18 @@ macro_rules! panel_gemm {
                     let gn = group.min(n_tok - g0);
                     for t in 0..gn {
                         for b in 0..nb {
-                            let blk = a.wrapping_add((g0 + t) * ar + b * 34);
-                            // SAFETY: token g0 + t < n_tok, block b < nb: 34 bytes in `a`.
-                            let (hd, sum) = unsafe {
-                                ((blk as *const u16).read_unaligned(), sum_i8x32(blk.add(2)))
+                            let blk = a.wrapping_add((g0 + t) * ar + b * ab);
+                            // SAFETY: token g0 + t < n_tok, block b < nb: `ab` bytes in `a`.
+                            let (hd, hs, sum) = unsafe {
+                                let hp = blk as *const u16;
+                                (
+                                    hp.read_unaligned(),
+                                    hp.add(1).read_unaligned(),
+                                    sum_i8x32(blk.add(qo)),
+                                )
                             };
                             tab.d[t * nb + b] = half::f16::from_bits(hd).to_f32();
+                            tab.s[t * nb + b] = half::f16::from_bits(hs).to_f32();
                             tab.start[t * nb + b] = -offset * sum;
                         }
                     }
@@ -462,7 +533,7 @@ panel_gemm!(
 
 /// AVX2 panel GEMM: `out[t * out_stride + r] = dot(row r, activation row t)` for `r < n_rows`,
 /// `t < n_tok`, with `packed` the 64-byte aligned panels of rows `0..n_rows` of kind `T`
-/// (Q4_0, Q4_1 or Q8_0) and `a` rows in its activation dtype. Lengths are checked (panics).
+/// (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0) and `a` rows in its activation dtype. Lengths are checked (panics).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.

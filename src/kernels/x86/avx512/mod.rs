@@ -4,6 +4,7 @@ pub mod kquants;
 mod lanes;
 pub mod legacy;
 mod packed;
+mod packed_k;
 mod q4_1_ggml;
 
 use crate::kernels::table::{PackedKernels, Table};
@@ -37,6 +38,8 @@ pub unsafe fn install(t: &mut Table) {
     // SAFETY: this function's own contract (the CPU has this module's features); the
     // K-quant kernels have AVX-512 BW versions for CPUs without VNNI.
     unsafe { kquants::install(t) };
+    // SAFETY: as above; it checks VNNI itself.
+    unsafe { packed_k::install(t) };
     if !crate::kernels::isa::has_avx512_vnni() {
         return;
     }
@@ -60,7 +63,7 @@ pub unsafe fn install(t: &mut Table) {
             }
         )*};
     }
-    install_packed!(Q4_0, Q4_1, Q8_0);
+    install_packed!(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0);
     fn q8_0(x: &[f32], y: &mut [u8]) {
         // SAFETY: only installed by `install`, whose caller verified the CPU features.
         unsafe { legacy::quantize_q8_0(x, y) }

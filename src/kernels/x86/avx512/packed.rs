@@ -1,5 +1,5 @@
 //! AVX-512 VNNI panel GEMMs over load-time repacked weights ([`crate::kernels::packed`]):
-//! Q4_0, Q4_1 and Q8_0, bit-identical to their scalar twins in `scalar/packed.rs`.
+//! Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, bit-identical to their scalar twins in `scalar/packed.rs`.
 //!
 //! A panel block is 4 (Q4) or 8 (Q8_0) aligned 64-byte loads whose i32 lane r already holds
 //! 4 weights of row r, so one `vpdpbusd` with a broadcast activation dword does 64
@@ -7,7 +7,7 @@
 //!
 //! * Q4_1 follows llama.cpp's order (see `q4_1_ggml.rs`): eight accumulators per token
 //!   (accumulator i, lane r = partial sum i of row r), so 2 tokens per register tile.
-//! * Q4_0 / Q8_0 sum each block exactly in i32 (start `-offset * sum(a)`, precomputed per
+//! * Q4_0 / Q5_0 / Q5_1 / Q8_0 sum each block exactly in i32 (start `-offset * sum(a)`, precomputed per
 //!   token and block into stack tables shared by all panels) and do one convert + fma per
 //!   block, so one panel block serves a tile of up to 16 tokens.
 //!
@@ -29,9 +29,11 @@ const TOKEN_GROUP: usize = 64;
 /// Token tile of the Q4_1 kernel (8 accumulators + 1 minimum sum per token).
 const Q4_1_TT: usize = 2;
 
-/// Activation terms of one token group, `[t * nb + b]`: d_a and `-offset * sum(a)`.
+/// Activation terms of one token group, `[t * nb + b]`: d_a, s_a (Q8_1) and
+/// `-offset * sum(a)`.
 struct ActTables<const N: usize> {
     d: [f32; N],
+    s: [f32; N],
     start: [i32; N],
 }
 
@@ -49,7 +51,19 @@ unsafe fn weights<const T: u8>(q: *const u8, i: usize) -> __m512i {
         } else {
             let x = _mm512_load_si512(q.add(64 * (i % 4)) as *const __m512i);
             let x = if i >= 4 { _mm512_srli_epi16::<4>(x) } else { x };
-            _mm512_and_si512(x, _mm512_set1_epi8(0x0F))
+            let x = _mm512_and_si512(x, _mm512_set1_epi8(0x0F));
+            if T != Q5_0 && T != Q5_1 {
+                return x;
+            }
+            // Bits 4i..4i+4 of each row's qh (chunk 4) become bit 4 of the lane's 4 bytes:
+            // (qh >> 4i & 0xF) * 0x02040810 moves bit j to bit 8j + 4 without carries.
+            let qh = _mm512_load_si512(q.add(256) as *const __m512i);
+            let nib = _mm512_and_si512(
+                _mm512_srlv_epi32(qh, _mm512_set1_epi32(4 * i as i32)),
+                _mm512_set1_epi32(0xF),
+            );
+            let bits = _mm512_mullo_epi32(nib, _mm512_set1_epi32(0x0204_0810));
+            _mm512_or_si512(x, _mm512_and_si512(bits, _mm512_set1_epi32(0x1010_1010)))
         }
     }
 }
@@ -158,7 +172,7 @@ unsafe fn tile_q4_1<const TT: usize>(
     }
 }
 
-/// Q4_0 / Q8_0 x Q8_0: one panel x TT tokens over all blocks, activation terms from `tab`
+/// Q4_0 / Q5_0 / Q8_0 x Q8_0 and Q5_1 x Q8_1: one panel x TT tokens over all blocks, activation terms from `tab`
 /// (entries `tab0 + t * nb + b`).
 ///
 /// # Safety
@@ -186,11 +200,18 @@ unsafe fn tile_q0<const T: u8, const TT: usize, const N: usize>(
         }
         // SAFETY: q is block b's aligned quants (4 or 8 chunks inside the panel).
         let w: [__m512i; 8] = std::array::from_fn(|i| unsafe { weights::<T>(q, i) });
-        // SAFETY: block b's d lies in the panel, 32-byte aligned.
+        // SAFETY: block b's d (and m) lie in the panel, 32-byte aligned.
         let dw = unsafe { f16x16(panel.wrapping_add(l.scales_at(b))) };
+        let mw = if has_min(T) {
+            // SAFETY: as above.
+            unsafe { f16x16(panel.wrapping_add(l.scales_at(b) + 32)) }
+        } else {
+            _mm512_setzero_ps()
+        };
+        let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
         for t in 0..TT {
             let ti = tab0 + t * nb + b;
-            let qa = a.wrapping_add(t * ar + b * 34 + 2);
+            let qa = a.wrapping_add(t * ar + b * ab + qo);
             let mut s0 = _mm512_set1_epi32(tab.start[ti]);
             let sum = if TT < 8 {
                 // Two chains halve the vpdpbusd latency path (matters at few tokens).
@@ -212,6 +233,9 @@ unsafe fn tile_q0<const T: u8, const TT: usize, const N: usize>(
             };
             let scale = _mm512_mul_ps(dw, _mm512_set1_ps(tab.d[ti]));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[t]);
+            if has_min(T) {
+                acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(tab.s[ti]), acc[t]);
+            }
         }
     }
     for t in 0..TT {
@@ -220,7 +244,7 @@ unsafe fn tile_q0<const T: u8, const TT: usize, const N: usize>(
     }
 }
 
-/// Dispatches a Q4_0 / Q8_0 token tile of `tt` (1..=16) tokens to its const instance.
+/// Dispatches a Q4_0 / Q5_0 / Q5_1 / Q8_0 token tile of `tt` (1..=16) tokens to its const instance.
 ///
 /// # Safety
 /// As [`tile_q0`] with TT = `tt`.
@@ -270,7 +294,7 @@ unsafe fn sum_i8x32(q: *const u8) -> i32 {
     _mm_cvtsi128_si32(s) - 32 * 128
 }
 
-/// Q4_0 / Q8_0 GEMM with `N`-entry activation tables.
+/// Q4_0 / Q5_0 / Q5_1 / Q8_0 GEMM with `N`-entry activation tables.
 ///
 /// # Safety
 /// As [`gemm_packed`], with the lengths checked and `nb <= N`.
@@ -288,9 +312,16 @@ unsafe fn gemm_q0<const T: u8, const N: usize>(
     os: usize,
 ) {
     let nb = l.nb;
-    let offset = if T == Q8_0 { 128 } else { 8 };
+    let offset = match T {
+        Q8_0 => 128,
+        Q5_0 => 16,
+        Q5_1 => 0,
+        _ => 8,
+    };
+    let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
     let mut tab = ActTables::<N> {
         d: [0.0; N],
+        s: [0.0; N],
         start: [0; N],
     };
     let group = (N / nb).min(TOKEN_GROUP);
@@ -298,11 +329,18 @@ unsafe fn gemm_q0<const T: u8, const N: usize>(
         let gn = group.min(n_tok - g0);
         for t in 0..gn {
             for b in 0..nb {
-                let blk = a.wrapping_add((g0 + t) * ar + b * 34);
-                // SAFETY: token g0 + t < n_tok, block b < nb: 34 bytes inside `a`.
-                let (h, sum) =
-                    unsafe { ((blk as *const u16).read_unaligned(), sum_i8x32(blk.add(2))) };
+                let blk = a.wrapping_add((g0 + t) * ar + b * ab);
+                // SAFETY: token g0 + t < n_tok, block b < nb: `ab` bytes inside `a`.
+                let (h, hs, sum) = unsafe {
+                    let h = blk as *const u16;
+                    (
+                        h.read_unaligned(),
+                        h.add(1).read_unaligned(),
+                        sum_i8x32(blk.add(qo)),
+                    )
+                };
                 tab.d[t * nb + b] = half::f16::from_bits(h).to_f32();
+                tab.s[t * nb + b] = half::f16::from_bits(hs).to_f32();
                 tab.start[t * nb + b] = -offset * sum;
             }
         }
@@ -335,7 +373,7 @@ unsafe fn gemm_q0<const T: u8, const N: usize>(
 
 /// Panel GEMM: `out[t * out_stride + r] = dot(row r, activation row t)` for `r < n_rows`,
 /// `t < n_tok`, with `packed` the 64-byte aligned panels of rows `0..n_rows` of kind `T`
-/// (Q4_0, Q4_1 or Q8_0) and `a` rows in its activation dtype. Lengths are checked (panics).
+/// (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0) and `a` rows in its activation dtype. Lengths are checked (panics).
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C.

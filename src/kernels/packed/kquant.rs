@@ -1,0 +1,133 @@
+//! Panel layout of the K-quants (Q4_K, Q5_K, Q6_K): 256-value blocks, Q8_K activations.
+//!
+//! Same frame as the 32-value types ([`super::PanelLayout`]: 16 rows per panel, all quants
+//! of the panel, then all scales, padding to 64 bytes). Per block and panel:
+//!
+//! ```text
+//! quants  64-byte chunk c: bytes 4r..4r+4 = dword c of row r's quant arrays (GGUF bytes as is)
+//!   Q4_K: chunks 0..32 = qs                      (2048 bytes)
+//!   Q5_K: chunks 0..32 = qs, 32..40 = qh          (2560 bytes)
+//!   Q6_K: chunks 0..32 = ql, 32..48 = qh          (3072 bytes)
+//! scales  (pre-decoded, row r at byte r of each 16-byte line)
+//!   Q4_K / Q5_K: 16 f16 d | 16 f16 dmin | 8 lines of the 6-bit scales | 8 lines of mins (320)
+//!   Q6_K:        16 f16 d | 16 lines of the signed 8-bit scales                        (288)
+//! ```
+//!
+//! "Dword u" of a block (values 4u..4u+4) is where a kernel's integer lane structure is
+//! defined (see `scalar/packed_k.rs`); the quant chunks keep GGUF's bit planes so the packed
+//! copy is no bigger than the GGUF rows (Q4_K: +64 bytes of decoded scales per block-panel).
+
+use super::{Line, PanelLayout, MAX_K, PANEL};
+use crate::kernels::blocks::kquants::scales_mins_k4;
+use crate::kernels::DType;
+
+/// Values per K-quant block.
+pub const QK_K: usize = 256;
+
+/// Byte offsets inside a block's scale area.
+pub mod scale_at {
+    /// 16 f16 super-block scales.
+    pub const D: usize = 0;
+    /// 16 f16 super-block mins (Q4_K / Q5_K).
+    pub const DMIN: usize = 32;
+    /// Q4_K / Q5_K: 8 lines of 16 sub-block scales (line j = sub-block j, byte r = row r).
+    pub const SC_K4: usize = 64;
+    /// Q4_K / Q5_K: 8 lines of 16 sub-block mins.
+    pub const MIN_K4: usize = 192;
+    /// Q6_K: 16 lines of 16 signed group scales (line g = 16-value group g).
+    pub const SC_Q6: usize = 32;
+}
+
+/// Byte offset of the qh chunks inside a block's quants (Q5_K, Q6_K).
+pub const QH_AT: usize = 32 * 64;
+
+/// Whether `dtype` uses this layout.
+pub fn is_kquant(dtype: DType) -> bool {
+    matches!(dtype, DType::Q4_K | DType::Q5_K | DType::Q6_K)
+}
+
+/// The layout of `k`-value rows, `None` unless `dtype` is Q4_K/Q5_K/Q6_K and `k` a positive
+/// multiple of 256 up to [`MAX_K`].
+pub(super) fn layout(dtype: DType, k: usize) -> Option<PanelLayout> {
+    let (quant_bytes, scale_bytes) = match dtype {
+        DType::Q4_K => (2048, 320),
+        DType::Q5_K => (2560, 320),
+        DType::Q6_K => (3072, 288),
+        _ => return None,
+    };
+    if k == 0 || !k.is_multiple_of(QK_K) || k > MAX_K {
+        return None;
+    }
+    let nb = k / QK_K;
+    Some(PanelLayout {
+        dtype,
+        nb,
+        quant_bytes,
+        scale_bytes,
+        panel_bytes: (nb * (quant_bytes + scale_bytes)).div_ceil(64) * 64,
+    })
+}
+
+/// Where a GGUF block's quant arrays start and how many dwords each has, in chunk order.
+fn quant_arrays(dtype: DType) -> &'static [(usize, usize)] {
+    // (byte offset in the GGUF block, dwords); offsets from ggml-common.h's block structs.
+    match dtype {
+        DType::Q4_K => &[(16, 32)],
+        DType::Q5_K => &[(48, 32), (16, 8)],
+        DType::Q6_K => &[(0, 32), (128, 16)],
+        _ => unreachable!("not a K-quant"),
+    }
+}
+
+/// Repacks `n_rows` GGUF rows into the panels of `l` (a K-quant layout), or `None` if `rows`
+/// is shorter than `n_rows` rows.
+pub(super) fn pack(l: &PanelLayout, rows: &[u8], n_rows: usize) -> Option<Vec<Line>> {
+    let bb = l.dtype.block_bytes();
+    let rb = l.nb * bb;
+    if n_rows == 0 || rows.len() < n_rows * rb {
+        return None;
+    }
+    let n_panels = PanelLayout::panels(n_rows);
+    let mut lines = vec![Line([0; 64]); n_panels * l.panel_bytes / 64];
+    let mut buf = vec![0u8; l.panel_bytes];
+    for p in 0..n_panels {
+        for r in 0..PANEL {
+            let row = (p * PANEL + r).min(n_rows - 1);
+            for b in 0..l.nb {
+                let blk = &rows[row * rb + b * bb..][..bb];
+                let q = &mut buf[b * l.quant_bytes..(b + 1) * l.quant_bytes];
+                let mut c = 0;
+                for &(at, dwords) in quant_arrays(l.dtype) {
+                    for j in 0..dwords {
+                        q[c * 64 + 4 * r..c * 64 + 4 * r + 4]
+                            .copy_from_slice(&blk[at + 4 * j..at + 4 * j + 4]);
+                        c += 1;
+                    }
+                }
+                let s = l.scales_at(b);
+                let sc = &mut buf[s..s + l.scale_bytes];
+                if l.dtype == DType::Q6_K {
+                    // block_q6_K: ql[128], qh[64], scales[16] (i8), d (f16).
+                    sc[scale_at::D + 2 * r..][..2].copy_from_slice(&blk[208..210]);
+                    for g in 0..16 {
+                        sc[scale_at::SC_Q6 + 16 * g + r] = blk[192 + g];
+                    }
+                } else {
+                    // block_q4_K / block_q5_K: d, dmin (f16), scales[12], then the quants.
+                    sc[scale_at::D + 2 * r..][..2].copy_from_slice(&blk[0..2]);
+                    sc[scale_at::DMIN + 2 * r..][..2].copy_from_slice(&blk[2..4]);
+                    let (s6, m6) = scales_mins_k4(blk[4..16].try_into().expect("12 bytes"));
+                    for j in 0..8 {
+                        sc[scale_at::SC_K4 + 16 * j + r] = s6[j];
+                        sc[scale_at::MIN_K4 + 16 * j + r] = m6[j];
+                    }
+                }
+            }
+        }
+        let dst = &mut lines[p * l.panel_bytes / 64..(p + 1) * l.panel_bytes / 64];
+        for (line, src) in dst.iter_mut().zip(buf.chunks_exact(64)) {
+            line.0.copy_from_slice(src);
+        }
+    }
+    Some(lines)
+}
