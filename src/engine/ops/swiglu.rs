@@ -2,8 +2,9 @@
 //!
 //! `e^x` is [`exp_poly`]: llama.cpp's vectorized `ggml_v_expf` in its exact operation order
 //! (fused multiply-adds via `mul_add`), so the output is bit-identical to the reference's x86
-//! SwiGLU. The AVX2+FMA twin compiles the very same code with hardware FMA; without it
-//! `mul_add` is a (slower) libm call with the same result, so every ISA agrees bit for bit.
+//! SwiGLU. The AVX-512 and AVX2 versions run the same steps 16 / 8 lanes at a time; without
+//! hardware FMA `mul_add` is a (slower) libm call with the same result, so every ISA agrees
+//! bit for bit.
 //!
 //! The version that runs follows the kernel instruction set ([`crate::kernels::isa()`], which
 //! `KILN_ISA` steers): AVX-512, AVX2, else (scalar, NEON) the portable one.
@@ -16,7 +17,7 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
 }
 
 /// [`swiglu`] with the version for `isa`: [`swiglu_avx512`] for AVX-512, [`swiglu_avx2`] for
-/// AVX2, [`swiglu_scalar`] for scalar and NEON; all bit-identical. Panics when the slices'
+/// AVX2 and AVX-VNNI, [`swiglu_scalar`] for scalar and NEON; all bit-identical. Panics when the slices'
 /// lengths differ or this CPU lacks `isa`.
 pub fn swiglu_with(isa: Isa, gate: &[f32], up: &[f32], out: &mut [f32]) {
     assert!(
@@ -98,16 +99,80 @@ pub unsafe fn swiglu_avx512(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
-/// [`swiglu_scalar`] compiled for AVX2.
+/// 8 lanes of [`swiglu_scalar`] at a time, bit-identical to it: [`exp_poly`]'s steps as
+/// AVX2 and FMA instructions. AVX2 has no `vscalefps`, so `j * 2^n` adds `n` to `j`'s exponent
+/// field, which is that product exactly whenever it is a normal number; a group of 8 with any
+/// lane outside that range (`|gate|` beyond ~87, or NaN) runs the scalar code instead, as
+/// does the tail.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn swiglu_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
-    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-        *o = silu(g) * u;
+    use std::arch::x86_64::*;
+    let n = out.len().min(gate.len()).min(up.len());
+    let full = n - n % 8;
+    let c = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+    let scalar = |out: &mut [f32], at: std::ops::Range<usize>| {
+        for i in at {
+            out[i] = silu(gate[i]) * up[i];
+        }
+    };
+    for i in (0..full).step_by(8) {
+        // SAFETY: i + 8 <= full <= the length of all three slices.
+        let (g, u) = unsafe {
+            (
+                _mm256_loadu_ps(gate.as_ptr().add(i)),
+                _mm256_loadu_ps(up.as_ptr().add(i)),
+            )
+        };
+        let x = _mm256_xor_ps(g, _mm256_set1_ps(-0.0));
+        let r = c(0x4b40_0000);
+        let z = _mm256_fmadd_ps(x, c(0x3fb8_aa3b), r);
+        let nn = _mm256_sub_ps(z, r);
+        let b = _mm256_fnmadd_ps(nn, c(0x35bf_be8e), _mm256_fnmadd_ps(nn, c(0x3f31_7200), x));
+        let uu = _mm256_mul_ps(b, b);
+        let j = _mm256_fmadd_ps(
+            _mm256_fmadd_ps(
+                _mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+                uu,
+                _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+            ),
+            uu,
+            _mm256_fmadd_ps(c(0x3f7f_fff6), b, _mm256_set1_ps(1.0)),
+        );
+        // The product's biased exponent must be 1..=254 (normal): NaN and huge `n` fail
+        // the comparisons (cvtps gives i32::MIN for NaN and out-of-range values).
+        let ni = _mm256_cvtps_epi32(nn);
+        let ji = _mm256_castps_si256(j);
+        let exp = _mm256_add_epi32(_mm256_srli_epi32::<23>(ji), ni);
+        let bad = _mm256_or_si256(
+            _mm256_or_si256(
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(1), exp),
+                _mm256_cmpgt_epi32(exp, _mm256_set1_epi32(254)),
+            ),
+            _mm256_or_si256(
+                // j itself positive and normal (its sign bit clear, exponent 1..=254).
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(1 << 23), ji),
+                _mm256_cmpgt_epi32(ji, _mm256_set1_epi32(0x7f7f_ffff)),
+            ),
+        );
+        // |n| <= 192 bounds the exponent sum away from wrapping.
+        let wild = _mm256_cmp_ps::<_CMP_NLE_UQ>(
+            _mm256_andnot_ps(_mm256_set1_ps(-0.0), nn),
+            _mm256_set1_ps(192.0),
+        );
+        if _mm256_testz_si256(bad, bad) == 0 || _mm256_movemask_ps(wild) != 0 {
+            scalar(out, i..i + 8);
+            continue;
+        }
+        let e = _mm256_castsi256_ps(_mm256_add_epi32(ji, _mm256_slli_epi32::<23>(ni)));
+        let silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0), e));
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_mul_ps(silu, u)) };
     }
+    scalar(out, full..n);
 }
 
 /// `x / (1 + e^-x)`.
@@ -123,6 +188,26 @@ pub fn silu(x: f32) -> f32 {
 /// is quantized to 8 bits next, and a 1-ulp difference can flip a quant.
 #[inline(always)]
 pub fn exp_poly(x: f32) -> f32 {
+    let (n, j) = exp_parts(x);
+    if n.abs() > 192.0 {
+        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+    }
+    if n.is_nan() {
+        return n;
+    }
+    // `j * 2^n` is exact, so rounding it once is the product itself, whenever it is normal:
+    // then adding `n` to `j`'s exponent field is the whole multiplication.
+    let ni = n as i32;
+    let exp = (j.to_bits() >> 23) as i32 + ni;
+    if j.is_normal() && j > 0.0 && (1..=254).contains(&exp) {
+        return f32::from_bits((j.to_bits() as i32 + (ni << 23)) as u32);
+    }
+    scale_once(j, n)
+}
+
+/// `n = round(x log2 e)` and the polynomial `j ~ e^(x - n ln2)` of [`exp_poly`].
+#[inline(always)]
+fn exp_parts(x: f32) -> (f32, f32) {
     let c = f32::from_bits;
     // 1.5 * 2^23: adding it rounds to an integer.
     let r = c(0x4b40_0000);
@@ -134,13 +219,13 @@ pub fn exp_poly(x: f32) -> f32 {
         .mul_add(b, c(0x3d2b_9f17))
         .mul_add(u, c(0x3e2a_af33).mul_add(b, c(0x3eff_fedb)))
         .mul_add(u, c(0x3f7f_fff6).mul_add(b, 1.0));
-    if n.abs() > 192.0 {
-        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
-    }
-    if n.is_nan() {
-        return n;
-    }
-    // `j * 2^n` rounded once (AVX-512 `scalef`): exact in f64, then one rounding to f32.
+    (n, j)
+}
+
+/// `j * 2^n` rounded once (AVX-512 `scalef`), for `|n| <= 192`: exact in f64, then one
+/// rounding to f32 (subnormal and overflowing results included).
+#[inline(never)]
+fn scale_once(j: f32, n: f32) -> f32 {
     (f64::from(j) * 2f64.powi(n as i32)) as f32
 }
 
@@ -216,6 +301,17 @@ mod tests {
             .map(|i| [1.0, -2.5, 1e20, -1e-20, 3e38][i % 5])
             .collect();
         assert_every_isa_matches_scalar(&g, &u, "extremes");
+    }
+
+    #[test]
+    fn exp_poly_fast_path_is_the_single_rounding() {
+        // Every n from -192 to 192 (subnormal, normal and overflowing products alike).
+        let mut x = -134.0f32;
+        while x < 134.0 {
+            let (n, j) = exp_parts(x);
+            assert_eq!(exp_poly(x).to_bits(), scale_once(j, n).to_bits(), "x {x}");
+            x += 0.0031;
+        }
     }
 
     #[test]

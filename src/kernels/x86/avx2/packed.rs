@@ -158,6 +158,31 @@ fn dword_dot_vnni(w: __m256i, x: __m256i) -> __m256i {
     _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x)
 }
 
+/// One half block's weights as the integer dot helpers take them: `[0]` the unsigned operands
+/// of `vpmaddubsw` / `vpdpbusd` (for plain AVX2 Q8_0 the magnitudes `|w|`), `[1]` for plain
+/// AVX2 Q8_0 the signed quants `w` (whose signs go onto the activations), else unused.
+type Half = [[__m256i; 8]; 2];
+
+/// [`Half`] for plain AVX2 from the packed weight registers: Q8_0's `q + 128` bytes become
+/// `|w|` and `w` once per half block, not once per token.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prep_plain<const T: u8>(w: [__m256i; 8]) -> Half {
+    if T == Q8_0 {
+        let s = w.map(|u| _mm256_xor_si256(u, _mm256_set1_epi8(-128)));
+        [s.map(|x| _mm256_sign_epi8(x, x)), s]
+    } else {
+        [w, [_mm256_setzero_si256(); 8]]
+    }
+}
+
+/// [`Half`] for AVX-VNNI: the packed weights as they are.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn prep_vnni<const T: u8>(w: [__m256i; 8]) -> Half {
+    [w, [_mm256_setzero_si256(); 8]]
+}
+
 /// Exact i32 block sums of 8 rows: `start + sum(u * a)` for Q4_0 / Q5_0 / Q5_1 (u the
 /// unsigned weight) and `sum(w * a)` for Q8_0 (w the signed quant; `start` is ignored: the sign trick needs no
 /// offset), with `w` the block's weight registers and `qa` the token's 32 quants.
@@ -166,22 +191,21 @@ fn dword_dot_vnni(w: __m256i, x: __m256i) -> __m256i {
 /// 32 readable bytes at `qa`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_sum_plain<const T: u8>(w: &[__m256i; 8], qa: *const u8, start: i32) -> __m256i {
+unsafe fn block_sum_plain<const T: u8>(w: &Half, qa: *const u8, start: i32) -> __m256i {
     let ones = _mm256_set1_epi16(1);
     if T == Q8_0 {
-        let mut s = _mm256_setzero_si256();
-        for (i, &u) in w.iter().enumerate() {
-            let ws = _mm256_xor_si256(u, _mm256_set1_epi8(-128));
+        let mut s = [_mm256_setzero_si256(); 2];
+        for i in 0..8 {
             // SAFETY: dword i of the token's block quants.
             let x = unsafe { act(qa, i) };
-            let p = _mm256_maddubs_epi16(_mm256_sign_epi8(ws, ws), _mm256_sign_epi8(x, ws));
-            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+            let p = _mm256_maddubs_epi16(w[0][i], _mm256_sign_epi8(x, w[1][i]));
+            s[i % 2] = _mm256_add_epi32(s[i % 2], _mm256_madd_epi16(p, ones));
         }
-        s
+        _mm256_add_epi32(s[0], s[1])
     } else if is_q5(T) {
         // Four pair sums of weights <= 31 stay inside i16 (4 x 2 x 31 x 128 < 2^15).
         let mut s16 = [_mm256_setzero_si256(); 2];
-        for (i, &u) in w.iter().enumerate() {
+        for (i, &u) in w[0].iter().enumerate() {
             // SAFETY: dword i of the token's block quants.
             let x = unsafe { act(qa, i) };
             s16[i / 4] = _mm256_add_epi16(s16[i / 4], _mm256_maddubs_epi16(u, x));
@@ -193,7 +217,7 @@ unsafe fn block_sum_plain<const T: u8>(w: &[__m256i; 8], qa: *const u8, start: i
         _mm256_add_epi32(s, _mm256_set1_epi32(start))
     } else {
         let mut s16 = _mm256_setzero_si256();
-        for (i, &u) in w.iter().enumerate() {
+        for (i, &u) in w[0].iter().enumerate() {
             // SAFETY: dword i of the token's block quants.
             let x = unsafe { act(qa, i) };
             s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u, x));
@@ -209,14 +233,14 @@ unsafe fn block_sum_plain<const T: u8>(w: &[__m256i; 8], qa: *const u8, start: i
 /// 32 readable bytes at `qa`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn block_sum_vnni<const T: u8>(w: &[__m256i; 8], qa: *const u8, start: i32) -> __m256i {
+unsafe fn block_sum_vnni<const T: u8>(w: &Half, qa: *const u8, start: i32) -> __m256i {
     let mut s0 = _mm256_set1_epi32(start);
     let mut s1 = _mm256_setzero_si256();
     for i in (0..8).step_by(2) {
         // SAFETY: dwords i and i + 1 of the token's block quants.
         let (x0, x1) = unsafe { (act(qa, i), act(qa, i + 1)) };
-        s0 = _mm256_dpbusd_avx_epi32(s0, w[i], x0);
-        s1 = _mm256_dpbusd_avx_epi32(s1, w[i + 1], x1);
+        s0 = _mm256_dpbusd_avx_epi32(s0, w[0][i], x0);
+        s1 = _mm256_dpbusd_avx_epi32(s1, w[0][i + 1], x1);
     }
     _mm256_add_epi32(s0, s1)
 }
@@ -240,10 +264,68 @@ unsafe fn store(out: *mut f32, v: __m256, valid: usize) {
     }
 }
 
+/// Plain AVX2 Q8_0 x Q8_0 tile (the `tile_q0` contract): dword-outer, so the signed weight
+/// dword `w`, its magnitudes and TT i32 sums stay in registers. Per dword and token: the sign
+/// trick `vpmaddubsw(|w|, sign(a, w))`, `vpmaddwd` by ones, one add. Exact i32 block sums, so
+/// the same results as the weight-outer order of `tile_q0`.
+///
+/// # Safety
+/// As `tile_q0`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn tile_q8_0_plain<const TT: usize, const N: usize>(
+    l: &PanelLayout,
+    panel: *const u8,
+    a: *const u8,
+    ar: usize,
+    tab: &ActTables<N>,
+    tab0: usize,
+    out: *mut f32,
+    os: usize,
+    valid: usize,
+) {
+    let nb = l.nb;
+    let ones = _mm256_set1_epi16(1);
+    for h in 0..valid.div_ceil(HALF) {
+        let mut acc = [_mm256_setzero_ps(); TT];
+        for b in 0..nb {
+            let q = panel.wrapping_add(b * l.quant_bytes);
+            if TT <= 2 && h == 0 {
+                prefetch_ahead(q, l.quant_bytes);
+            }
+            let mut sum = [_mm256_setzero_si256(); TT];
+            for i in 0..8 {
+                // SAFETY: q is block b's aligned quants.
+                let ws =
+                    _mm256_xor_si256(unsafe { weights::<Q8_0>(q, h, i) }, _mm256_set1_epi8(-128));
+                let wa = _mm256_sign_epi8(ws, ws);
+                for t in 0..TT {
+                    // SAFETY: dword i of token t's block b quants, inside `a`.
+                    let x = unsafe { act(a.wrapping_add(t * ar + b * 34 + 2), i) };
+                    let p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, ws));
+                    sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p, ones));
+                }
+            }
+            // SAFETY: half h of block b's d lies in the panel, 16-byte aligned.
+            let dw = unsafe { f16x8(panel.wrapping_add(l.scales_at(b) + 16 * h)) };
+            for t in 0..TT {
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(tab.d[tab0 + t * nb + b]));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), scale, acc[t]);
+            }
+        }
+        let hv = (valid - h * HALF).min(HALF);
+        for t in 0..TT {
+            // SAFETY: `valid` cells of token row t (caller contract).
+            unsafe { store(out.add(t * os + h * HALF), acc[t], hv) };
+        }
+    }
+}
+
 /// Generates one instruction set's panel GEMM: `$feat` its target features, `$dword` and
-/// `$block` its integer dot helpers.
+/// `$block` its integer dot helpers, `$prep` its [`Half`] maker.
 macro_rules! panel_gemm {
-    ($name:ident, $feat:literal, $dword:ident, $block:ident) => {
+    ($name:ident, $feat:literal, $dword:ident, $block:ident, $prep:ident, $plain:literal) => {
         mod $name {
             use super::*;
 
@@ -313,18 +395,27 @@ macro_rules! panel_gemm {
                 os: usize,
                 valid: usize,
             ) {
+                if $plain && T == Q8_0 {
+                    // SAFETY: same contract.
+                    return unsafe {
+                        tile_q8_0_plain::<TT, N>(l, panel, a, ar, tab, tab0, out, os, valid)
+                    };
+                }
                 let nb = l.nb;
                 let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
-                let mut acc = [[_mm256_setzero_ps(); TT]; 2];
-                for b in 0..nb {
-                    let q = panel.wrapping_add(b * l.quant_bytes);
-                    if TT <= 2 {
-                        prefetch_ahead(q, l.quant_bytes);
-                    }
-                    for h in 0..2 {
+                // One half panel at a time: its TT accumulators stay in registers across
+                // the blocks (the panel is small enough to be read twice from L1).
+                for h in 0..valid.div_ceil(HALF) {
+                    let mut acc = [_mm256_setzero_ps(); TT];
+                    for b in 0..nb {
+                        let q = panel.wrapping_add(b * l.quant_bytes);
+                        if TT <= 2 && h == 0 {
+                            prefetch_ahead(q, l.quant_bytes);
+                        }
                         // SAFETY: q is block b's aligned quants.
                         let w: [__m256i; 8] =
                             std::array::from_fn(|i| unsafe { weights::<T>(q, h, i) });
+                        let w = $prep::<T>(w);
                         let sc = panel.wrapping_add(l.scales_at(b) + 16 * h);
                         // SAFETY: half h of block b's d (and m, 32 bytes on) lies in the
                         // panel, 16-byte aligned.
@@ -341,21 +432,16 @@ macro_rules! panel_gemm {
                             // SAFETY: token t's block b quants are inside `a`.
                             let sum = unsafe { $block::<T>(&w, qa, tab.start[ti]) };
                             let scale = _mm256_mul_ps(dw, _mm256_set1_ps(tab.d[ti]));
-                            acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc[h][t]);
+                            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc[t]);
                             if has_min(T) {
-                                acc[h][t] =
-                                    _mm256_fmadd_ps(mw, _mm256_set1_ps(tab.s[ti]), acc[h][t]);
+                                acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(tab.s[ti]), acc[t]);
                             }
                         }
                     }
-                }
-                for t in 0..TT {
-                    // SAFETY: `valid` cells of token row t (caller contract).
-                    unsafe {
-                        store(out.add(t * os), acc[0][t], valid.min(HALF));
-                        if valid > HALF {
-                            store(out.add(t * os + HALF), acc[1][t], valid - HALF);
-                        }
+                    let hv = (valid - h * HALF).min(HALF);
+                    for t in 0..TT {
+                        // SAFETY: `valid` cells of token row t (caller contract).
+                        unsafe { store(out.add(t * os + h * HALF), acc[t], hv) };
                     }
                 }
             }
@@ -523,12 +609,21 @@ macro_rules! panel_gemm {
     };
 }
 
-panel_gemm!(plain, "avx2,fma,f16c", dword_dot_plain, block_sum_plain);
+panel_gemm!(
+    plain,
+    "avx2,fma,f16c",
+    dword_dot_plain,
+    block_sum_plain,
+    prep_plain,
+    true
+);
 panel_gemm!(
     vnni,
     "avx2,fma,f16c,avxvnni",
     dword_dot_vnni,
-    block_sum_vnni
+    block_sum_vnni,
+    prep_vnni,
+    false
 );
 
 /// AVX2 panel GEMM: `out[t * out_stride + r] = dot(row r, activation row t)` for `r < n_rows`,
