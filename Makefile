@@ -168,9 +168,11 @@ serve-compare: pytools model release
 	KILN_BIN=$(abspath $(KILN)) $(PY) scripts/serve_compare.py --model $(MODEL) \
 	  --users 16,32 --duration $(DURATION)
 
-## quantized-models: Q4_0 and Q8_0 copies of the default model (for benchmarks), made by
-## `kiln quantize` from the release binary.
-QUANTIZED := models/SmolLM2-135M-Instruct.Q4_0.gguf models/SmolLM2-135M-Instruct.Q8_0.gguf
+## quantized-models: Q4_0, Q8_0 and Q4_K copies of the default model (for benchmarks), made
+## by `kiln quantize` from the release binary. Q4_K is the K-quant-heavy file: its 1536-wide
+## ffn_down rows become Q4_K (the others fall back to Q5_0).
+QUANTIZED := models/SmolLM2-135M-Instruct.Q4_0.gguf models/SmolLM2-135M-Instruct.Q8_0.gguf \
+             models/SmolLM2-135M-Instruct.Q4_K.gguf
 .PHONY: quantized-models
 quantized-models: $(QUANTIZED)
 $(QUANTIZED): models/SmolLM2-135M-Instruct.%.gguf: $(MODEL) | release
@@ -236,8 +238,8 @@ bench: model release
 bench-baseline: model release
 	scripts/bench_regress.py save
 
-## bench-compare: kiln vs llama.cpp (built once by ../shared/tools) on Q4_1, Q4_0, Q8_0 and
-## Q4_K_M; then, when a baseline was saved (make bench-baseline), every figure against it:
+## bench-compare: kiln vs llama.cpp (built once by ../shared/tools) on Q4_1, Q4_0, Q8_0,
+## Q4_K_M and Q4_K; then, when a baseline was saved (make bench-baseline), every figure against it:
 ## fails when one is more than 5% worse. `make bench-compare ISA=avx2` runs kiln with
 ## KILN_ISA=avx2 against llama.cpp's AVX2-only build (ISA=avxvnni: kiln's AVX-VNNI path, same
 ## reference); the baseline check applies to the default ISA only.
@@ -247,7 +249,8 @@ bench-compare: model release quantized-models models/SmolLM2-135M-Instruct.Q4_K_
 	  --model $(MODEL) \
 	  --model models/SmolLM2-135M-Instruct.Q4_0.gguf \
 	  --model models/SmolLM2-135M-Instruct.Q8_0.gguf \
-	  --model models/SmolLM2-135M-Instruct.Q4_K_M.gguf
+	  --model models/SmolLM2-135M-Instruct.Q4_K_M.gguf \
+	  --model models/SmolLM2-135M-Instruct.Q4_K.gguf
 	@if [ -n "$(ISA)" ]; then true; elif [ -f target/bench-baseline.json ]; then scripts/bench_regress.py check; \
 	  else echo "bench-compare: no baseline yet (make bench-baseline saves one)"; fi
 

@@ -164,6 +164,8 @@ fn check(dt: DType, k: usize, n_rows: usize, tokens: &[usize], seed: u64, extrem
     if cfg!(target_arch = "x86_64") && crate::kernels::isa::supported(Isa::Avx2) {
         assert!(checked > 0, "no ISA checked");
     }
+    #[cfg(target_arch = "aarch64")]
+    super::packed_neon::check_k(dt, k, n_rows, tokens, &w, &act, &pw);
 }
 
 const TYPES: [DType; 3] = [DType::Q4_K, DType::Q6_K, DType::Q5_K];

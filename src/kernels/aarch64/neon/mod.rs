@@ -4,6 +4,7 @@ mod asm;
 pub mod kquants;
 pub mod legacy;
 pub(crate) mod packed;
+mod packed_k;
 
 use crate::kernels::legacy_kind::{Q4_0, Q4_1, Q8_0};
 use crate::kernels::table::{PackedGemmFn, PackedKernels, Table};
@@ -52,11 +53,22 @@ pub fn packed_gemms() -> Option<[(DType, PackedGemmFn); 3]> {
     }
 }
 
-/// Installs [`packed_gemms`] as the `packed` kernels of their rows.
+fn q4_k_dotprod(k: usize, p: &[u8], n: usize, a: &[u8], nt: usize, o: &mut [f32], os: usize) {
+    // SAFETY: only installed by `install_packed` after it detected dotprod.
+    unsafe { packed_k::gemm_q4_k_dotprod(k, p, n, a, nt, o, os) }
+}
+
+/// Installs [`packed_gemms`] as the `packed` kernels of their rows, and with dotprod the Q4_K
+/// `sdot` panel GEMM.
 fn install_packed(t: &mut Table) {
     for (dt, gemm) in packed_gemms().into_iter().flatten() {
         if let Some(row) = t[dt as usize].as_mut() {
             row.packed = Some(PackedKernels { gemm });
+        }
+    }
+    if has_dotprod() {
+        if let Some(row) = t[DType::Q4_K as usize].as_mut() {
+            row.packed = Some(PackedKernels { gemm: q4_k_dotprod });
         }
     }
 }
