@@ -6,6 +6,10 @@ use super::util::quantize;
 use crate::kernels::aarch64::neon::{self, kquants as nk};
 use crate::kernels::{kernels_for, DType, Isa};
 
+/// A NEON K-quant dot product (`nk::vec_dot_*`).
+///
+/// # Safety
+/// The CPU must have NEON, and dotprod for the `_sdot` versions; lengths are checked.
 type Dot = unsafe fn(usize, &[u8], &[u8]) -> f32;
 
 const DOTS: [(DType, Dot, Dot); 5] = [

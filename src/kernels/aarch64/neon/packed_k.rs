@@ -131,12 +131,13 @@ unsafe fn tile<const TT: usize>(
                     f16x4(sc.add(scale_at::DMIN), g),
                 )
             };
+            // SAFETY: the 8 min lines lie in the block's scale area.
+            let mins: [int32x4_t; 8] =
+                std::array::from_fn(|j| unsafe { line_i32(sc.add(scale_at::MIN_K4 + 16 * j), g) });
             for t in 0..TT {
                 let mut m = vdupq_n_s32(0);
                 for j in 0..8 {
-                    // SAFETY: sub-block j's min line lies in the scale area.
-                    let mins = unsafe { line_i32(sc.add(scale_at::MIN_K4 + 16 * j), g) };
-                    m = vmlaq_n_s32(m, mins, bs[t][2 * j] + bs[t][2 * j + 1]);
+                    m = vmlaq_n_s32(m, mins[j], bs[t][2 * j] + bs[t][2 * j + 1]);
                 }
                 let pos = vmulq_f32(vmulq_n_f32(d, dy[t]), vcvtq_f32_s32(isum[t]));
                 let neg = vmulq_f32(vmulq_n_f32(dmin, dy[t]), vcvtq_f32_s32(m));

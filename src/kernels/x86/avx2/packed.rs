@@ -158,54 +158,21 @@ fn dword_dot_vnni(w: __m256i, x: __m256i) -> __m256i {
     _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x)
 }
 
-/// One half block's weights as the integer dot helpers take them: `[0]` the unsigned operands
-/// of `vpmaddubsw` / `vpdpbusd` (for plain AVX2 Q8_0 the magnitudes `|w|`), `[1]` for plain
-/// AVX2 Q8_0 the signed quants `w` (whose signs go onto the activations), else unused.
-type Half = [[__m256i; 8]; 2];
-
-/// [`Half`] for plain AVX2 from the packed weight registers: Q8_0's `q + 128` bytes become
-/// `|w|` and `w` once per half block, not once per token.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn prep_plain<const T: u8>(w: [__m256i; 8]) -> Half {
-    if T == Q8_0 {
-        let s = w.map(|u| _mm256_xor_si256(u, _mm256_set1_epi8(-128)));
-        [s.map(|x| _mm256_sign_epi8(x, x)), s]
-    } else {
-        [w, [_mm256_setzero_si256(); 8]]
-    }
-}
-
-/// [`Half`] for AVX-VNNI: the packed weights as they are.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-fn prep_vnni<const T: u8>(w: [__m256i; 8]) -> Half {
-    [w, [_mm256_setzero_si256(); 8]]
-}
-
-/// Exact i32 block sums of 8 rows: `start + sum(u * a)` for Q4_0 / Q5_0 / Q5_1 (u the
-/// unsigned weight) and `sum(w * a)` for Q8_0 (w the signed quant; `start` is ignored: the sign trick needs no
-/// offset), with `w` the block's weight registers and `qa` the token's 32 quants.
+/// Exact i32 block sums of 8 rows, `start + sum(u * a)`, for Q4_0 / Q5_0 / Q5_1 (u the
+/// unsigned weight), with `w` the block's weight registers and `qa` the token's 32 quants.
+/// (Plain AVX2 Q8_0 has its own tile, [`tile_q8_0_plain`].)
 ///
 /// # Safety
 /// 32 readable bytes at `qa`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_sum_plain<const T: u8>(w: &Half, qa: *const u8, start: i32) -> __m256i {
+unsafe fn block_sum_plain<const T: u8>(w: &[__m256i; 8], qa: *const u8, start: i32) -> __m256i {
+    debug_assert!(T != Q8_0, "plain AVX2 Q8_0 runs tile_q8_0_plain");
     let ones = _mm256_set1_epi16(1);
-    if T == Q8_0 {
-        let mut s = [_mm256_setzero_si256(); 2];
-        for i in 0..8 {
-            // SAFETY: dword i of the token's block quants.
-            let x = unsafe { act(qa, i) };
-            let p = _mm256_maddubs_epi16(w[0][i], _mm256_sign_epi8(x, w[1][i]));
-            s[i % 2] = _mm256_add_epi32(s[i % 2], _mm256_madd_epi16(p, ones));
-        }
-        _mm256_add_epi32(s[0], s[1])
-    } else if is_q5(T) {
+    if is_q5(T) {
         // Four pair sums of weights <= 31 stay inside i16 (4 x 2 x 31 x 128 < 2^15).
         let mut s16 = [_mm256_setzero_si256(); 2];
-        for (i, &u) in w[0].iter().enumerate() {
+        for (i, &u) in w.iter().enumerate() {
             // SAFETY: dword i of the token's block quants.
             let x = unsafe { act(qa, i) };
             s16[i / 4] = _mm256_add_epi16(s16[i / 4], _mm256_maddubs_epi16(u, x));
@@ -217,7 +184,7 @@ unsafe fn block_sum_plain<const T: u8>(w: &Half, qa: *const u8, start: i32) -> _
         _mm256_add_epi32(s, _mm256_set1_epi32(start))
     } else {
         let mut s16 = _mm256_setzero_si256();
-        for (i, &u) in w[0].iter().enumerate() {
+        for (i, &u) in w.iter().enumerate() {
             // SAFETY: dword i of the token's block quants.
             let x = unsafe { act(qa, i) };
             s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u, x));
@@ -233,14 +200,14 @@ unsafe fn block_sum_plain<const T: u8>(w: &Half, qa: *const u8, start: i32) -> _
 /// 32 readable bytes at `qa`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn block_sum_vnni<const T: u8>(w: &Half, qa: *const u8, start: i32) -> __m256i {
+unsafe fn block_sum_vnni<const T: u8>(w: &[__m256i; 8], qa: *const u8, start: i32) -> __m256i {
     let mut s0 = _mm256_set1_epi32(start);
     let mut s1 = _mm256_setzero_si256();
     for i in (0..8).step_by(2) {
         // SAFETY: dwords i and i + 1 of the token's block quants.
         let (x0, x1) = unsafe { (act(qa, i), act(qa, i + 1)) };
-        s0 = _mm256_dpbusd_avx_epi32(s0, w[0][i], x0);
-        s1 = _mm256_dpbusd_avx_epi32(s1, w[0][i + 1], x1);
+        s0 = _mm256_dpbusd_avx_epi32(s0, w[i], x0);
+        s1 = _mm256_dpbusd_avx_epi32(s1, w[i + 1], x1);
     }
     _mm256_add_epi32(s0, s1)
 }
@@ -323,9 +290,9 @@ unsafe fn tile_q8_0_plain<const TT: usize, const N: usize>(
 }
 
 /// Generates one instruction set's panel GEMM: `$feat` its target features, `$dword` and
-/// `$block` its integer dot helpers, `$prep` its [`Half`] maker.
+/// `$block` its integer dot helpers, `$plain` whether Q8_0 runs [`tile_q8_0_plain`].
 macro_rules! panel_gemm {
-    ($name:ident, $feat:literal, $dword:ident, $block:ident, $prep:ident, $plain:literal) => {
+    ($name:ident, $feat:literal, $dword:ident, $block:ident, $plain:literal) => {
         mod $name {
             use super::*;
 
@@ -415,7 +382,6 @@ macro_rules! panel_gemm {
                         // SAFETY: q is block b's aligned quants.
                         let w: [__m256i; 8] =
                             std::array::from_fn(|i| unsafe { weights::<T>(q, h, i) });
-                        let w = $prep::<T>(w);
                         let sc = panel.wrapping_add(l.scales_at(b) + 16 * h);
                         // SAFETY: half h of block b's d (and m, 32 bytes on) lies in the
                         // panel, 16-byte aligned.
@@ -513,16 +479,15 @@ macro_rules! panel_gemm {
                         for b in 0..nb {
                             let blk = a.wrapping_add((g0 + t) * ar + b * ab);
                             // SAFETY: token g0 + t < n_tok, block b < nb: `ab` bytes in `a`.
-                            let (hd, hs, sum) = unsafe {
-                                let hp = blk as *const u16;
-                                (
-                                    hp.read_unaligned(),
-                                    hp.add(1).read_unaligned(),
-                                    sum_i8x32(blk.add(qo)),
-                                )
+                            let (hd, sum) = unsafe {
+                                ((blk as *const u16).read_unaligned(), sum_i8x32(blk.add(qo)))
                             };
                             tab.d[t * nb + b] = half::f16::from_bits(hd).to_f32();
-                            tab.s[t * nb + b] = half::f16::from_bits(hs).to_f32();
+                            if has_min(T) {
+                                // SAFETY: a Q8_1 block's second f16 is its s.
+                                let hs = unsafe { (blk as *const u16).add(1).read_unaligned() };
+                                tab.s[t * nb + b] = half::f16::from_bits(hs).to_f32();
+                            }
                             tab.start[t * nb + b] = -offset * sum;
                         }
                     }
@@ -614,7 +579,6 @@ panel_gemm!(
     "avx2,fma,f16c",
     dword_dot_plain,
     block_sum_plain,
-    prep_plain,
     true
 );
 panel_gemm!(
@@ -622,7 +586,6 @@ panel_gemm!(
     "avx2,fma,f16c,avxvnni",
     dword_dot_vnni,
     block_sum_vnni,
-    prep_vnni,
     false
 );
 

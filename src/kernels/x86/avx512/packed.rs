@@ -331,16 +331,14 @@ unsafe fn gemm_q0<const T: u8, const N: usize>(
             for b in 0..nb {
                 let blk = a.wrapping_add((g0 + t) * ar + b * ab);
                 // SAFETY: token g0 + t < n_tok, block b < nb: `ab` bytes inside `a`.
-                let (h, hs, sum) = unsafe {
-                    let h = blk as *const u16;
-                    (
-                        h.read_unaligned(),
-                        h.add(1).read_unaligned(),
-                        sum_i8x32(blk.add(qo)),
-                    )
-                };
+                let (h, sum) =
+                    unsafe { ((blk as *const u16).read_unaligned(), sum_i8x32(blk.add(qo))) };
                 tab.d[t * nb + b] = half::f16::from_bits(h).to_f32();
-                tab.s[t * nb + b] = half::f16::from_bits(hs).to_f32();
+                if has_min(T) {
+                    // SAFETY: a Q8_1 block's second f16 is its s.
+                    let hs = unsafe { (blk as *const u16).add(1).read_unaligned() };
+                    tab.s[t * nb + b] = half::f16::from_bits(hs).to_f32();
+                }
                 tab.start[t * nb + b] = -offset * sum;
             }
         }
