@@ -124,7 +124,8 @@ pub struct AttnScratch {
     /// The cache shape this scratch was made for.
     head_dim: usize,
     block_size: usize,
-    /// The scalar kernel's f16-rounded query and f16 accumulator, `head_dim` values each.
+    /// The scalar kernel's f16-rounded query and f16 accumulator, the SIMD kernels' f16-rounded
+    /// queries: `head_dim` values each.
     buf: Vec<f32>,
 }
 
@@ -136,7 +137,7 @@ impl AttnScratch {
             isa: AttnIsa::Scalar,
             head_dim: cfg.head_dim,
             block_size: cfg.block_size,
-            buf: vec![0.0; 2 * cfg.head_dim],
+            buf: vec![0.0; ggml_order::SCRATCH_HEADS * cfg.head_dim],
         };
         // `force_isa` also checks the CPU, which `kernels::isa()` has already done.
         s.force_isa(isa);
@@ -267,11 +268,15 @@ pub fn attend(
             // SAFETY: `force_isa` keeps Avx2 only when `supported()` detected AVX2, FMA and
             // F16C and `covers()` accepted this (head_dim, block_size), checked above.
             #[cfg(target_arch = "x86_64")]
-            AttnIsa::Avx2 => unsafe { ggml_order::attend_group_avx2(&view, qg, og, scale) },
+            AttnIsa::Avx2 => unsafe {
+                ggml_order::attend_group_avx2(&view, qg, og, scale, &mut scratch.buf)
+            },
             // SAFETY: `force_isa` keeps Avx512 only when `supported()` detected AVX-512F, FMA
             // and F16C and `covers()` accepted this (head_dim, block_size), checked above.
             #[cfg(target_arch = "x86_64")]
-            AttnIsa::Avx512 => unsafe { ggml_order::attend_group_avx512(&view, qg, og, scale) },
+            AttnIsa::Avx512 => unsafe {
+                ggml_order::attend_group_avx512(&view, qg, og, scale, &mut scratch.buf)
+            },
             #[cfg(not(target_arch = "x86_64"))]
             AttnIsa::Avx2 | AttnIsa::Avx512 => unreachable!("never supported off x86-64"),
         }

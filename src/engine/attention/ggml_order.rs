@@ -111,6 +111,10 @@ pub(super) fn attend_group(
     }
 }
 
+/// Heads' worth of scratch (`head_dim` values each) that every kernel here fits in: the scalar
+/// twin's query and accumulator, the SIMD twins' f16-rounded queries (up to four heads a pass).
+pub(super) const SCRATCH_HEADS: usize = 4;
+
 /// True when [`attend_group_avx512`] handles heads of `d` values in blocks of `bs` positions:
 /// `d` a multiple of 64 up to 256 (its accumulators live in registers), `bs` a multiple of 16
 /// (it scores 16 positions of a K tile at once).
@@ -127,14 +131,22 @@ const HEADS: usize = 4;
 /// f16·f16 product is exact in f32, so only the order of the additions matters, and that order
 /// is reproduced lane-wise over positions), then the sequential online softmax with the f16
 /// accumulator rounded through `vcvtps2ph` after every step. Up to [`HEADS`] query heads of the
-/// group run side by side; each head's arithmetic is exactly the one-head order. Panics unless
-/// [`avx512_covers`] accepts the view's shape and `q` and `out` have the same length.
+/// group run side by side; each head's arithmetic is exactly the one-head order. `scratch`
+/// holds the f16-rounded queries: at least [`SCRATCH_HEADS`] `* head_dim` values. Panics unless
+/// [`avx512_covers`] accepts the view's shape, `q` and `out` have the same length and `scratch`
+/// is long enough.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma,f16c")]
-pub(super) unsafe fn attend_group_avx512(view: &HeadView, q: &[f32], out: &mut [f32], scale: f32) {
+pub(super) unsafe fn attend_group_avx512(
+    view: &HeadView,
+    q: &[f32],
+    out: &mut [f32],
+    scale: f32,
+    scratch: &mut [f32],
+) {
     let (d, bs) = (view.head_dim, view.block_size);
     assert!(
         avx512_covers(d, bs) && q.len() == out.len(),
@@ -151,10 +163,10 @@ pub(super) unsafe fn attend_group_avx512(view: &HeadView, q: &[f32], out: &mut [
                 ($($g:literal)*) => {
                     match ((g - j0).min(HEADS), d / LANES) {
                         $(
-                            ($g, 4) => heads_avx512::<$g, 4>(view, qs, os, scale),
-                            ($g, 8) => heads_avx512::<$g, 8>(view, qs, os, scale),
-                            ($g, 12) => heads_avx512::<$g, 12>(view, qs, os, scale),
-                            ($g, _) => heads_avx512::<$g, 16>(view, qs, os, scale),
+                            ($g, 4) => heads_avx512::<$g, 4>(view, qs, os, scale, scratch),
+                            ($g, 8) => heads_avx512::<$g, 8>(view, qs, os, scale, scratch),
+                            ($g, 12) => heads_avx512::<$g, 12>(view, qs, os, scale, scratch),
+                            ($g, _) => heads_avx512::<$g, 16>(view, qs, os, scale, scratch),
                         )*
                         _ => unreachable!("at most {HEADS} heads per pass"),
                     }
@@ -178,6 +190,7 @@ unsafe fn heads_avx512<const G: usize, const C: usize>(
     q: &[f32],
     out: &mut [f32],
     scale: f32,
+    qh: &mut [f32],
 ) {
     use std::arch::x86_64::*;
     let (d, bs) = (view.head_dim, view.block_size);
@@ -191,11 +204,9 @@ unsafe fn heads_avx512<const G: usize, const C: usize>(
             >(x))
         }
     }
-    let mut qh = [[0f32; 256]; G];
-    for j in 0..G {
-        for (h, &x) in qh[j].iter_mut().zip(&q[j * d..][..d]) {
-            *h = f16::from_f32(x).to_f32();
-        }
+    let qh = &mut qh[..G * d];
+    for (h, &x) in qh.iter_mut().zip(&q[..G * d]) {
+        *h = f16::from_f32(x).to_f32();
     }
     let mut acc = [[_mm512_setzero_ps(); C]; G];
     let (mut m, mut l) = ([f32::NEG_INFINITY; G], [0.0f32; G]);
@@ -216,8 +227,9 @@ unsafe fn heads_avx512<const G: usize, const C: usize>(
                             _mm512_cvtph_ps(_mm256_loadu_si256(k.as_ptr().add(i * bs + t).cast()))
                         };
                         for j in 0..G {
-                            parts[j][pj] =
-                                _mm512_fmadd_ps(_mm512_set1_ps(qh[j][i]), kk, parts[j][pj]);
+                            // SAFETY: j < G and i < d, and `qh` holds G * d values.
+                            let qi = unsafe { *qh.get_unchecked(j * d + i) };
+                            parts[j][pj] = _mm512_fmadd_ps(_mm512_set1_ps(qi), kk, parts[j][pj]);
                         }
                     }
                 }
@@ -326,14 +338,21 @@ const HEADS_AVX2: usize = 3;
 /// multiply-adds, the `(0 + 2) + (1 + 3)` combination and the halving over the 16 lanes of
 /// [`reduce_lanes`]; the exps are [`super::expf::expf8_nonpositive`] (bit-identical to `expf`)
 /// and the f16 accumulator is rounded through `vcvtps2ph` after every step. Up to
-/// [`HEADS_AVX2`] query heads of the group run side by side. Panics unless [`avx2_covers`]
-/// accepts the view's shape and `q` and `out` have the same length.
+/// [`HEADS_AVX2`] query heads of the group run side by side; `scratch` as for
+/// [`attend_group_avx512`]. Panics unless [`avx2_covers`] accepts the view's shape, `q` and
+/// `out` have the same length and `scratch` is long enough.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn attend_group_avx2(view: &HeadView, q: &[f32], out: &mut [f32], scale: f32) {
+pub(super) unsafe fn attend_group_avx2(
+    view: &HeadView,
+    q: &[f32],
+    out: &mut [f32],
+    scale: f32,
+    scratch: &mut [f32],
+) {
     let (d, bs) = (view.head_dim, view.block_size);
     assert!(
         avx2_covers(d, bs) && q.len() == out.len(),
@@ -350,10 +369,10 @@ pub(super) unsafe fn attend_group_avx2(view: &HeadView, q: &[f32], out: &mut [f3
                 ($($g:literal)*) => {
                     match ((g - j0).min(HEADS_AVX2), d / AVX2_POS) {
                         $(
-                            ($g, 8) => heads_avx2::<$g, 8>(view, qs, os, scale),
-                            ($g, 16) => heads_avx2::<$g, 16>(view, qs, os, scale),
-                            ($g, 24) => heads_avx2::<$g, 24>(view, qs, os, scale),
-                            ($g, _) => heads_avx2::<$g, 32>(view, qs, os, scale),
+                            ($g, 8) => heads_avx2::<$g, 8>(view, qs, os, scale, scratch),
+                            ($g, 16) => heads_avx2::<$g, 16>(view, qs, os, scale, scratch),
+                            ($g, 24) => heads_avx2::<$g, 24>(view, qs, os, scale, scratch),
+                            ($g, _) => heads_avx2::<$g, 32>(view, qs, os, scale, scratch),
                         )*
                         _ => unreachable!("at most {HEADS_AVX2} heads per pass"),
                     }
@@ -377,6 +396,7 @@ unsafe fn heads_avx2<const G: usize, const C: usize>(
     q: &[f32],
     out: &mut [f32],
     scale: f32,
+    qh: &mut [f32],
 ) {
     use std::arch::x86_64::*;
     let (d, bs) = (view.head_dim, view.block_size);
@@ -386,11 +406,9 @@ unsafe fn heads_avx2<const G: usize, const C: usize>(
         // SAFETY: callers run with F16C enabled.
         unsafe { _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)) }
     }
-    let mut qh = [[0f32; 256]; G];
-    for j in 0..G {
-        for (h, &x) in qh[j].iter_mut().zip(&q[j * d..][..d]) {
-            *h = f16::from_f32(x).to_f32();
-        }
+    let qh = &mut qh[..G * d];
+    for (h, &x) in qh.iter_mut().zip(&q[..G * d]) {
+        *h = f16::from_f32(x).to_f32();
     }
     let mut acc = [[_mm256_setzero_ps(); C]; G];
     let (mut m, mut l) = ([f32::NEG_INFINITY; G], [0.0f32; G]);
@@ -412,8 +430,9 @@ unsafe fn heads_avx2<const G: usize, const C: usize>(
                             _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(i * bs + t).cast()))
                         };
                         for j in 0..G {
-                            parts[j][pj] =
-                                _mm256_fmadd_ps(_mm256_set1_ps(qh[j][i]), kk, parts[j][pj]);
+                            // SAFETY: j < G and i < d, and `qh` holds G * d values.
+                            let qi = unsafe { *qh.get_unchecked(j * d + i) };
+                            parts[j][pj] = _mm256_fmadd_ps(_mm256_set1_ps(qi), kk, parts[j][pj]);
                         }
                     }
                 }

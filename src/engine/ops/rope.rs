@@ -44,6 +44,27 @@ impl RopeTable {
     /// Rounding as llama.cpp's x86 build (GCC contracts its `x0*c - x1*s`): `fma(x0, c, -(x1 * s))`
     /// and `fma(x0, s, x1 * c)`, so the rotated values are bit-identical to the reference's.
     pub fn apply(&self, cache: &[f32], x: &mut [f32], head_dim: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("fma") {
+            // SAFETY: FMA was just detected.
+            return unsafe { self.apply_fma(cache, x, head_dim) };
+        }
+        self.apply_impl(cache, x, head_dim)
+    }
+
+    /// [`RopeTable::apply`] compiled with FMA, so `mul_add` is one instruction instead of a
+    /// library call (the same single rounding either way, so the same bits).
+    ///
+    /// # Safety
+    /// The CPU must support FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "fma")]
+    unsafe fn apply_fma(&self, cache: &[f32], x: &mut [f32], head_dim: usize) {
+        self.apply_impl(cache, x, head_dim)
+    }
+
+    #[inline(always)]
+    fn apply_impl(&self, cache: &[f32], x: &mut [f32], head_dim: usize) {
         let half = self.n_dims / 2;
         for head in x.chunks_exact_mut(head_dim) {
             match self.kind {
@@ -99,6 +120,29 @@ mod tests {
             let n0: f32 = x0.iter().map(|v| v * v).sum();
             let n1: f32 = x.iter().map(|v| v * v).sum();
             assert!((n0 - n1).abs() < 1e-3);
+        }
+    }
+
+    /// The FMA-compiled path (what x86 machines run) gives the library `fmaf` path's bits.
+    #[test]
+    fn fma_path_matches_library_path() {
+        for kind in [RopeKind::Normal, RopeKind::NeoX] {
+            let t = RopeTable {
+                n_dims: 64,
+                ..table(kind)
+            };
+            let mut cache = vec![0.0; 64];
+            for pos in [1, 17, 300, 4095] {
+                t.fill(pos, &mut cache);
+                let x0: Vec<f32> = (0..192)
+                    .map(|i| ((i * 7919 % 263) as f32 - 131.0) / 37.0)
+                    .collect();
+                let (mut a, mut b) = (x0.clone(), x0.clone());
+                t.apply(&cache, &mut a, 64);
+                t.apply_impl(&cache, &mut b, 64);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "{kind:?} at {pos}");
+            }
         }
     }
 
