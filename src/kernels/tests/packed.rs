@@ -16,7 +16,8 @@ const TYPES: [DType; 5] = [
     DType::Q5_1,
     DType::Q8_0,
 ];
-const TOKENS: [usize; 7] = [1, 2, 3, 5, 16, 17, 40];
+/// Token counts: every token tile size (1..=8; 6 is the tail of 70) and a second 64-token group.
+const TOKENS: [usize; 10] = [1, 2, 3, 4, 5, 7, 16, 17, 40, 70];
 const ROWS: [usize; 3] = [16, 32, 40];
 
 /// Values in `[-scale, scale] + shift` from a seed (a small LCG: cheap, reproducible).

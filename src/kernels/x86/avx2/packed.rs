@@ -31,8 +31,12 @@ const SCRATCH: usize = 4096;
 const SMALL: usize = 256;
 /// Tokens whose activations stay in L1 while a call's panels stream past (prefill).
 const TOKEN_GROUP: usize = 64;
-/// Largest token tile of the Q4_0 / Q8_0 kernel.
+/// Largest token tile of the Q4_0 / Q5_0 / Q5_1 kernel (and Q8_0 with AVX-VNNI).
 const MAX_TT: usize = 4;
+/// Largest token tile of plain AVX2's Q8_0 kernel: its per-token work (4 operations per dword)
+/// is the cheapest to repeat, so the weight dword's 2 preparation operations amortize over
+/// more tokens (6 i32 sums + 6 accumulators + 4 live vectors still fit the 16 registers).
+const MAX_TT_Q8_0_PLAIN: usize = 8;
 /// How far ahead (in blocks) decode-sized tiles prefetch the weight stream.
 const PF_BLOCKS: usize = 8;
 
@@ -412,7 +416,8 @@ macro_rules! panel_gemm {
                 }
             }
 
-            /// Dispatches a Q4_0 / Q5_0 / Q5_1 / Q8_0 token tile of `tt` (1..=MAX_TT) tokens.
+            /// Dispatches a Q4_0 / Q5_0 / Q5_1 / Q8_0 token tile of `tt` tokens (1..=MAX_TT;
+            /// up to MAX_TT_Q8_0_PLAIN for plain AVX2's Q8_0).
             ///
             /// # Safety
             /// As [`tile_q0`] with TT = `tt`.
@@ -437,7 +442,20 @@ macro_rules! panel_gemm {
                         1 => tile_q0::<T, 1, N>(l, panel, a, ar, tab, tab0, out, os, valid),
                         2 => tile_q0::<T, 2, N>(l, panel, a, ar, tab, tab0, out, os, valid),
                         3 => tile_q0::<T, 3, N>(l, panel, a, ar, tab, tab0, out, os, valid),
-                        _ => tile_q0::<T, 4, N>(l, panel, a, ar, tab, tab0, out, os, valid),
+                        4 => tile_q0::<T, 4, N>(l, panel, a, ar, tab, tab0, out, os, valid),
+                        5 if $plain && T == Q8_0 => {
+                            tile_q8_0_plain::<5, N>(l, panel, a, ar, tab, tab0, out, os, valid)
+                        }
+                        6 if $plain && T == Q8_0 => {
+                            tile_q8_0_plain::<6, N>(l, panel, a, ar, tab, tab0, out, os, valid)
+                        }
+                        7 if $plain && T == Q8_0 => {
+                            tile_q8_0_plain::<7, N>(l, panel, a, ar, tab, tab0, out, os, valid)
+                        }
+                        _ if $plain && T == Q8_0 => {
+                            tile_q8_0_plain::<8, N>(l, panel, a, ar, tab, tab0, out, os, valid)
+                        }
+                        _ => unreachable!("token tiles hold at most {MAX_TT} tokens"),
                     }
                 }
             }
@@ -494,8 +512,13 @@ macro_rules! panel_gemm {
                     for p in 0..PanelLayout::panels(n_rows) {
                         let valid = PANEL.min(n_rows - p * PANEL);
                         let panel = packed.wrapping_add(p * l.panel_bytes);
-                        for t0 in (0..gn).step_by(MAX_TT) {
-                            let tt = MAX_TT.min(gn - t0);
+                        let max_tt = if $plain && T == Q8_0 {
+                            MAX_TT_Q8_0_PLAIN
+                        } else {
+                            MAX_TT
+                        };
+                        for t0 in (0..gn).step_by(max_tt) {
+                            let tt = max_tt.min(gn - t0);
                             let tok = g0 + t0;
                             // SAFETY: panel p, tokens tok..tok + tt and their output cells
                             // are in range (checked by the caller); the table holds the group.
