@@ -108,7 +108,7 @@ fn accumulate(acc: &mut [float32x4_t; 4], s: &[int32x4_t; 4], dw: &[float32x4_t;
 /// `valid` (1..=16) writable f32 at `out`.
 #[inline]
 #[target_feature(enable = "neon")]
-unsafe fn store(acc: &[float32x4_t; 4], out: *mut f32, valid: usize) {
+pub(super) unsafe fn store(acc: &[float32x4_t; 4], out: *mut f32, valid: usize) {
     let mut tmp = [0f32; PANEL];
     for (g, &v) in acc.iter().enumerate() {
         // SAFETY: 4 f32 of the 16-entry stack array.

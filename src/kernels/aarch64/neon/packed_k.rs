@@ -146,13 +146,8 @@ unsafe fn tile<const TT: usize>(
         }
     }
     for t in 0..TT {
-        let mut tmp = [0f32; PANEL];
-        for g in 0..4 {
-            // SAFETY: 4 f32 of the 16-entry stack array.
-            unsafe { vst1q_f32(tmp.as_mut_ptr().add(4 * g), acc[t][g]) };
-        }
         // SAFETY: `valid <= 16` cells of token row t (caller contract).
-        unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr(), out.add(t * os), valid) };
+        unsafe { super::packed::store(&acc[t], out.add(t * os), valid) };
     }
 }
 
