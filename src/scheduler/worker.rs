@@ -7,7 +7,7 @@
 use crate::engine::kv_cache::{KvCache, KvCacheConfig};
 use crate::engine::{BatchLimits, EngineError, LlamaModel, LogitsWanted, Scratch, SeqInput};
 use crate::scheduler::constrain::{self, MaskWork, Pending};
-use crate::scheduler::handle::EngineConfig;
+use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::observer::{Observer, Phase, RequestStats, StepStats};
 use crate::scheduler::request::{
     Event, FinishReason, GenerationRequest, Timings, TokenLogprob, Usage,
