@@ -60,6 +60,7 @@ mod filter;
 mod params;
 mod passes;
 mod penalties;
+mod rank;
 mod sampler;
 #[cfg(test)]
 mod tests;
