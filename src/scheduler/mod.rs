@@ -24,7 +24,7 @@ mod worker;
 
 pub use engine_config::{EngineConfig, MAX_UNREAD_EVENTS};
 pub use handle::{EngineHandle, EngineInfo, Load, RequestStream};
-pub use observer::{NoopObserver, Observer, Phase, RequestStats, StepStats};
+pub use observer::{NoopObserver, Observer, RequestStats, StepKind, StepStats};
 pub use request::{
     Event, FinishReason, GenerationRequest, SubmitError, Timings, TokenLogprob, Usage,
 };

@@ -5,15 +5,15 @@
 //! an idle server costs no CPU.
 
 use crate::engine::kv_cache::{KvCache, KvCacheConfig};
-use crate::engine::{BatchLimits, EngineError, LlamaModel, LogitsWanted, Scratch, SeqInput};
+use crate::engine::{BatchLimits, EngineError, ForwardScratch, LlamaModel, LogitsWanted, SeqInput};
 use crate::scheduler::constrain::{self, MaskWork, Pending};
 use crate::scheduler::engine_config::EngineConfig;
-use crate::scheduler::observer::{Observer, Phase, RequestStats, StepStats};
+use crate::scheduler::observer::{Observer, RequestStats, StepKind, StepStats};
 use crate::scheduler::request::{
     Event, FinishReason, GenerationRequest, Timings, TokenLogprob, Usage,
 };
 use crate::scheduler::sampling::{SampleScratch, Sampled, Sampler};
-use crate::scheduler::state::{Limits, Plan, Scheduler, SeqId};
+use crate::scheduler::state::{Limits, Scheduler, SeqId, StepPlan};
 use crate::scheduler::stop::StopMatcher;
 use crate::structured::seq::Step;
 use crate::structured::SeqConstraint;
@@ -144,7 +144,7 @@ pub(crate) struct Worker {
     index: usize,
     model: LlamaModel,
     kv: KvCache,
-    scratch: Scratch,
+    scratch: ForwardScratch,
     sched: Scheduler<SeqOut>,
     tok: Arc<Tokenizer>,
     rx: mpsc::Receiver<Command>,
@@ -471,7 +471,7 @@ impl Worker {
 
     /// Copies shared blocks, runs the forward pass and handles each sequence's logits. An
     /// error (or a panic) in the forward pass is returned: `Err(true)` when it was a panic.
-    fn execute(&mut self, plan: &Plan, masks: &mut MaskWork) -> Result<(), bool> {
+    fn execute(&mut self, plan: &StepPlan, masks: &mut MaskWork) -> Result<(), bool> {
         for &(src, dst) in &plan.copies {
             self.kv.copy_block(src, dst).map_err(|_| false)?;
         }
@@ -702,7 +702,7 @@ impl Worker {
 
     /// A step failed: its requests end with an error. A panic also marks the worker unhealthy
     /// and fails everything it holds (its state can no longer be trusted).
-    fn fail(&mut self, plan: &Plan, panicked: bool) {
+    fn fail(&mut self, plan: &StepPlan, panicked: bool) {
         let mut reqs: Vec<u64> = plan.items.iter().map(|it| it.seq >> CHOICE_BITS).collect();
         if panicked {
             self.shared.healthy.store(false, Ordering::Release);
@@ -729,7 +729,7 @@ impl Worker {
     }
 
     /// Publishes the load for handles and hands the step's numbers to the observer.
-    fn publish(&self, plan: &Plan, t0: Instant, queries: u64, hits: u64, masks: MaskWork) {
+    fn publish(&self, plan: &StepPlan, t0: Instant, queries: u64, hits: u64, masks: MaskWork) {
         let (used, cached, total) = self.publish_load();
         let decode = plan
             .items
@@ -738,9 +738,9 @@ impl Worker {
             .count();
         let tokens = plan.tokens();
         let phase = match (decode, tokens - decode) {
-            (0, _) => Phase::Prefill,
-            (_, 0) => Phase::Decode,
-            _ => Phase::Mixed,
+            (0, _) => StepKind::Prefill,
+            (_, 0) => StepKind::Decode,
+            _ => StepKind::Mixed,
         };
         self.observer.on_step(&StepStats {
             worker: self.index,
