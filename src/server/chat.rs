@@ -6,10 +6,10 @@ use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
 use crate::server::generate::{Job, Meta, Session};
 use crate::server::logprobs::chat_entries;
-use crate::server::params::{Fields, Plan};
+use crate::server::output_constraint::{self as shapes, Shape};
+use crate::server::params::{Fields, SamplingPlan};
 use crate::server::sse::{json_event, ChunkWriter};
 use crate::server::state::{random_id, AppState, Runtime};
-use crate::server::structured::{self as shapes, Shape};
 use crate::server::types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ErrorResponse,
@@ -62,7 +62,7 @@ pub async fn chat_completions(
     JsonBody(mut req): JsonBody<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
     let session = Session::open(&state, req.model.as_deref()).await?;
-    let plan = Plan::new(&fields(&req), state.settings(), session.info())?;
+    let plan = SamplingPlan::new(&fields(&req), state.settings(), session.info())?;
     let shape = request_shape(&req)?;
     let messages = std::mem::take(&mut req.messages);
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);

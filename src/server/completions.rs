@@ -7,7 +7,7 @@ use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
 use crate::server::generate::{Job, Meta, Session};
 use crate::server::logprobs::CompletionLogprobBuilder;
-use crate::server::params::{Fields, Plan};
+use crate::server::params::{Fields, SamplingPlan};
 use crate::server::sse::{json_event, ChunkWriter};
 use crate::server::state::{AppState, Runtime};
 use crate::server::types::{
@@ -113,7 +113,7 @@ pub async fn completions(
             "suffix is not supported by this model",
         ));
     }
-    let plan = Plan::new(&fields(&req), state.settings(), session.info())?;
+    let plan = SamplingPlan::new(&fields(&req), state.settings(), session.info())?;
     if let Some(b) = req.best_of.filter(|&b| b != plan.n as i64) {
         return Err(ApiError::bad(
             "best_of",
@@ -140,11 +140,12 @@ pub async fn completions(
             ),
         ));
     }
-    let shape = crate::server::structured::response_format(req.sampling.response_format.as_ref())?;
+    let shape =
+        crate::server::output_constraint::response_format(req.sampling.response_format.as_ref())?;
     let (tokenized, constraint) = {
         let rt = Arc::clone(&session.rt);
         blocking(move || {
-            let c = crate::server::structured::compile_json(&rt, &shape)?;
+            let c = crate::server::output_constraint::compile_json(&rt, &shape)?;
             Ok((tokenize(&rt.tokenizer, prompts)?, c))
         })
         .await?

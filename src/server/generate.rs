@@ -8,7 +8,7 @@
 //! 2. [`Session::chat_prompt`]: a conversation (chat, Responses and Messages all end up as
 //!    chat messages) rendered with the model's template and tokenized on the blocking pool,
 //!    with the grammar its `response_format` / tools need.
-//! 3. [`Session::submit`]: a [`Job`] (checked sampling [`Plan`] + prompts) becomes one engine
+//! 3. [`Session::submit`]: a [`Job`] (checked sampling [`SamplingPlan`] + prompts) becomes one engine
 //!    request per prompt; the limits are checked there (context, KV, queue) and a refusal is a
 //!    4xx/429/503 naming the request's field. Requests already queued are aborted if a later
 //!    one is refused.
@@ -19,11 +19,11 @@
 
 use crate::scheduler::{EngineInfo, GenerationRequest, RequestStream};
 use crate::server::error::ApiError;
-use crate::server::params::Plan;
+use crate::server::output_constraint::{self as shapes, Shape};
+use crate::server::params::SamplingPlan;
 use crate::server::run::{collect, ChoiceOutput};
 use crate::server::sse::{self, ChunkWriter};
 use crate::server::state::{random_id, unix_now, AppState, InFlight, Runtime};
-use crate::server::structured::{self as shapes, Shape};
 use crate::server::types::{ChatMessage, UsageBody};
 use crate::server::{blocking, prompt};
 use crate::structured::tools::ToolFormat;
@@ -63,7 +63,7 @@ pub struct ChatPrompt {
 
 /// What to run: the checked sampling settings and one prompt per engine request.
 pub struct Job {
-    pub plan: Plan,
+    pub plan: SamplingPlan,
     pub prompts: Vec<Vec<u32>>,
     /// The request field the prompt came from (`messages`, `prompt`, `input`), for errors.
     pub prompt_param: &'static str,

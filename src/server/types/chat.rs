@@ -2,7 +2,7 @@
 
 use super::common::{ChatLogprobs, TimingsBody, UsageBody};
 use super::sampling::SamplingFields;
-use super::structured::{Tool, ToolCall, ToolCallDelta, ToolChoiceSpec};
+use super::tools::{Tool, ToolCall, ToolCallDelta, ToolChoiceSpec};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use std::fmt;

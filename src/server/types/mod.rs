@@ -12,13 +12,13 @@ pub mod common;
 pub mod completions;
 pub mod models;
 pub mod sampling;
-pub mod structured;
 pub mod tokenize;
+pub mod tools;
 
 pub use chat::*;
 pub use common::*;
 pub use completions::*;
 pub use models::*;
 pub use sampling::SamplingFields;
-pub use structured::*;
 pub use tokenize::*;
+pub use tools::*;

@@ -6,7 +6,7 @@
 //! the body reader turns that back into the error's `param`.
 
 use super::common::{StopSpec, StreamOptions};
-use super::structured::ResponseFormat;
+use super::tools::ResponseFormat;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use std::collections::HashMap;
