@@ -50,7 +50,7 @@ fn collect(mut s: RequestStream, n: usize) -> (Vec<Out>, kiln::scheduler::Usage)
                 outs[choice].ids.extend(ids);
                 outs[choice].text.push_str(&text);
             }
-            Event::Finished { choice, reason } => outs[choice].finish = Some(reason),
+            Event::Finished { choice, reason, .. } => outs[choice].finish = Some(reason),
             Event::Done { usage, .. } => return (outs, usage),
             Event::Error { message } => panic!("engine error: {message}"),
         }
