@@ -486,3 +486,5 @@ fn scratch_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<AttnScratch>();
 }
+
+mod long;
