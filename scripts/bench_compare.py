@@ -7,7 +7,11 @@ kiln and llama.cpp alternate so both see the same machine state. Prints a markdo
 (kiln, llama.cpp, ratio) and writes the raw figures as JSON.
 
     scripts/bench_compare.py --model models/X.gguf [--model ...] [--threads 2] [--repeat 5]
-                             [--isa avx2]
+                             [--isa avx2] [--depth 4096,16384]
+
+With --depth, each figure is instead prefill pp512 and decode tg128 after that many tokens
+already in the context (llama-bench's -d; kiln bench's --depth), one pair per depth, and no
+batched decode.
 
 llama.cpp comes from ../shared/tools/llama-cpp-reference.sh (built once per machine). With
 --isa avx2 (or avxvnni) kiln runs with KILN_ISA set to it and llama.cpp is its AVX2-only build
@@ -43,13 +47,13 @@ def run_json(cmd, env=None):
     return res.stdout
 
 
-def kiln_once(kiln, model, threads, batches, isa):
+def kiln_once(kiln, model, threads, batches, isa, depth=0):
     env = dict(os.environ)
     env.pop("KILN_ISA", None)
     if isa:
         env["KILN_ISA"] = isa
     out = run_json([
-        str(kiln), "bench", "--model", str(model), "-p", "512", "-n", "128",
+        str(kiln), "bench", "--model", str(model), "-p", "512", "-n", "128", "-d", str(depth),
         "--batch", ",".join(map(str, batches)), "--repeat", "1", "--threads", str(threads), "--json",
     ], env)
     d = json.loads(out)
@@ -61,11 +65,11 @@ def kiln_once(kiln, model, threads, batches, isa):
     }
 
 
-def llama_once(bin_dir, model, threads, batches):
+def llama_once(bin_dir, model, threads, batches, depth=0):
     env = dict(os.environ, LD_LIBRARY_PATH=str(bin_dir))
     out = run_json([
         str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(threads),
-        "-p", "512", "-n", "128", "-r", "1", "-o", "json",
+        "-p", "512", "-n", "128", "-d", str(depth), "-r", "1", "-o", "json",
     ], env)
     pp = tg = None
     for e in json.loads(out):
@@ -73,6 +77,8 @@ def llama_once(bin_dir, model, threads, batches):
             pp = e["avg_ts"]
         elif e["n_gen"] > 0 and e["n_prompt"] == 0:
             tg = e["avg_ts"]
+    if not batches:
+        return {"pp": pp, "tg": tg, "batched": {}}
     ctx = max(4096, max(batches) * 256 + 256)
     out = run_json([
         str(bin_dir / "llama-batched-bench"), "-m", str(model), "-t", str(threads),
@@ -102,28 +108,39 @@ def main():
     ap.add_argument("--batch", default="4,8,16,32")
     ap.add_argument("--isa", default=None, choices=["scalar", "avx2", "avxvnni", "avx512"],
                     help="KILN_ISA for kiln; avx2/avxvnni also select llama.cpp's AVX2 build")
+    ap.add_argument("--depth", default=None,
+                    help="comma-separated context depths: pp512/tg128 after that many tokens")
     ap.add_argument("--kiln", default=str(ROOT / "target/release/kiln"))
     ap.add_argument("--shared", default=os.environ.get("KILN_SHARED", str(ROOT.parent / "shared")))
     ap.add_argument("--out", default=str(ROOT / "target/bench-compare.json"))
     args = ap.parse_args()
     batches = [int(b) for b in args.batch.split(",")]
+    depths = [int(d) for d in args.depth.split(",")] if args.depth else [None]
     bin_dir = reference_bin(Path(args.shared), args.isa)
     results = {}
     for model in args.model:
-        k_runs, l_runs = [], []
-        for i in range(args.repeat):
-            print(f"bench_compare: {Path(model).name} run {i + 1}/{args.repeat}", file=sys.stderr)
-            k_runs.append(kiln_once(args.kiln, model, args.threads, batches, args.isa))
-            l_runs.append(llama_once(bin_dir, model, args.threads, batches))
-        rows = [("prefill pp512", "pp", None), ("decode tg128", "tg", None)]
-        rows += [(f"aggregate decode B={b}", None, b) for b in batches]
-        table = []
-        for label, key, b in rows:
-            kv, lv = median_of(k_runs, key, b), median_of(l_runs, key, b)
-            ratio = kv / lv if kv and lv else None
-            table.append({"metric": label, "kiln": kv, "llama_cpp": lv, "ratio": ratio})
-        results[Path(model).name] = {"isa": k_runs[0]["isa"], "table": table,
-                                     "kiln_runs": k_runs, "llama_runs": l_runs}
+        table, k_all, l_all = [], {}, {}
+        for depth in depths:
+            k_runs, l_runs = [], []
+            # With a depth, kiln's batched test is reduced to one cheap B=1 run and not reported.
+            kb, lb = (batches, batches) if depth is None else ([1], [])
+            for i in range(args.repeat):
+                at = f" depth {depth}" if depth is not None else ""
+                print(f"bench_compare: {Path(model).name}{at} run {i + 1}/{args.repeat}",
+                      file=sys.stderr)
+                k_runs.append(kiln_once(args.kiln, model, args.threads, kb, args.isa, depth or 0))
+                l_runs.append(llama_once(bin_dir, model, args.threads, lb, depth or 0))
+            at = f" @ d{depth}" if depth is not None else ""
+            rows = [(f"prefill pp512{at}", "pp", None), (f"decode tg128{at}", "tg", None)]
+            if depth is None:
+                rows += [(f"aggregate decode B={b}", None, b) for b in batches]
+            for label, key, b in rows:
+                kv, lv = median_of(k_runs, key, b), median_of(l_runs, key, b)
+                ratio = kv / lv if kv and lv else None
+                table.append({"metric": label, "kiln": kv, "llama_cpp": lv, "ratio": ratio})
+            k_all[str(depth or 0)], l_all[str(depth or 0)] = k_runs, l_runs
+        results[Path(model).name] = {"isa": k_all[str(depths[0] or 0)][0]["isa"], "table": table,
+                                     "kiln_runs": k_all, "llama_runs": l_all}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     ref = "AVX2 build" if args.isa in ("avx2", "avxvnni") else "default build"

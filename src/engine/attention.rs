@@ -1,5 +1,9 @@
-//! Decode attention over the paged KV cache: one query token, all heads, in llama.cpp's CPU
-//! flash-attention order (see `attention/ggml_order.rs`).
+//! Attention over the paged KV cache: for one query token ([`attend`]) or every token of a
+//! ragged batch on the worker team ([`attend_batch`], bit-identical to [`attend`] per token).
+//! Below position [`LONG_FROM`] a query runs llama.cpp's CPU flash-attention order (one row,
+//! f16 accumulator: `attention/ggml_order.rs`), which the golden test holds bit for bit; from
+//! [`LONG_FROM`] on, the long-context order (all f32, tiled, split into spans of [`SPAN`]:
+//! `attention/long.rs`), which prefill tiles over many tokens and decode splits over KV.
 //!
 //! The query heads sharing one KV head (a GQA group) are attended together. The kernel follows
 //! the kernel instruction set (`KILN_ISA`, [`crate::kernels::isa()`]) through
@@ -35,10 +39,10 @@ use half::f16;
 pub enum AttnIsa {
     /// `ggml_order::attend_group`, any shape.
     Scalar,
-    /// `ggml_order::attend_group_avx2`: head_dim a multiple of 64 up to 256, block size a
+    /// `ggml_order::attend_group_avx2`: head_dim 64, 96, 128, 192 or 256, block size a
     /// multiple of 8.
     Avx2,
-    /// `ggml_order::attend_group_avx512`: head_dim a multiple of 64 up to 256, block size a
+    /// `ggml_order::attend_group_avx512`: head_dim 64, 96, 128, 192 or 256, block size a
     /// multiple of 16.
     Avx512,
 }
@@ -144,7 +148,7 @@ pub struct AttnScratch {
 impl AttnScratch {
     /// Scratch for attention over a cache of shape `cfg` (any number of query heads).
     pub fn new(cfg: &KvCacheConfig) -> AttnScratch {
-        let isa = AttnIsa::for_kernel_isa(crate::kernels::isa(), cfg.head_dim, cfg.block_size);
+        let kernel_isa = crate::kernels::isa();
         let mut s = AttnScratch {
             isa: AttnIsa::Scalar,
             long: LongKernel::Scalar,
@@ -153,8 +157,10 @@ impl AttnScratch {
             block_size: cfg.block_size,
             buf: vec![0.0; ggml_order::SCRATCH_HEADS * cfg.head_dim],
         };
-        // `force_isa` also checks the CPU, which `kernels::isa()` has already done.
-        s.force_isa(isa);
+        // The long kernel of the selected width when it covers the shape; `force_isa` also
+        // checks the CPU, which `kernels::isa()` has already done.
+        s.force_isa(AttnIsa::of_kernel_isa(kernel_isa));
+        s.isa = AttnIsa::for_kernel_isa(kernel_isa, cfg.head_dim, cfg.block_size);
         s
     }
 

@@ -17,7 +17,8 @@
 //!   running maximum moves once per tile (`c = e^(m_old - m)` rescales the accumulator and the
 //!   16 per-lane sums `lv`, which then add `p = e^(s - m)`: `lv * c + p`); the f32 accumulator
 //!   adds `p * v` position by position with fused multiply-adds. At the span's end `l` is the
-//!   halving sum of the 16 lanes of `lv`. `e^x` is the C library's `expf`.
+//!   halving sum of the 16 lanes of `lv`. `e^(s - m)` is [`exp_fast`] (no gather, ~1 ulp);
+//!   the rarer `e^x` of a rescale or a fold is the C library's `expf`.
 //!
 //! Everything is per query row, so a row's result does not depend on which rows share a tile
 //! (prefill tiles many tokens and the query heads of a KV head together), on whether its spans
@@ -75,6 +76,8 @@ pub(super) struct LongScratch {
     acc: Vec<f32>,
     /// Each row's lanes `a..b` attended in this tile.
     lanes: Vec<(usize, usize)>,
+    /// The tile's K as f32, `[d][TILE]`, when many rows share it.
+    kf: Vec<f32>,
     /// The fold of the spans so far.
     run_m: Vec<f32>,
     run_l: Vec<f32>,
@@ -97,6 +100,7 @@ impl LongScratch {
             s: rows(TILE),
             acc: rows(d),
             lanes: vec![(0, 0); MAX_ROWS],
+            kf: vec![0.0; d * TILE],
             run_m: rows(1),
             run_l: rows(1),
             run_a: rows(d),
@@ -157,6 +161,52 @@ pub(super) fn fold(run_m: &mut f32, run_l: &mut f32, run_a: &mut [f32], m: f32, 
     }
     *run_l = *run_l * so + l * sn;
     *run_m = mn;
+}
+
+/// Constants of [`exp_fast`].
+pub(super) mod fast_exp {
+    /// Below this the result is 0 (e^-87.3 ~ 1.2e-38).
+    pub const FLOOR: f32 = -87.3;
+    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
+    /// ln 2 split so that `n * LN2_HI` is exact for |n| < 2^15.
+    pub const LN2_HI: f32 = 0.693_359_4;
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
+    /// 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
+    pub const ROUND: f32 = 12_582_912.0;
+    /// The polynomial in `r`, highest degree first, then 0.5.
+    pub const P: [f32; 5] = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+    ];
+}
+
+/// `e^x` for `x <= 0` in f32, about 1 ulp (Cephes `expf`: `x = n ln2 + r`, a degree-6
+/// polynomial in `r`, times `2^n` built from its bits), in separate multiplies and adds so every
+/// width rounds it alike ([`super::simd::Simd::exp_fast`]). 0 below -87.3, for `-inf` and NaN;
+/// positive `x` is taken as 0.
+pub(super) fn exp_fast(x: f32) -> f32 {
+    use fast_exp::*;
+    let keep = x >= FLOOR;
+    let xc = if x > FLOOR { x } else { FLOOR };
+    let xc = if xc < 0.0 { xc } else { 0.0 };
+    let z = xc * LOG2E + ROUND;
+    let n = z - ROUND;
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
+    let mut p = P[0];
+    for &k in &P[1..] {
+        p = p * r + k;
+    }
+    p = p * r + 0.5;
+    let y = (p * (r * r) + r) + 1.0;
+    let pow2n = f32::from_bits(z.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23);
+    if keep {
+        y * pow2n
+    } else {
+        0.0
+    }
 }
 
 /// Halving sum of 16 lanes: `v[i] += v[i + w]` for w = 8, 4, 2, 1.
@@ -296,7 +346,7 @@ fn tiles_scalar(view: &HeadView, sc: &mut LongScratch, begin: usize, end: usize,
             }
             let m = sc.m[r];
             for (x, lv) in s.iter_mut().zip(&mut sc.lv[r * TILE..][..TILE]) {
-                *x = (*x - m).exp();
+                *x = exp_fast(*x - m);
                 *lv = *lv * c + *x;
             }
             for (lane, &p) in s.iter().enumerate().take(b).skip(a) {
@@ -365,25 +415,37 @@ unsafe fn tiles_simd<S: Simd>(
             sc.lanes[r] = (a, b);
             full &= a == 0 && b == TILE;
         }
-        // Scores: `kt` is `[d][bs]`, so positions off.. of dimension i are contiguous.
+        // Scores: `kt` is `[d][bs]`, so positions off.. of dimension i are contiguous. With
+        // more rows than one pass holds, the tile is widened to f32 once for all passes (an
+        // exact conversion: the same scores).
+        let shared = n > S::SCORE_ROWS;
+        if shared {
+            for i in 0..d {
+                for h in (0..TILE).step_by(S::LANES) {
+                    // SAFETY: i * bs + off + h + LANES <= (d - 1) * bs + bs = kt.len() since
+                    // off + TILE <= bs; `kf` holds d * TILE values.
+                    unsafe {
+                        let x = S::load_f16(kt.as_ptr().add(i * bs + off + h));
+                        S::store(sc.kf.as_mut_ptr().add(i * TILE + h), x);
+                    }
+                }
+            }
+        }
         for h in (0..TILE).step_by(S::LANES) {
-            // SAFETY: i * bs + off + h + LANES <= (d - 1) * bs + bs = kt.len() since off + TILE
-            // <= bs; rows r0.. of q and s are in bounds (r0 + R <= n <= MAX_ROWS).
-            let k = unsafe { kt.as_ptr().add(off + h) };
             let mut r0 = 0;
             while r0 < n {
                 let rows = (n - r0).min(S::SCORE_ROWS);
                 let q = sc.q[r0 * d..].as_ptr();
                 let s = sc.s[r0 * TILE + h..].as_mut_ptr();
-                // SAFETY: see above.
+                // SAFETY: as above for `kt` and `kf`; rows r0.. of q and s are in bounds
+                // (r0 + rows <= n <= MAX_ROWS).
                 unsafe {
-                    match rows {
-                        1 => score_rows::<S, 1>(k, bs, d, q, scale, s),
-                        2 => score_rows::<S, 2>(k, bs, d, q, scale, s),
-                        3 => score_rows::<S, 3>(k, bs, d, q, scale, s),
-                        4 => score_rows::<S, 4>(k, bs, d, q, scale, s),
-                        5 => score_rows::<S, 5>(k, bs, d, q, scale, s),
-                        _ => score_rows::<S, 6>(k, bs, d, q, scale, s),
+                    if shared {
+                        let k = sc.kf.as_ptr().add(h);
+                        score_dispatch::<S, true>(rows, k.cast(), TILE, d, q, scale, s);
+                    } else {
+                        let k = kt.as_ptr().add(off + h);
+                        score_dispatch::<S, false>(rows, k.cast(), bs, d, q, scale, s);
                     }
                 }
                 r0 += rows;
@@ -416,7 +478,7 @@ unsafe fn tiles_simd<S: Simd>(
                 }
                 let (m, c) = (S::set1(sc.m[r]), S::set1(sc.c[r]));
                 for h in (0..TILE).step_by(S::LANES) {
-                    let p = S::exp_nonpos(S::sub(S::load(s.add(h)), m));
+                    let p = S::exp_fast(S::sub(S::load(s.add(h)), m));
                     S::store(s.add(h), p);
                     S::store(lv.add(h), S::add(S::mul(S::load(lv.add(h)), c), p));
                 }
@@ -451,15 +513,43 @@ unsafe fn tiles_simd<S: Simd>(
     }
 }
 
-/// Scores of `R` rows for `S::LANES` positions: `s[r] = dot4(q[r], k) * scale`.
+/// [`score_rows`] for `rows` rows (at most 6).
 ///
 /// # Safety
-/// `S`'s features; `k + i * bs` readable for `S::LANES` f16 for every `i < d`; `q` holds `R`
-/// rows of `d`; `s + r * TILE` writable for `S::LANES` f32.
+/// As [`score_rows`].
+#[inline(always)]
+unsafe fn score_dispatch<S: Simd, const F32K: bool>(
+    rows: usize,
+    k: *const u8,
+    stride: usize,
+    d: usize,
+    q: *const f32,
+    scale: f32,
+    s: *mut f32,
+) {
+    // SAFETY: this function's contract.
+    unsafe {
+        match rows {
+            1 => score_rows::<S, 1, F32K>(k, stride, d, q, scale, s),
+            2 => score_rows::<S, 2, F32K>(k, stride, d, q, scale, s),
+            3 => score_rows::<S, 3, F32K>(k, stride, d, q, scale, s),
+            4 => score_rows::<S, 4, F32K>(k, stride, d, q, scale, s),
+            5 => score_rows::<S, 5, F32K>(k, stride, d, q, scale, s),
+            _ => score_rows::<S, 6, F32K>(k, stride, d, q, scale, s),
+        }
+    }
+}
+
+/// Scores of `R` rows for `S::LANES` positions: `s[r] = dot4(q[r], k) * scale`, the K values
+/// of dimension `i` at `k + i * stride` elements (f32 when `F32K`, else f16).
+///
+/// # Safety
+/// `S`'s features; `k + i * stride` readable for `S::LANES` elements for every `i < d`; `q`
+/// holds `R` rows of `d`; `s + r * TILE` writable for `S::LANES` f32.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)]
-unsafe fn score_rows<S: Simd, const R: usize>(
-    k: *const f16,
+unsafe fn score_rows<S: Simd, const R: usize, const F32K: bool>(
+    k: *const u8,
     bs: usize,
     d: usize,
     q: *const f32,
@@ -472,7 +562,11 @@ unsafe fn score_rows<S: Simd, const R: usize>(
         let mut i = 0;
         while i < d {
             for j in 0..4 {
-                let kk = S::load_f16(k.add((i + j) * bs));
+                let kk = if F32K {
+                    S::load(k.cast::<f32>().add((i + j) * bs))
+                } else {
+                    S::load_f16(k.cast::<f16>().add((i + j) * bs))
+                };
                 for r in 0..R {
                     parts[r][j] = S::fma(S::set1(*q.add(r * d + i + j)), kk, parts[r][j]);
                 }

@@ -37,8 +37,8 @@ pub(super) trait Simd: Copy {
     unsafe fn mask_outside(x: Self::V, a: usize, b: usize) -> Self::V;
     /// The largest lane (`-inf` when all are).
     unsafe fn hmax(x: Self::V) -> f32;
-    /// `expf` of lanes that are `<= 0` or NaN, bit-identical to the C library's.
-    unsafe fn exp_nonpos(x: Self::V) -> Self::V;
+    /// [`super::long::exp_fast`] lane by lane, bit-identical to it.
+    unsafe fn exp_fast(x: Self::V) -> Self::V;
 }
 
 /// AVX-512F with FMA and F16C: 16 lanes.
@@ -114,9 +114,40 @@ impl Simd for Avx512 {
         unsafe { _mm512_reduce_max_ps(x) }
     }
     #[inline(always)]
-    unsafe fn exp_nonpos(x: __m512) -> __m512 {
+    unsafe fn exp_fast(x: __m512) -> __m512 {
+        use super::long::fast_exp::*;
         // SAFETY: AVX-512F (this impl's contract).
-        unsafe { super::expf::expf16_nonpositive(x) }
+        unsafe {
+            let c = _mm512_set1_ps;
+            let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, c(FLOOR));
+            let xc =
+                _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, c(FLOOR)), c(FLOOR), x);
+            let xc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(xc, c(0.0)), c(0.0), xc);
+            let z = _mm512_add_ps(_mm512_mul_ps(xc, c(LOG2E)), c(ROUND));
+            let n = _mm512_sub_ps(z, c(ROUND));
+            let r = _mm512_sub_ps(
+                _mm512_sub_ps(xc, _mm512_mul_ps(n, c(LN2_HI))),
+                _mm512_mul_ps(n, c(LN2_LO)),
+            );
+            let mut p = c(P[0]);
+            for &k in &P[1..] {
+                p = _mm512_add_ps(_mm512_mul_ps(p, r), c(k));
+            }
+            p = _mm512_add_ps(_mm512_mul_ps(p, r), c(0.5));
+            let y = _mm512_add_ps(
+                _mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
+                c(1.0),
+            );
+            let e = _mm512_sub_epi32(
+                _mm512_castps_si512(z),
+                _mm512_set1_epi32(ROUND.to_bits() as i32),
+            );
+            let pow2n = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
+                e,
+                _mm512_set1_epi32(127),
+            )));
+            _mm512_maskz_mov_ps(keep, _mm512_mul_ps(y, pow2n))
+        }
     }
 }
 
@@ -207,8 +238,38 @@ impl Simd for Avx2 {
         }
     }
     #[inline(always)]
-    unsafe fn exp_nonpos(x: __m256) -> __m256 {
-        // SAFETY: AVX2 and FMA (this impl's contract).
-        unsafe { super::expf::expf8_nonpositive(x) }
+    unsafe fn exp_fast(x: __m256) -> __m256 {
+        use super::long::fast_exp::*;
+        // SAFETY: AVX2 (this impl's contract).
+        unsafe {
+            let c = _mm256_set1_ps;
+            let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(x, c(FLOOR));
+            let xc = _mm256_blendv_ps(c(FLOOR), x, _mm256_cmp_ps::<_CMP_GT_OQ>(x, c(FLOOR)));
+            let xc = _mm256_blendv_ps(c(0.0), xc, _mm256_cmp_ps::<_CMP_LT_OQ>(xc, c(0.0)));
+            let z = _mm256_add_ps(_mm256_mul_ps(xc, c(LOG2E)), c(ROUND));
+            let n = _mm256_sub_ps(z, c(ROUND));
+            let r = _mm256_sub_ps(
+                _mm256_sub_ps(xc, _mm256_mul_ps(n, c(LN2_HI))),
+                _mm256_mul_ps(n, c(LN2_LO)),
+            );
+            let mut p = c(P[0]);
+            for &k in &P[1..] {
+                p = _mm256_add_ps(_mm256_mul_ps(p, r), c(k));
+            }
+            p = _mm256_add_ps(_mm256_mul_ps(p, r), c(0.5));
+            let y = _mm256_add_ps(
+                _mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r),
+                c(1.0),
+            );
+            let e = _mm256_sub_epi32(
+                _mm256_castps_si256(z),
+                _mm256_set1_epi32(ROUND.to_bits() as i32),
+            );
+            let pow2n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+                e,
+                _mm256_set1_epi32(127),
+            )));
+            _mm256_and_ps(keep, _mm256_mul_ps(y, pow2n))
+        }
     }
 }

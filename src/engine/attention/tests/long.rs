@@ -199,3 +199,43 @@ fn batched_attention_equals_attend_token_by_token() {
         }
     }
 }
+
+#[test]
+fn exp_fast_is_accurate_and_every_width_gives_its_bits() {
+    use crate::engine::attention::long::exp_fast;
+    let mut xs: Vec<f32> = (0..200_000).map(|i| -(i as f32) * 0.000_45).collect();
+    xs.extend([0.0, -0.0, -87.3, -87.299_99, -87.300_01, -1e-30, f32::MIN]);
+    for &x in &xs {
+        let want = f64::from(x).exp();
+        let got = f64::from(exp_fast(x));
+        assert!(
+            (got - want).abs() <= 3e-7 * want || (x < -87.3 && got == 0.0),
+            "exp_fast({x}) = {got}, e^x = {want}"
+        );
+    }
+    assert_eq!(exp_fast(f32::NEG_INFINITY), 0.0);
+    assert_eq!(exp_fast(f32::NAN), 0.0);
+    xs.extend([f32::NEG_INFINITY, f32::NAN, 3.0]);
+    while !xs.len().is_multiple_of(16) {
+        xs.push(-1.0);
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::engine::attention::simd::{Avx2, Avx512, Simd};
+        fn lanes<S: Simd>(xs: &[f32]) -> Vec<u32> {
+            let mut out = vec![0f32; xs.len()];
+            for (c, o) in xs.chunks(S::LANES).zip(out.chunks_mut(S::LANES)) {
+                // SAFETY: the caller checked the CPU; each chunk holds LANES values.
+                unsafe { S::store(o.as_mut_ptr(), S::exp_fast(S::load(c.as_ptr()))) };
+            }
+            bits(&out)
+        }
+        let want: Vec<u32> = xs.iter().map(|&x| exp_fast(x).to_bits()).collect();
+        if AttnIsa::Avx512.supported() {
+            assert_eq!(lanes::<Avx512>(&xs), want, "AVX-512");
+        }
+        if AttnIsa::Avx2.supported() {
+            assert_eq!(lanes::<Avx2>(&xs), want, "AVX2");
+        }
+    }
+}
