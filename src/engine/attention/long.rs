@@ -267,15 +267,16 @@ pub(super) fn span_partial(
 /// [`LongScratch::output`].
 pub(super) fn attend_rows(kernel: LongKernel, view: &HeadView, sc: &mut LongScratch, scale: f32) {
     let (n, d) = (sc.n, sc.d);
-    let mut spans = usize::MAX..0;
+    let (mut first, mut end) = (usize::MAX, 0);
     for r in 0..n {
         sc.run_m[r] = f32::NEG_INFINITY;
         sc.run_l[r] = 0.0;
         sc.run_a[r * d..][..d].fill(0.0);
         let s = spans_of(sc.lo[r], sc.hi[r]);
-        spans = spans.start.min(s.start)..spans.end.max(s.end);
+        first = first.min(s.start);
+        end = end.max(s.end);
     }
-    for j in spans {
+    for j in first..end {
         span_partial(kernel, view, sc, j, scale);
         for r in 0..n {
             if sc.in_span(r, j) {
