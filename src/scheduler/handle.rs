@@ -21,7 +21,7 @@ pub struct EngineConfig {
     /// Engine workers: replicas sharing the model's weights, each with its own KV cache, worker
     /// team and batch. Requests go to the least loaded.
     pub workers: usize,
-    /// Threads per worker team (0 = physical cores divided among the workers).
+    /// Threads per worker team (0 = [`crate::engine::cpus::default_threads`]).
     pub threads: usize,
     /// KV positions per worker.
     pub kv_positions: usize,
@@ -108,7 +108,7 @@ impl EngineHandle {
             limits.n_ctx.min(model_ctx)
         };
         let threads = if cfg.threads == 0 {
-            (crate::engine::pool::physical_cores() / workers).max(1)
+            crate::engine::cpus::default_threads(workers)
         } else {
             cfg.threads
         };
