@@ -5,13 +5,13 @@
 //! no sequence is left it blocks on its command channel, so an idle server costs no CPU.
 
 use crate::engine::kv_cache::{KvCache, KvCacheConfig};
-use crate::engine::{BatchLimits, EngineError, LlamaModel, LogitsWanted, Scratch, SeqInput};
+use crate::engine::{BatchLimits, EngineError, ForwardScratch, LlamaModel, LogitsWanted, SeqInput};
 use crate::scheduler::constrain::{self, MaskWork, Pending};
-use crate::scheduler::handle::EngineConfig;
-use crate::scheduler::observer::{Observer, Phase, StepStats};
+use crate::scheduler::engine_config::EngineConfig;
+use crate::scheduler::observer::{Observer, StepKind, StepStats};
 use crate::scheduler::request::{Event, FinishReason, GenerationRequest};
 use crate::scheduler::sampling::SampleScratch;
-use crate::scheduler::state::{Limits, Plan, Scheduler, SeqId};
+use crate::scheduler::state::{Limits, Scheduler, SeqId, StepPlan};
 use crate::structured::SeqConstraint;
 use crate::tokenizer::Tokenizer;
 use output::{req_of, seq_id, Outputs, Req, SeqOut};
@@ -53,7 +53,7 @@ pub(crate) struct Worker {
     index: usize,
     model: LlamaModel,
     kv: KvCache,
-    scratch: Scratch,
+    scratch: ForwardScratch,
     sched: Scheduler<SeqOut>,
     rx: mpsc::Receiver<Command>,
     observer: Arc<dyn Observer>,
@@ -243,7 +243,7 @@ impl Worker {
 
     /// Copies shared blocks, runs the forward pass and handles each sequence's logits. An
     /// error (or a panic) in the forward pass is returned: `Err(true)` when it was a panic.
-    fn execute(&mut self, plan: &Plan, masks: &mut MaskWork) -> Result<(), bool> {
+    fn execute(&mut self, plan: &StepPlan, masks: &mut MaskWork) -> Result<(), bool> {
         for &(src, dst) in &plan.copies {
             self.kv.copy_block(src, dst).map_err(|_| false)?;
         }
@@ -378,7 +378,7 @@ impl Worker {
 
     /// A step failed: its requests end with an error. A panic also marks the worker unhealthy
     /// and fails everything it holds (its state can no longer be trusted).
-    fn fail(&mut self, plan: &Plan, panicked: bool) {
+    fn fail(&mut self, plan: &StepPlan, panicked: bool) {
         let mut reqs: Vec<u64> = plan.items.iter().map(|it| req_of(it.seq)).collect();
         if panicked {
             self.shared.set_unhealthy();
@@ -393,7 +393,7 @@ impl Worker {
     }
 
     /// Publishes the load for handles and hands the step's numbers to the observer.
-    fn publish(&self, plan: &Plan, t0: Instant, queries: u64, hits: u64, masks: MaskWork) {
+    fn publish(&self, plan: &StepPlan, t0: Instant, queries: u64, hits: u64, masks: MaskWork) {
         let (used, cached, total) = self.shared.publish_load(&self.sched);
         let decode = plan
             .items
@@ -402,9 +402,9 @@ impl Worker {
             .count();
         let tokens = plan.tokens();
         let phase = match (decode, tokens - decode) {
-            (0, _) => Phase::Prefill,
-            (_, 0) => Phase::Decode,
-            _ => Phase::Mixed,
+            (0, _) => StepKind::Prefill,
+            (_, 0) => StepKind::Decode,
+            _ => StepKind::Mixed,
         };
         self.observer.on_step(&StepStats {
             worker: self.index,
