@@ -319,7 +319,7 @@ mod tests {
     fn wide_copies_give_the_baseline_bits() {
         // The dispatched passes (AVX-512 or AVX2 here, per `kernels::isa()`) against the
         // baseline build of the same code, on a row with a ragged last block, NaN and -inf.
-        let mut rng = crate::engine::sampling::Rng::new(5);
+        let mut rng = crate::engine::token_choice::Rng::new(5);
         let mut row: Vec<f32> = (0..4_999)
             .map(|_| rng.next_f64() as f32 * 30.0 - 20.0)
             .collect();
