@@ -4,6 +4,7 @@
 //! Entry points: [`kernels`] / [`kernels_for`] (the dispatch table) and [`isa`].
 
 pub mod blocks;
+pub mod ceiling;
 pub mod dtype;
 pub mod isa;
 mod legacy_kind;
