@@ -78,7 +78,8 @@ promtool-test: tools-promtool
 
 ## monitoring-check: the Grafana dashboard (valid JSON, units, variables, every query parsed by
 ## promtool and reading only recording rules and metric families that exist) and the docs
-## (README's metric table complete, runbook sections = alerts, no dead name or link).
+## (the metric and alert tables of docs/monitoring.md complete, runbook sections = alerts, no
+## dead name or link in README.md or docs/, README.md under 300 lines).
 monitoring-check: tools-promtool
 	deploy/grafana/check_dashboard.py --quiet --promtool promtool
 	deploy/check_docs.py
@@ -163,7 +164,7 @@ loadtest: pytools model release tools-chromium
 	KILN_BIN=$(abspath $(KILN)) $(PY) scripts/loadtest.py --scenario $(SCENARIO) --model $(MODEL)
 
 ## serve-compare: kiln and llama.cpp's llama-server (built once by ../shared/tools), each
-## under loadtest/chat.js at 16 then 32 users, 2 threads each; prints the table for the README.
+## under loadtest/chat.js at 16 then 32 users, 2 threads each; prints the table for docs/performance.md.
 serve-compare: pytools model release
 	KILN_BIN=$(abspath $(KILN)) $(PY) scripts/serve_compare.py --model $(MODEL) \
 	  --users 16,32 --duration $(DURATION)

@@ -4,7 +4,7 @@
 use crate::cli::generate::load_config;
 use anyhow::Context;
 use kiln::engine::runner::Runner;
-use kiln::engine::sampling::Rng;
+use kiln::engine::token_choice::Rng;
 use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
 use std::path::{Path, PathBuf};
 use std::time::Instant;

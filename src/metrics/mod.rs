@@ -265,7 +265,7 @@ impl Observer for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::{FinishReason, Phase};
+    use crate::scheduler::{FinishReason, StepKind};
     use std::time::Duration;
 
     #[test]
@@ -290,7 +290,7 @@ mod tests {
         });
         m.on_step(&StepStats {
             worker: 0,
-            phase: Phase::Mixed,
+            phase: StepKind::Mixed,
             seqs: 2,
             tokens: 20,
             prefill_tokens: 18,

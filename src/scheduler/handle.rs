@@ -3,43 +3,18 @@
 //! request gets back. Dropping a stream aborts its request at the next step.
 
 use crate::engine::{EngineError, LlamaModel};
+use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::observer::Observer;
 use crate::scheduler::request::{
     Event, GenerationRequest, SubmitError, MAX_N, MAX_STOPS, MAX_STOP_BYTES,
 };
-use crate::scheduler::state::{check_fits, AdmitError, Limits};
+use crate::scheduler::state::{check_fits, AdmitError};
 use crate::scheduler::worker::{Command, Submission, Worker, WorkerShared};
 use crate::tokenizer::Tokenizer;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// How the engine is laid out.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EngineConfig {
-    /// Engine workers: replicas sharing the model's weights, each with its own KV cache, worker
-    /// team and batch. Requests go to the least loaded.
-    pub workers: usize,
-    /// Threads per worker team (0 = physical cores divided among the workers).
-    pub threads: usize,
-    /// KV positions per worker.
-    pub kv_positions: usize,
-    /// Positions per KV block.
-    pub block_size: usize,
-    /// Scheduler limits (`n_ctx` is taken from the model when 0, and capped by it).
-    pub limits: Limits,
-    /// Testing only: the engine panics in this step (counted per worker), to exercise the
-    /// fault path with a real process.
-    pub panic_at_step: Option<u64>,
-    /// Events a request's stream may leave unread before the request is aborted
-    /// ([`MAX_UNREAD_EVENTS`] in servers; tests lower it to reach the limit quickly).
-    pub max_unread_events: usize,
-}
-
-/// Unread events a client may leave behind before its request is aborted (a reader that
-/// stopped reading must not grow the server's memory without bound).
-pub const MAX_UNREAD_EVENTS: usize = 4096;
 
 /// What callers may want to know about the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// The kind of work a step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Phase {
+pub enum StepKind {
     /// Prompt tokens only.
     Prefill,
     /// One token per sequence only.
@@ -15,12 +15,12 @@ pub enum Phase {
     Mixed,
 }
 
-impl Phase {
+impl StepKind {
     pub fn as_str(self) -> &'static str {
         match self {
-            Phase::Prefill => "prefill",
-            Phase::Decode => "decode",
-            Phase::Mixed => "mixed",
+            StepKind::Prefill => "prefill",
+            StepKind::Decode => "decode",
+            StepKind::Mixed => "mixed",
         }
     }
 }
@@ -30,7 +30,7 @@ impl Phase {
 pub struct StepStats {
     /// Which engine worker ran it.
     pub worker: usize,
-    pub phase: Phase,
+    pub phase: StepKind,
     /// Sequences and new tokens in the batch.
     pub seqs: usize,
     pub tokens: usize,

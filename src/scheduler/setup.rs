@@ -5,7 +5,8 @@ use crate::config::{Config, KvBudget};
 use crate::engine::kv_cache::DEFAULT_BLOCK_SIZE;
 use crate::engine::{EngineError, LlamaModel};
 use crate::gguf::{GgufError, GgufFile};
-use crate::scheduler::handle::{EngineConfig, EngineHandle};
+use crate::scheduler::engine_config::{EngineConfig, MAX_UNREAD_EVENTS};
+use crate::scheduler::handle::EngineHandle;
 use crate::scheduler::observer::Observer;
 use crate::scheduler::state::Limits;
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -163,7 +164,7 @@ pub fn start_with(
             block_size: bs,
             limits,
             panic_at_step,
-            max_unread_events: crate::scheduler::handle::MAX_UNREAD_EVENTS,
+            max_unread_events: MAX_UNREAD_EVENTS,
         },
         observer,
     )

@@ -5,11 +5,11 @@ use crate::scheduler::{FinishReason, TokenLogprob};
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
 use crate::server::logprobs::chat_entries;
-use crate::server::params::{Fields, Plan};
+use crate::server::output_constraint::{self as shapes, Shape};
+use crate::server::params::{Fields, SamplingPlan};
 use crate::server::run::collect;
 use crate::server::sse::{self, json_event, ChunkWriter, StreamSettings};
 use crate::server::state::{random_id, unix_now, AppState, Runtime};
-use crate::server::structured::{self as shapes, Shape};
 use crate::server::types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ErrorResponse,
@@ -102,7 +102,7 @@ pub async fn chat_completions(
     state.check_model(req.model.as_deref())?;
     let settings = state.settings();
     let info = rt.engine.info();
-    let plan = Plan::new(&fields(&req), settings, info)?;
+    let plan = SamplingPlan::new(&fields(&req), settings, info)?;
     let shape = request_shape(&req)?;
     let messages = std::mem::take(&mut req.messages);
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);

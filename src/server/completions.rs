@@ -7,7 +7,7 @@ use crate::server::body::JsonBody;
 use crate::server::chat::Meta;
 use crate::server::error::ApiError;
 use crate::server::logprobs::CompletionLogprobBuilder;
-use crate::server::params::{Fields, Plan};
+use crate::server::params::{Fields, SamplingPlan};
 use crate::server::run::collect;
 use crate::server::sse::{self, json_event, ChunkWriter, StreamSettings};
 use crate::server::state::{AppState, Runtime};
@@ -132,7 +132,7 @@ pub async fn completions(
     }
     let settings = state.settings();
     let info = rt.engine.info();
-    let plan = Plan::new(&fields(&req), settings, info)?;
+    let plan = SamplingPlan::new(&fields(&req), settings, info)?;
     if let Some(b) = req.best_of.filter(|&b| b != plan.n as i64) {
         return Err(ApiError::bad(
             "best_of",
@@ -159,11 +159,11 @@ pub async fn completions(
             ),
         ));
     }
-    let shape = crate::server::structured::response_format(req.response_format.as_ref())?;
+    let shape = crate::server::output_constraint::response_format(req.response_format.as_ref())?;
     let (tokenized, constraint) = {
         let rt = Arc::clone(&rt);
         blocking(move || {
-            let c = crate::server::structured::compile_json(&rt, &shape)?;
+            let c = crate::server::output_constraint::compile_json(&rt, &shape)?;
             Ok((tokenize(&rt.tokenizer, prompts)?, c))
         })
         .await?

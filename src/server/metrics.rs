@@ -3,7 +3,7 @@
 //! every HTTP request by route and status.
 
 use crate::metrics::window::WindowStats;
-use crate::server::state::{AppState, Phase};
+use crate::server::state::{AppState, ServerPhase};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
@@ -14,7 +14,7 @@ use std::time::Duration;
 /// Refreshes the gauges read at scrape time and renders every family.
 pub fn render(state: &AppState) -> String {
     let m = state.metrics();
-    m.set_ready(state.phase() == Phase::Ready, state.in_flight());
+    m.set_ready(state.phase() == ServerPhase::Ready, state.in_flight());
     if let Some(rt) = state.loaded() {
         m.set_load(&rt.engine.load());
     }
@@ -79,10 +79,10 @@ pub async fn stats(State(state): State<AppState>) -> Json<StatsBody> {
     let w = state.stats();
     Json(StatsBody {
         status: match state.phase() {
-            Phase::Loading => "loading",
-            Phase::Ready => "ready",
-            Phase::Draining => "draining",
-            Phase::Failed => "failed",
+            ServerPhase::Loading => "loading",
+            ServerPhase::Ready => "ready",
+            ServerPhase::Draining => "draining",
+            ServerPhase::Failed => "failed",
         }
         .to_string(),
         last_1m: w.query(Duration::from_secs(60)),

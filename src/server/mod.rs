@@ -23,6 +23,7 @@ mod logprobs;
 pub mod metrics;
 pub mod models;
 pub mod openapi;
+pub mod output_constraint;
 pub mod params;
 pub mod probes;
 pub mod prompt;
@@ -30,7 +31,6 @@ pub mod request_id;
 mod run;
 mod sse;
 pub mod state;
-pub mod structured;
 pub mod tokenize;
 pub mod types;
 

@@ -11,7 +11,7 @@ use crate::server::error::ApiError;
 use crate::server::types::StopSpec;
 use std::collections::HashMap;
 
-/// The request fields behind a [`Plan`], borrowed from either endpoint's request.
+/// The request fields behind a [`SamplingPlan`], borrowed from either endpoint's request.
 #[derive(Debug, Default)]
 pub struct Fields<'a> {
     pub max_tokens: Option<i64>,
@@ -37,7 +37,7 @@ pub struct Fields<'a> {
 
 /// Checked sampling settings, waiting for the prompt.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub struct SamplingPlan {
     pub params: SamplingParams,
     /// None: the server's default, resolved with the prompt's length.
     pub max_tokens: Option<usize>,
@@ -58,14 +58,14 @@ fn float(v: Option<f64>, default: f32) -> f32 {
     v.map(|x| x as f32).unwrap_or(default)
 }
 
-impl Plan {
+impl SamplingPlan {
     /// Checks `f` against the limits and the vocabulary; the first fault is a 400 naming its
     /// field.
     pub fn new(
         f: &Fields<'_>,
         settings: &ServerSettings,
         info: &EngineInfo,
-    ) -> Result<Plan, ApiError> {
+    ) -> Result<SamplingPlan, ApiError> {
         let max_n = max_n(settings, info);
         let n = match f.n {
             None => 1,
@@ -136,7 +136,7 @@ impl Plan {
         params
             .validate(info.n_vocab)
             .map_err(|e| ApiError::bad(e.param(), e.to_string()))?;
-        Ok(Plan {
+        Ok(SamplingPlan {
             params,
             max_tokens,
             max_tokens_param: f.max_tokens_param,
@@ -276,7 +276,7 @@ mod tests {
     }
 
     fn param(f: Fields<'_>) -> String {
-        match Plan::new(&f, &ServerSettings::default(), &info()) {
+        match SamplingPlan::new(&f, &ServerSettings::default(), &info()) {
             Err(ApiError::BadRequest { param, .. }) => param.unwrap_or_default(),
             other => panic!("expected a 400, got {other:?}"),
         }

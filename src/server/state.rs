@@ -145,7 +145,7 @@ fn turn_end_tokens(t: &ChatTemplate, tok: &Tokenizer, bos: &str, eos: &str) -> V
 
 /// Where the server is in its life.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
+pub enum ServerPhase {
     Loading,
     Ready,
     /// SIGTERM received: finishing requests in flight, refusing new ones.
@@ -249,28 +249,28 @@ impl AppState {
         self.inner.draining.store(true, Ordering::Release);
     }
 
-    pub fn phase(&self) -> Phase {
+    pub fn phase(&self) -> ServerPhase {
         if self.inner.draining.load(Ordering::Acquire) {
-            return Phase::Draining;
+            return ServerPhase::Draining;
         }
         match self.inner.runtime.get() {
-            None => Phase::Loading,
-            Some(rt) if !rt.engine.is_healthy() => Phase::Failed,
-            Some(_) => Phase::Ready,
+            None => ServerPhase::Loading,
+            Some(rt) if !rt.engine.is_healthy() => ServerPhase::Failed,
+            Some(_) => ServerPhase::Ready,
         }
     }
 
     /// The model to run a request on: 503 unless the server is ready.
     pub fn runtime(&self) -> Result<Arc<Runtime>, ApiError> {
         match self.phase() {
-            Phase::Ready => Ok(Arc::clone(self.inner.runtime.get().expect("ready"))),
-            Phase::Loading => Err(ApiError::Unavailable(
+            ServerPhase::Ready => Ok(Arc::clone(self.inner.runtime.get().expect("ready"))),
+            ServerPhase::Loading => Err(ApiError::Unavailable(
                 "the model is still loading; retry shortly".to_string(),
             )),
-            Phase::Draining => Err(ApiError::Unavailable(
+            ServerPhase::Draining => Err(ApiError::Unavailable(
                 "the server is shutting down".to_string(),
             )),
-            Phase::Failed => Err(ApiError::Unavailable(
+            ServerPhase::Failed => Err(ApiError::Unavailable(
                 "the inference engine has failed; the server must be restarted".to_string(),
             )),
         }

@@ -21,7 +21,7 @@
 use crate::common;
 use kiln::engine::ops::log_softmax_at;
 use kiln::engine::runner::Runner;
-use kiln::engine::sampling::argmax;
+use kiln::engine::token_choice::argmax;
 use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
 use kiln::gguf::GgufFile;
 use kiln::tokenizer::Tokenizer;

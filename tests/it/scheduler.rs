@@ -404,7 +404,7 @@ fn a_stream_nobody_reads_is_aborted_at_the_unread_limit() {
 #[test]
 fn a_panic_in_a_step_fails_its_requests_and_marks_the_engine_unhealthy() {
     use kiln::scheduler::SubmitError;
-    let (e, tok) = small_engine(Some(3), kiln::scheduler::handle::MAX_UNREAD_EVENTS);
+    let (e, tok) = small_engine(Some(3), kiln::scheduler::MAX_UNREAD_EVENTS);
     let streams: Vec<RequestStream> = (0..3)
         .map(|i| e.submit(greedy(chat(&tok, QUESTIONS[i]), 50)).unwrap())
         .collect();

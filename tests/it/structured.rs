@@ -5,7 +5,7 @@
 
 use crate::common::default_model;
 use kiln::config::{Config, KvBudget};
-use kiln::engine::sampling::Rng;
+use kiln::engine::token_choice::Rng;
 use kiln::gguf::GgufFile;
 use kiln::scheduler::sampling::{SampleScratch, Sampler};
 use kiln::scheduler::setup::{start, Loaded};

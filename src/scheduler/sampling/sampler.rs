@@ -4,7 +4,7 @@ use super::filter::{self, Ranked, Truncation, Work};
 use super::params::{SamplingParams, GREEDY_BELOW};
 use super::passes;
 use super::penalties::Penalties;
-use crate::engine::sampling::Rng;
+use crate::engine::token_choice::Rng;
 
 /// One sequence's sampler: its parameters, its own seeded generator and the token history the
 /// penalties read. Cloning it clones the generator state and the history.

@@ -10,7 +10,7 @@ fn log_softmax_into(x: &[f32], out: &mut [f32]) {
         *o = (f64::from(v) - lse) as f32;
     }
 }
-use crate::engine::sampling::argmax;
+use crate::engine::token_choice::argmax;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -117,7 +117,7 @@ fn ln(p: &[f64]) -> Vec<f32> {
 
 /// A 49,152-entry row: noise around 0 and a few large logits.
 fn vocab_row(seed: u64, spread: f32) -> Vec<f32> {
-    let mut rng = crate::engine::sampling::Rng::new(seed);
+    let mut rng = crate::engine::token_choice::Rng::new(seed);
     let mut row: Vec<f32> = (0..49_152)
         .map(|_| (0..4).map(|_| rng.next_f64() as f32 - 0.5).sum::<f32>() * spread)
         .collect();

@@ -1,8 +1,9 @@
 //! Sampling a step's rows: each sequence with its own seeded sampler, under its grammar's
 //! mask when it has one; several sequences in parallel on the worker team.
 
-use super::{SeqId, Worker};
+use super::Worker;
 use crate::scheduler::sampling::{Sampled, Sampler};
+use crate::scheduler::state::SeqId;
 use crate::structured::SeqConstraint;
 use std::sync::Mutex;
 

@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions` bodies.
 
 use super::common::{ChatLogprobs, StopSpec, StreamOptions, TimingsBody, UsageBody};
-use super::structured::{ResponseFormat, Tool, ToolCall, ToolCallDelta, ToolChoiceSpec};
+use super::tools::{ResponseFormat, Tool, ToolCall, ToolCallDelta, ToolChoiceSpec};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

@@ -72,7 +72,7 @@ pub struct CompletionRequest {
     pub ignore_eos: Option<bool>,
     /// `text`, `json_object`, or `json_schema` (output valid by construction).
     #[serde(default)]
-    pub response_format: Option<super::structured::ResponseFormat>,
+    pub response_format: Option<super::tools::ResponseFormat>,
 }
 
 /// `prompt` in its four forms. Token ids are checked against the vocabulary later.
