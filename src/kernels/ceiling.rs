@@ -24,6 +24,7 @@ pub fn read_sum(buf: &[u64]) -> u64 {
 /// Runs `iters` rounds of the int8 dot-product instruction of `isa` on 12 independent register
 /// accumulators; returns the multiply-adds done (0 when `isa` has no such instruction on this
 /// CPU, e.g. scalar) and a checksum the caller should consume.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 pub fn int8_macs(isa: Isa, iters: usize) -> (u64, i64) {
     if !super::isa::supported(isa) {
         return (0, 0);

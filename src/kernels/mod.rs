@@ -6,10 +6,10 @@
 
 pub mod blocks;
 pub mod ceiling;
-pub mod dtype;
 pub mod isa;
 mod legacy_kind;
 pub mod packed;
+pub mod row;
 pub mod scalar;
 pub mod shape;
 pub mod table;

@@ -388,8 +388,8 @@ const _: () = assert!(crate::kernels::packed::MAX_K / 256 <= LARGE);
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C: the installed safe wrappers call the
 /// `#[target_feature]` GEMMs without re-checking.
-pub(crate) unsafe fn install(t: &mut crate::kernels::table::Table) {
-    use crate::kernels::table::PackedKernels;
+pub(crate) unsafe fn install(t: &mut crate::kernels::row::Table) {
+    use crate::kernels::row::PackedKernels;
     macro_rules! set {
         ($($dt:ident: $kind:ident),*) => {$(
             if let Some(row) = t[DType::$dt as usize].as_mut() {

@@ -369,8 +369,8 @@ const _: () = assert!(crate::kernels::packed::MAX_K / 256 <= LARGE);
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL plus AVX2/FMA/F16C (VNNI is checked here): the
 /// installed safe wrappers call the `#[target_feature]` GEMMs without re-checking.
-pub(crate) unsafe fn install(t: &mut crate::kernels::table::Table) {
-    use crate::kernels::table::PackedKernels;
+pub(crate) unsafe fn install(t: &mut crate::kernels::row::Table) {
+    use crate::kernels::row::PackedKernels;
     if !crate::kernels::isa::has_avx512_vnni() {
         return;
     }
