@@ -1,6 +1,7 @@
 //! `POST /v1/chat/completions`: render the conversation, generate, answer as one JSON
 //! object or as a stream of `chat.completion.chunk`s (see [`crate::server::sse`]).
 
+use crate::random::random_id;
 use crate::scheduler::{FinishReason, TokenLogprob};
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
@@ -9,7 +10,7 @@ use crate::server::output_constraint::{self as shapes, Shape};
 use crate::server::params::{Fields, SamplingPlan};
 use crate::server::run::collect;
 use crate::server::sse::{self, json_event, ChunkWriter, StreamSettings};
-use crate::server::state::{random_id, unix_now, AppState, Runtime};
+use crate::server::state::{unix_now, AppState, Runtime};
 use crate::server::types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ErrorResponse,
