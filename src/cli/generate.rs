@@ -44,7 +44,7 @@ pub struct Args {
     /// Seed of the sampler's generator.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Worker threads (default: the config's engine.threads; 0 = physical cores).
+    /// Worker threads (default: the config's engine.threads; 0 = the usable physical cores).
     #[arg(long)]
     threads: Option<usize>,
     /// Print one JSON object at the end instead of streaming text.
@@ -54,13 +54,7 @@ pub struct Args {
 
 /// The configuration: `--config`, else config/default.toml when present, else defaults.
 pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
-    match path {
-        Some(p) => Ok(Config::load(p)?),
-        None if Path::new("config/default.toml").is_file() => {
-            Ok(Config::load(Path::new("config/default.toml"))?)
-        }
-        None => Ok(Config::default()),
-    }
+    Ok(Config::load(kiln::config::config_file(path), &[])?)
 }
 
 /// Prefill chunk size (tokens per forward call).

@@ -9,7 +9,7 @@ pub struct EngineConfig {
     /// Engine workers: replicas sharing the model's weights, each with its own KV cache, worker
     /// team and batch. Requests go to the least loaded.
     pub workers: usize,
-    /// Threads per worker team (0 = physical cores divided among the workers).
+    /// Threads per worker team (0 = [`crate::engine::cpus::default_threads`]).
     pub threads: usize,
     /// KV positions per worker.
     pub kv_positions: usize,

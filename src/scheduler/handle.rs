@@ -84,7 +84,7 @@ impl EngineHandle {
             limits.n_ctx.min(model_ctx)
         };
         let threads = if cfg.threads == 0 {
-            (crate::engine::pool::physical_cores() / workers).max(1)
+            crate::engine::cpus::default_threads(workers)
         } else {
             cfg.threads
         };

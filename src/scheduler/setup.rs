@@ -108,11 +108,27 @@ pub fn start_with(
         .flatten()
         .map(str::to_string);
     let workers = cfg.workers.max(1);
+    let cpus = crate::engine::cpus::budget();
     let threads = if cfg.threads == 0 {
-        (crate::engine::pool::physical_cores() / workers).max(1)
+        crate::engine::cpus::default_threads(workers)
     } else {
         cfg.threads
     };
+    tracing::info!(
+        usable_cores = cpus.cores,
+        usable_cpus = cpus.logical,
+        workers,
+        threads_per_worker = threads,
+        "CPU budget (affinity mask and cgroup quota)"
+    );
+    if threads * workers > cpus.logical {
+        tracing::warn!(
+            threads = threads * workers,
+            usable_cpus = cpus.logical,
+            "engine.threads x engine.workers is above the CPUs this process may use: the \
+             worker teams will be descheduled mid-step (set engine.threads = 0 for the default)"
+        );
+    }
     let engine_err = |source| SetupError::Engine {
         path: path.clone(),
         source,

@@ -7,8 +7,10 @@
 //!   [`openapi`]: one handler module per concept; [`types`] the bodies; [`error`] the one
 //!   mapping from failures to status codes and OpenAI's error envelope; [`body`] safe JSON
 //!   bodies; [`params`] the sampling fields and limits; [`prompt`] chat messages to tokens
-//!   (user text never becomes control tokens); [`run`] and [`sse`] the engine streams to
-//!   responses.
+//!   (user text never becomes control tokens);
+//! - [`generate`]: the one conversion layer every generating route goes through (model
+//!   choice, submission, limits, cancellation, deadline); [`run`] and [`sse`] read the
+//!   engine streams into a whole reply or an API's event stream.
 //!
 //! Compute never runs on the async runtime: the engine has its own threads, and prompt
 //! rendering and tokenization go to `spawn_blocking`.
@@ -19,6 +21,7 @@ mod body;
 pub mod chat;
 pub mod completions;
 pub mod error;
+pub mod generate;
 mod logprobs;
 pub mod metrics;
 pub mod models;
