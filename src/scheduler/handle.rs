@@ -3,6 +3,7 @@
 //! request gets back. Dropping a stream aborts its request at the next step.
 
 use crate::engine::{EngineError, LlamaModel};
+use crate::random::random_u64;
 use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::observer::Observer;
 use crate::scheduler::request::{
@@ -283,7 +284,7 @@ impl EngineHandle {
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let unread = Arc::new(AtomicUsize::new(0));
-        let seed = req.params.seed.unwrap_or_else(random_seed);
+        let seed = req.params.seed.unwrap_or_else(random_u64);
         let sub = Submission {
             id,
             req,
@@ -325,21 +326,6 @@ impl EngineHandle {
             let _ = h.join();
         }
     }
-}
-
-/// A seed for requests that give none: different for every call.
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
 }
 
 /// The events of one request (see [`Event`]). Dropping it before the end aborts the request.

@@ -328,19 +328,6 @@ pub fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-/// A request id: `prefix` and 24 random hex digits.
-pub fn random_id(prefix: &str) -> String {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let mut out = String::from(prefix);
-    for _ in 0..2 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_usize(COUNTER.fetch_add(1, Ordering::Relaxed));
-        out.push_str(&format!("{:012x}", h.finish() >> 16));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,12 +340,5 @@ mod tests {
         assert_ne!(a, fingerprint(&["m", "Q4_1", "v1", "avx512"]));
         assert_ne!(a, fingerprint(&["m", "Q4_0", "v1", "avx2"]));
         assert_ne!(a, fingerprint(&["m", "Q4_1", "v2", "avx2"]));
-    }
-
-    #[test]
-    fn ids_are_unique() {
-        let a = random_id("chatcmpl-");
-        assert!(a.starts_with("chatcmpl-") && a.len() == 9 + 24, "{a}");
-        assert_ne!(a, random_id("chatcmpl-"));
     }
 }

@@ -36,7 +36,15 @@ fn dots() -> Vec<(DType, &'static str, Dot, Dot)> {
     macro_rules! push {
         ($cond:expr, $isa:literal, $d:expr, $simd:path, $scalar:path) => {
             if $cond {
-                v.push(($d, $isa, |n, w, a| unsafe { $simd(n, w, a) }, $scalar));
+                v.push((
+                    $d,
+                    $isa,
+                    |n, w, a| {
+                        // SAFETY: pushed only when `$cond` detected the features `$simd` needs.
+                        unsafe { $simd(n, w, a) }
+                    },
+                    $scalar,
+                ));
             }
         };
     }
