@@ -15,3 +15,6 @@ pub mod scheduler;
 pub mod server;
 pub mod structured;
 pub mod tokenizer;
+
+#[cfg(test)]
+pub(crate) mod test_skip;
