@@ -26,7 +26,7 @@ pub struct Args {
     /// Runs per figure (the median is reported).
     #[arg(long, default_value_t = 5)]
     repeat: usize,
-    /// Worker threads (default: the config's engine.threads; 0 = physical cores).
+    /// Worker threads (default: the config's engine.threads; 0 = the usable physical cores).
     #[arg(long)]
     threads: Option<usize>,
     /// Print one JSON object.

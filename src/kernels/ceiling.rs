@@ -80,7 +80,9 @@ mod x86 {
             }
         }
         let s = acc.iter().fold(0i64, |t, a| {
-            let v: [i32; 8] = std::mem::transmute(*a);
+            let mut v = [0i32; 8];
+            // SAFETY: `v` is 8 i32, the 32 bytes the store writes.
+            unsafe { _mm256_storeu_si256(v.as_mut_ptr() as *mut __m256i, *a) };
             t + v.iter().map(|&x| x as i64).sum::<i64>()
         });
         ((iters * ACC * 32) as u64, s)
@@ -103,7 +105,9 @@ mod x86 {
             }
         }
         let s = acc.iter().fold(0i64, |t, a| {
-            let v: [i32; 8] = std::mem::transmute(*a);
+            let mut v = [0i32; 8];
+            // SAFETY: `v` is 8 i32, the 32 bytes the store writes.
+            unsafe { _mm256_storeu_si256(v.as_mut_ptr() as *mut __m256i, *a) };
             t + v.iter().map(|&x| x as i64).sum::<i64>()
         });
         ((iters * ACC * 32) as u64, s)

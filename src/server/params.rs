@@ -8,7 +8,7 @@ use crate::scheduler::request::{MAX_N, MAX_STOPS, MAX_STOP_BYTES};
 use crate::scheduler::sampling::{MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
 use crate::scheduler::{EngineInfo, GenerationRequest, SamplingParams};
 use crate::server::error::ApiError;
-use crate::server::types::StopSpec;
+use crate::server::types::{SamplingFields, StopSpec};
 use std::collections::HashMap;
 
 /// The request fields behind a [`SamplingPlan`], borrowed from either endpoint's request.
@@ -33,6 +33,32 @@ pub struct Fields<'a> {
     pub min_p: Option<f64>,
     pub repetition_penalty: Option<f64>,
     pub ignore_eos: bool,
+}
+
+impl<'a> Fields<'a> {
+    /// The fields chat and completions share; the logprob fields are the caller's (their
+    /// names differ), `max_tokens` comes from `max_tokens` until the caller says otherwise.
+    pub fn shared(s: &'a SamplingFields) -> Fields<'a> {
+        Fields {
+            max_tokens: s.max_tokens,
+            max_tokens_param: "max_tokens",
+            temperature: s.temperature,
+            top_p: s.top_p,
+            n: s.n,
+            stop: s.stop.as_ref(),
+            seed: s.seed,
+            presence_penalty: s.presence_penalty,
+            frequency_penalty: s.frequency_penalty,
+            logit_bias: s.logit_bias.as_ref(),
+            logprobs: false,
+            top_logprobs: None,
+            top_logprobs_param: "top_logprobs",
+            top_k: s.top_k,
+            min_p: s.min_p,
+            repetition_penalty: s.repetition_penalty,
+            ignore_eos: s.ignore_eos.unwrap_or(false),
+        }
+    }
 }
 
 /// Checked sampling settings, waiting for the prompt.

@@ -88,7 +88,7 @@ fn add_in_place(x: &mut [f32], y: &[f32]) {
 }
 
 impl LlamaModel {
-    /// Opens a GGUF model and starts a pool of `threads` workers (0 = physical cores).
+    /// Opens a GGUF model and starts a pool of `threads` workers (0 = the usable physical cores, [`crate::engine::cpus`]).
     pub fn load(path: impl AsRef<Path>, threads: usize) -> Result<LlamaModel, EngineError> {
         LlamaModel::from_gguf(&GgufFile::open(path)?, threads)
     }
@@ -107,7 +107,7 @@ impl LlamaModel {
     }
 
     /// Another engine over the same weights (memory-mapped and repacked once) with its own
-    /// worker team of `threads` (0 = physical cores): each replica runs its own batches, KV
+    /// worker team of `threads` (0 = the usable physical cores, [`crate::engine::cpus`]): each replica runs its own batches, KV
     /// cache and scratch.
     pub fn replica(&self, threads: usize) -> Result<LlamaModel, EngineError> {
         Ok(LlamaModel {

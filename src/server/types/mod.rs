@@ -11,6 +11,7 @@ pub mod chat;
 pub mod common;
 pub mod completions;
 pub mod models;
+pub mod sampling;
 pub mod tokenize;
 pub mod tools;
 
@@ -18,5 +19,6 @@ pub use chat::*;
 pub use common::*;
 pub use completions::*;
 pub use models::*;
+pub use sampling::SamplingFields;
 pub use tokenize::*;
 pub use tools::*;
