@@ -55,7 +55,7 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     isum: &mut [__m256i; N],
     msum: &mut [__m256i; N],
 ) {
-    // SAFETY (whole body): every load is inside the block's quants / scale area or the
+    // SAFETY: (whole body) every load is inside the block's quants / scale area or the
     // tokens' Q8_K blocks (caller contract); the rest is register arithmetic.
     unsafe {
         let nib = _mm256_set1_epi8(0x0F);
@@ -143,7 +143,7 @@ unsafe fn block_q6<const N: usize>(
     pairs: &[&[i32; 8]; N],
     isum: &mut [__m256i; N],
 ) {
-    // SAFETY (whole body): as in `block_k4`.
+    // SAFETY: (whole body) as in `block_k4`.
     unsafe {
         let nib = _mm256_set1_epi8(0x0F);
         let two = _mm256_set1_epi8(0x30);
@@ -287,7 +287,8 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
             _mm256_sub_ps(acc[t], accm[t])
         };
         let mut v = [0f32; 8];
-        _mm256_storeu_ps(v.as_mut_ptr(), r);
+        // SAFETY: `v` is 8 f32, the 32 bytes the store writes.
+        unsafe { _mm256_storeu_ps(v.as_mut_ptr(), r) };
         // SAFETY: `valid` cells of token row t (caller contract).
         unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * os), valid) };
     }

@@ -74,7 +74,7 @@ unsafe fn block_k4<const T: u8, const N: usize>(
             1
         }
     }
-    // SAFETY (whole body): every load is inside the block's quants / scale area or the
+    // SAFETY: (whole body) every load is inside the block's quants / scale area or the
     // tokens' Q8_K blocks (caller contract); the rest is register arithmetic.
     unsafe {
         let nib = _mm512_set1_epi8(0x0F);
@@ -146,7 +146,7 @@ unsafe fn block_q6<const N: usize>(
     pairs: &[&[i32; 8]; N],
     isum: &mut [__m512i; N],
 ) {
-    // SAFETY (whole body): as in `block_k4`.
+    // SAFETY: (whole body) as in `block_k4`.
     unsafe {
         let nib = _mm512_set1_epi8(0x0F);
         let two = _mm512_set1_epi8(0x30);
