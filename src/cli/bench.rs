@@ -48,6 +48,10 @@ pub struct Args {
     /// report the grammar mask time per token.
     #[arg(long)]
     json_schema: Option<std::path::PathBuf>,
+    /// Measure this machine's ceilings instead: memory read bandwidth and int8 dot-product
+    /// throughput with --threads threads (default 2).
+    #[arg(long)]
+    ceilings: bool,
     /// With --concurrency: record into the Prometheus metrics and the /stats window as
     /// `kiln serve` does (run with and without it to measure what recording costs).
     #[arg(long)]
@@ -70,6 +74,9 @@ fn tokens(rng: &mut Rng, n: usize, n_vocab: usize) -> Vec<u32> {
 }
 
 pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
+    if args.ceilings {
+        return crate::cli::bench_ceilings::run(args.threads.unwrap_or(2), args.json);
+    }
     let mut cfg = load_config(config)?;
     if let Some(concurrency) = args.concurrency.clone() {
         if let Some(t) = args.threads {
@@ -209,12 +216,15 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     let isa = kiln::kernels::isa().to_string();
     let threads = model.pool().threads();
     let (pp, tg) = (median(pp), median(tg));
+    let footprint = model.weights().decode_footprint();
     if args.json {
         let obj = serde_json::json!({
             "model": model_path.display().to_string(),
             "isa": isa,
             "threads": threads,
             "depth": depth,
+            "weight_bytes_per_token": footprint.0,
+            "macs_per_token": footprint.1,
             "prefill_tok_s": pp,
             "decode_tok_s": tg,
             "batched": batched

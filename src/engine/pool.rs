@@ -125,10 +125,10 @@ impl Pool {
         }
         let _one_caller = self.caller.lock().unwrap_or_else(|e| e.into_inner());
         let sh = &*self.shared;
+        let job: *const Task<'_> = f;
         // SAFETY: (lifetime erasure) workers dereference the pointer only between seeing the
         // new epoch and decrementing `pending`; this function does not return (nor unwind)
         // before `pending` is 0, so `f` outlives every use.
-        let job: *const Task<'_> = f;
         let job =
             JobPtr(unsafe { std::mem::transmute::<*const Task<'_>, *const Task<'static>>(job) });
         *sh.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
