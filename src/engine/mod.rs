@@ -3,6 +3,7 @@
 
 pub mod attention;
 pub mod batch;
+pub mod cpus;
 pub mod error;
 pub mod hparams;
 pub mod kv_cache;

@@ -3,13 +3,14 @@
 //! request gets back. Dropping a stream aborts its request at the next step.
 
 use crate::engine::{EngineError, LlamaModel};
+use crate::random::random_u64;
 use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::observer::Observer;
 use crate::scheduler::request::{
     Event, GenerationRequest, SubmitError, MAX_N, MAX_STOPS, MAX_STOP_BYTES,
 };
 use crate::scheduler::state::{check_fits, AdmitError};
-use crate::scheduler::worker::{Command, Submission, Worker, WorkerShared};
+use crate::scheduler::worker::{Command, Submission, Worker, WorkerShared, WorkerState};
 use crate::tokenizer::Tokenizer;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -83,7 +84,7 @@ impl EngineHandle {
             limits.n_ctx.min(model_ctx)
         };
         let threads = if cfg.threads == 0 {
-            (crate::engine::pool::physical_cores() / workers).max(1)
+            crate::engine::cpus::default_threads(workers)
         } else {
             cfg.threads
         };
@@ -150,9 +151,18 @@ impl EngineHandle {
         &self.inner.info
     }
 
-    /// True while every worker is alive and has not failed.
+    /// True unless a worker has failed for good (its thread ended, or its rebuild after a
+    /// fault failed). A worker rebuilding after a fault is healthy: it serves again soon.
     pub fn is_healthy(&self) -> bool {
         self.inner.links.iter().all(|l| l.shared.is_healthy())
+    }
+
+    /// True while every worker is serving: not rebuilding after a fault, not failed.
+    pub fn is_ready(&self) -> bool {
+        self.inner
+            .links
+            .iter()
+            .all(|l| l.shared.state() == WorkerState::Serving)
     }
 
     /// Load summed over the workers.
@@ -254,7 +264,12 @@ impl EngineHandle {
             .links
             .iter()
             .filter(|l| l.shared.is_healthy() && !l.shared.is_stopping())
-            .min_by_key(|l| l.shared.active.load(Ordering::Relaxed))
+            // A worker rebuilding after a fault takes requests (they wait in its channel for
+            // the rebuild, milliseconds) only when no worker is serving.
+            .min_by_key(|l| {
+                let rebuilding = l.shared.state() != WorkerState::Serving;
+                (rebuilding, l.shared.active.load(Ordering::Relaxed))
+            })
             .ok_or(SubmitError::Unavailable("no healthy engine worker"))?;
         let max_waiting = inner.info.max_waiting;
         let waiting = inner.waiting.fetch_add(1, Ordering::AcqRel);
@@ -269,7 +284,7 @@ impl EngineHandle {
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let unread = Arc::new(AtomicUsize::new(0));
-        let seed = req.params.seed.unwrap_or_else(random_seed);
+        let seed = req.params.seed.unwrap_or_else(random_u64);
         let sub = Submission {
             id,
             req,
@@ -311,21 +326,6 @@ impl EngineHandle {
             let _ = h.join();
         }
     }
-}
-
-/// A seed for requests that give none: different for every call.
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
 }
 
 /// The events of one request (see [`Event`]). Dropping it before the end aborts the request.

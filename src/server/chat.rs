@@ -1,6 +1,7 @@
 //! `POST /v1/chat/completions`: render the conversation, generate, answer as one JSON
 //! object or as a stream of `chat.completion.chunk`s (see [`crate::server::sse`]).
 
+use crate::random::random_id;
 use crate::scheduler::{FinishReason, TokenLogprob};
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
@@ -9,7 +10,7 @@ use crate::server::logprobs::chat_entries;
 use crate::server::output_constraint::{self as shapes, Shape};
 use crate::server::params::{Fields, SamplingPlan};
 use crate::server::sse::{json_event, ChunkWriter};
-use crate::server::state::{random_id, AppState, Runtime};
+use crate::server::state::{AppState, Runtime};
 use crate::server::types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ErrorResponse,

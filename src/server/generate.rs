@@ -17,13 +17,14 @@
 //!    client that leaves drops the engine streams, which aborts their requests at the next
 //!    scheduler step; the deadline (`server.request_timeout`) is a 408.
 
+use crate::random::random_id;
 use crate::scheduler::{EngineInfo, GenerationRequest, RequestStream};
 use crate::server::error::ApiError;
 use crate::server::output_constraint::{self as shapes, Shape};
 use crate::server::params::SamplingPlan;
 use crate::server::run::{collect, ChoiceOutput};
 use crate::server::sse::{self, ChunkWriter};
-use crate::server::state::{random_id, unix_now, AppState, InFlight, Runtime};
+use crate::server::state::{unix_now, AppState, InFlight, Runtime};
 use crate::server::types::{ChatMessage, UsageBody};
 use crate::server::{blocking, prompt};
 use crate::structured::tools::ToolFormat;
