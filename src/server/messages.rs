@@ -10,6 +10,7 @@
 //! `message_delta` (stop reason, output tokens) and `message_stop`. Errors, streamed or not,
 //! use Anthropic's envelope (see [`crate::server::error`]).
 
+use crate::random::random_id;
 use crate::scheduler::{FinishReason, TokenLogprob};
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
@@ -18,7 +19,7 @@ use crate::server::output_constraint::{self as shapes, Shape};
 use crate::server::params::{Fields, SamplingPlan};
 use crate::server::reply::{read_reply, ReadCall};
 use crate::server::sse::{json_event, ChunkWriter};
-use crate::server::state::{random_id, AppState};
+use crate::server::state::AppState;
 use crate::server::types::messages::*;
 use crate::server::types::{
     ChatMessage, FunctionDef, FunctionName, MessageContent, NamedToolChoice, Role, StopSpec,
