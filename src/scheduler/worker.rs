@@ -285,10 +285,7 @@ impl Worker {
             req: id,
             choice: 0,
             sampler: Some(Sampler::new(&req.params, choice_seed(seed, 0), &req.prompt)),
-            constraint: req
-                .constraint
-                .as_ref()
-                .map(|c| SeqConstraint::new(c.start())),
+            constraint: req.constraint.as_ref().map(|c| c.sequence()),
             decode: DecodeState::new(false),
             stop: StopMatcher::new(&req.stop),
             last_token: None,

@@ -1,10 +1,13 @@
 //! A request's constraint: a JSON schema (or any JSON object) compiled by llguidance into a
 //! matcher in its start state, cloned for each sequence that runs it.
 
+use super::bounds::{JsonBounds, TokenBytes, LIMITS};
+use super::seq::SeqConstraint;
 use super::vocab::Grammars;
 use llguidance::api::TopLevelGrammar;
 use llguidance::Matcher;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// Why a constraint could not be built. [`ConstraintError::param`] names the request field.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -50,6 +53,9 @@ pub struct Constraint {
     matcher: Matcher,
     /// What it enforces, for logs (`json_schema:name`).
     label: String,
+    /// The bounds on JSON runs ([`super::bounds`]): the token bytes, and whether the JSON
+    /// is embedded amid other text; None when the output holds free text they would distort.
+    bounds: Option<(Arc<TokenBytes>, bool)>,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -85,6 +91,7 @@ impl Constraint {
                 })
             }
         };
+        super::rewrite::rewrite(&mut schema);
         if let Some(path) = inexact_number_range(&schema, "") {
             return Err(ConstraintError::Unsupported {
                 param: param.to_string(),
@@ -108,16 +115,20 @@ impl Constraint {
         Ok(Constraint {
             matcher,
             label: label.to_string(),
+            bounds: Some((Arc::clone(g.token_bytes()), false)),
         })
     }
 
     /// Output must follow a Lark grammar (llguidance's syntax; `%json {schema}` embeds a
-    /// schema). Used for tool-call syntaxes with tags around the JSON.
+    /// schema). Used for tool-call syntaxes with tags around the JSON. `json_bounds`: bound
+    /// the runs of the JSON values in it (for output that is calls only; free text beside
+    /// them would be bounded too where it happens to hold braces).
     pub fn lark(
         g: &Grammars,
         grammar: &str,
         param: &str,
         label: &str,
+        json_bounds: bool,
     ) -> Result<Constraint, ConstraintError> {
         let parser = g
             .factory()
@@ -129,6 +140,7 @@ impl Constraint {
         Ok(Constraint {
             matcher,
             label: label.to_string(),
+            bounds: json_bounds.then(|| (Arc::clone(g.token_bytes()), true)),
         })
     }
 
@@ -142,9 +154,20 @@ impl Constraint {
         )
     }
 
-    /// A fresh matcher for one sequence, in the start state.
+    /// A fresh matcher for one sequence, in the start state (without the bounds on JSON
+    /// runs: [`Constraint::sequence`] is what a sequence runs).
     pub fn start(&self) -> Matcher {
         self.matcher.clone()
+    }
+
+    /// One sequence's constraint in the start state: the grammar, narrowed by the bounds on
+    /// JSON runs ([`super::bounds`]).
+    pub fn sequence(&self) -> SeqConstraint {
+        let bounds = self
+            .bounds
+            .as_ref()
+            .map(|(t, embedded)| JsonBounds::new(Arc::clone(t), *embedded, LIMITS));
+        SeqConstraint::with_bounds(self.matcher.clone(), bounds)
     }
 
     pub fn label(&self) -> &str {

@@ -7,6 +7,7 @@
 //! sequence is complete ([`Step::Complete`]) and the scheduler ends it without spending a
 //! token on the end marker.
 
+use super::bounds::JsonBounds;
 use llguidance::toktrie::SimpleVob;
 use llguidance::Matcher;
 use std::time::{Duration, Instant};
@@ -32,6 +33,8 @@ pub enum Step {
 /// A sequence's matcher and its current mask.
 pub struct SeqConstraint {
     matcher: Matcher,
+    /// Narrows each mask so JSON numbers and whitespace runs end ([`super::bounds`]).
+    bounds: Option<JsonBounds>,
     mask: Option<SimpleVob>,
     /// The mask could not be computed; the sequence must end.
     failed: Option<String>,
@@ -52,6 +55,7 @@ impl Clone for SeqConstraint {
     fn clone(&self) -> Self {
         SeqConstraint {
             matcher: self.matcher.deep_clone(),
+            bounds: self.bounds.clone(),
             mask: self.mask.clone(),
             failed: self.failed.clone(),
             stats: MaskStats::default(),
@@ -60,9 +64,16 @@ impl Clone for SeqConstraint {
 }
 
 impl SeqConstraint {
+    /// The grammar alone (no bounds on JSON runs).
     pub fn new(matcher: Matcher) -> SeqConstraint {
+        SeqConstraint::with_bounds(matcher, None)
+    }
+
+    /// The grammar, each mask narrowed by `bounds`.
+    pub fn with_bounds(matcher: Matcher, bounds: Option<JsonBounds>) -> SeqConstraint {
         SeqConstraint {
             matcher,
+            bounds,
             mask: None,
             failed: None,
             stats: MaskStats::default(),
@@ -82,7 +93,12 @@ impl SeqConstraint {
         }
         let t0 = Instant::now();
         match self.matcher.compute_mask() {
-            Ok(m) if m.num_set() > 0 => self.mask = Some(m),
+            Ok(mut m) if m.num_set() > 0 => {
+                if let Some(b) = &self.bounds {
+                    b.narrow(&mut m);
+                }
+                self.mask = Some(m)
+            }
             Ok(_) => self.failed = Some("the grammar allows no token here".to_string()),
             Err(e) => self.failed = Some(e.to_string()),
         }
@@ -110,6 +126,9 @@ impl SeqConstraint {
         }
         if let Err(e) = self.matcher.consume_token(id) {
             return Step::Failed(e.to_string());
+        }
+        if let Some(b) = &mut self.bounds {
+            b.commit(id);
         }
         if self.matcher.is_stopped() {
             Step::Complete
