@@ -11,8 +11,13 @@ CARGO        ?= cargo
 KILN         := $(or $(CARGO_TARGET_DIR),target)/release/kiln
 # Instruction sets the test suite runs under, beyond the detected default (only those the CPU has).
 TEST_ISAS    ?= avx2 avxvnni scalar
+# Tests this machine cannot run (an instruction set its CPU lacks) append a line here
+# (src/test_skip.rs); `make test` empties it first and prints and counts it last.
+# KILN_FORBID_SKIPS=1 makes every skip a failure instead.
+KILN_SKIP_REPORT ?= $(abspath $(or $(CARGO_TARGET_DIR),target))/test-skips.txt
+export KILN_SKIP_REPORT
 
-.PHONY: run test model tools tools-promtool build release fmt check unit isa-matrix neon-test \
+.PHONY: run test skips-reset skips model tools tools-promtool build release fmt check unit isa-matrix neon-test \
         tools-chromium promtool-test monitoring-check tools-deploy deploy-check deploy-manifests \
         alerts bench bench-baseline bench-compare quantized-models \
         profile clean pytools client-tests loadtest serve-compare
@@ -30,7 +35,19 @@ run: model release
 
 ## test: set up everything the tests need, then format, lint and the whole suite (the
 ## monitoring and deploy files first: they take seconds; the real-client tests last).
-test: model tools promtool-test monitoring-check deploy-check check unit isa-matrix neon-test client-tests
+test: skips-reset model tools promtool-test monitoring-check deploy-check check unit isa-matrix \
+      neon-test client-tests skips
+
+## skips-reset / skips: the skip report (KILN_SKIP_REPORT) emptied before the suite, and
+## printed with its count after it: a run that could not test something says so in its last
+## lines ("0 tests skipped" when it tested everything).
+skips-reset:
+	@mkdir -p $(dir $(KILN_SKIP_REPORT)) && : > $(KILN_SKIP_REPORT)
+skips:
+	@n=$$(grep -c . $(KILN_SKIP_REPORT) 2>/dev/null || true); n=$${n:-0}; \
+	if [ "$$n" -eq 0 ]; then echo "make test: 0 tests skipped"; else \
+	  echo "make test: $$n SKIPPED (this machine could not run them; KILN_FORBID_SKIPS=1 fails instead):"; \
+	  sed 's/^/  SKIPPED /' $(KILN_SKIP_REPORT); fi
 
 model: $(MODEL)
 $(MODEL):
@@ -78,7 +95,8 @@ promtool-test: tools-promtool
 
 ## monitoring-check: the Grafana dashboard (valid JSON, units, variables, every query parsed by
 ## promtool and reading only recording rules and metric families that exist) and the docs
-## (README's metric table complete, runbook sections = alerts, no dead name or link).
+## (the metric and alert tables of docs/monitoring.md complete, runbook sections = alerts, no
+## dead name or link in README.md or docs/, README.md under 300 lines).
 monitoring-check: tools-promtool
 	deploy/grafana/check_dashboard.py --quiet --promtool promtool
 	deploy/check_docs.py
@@ -163,7 +181,7 @@ loadtest: pytools model release tools-chromium
 	KILN_BIN=$(abspath $(KILN)) $(PY) scripts/loadtest.py --scenario $(SCENARIO) --model $(MODEL)
 
 ## serve-compare: kiln and llama.cpp's llama-server (built once by ../shared/tools), each
-## under loadtest/chat.js at 16 then 32 users, 2 threads each; prints the table for the README.
+## under loadtest/chat.js at 16 then 32 users, 2 threads each; prints the table for docs/performance.md.
 serve-compare: pytools model release
 	KILN_BIN=$(abspath $(KILN)) $(PY) scripts/serve_compare.py --model $(MODEL) \
 	  --users 16,32 --duration $(DURATION)
@@ -209,7 +227,10 @@ isa-matrix:
 	$(CARGO) build -q
 	@for isa in $(TEST_ISAS); do \
 	  if ! KILN_ISA=$$isa target/debug/kiln inspect --isa >/dev/null 2>&1; then \
-	    echo "isa-matrix: this CPU lacks $$isa: its tests cannot run here"; continue; fi; \
+	    echo "isa-matrix: this CPU lacks $$isa: its tests cannot run here"; \
+	    if [ "$$KILN_FORBID_SKIPS" = 1 ]; then exit 1; fi; \
+	    echo "isa-matrix KILN_ISA=$$isa: this CPU lacks $$isa (kernels, engine$$(case $$isa in avx2|avxvnni) echo ', golden';; esac) not run under it)" >> $(KILN_SKIP_REPORT); \
+	    continue; fi; \
 	  echo "isa-matrix: KILN_ISA=$$isa"; \
 	  filters="kernels engine"; case $$isa in avx2|avxvnni) filters="$$filters golden";; esac; \
 	  KILN_ISA=$$isa $(CARGO) test --lib --test it -q -- $$filters || exit 1; \

@@ -4,7 +4,7 @@
 use crate::cli::generate::load_config;
 use anyhow::Context;
 use kiln::engine::runner::Runner;
-use kiln::engine::sampling::Rng;
+use kiln::engine::token_choice::Rng;
 use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -26,7 +26,7 @@ pub struct Args {
     /// Runs per figure (the median is reported).
     #[arg(long, default_value_t = 5)]
     repeat: usize,
-    /// Worker threads (default: the config's engine.threads; 0 = physical cores).
+    /// Worker threads (default: the config's engine.threads; 0 = the usable physical cores).
     #[arg(long)]
     threads: Option<usize>,
     /// Print one JSON object.

@@ -30,7 +30,7 @@ impl Default for BatchLimits {
 }
 
 /// The forward pass's working memory. Create one per engine (it is reused by every call).
-pub struct Scratch {
+pub struct ForwardScratch {
     pub(crate) limits: BatchLimits,
     // Per token of the batch.
     pub(crate) tok_seq: Vec<u32>,
@@ -60,7 +60,7 @@ pub struct Scratch {
     pub(crate) attn_scratch: Vec<Mutex<AttnScratch>>,
 }
 
-impl Scratch {
+impl ForwardScratch {
     /// Buffers for `cfg` and `limits`, with one attention scratch per thread of a `threads`
     /// pool attending over a cache shaped `kv`.
     pub fn new(
@@ -68,7 +68,7 @@ impl Scratch {
         limits: BatchLimits,
         kv: &KvCacheConfig,
         threads: usize,
-    ) -> Result<Scratch, EngineError> {
+    ) -> Result<ForwardScratch, EngineError> {
         let BatchLimits {
             max_tokens: t,
             max_seqs,
@@ -91,7 +91,7 @@ impl Scratch {
             .max(t * 2 * f)
             .max(t * d)
             .max(r * cfg.n_vocab);
-        Ok(Scratch {
+        Ok(ForwardScratch {
             limits,
             tok_seq: vec![0; t],
             tok_pos: vec![0; t],

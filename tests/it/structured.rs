@@ -5,7 +5,7 @@
 
 use crate::common::default_model;
 use kiln::config::{Config, KvBudget};
-use kiln::engine::sampling::Rng;
+use kiln::engine::token_choice::Rng;
 use kiln::gguf::GgufFile;
 use kiln::scheduler::sampling::{SampleScratch, Sampler};
 use kiln::scheduler::setup::{start, Loaded};
@@ -113,6 +113,7 @@ fn random_logits_under_the_mask_always_give_valid_json() {
                 .collect();
             let id = sampler
                 .sample_masked(&logits, seq.allowed(), &mut scratch)
+                .expect("the mask leaves a candidate")
                 .id;
             if tok.is_eog(id) {
                 break true;
@@ -153,6 +154,7 @@ fn biased_walk(
             .collect();
         let id = sampler
             .sample_masked(&logits, seq.allowed(), &mut scratch)
+            .expect("the mask leaves a candidate")
             .id;
         if tok.is_eog(id) {
             return Some(tok.decode(&out));
@@ -633,6 +635,7 @@ fn walk_after_with(tok: &Tokenizer, c: &Constraint, prefix: &str, seed: u64) -> 
             .collect();
         let id = sampler
             .sample_masked(&logits, seq.allowed(), &mut scratch)
+            .expect("the mask leaves a candidate")
             .id;
         if tok.is_eog(id) {
             break;

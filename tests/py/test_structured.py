@@ -460,7 +460,7 @@ def test_unsupported_schema_features_and_malformed_tools_are_400s(client, model_
     err = bad(client, model_id, tools=[WEATHER, {"type": "function", "function": {"name": "f", "parameters": "nope"}}])
     assert err["param"] == "tools[1].function.parameters"
     err = bad(client, model_id, tools=[{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"a": {"type": "string"}}, "dependentSchemas": {"a": {"required": ["b"]}}}}}])
+        "type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}}}])
     assert err["param"] == "tools[0].function.parameters"
     err = bad(client, model_id, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}})
     assert err["param"] == "tool_choice.function.name"

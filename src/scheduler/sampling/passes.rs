@@ -111,7 +111,7 @@ pub fn block_max(row: &[f32], block_max: &mut Vec<f32>) -> f32 {
 }
 
 /// The first index holding `max` (the value [`block_max`] returned), found through the block
-/// maxima. Equals `engine::sampling::argmax(row)` whenever `max` is not `-inf`.
+/// maxima. Equals `engine::token_choice::argmax(row)` whenever `max` is not `-inf`.
 pub fn first_index_of(row: &[f32], block_max: &[f32], max: f32) -> usize {
     let Some(b) = block_max.iter().position(|&m| m == max) else {
         return 0;
@@ -245,7 +245,7 @@ pub fn apply_mask(row: &mut [f32], allowed: &[u32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::sampling::argmax;
+    use crate::engine::token_choice::argmax;
 
     #[test]
     fn exp_is_within_two_ulp_of_f64() {

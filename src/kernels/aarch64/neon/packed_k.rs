@@ -95,10 +95,10 @@ unsafe fn tile<const TT: usize>(
             let mut isum = [vdupq_n_s32(0); TT];
             for j in 0..4 {
                 // Activation values 64j..64j+64 of each token: 4 registers of 4 dwords.
-                // SAFETY: inside each token's block (quants at 4..260).
                 let x: [[int8x16_t; 4]; TT] = std::array::from_fn(|t| {
-                    std::array::from_fn(|k| unsafe {
-                        vld1q_s8(y[t].add(4 + 64 * j + 16 * k) as *const i8)
+                    std::array::from_fn(|k| {
+                        // SAFETY: inside each token's block (quants at 4..260).
+                        unsafe { vld1q_s8(y[t].add(4 + 64 * j + 16 * k) as *const i8) }
                     })
                 });
                 let mut lo = [vdupq_n_s32(0); TT];

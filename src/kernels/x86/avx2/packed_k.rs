@@ -195,7 +195,8 @@ unsafe fn tile<const T: u8, const N: usize>(
             }
         }
         let mut v = [0f32; 8];
-        _mm256_storeu_ps(v.as_mut_ptr(), s[0]);
+        // SAFETY: `v` holds the 8 f32s the store writes.
+        unsafe { _mm256_storeu_ps(v.as_mut_ptr(), s[0]) };
         // SAFETY: `valid` cells of token row t (caller contract).
         unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * os), valid) };
     }

@@ -1,4 +1,5 @@
-//! `response_format` and tools for the handlers: the request's fields checked (a 400 naming
+//! A request's output constraint, the handlers' side of [`crate::structured`]:
+//! `response_format` and tools checked (a 400 naming
 //! the field for anything malformed or unsupported), the conversation prepared for the
 //! model's tool format, and the grammar compiled (off the async runtime: a schema takes
 //! milliseconds).
