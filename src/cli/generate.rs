@@ -120,7 +120,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
 
     let t0 = Instant::now();
-    let mut next = 0;
+    let mut next = None;
     runner.feed(
         &mut table,
         0,
@@ -128,11 +128,13 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         CHUNK,
         LogitsWanted::Last,
         |_, row| {
-            let s = sampler.sample(row, &mut scratch);
-            next = s.id;
-            logprobs.push(s.logprob);
+            next = sampler.sample(row, &mut scratch).map(|s| {
+                logprobs.push(s.logprob);
+                s.id
+            });
         },
     )?;
+    let mut next = next.context("the logits row has no finite value: no token to sample")?;
     let prompt_secs = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
     table.reserve(total)?;
@@ -154,7 +156,9 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         }];
         let logits = runner.forward(&seq)?;
         let row = logits.last(0).context("no logits")?;
-        let s = sampler.sample(row, &mut scratch);
+        let s = sampler
+            .sample(row, &mut scratch)
+            .context("the logits row has no finite value: no token to sample")?;
         next = s.id;
         logprobs.push(s.logprob);
     }

@@ -69,9 +69,11 @@ pub struct Args {
     /// Serve /metrics without an API key (server.metrics_public).
     #[arg(long, env = "KILN_METRICS_PUBLIC", num_args = 0..=1, default_missing_value = "true")]
     metrics_public: Option<bool>,
-    /// Testing only: make the engine panic in this step (exercises the fault path).
+    /// Testing only: a fault in the engine, STAGE@STEP (stage: forward, sample, emit, commit,
+    /// grammar, rebuild, slow-rebuild; the first time the stage is reached in that step or
+    /// later). Repeatable.
     #[arg(long, hide = true)]
-    inject_panic_at_step: Option<u64>,
+    inject_fault: Vec<kiln::scheduler::fault::FaultInjection>,
 }
 
 impl Args {
@@ -191,7 +193,7 @@ pub fn run(
         .context("starting the async runtime")?;
     let opts = ServeOptions {
         api_keys: keys,
-        panic_at_step: args.inject_panic_at_step,
+        faults: args.inject_fault.clone(),
     };
     let result = runtime.block_on(serve(cfg, opts));
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));

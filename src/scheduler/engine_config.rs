@@ -1,6 +1,7 @@
 //! How the engine is laid out: the settings [`crate::scheduler::setup`] derives from the
 //! configuration and the workers are built from.
 
+use crate::scheduler::fault::FaultInjection;
 use crate::scheduler::state::Limits;
 
 /// How the engine is laid out.
@@ -17,9 +18,9 @@ pub struct EngineConfig {
     pub block_size: usize,
     /// Scheduler limits (`n_ctx` is taken from the model when 0, and capped by it).
     pub limits: Limits,
-    /// Testing only: the engine panics in this step (counted per worker), to exercise the
-    /// fault path with a real process.
-    pub panic_at_step: Option<u64>,
+    /// Testing only: faults to inject (each worker has its own copy), to exercise the fault
+    /// path with a real process.
+    pub faults: Vec<FaultInjection>,
     /// Events a request's stream may leave unread before the request is aborted
     /// ([`MAX_UNREAD_EVENTS`] in servers; tests lower it to reach the limit quickly).
     pub max_unread_events: usize,

@@ -10,7 +10,7 @@ use crate::scheduler::request::{
     Event, GenerationRequest, SubmitError, MAX_N, MAX_STOPS, MAX_STOP_BYTES,
 };
 use crate::scheduler::state::{check_fits, AdmitError};
-use crate::scheduler::worker::{Command, Submission, Worker, WorkerShared};
+use crate::scheduler::worker::{Command, Submission, Worker, WorkerShared, WorkerState};
 use crate::tokenizer::Tokenizer;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -151,9 +151,18 @@ impl EngineHandle {
         &self.inner.info
     }
 
-    /// True while every worker is alive and has not failed.
+    /// True unless a worker has failed for good (its thread ended, or its rebuild after a
+    /// fault failed). A worker rebuilding after a fault is healthy: it serves again soon.
     pub fn is_healthy(&self) -> bool {
         self.inner.links.iter().all(|l| l.shared.is_healthy())
+    }
+
+    /// True while every worker is serving: not rebuilding after a fault, not failed.
+    pub fn is_ready(&self) -> bool {
+        self.inner
+            .links
+            .iter()
+            .all(|l| l.shared.state() == WorkerState::Serving)
     }
 
     /// Load summed over the workers.
@@ -255,7 +264,12 @@ impl EngineHandle {
             .links
             .iter()
             .filter(|l| l.shared.is_healthy() && !l.shared.is_stopping())
-            .min_by_key(|l| l.shared.active.load(Ordering::Relaxed))
+            // A worker rebuilding after a fault takes requests (they wait in its channel for
+            // the rebuild, milliseconds) only when no worker is serving.
+            .min_by_key(|l| {
+                let rebuilding = l.shared.state() != WorkerState::Serving;
+                (rebuilding, l.shared.active.load(Ordering::Relaxed))
+            })
             .ok_or(SubmitError::Unavailable("no healthy engine worker"))?;
         let max_waiting = inner.info.max_waiting;
         let waiting = inner.waiting.fetch_add(1, Ordering::AcqRel);

@@ -12,6 +12,7 @@
 
 mod constrain;
 pub mod engine_config;
+pub mod fault;
 pub mod handle;
 pub mod observer;
 pub mod prefix_cache;

@@ -83,6 +83,9 @@ pub struct RequestStats {
 pub trait Observer: Send + Sync {
     fn on_step(&self, _step: &StepStats) {}
     fn on_request(&self, _req: &RequestStats) {}
+    /// Engine worker `worker` caught a fault (a panic or an error in a step); it ended the
+    /// requests it held with an error and is rebuilding.
+    fn on_fault(&self, _worker: usize) {}
 }
 
 /// An observer that records nothing.
@@ -103,6 +106,12 @@ impl Observer for Fanout {
     fn on_request(&self, req: &RequestStats) {
         for o in &self.0 {
             o.on_request(req);
+        }
+    }
+
+    fn on_fault(&self, worker: usize) {
+        for o in &self.0 {
+            o.on_fault(worker);
         }
     }
 }

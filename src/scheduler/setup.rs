@@ -81,16 +81,16 @@ pub fn start(
     model_path: Option<&Path>,
     observer: Arc<dyn Observer>,
 ) -> Result<Loaded, SetupError> {
-    start_with(cfg, model_path, observer, None)
+    start_with(cfg, model_path, observer, &[])
 }
 
-/// [`start`], with a fault injected in step `panic_at_step` (see
-/// [`EngineConfig::panic_at_step`]; testing only, `kiln serve --inject-panic-at-step`).
+/// [`start`], with `faults` injected (see [`EngineConfig::faults`]; testing only, `kiln
+/// serve --inject-fault STAGE@STEP`).
 pub fn start_with(
     cfg: &Config,
     model_path: Option<&Path>,
     observer: Arc<dyn Observer>,
-    panic_at_step: Option<u64>,
+    faults: &[crate::scheduler::fault::FaultInjection],
 ) -> Result<Loaded, SetupError> {
     let t0 = Instant::now();
     let path = model_path.unwrap_or(&cfg.model_path).to_path_buf();
@@ -179,7 +179,7 @@ pub fn start_with(
             kv_positions,
             block_size: bs,
             limits,
-            panic_at_step,
+            faults: faults.to_vec(),
             max_unread_events: MAX_UNREAD_EVENTS,
         },
         observer,

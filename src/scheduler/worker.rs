@@ -8,6 +8,7 @@ use crate::engine::kv_cache::{KvCache, KvCacheConfig};
 use crate::engine::{BatchLimits, EngineError, ForwardScratch, LlamaModel, LogitsWanted, SeqInput};
 use crate::scheduler::constrain::{self, MaskWork, Pending};
 use crate::scheduler::engine_config::EngineConfig;
+use crate::scheduler::fault::{FaultStage, Faults};
 use crate::scheduler::observer::{Observer, StepKind, StepStats};
 use crate::scheduler::request::{Event, FinishReason, GenerationRequest};
 use crate::scheduler::sampling::SampleScratch;
@@ -24,7 +25,7 @@ mod output;
 mod sample;
 mod shared;
 
-pub(crate) use shared::WorkerShared;
+pub(crate) use shared::{WorkerShared, WorkerState};
 
 /// Messages from handles to a worker.
 pub(crate) enum Command {
@@ -63,23 +64,26 @@ pub(crate) struct Worker {
     sample_scratch: Vec<Mutex<SampleScratch>>,
     /// The step's logits rows, copied out of the scratch.
     rows: Vec<f32>,
+    /// Steps run, counted across rebuilds.
     steps: u64,
-    panic_at_step: Option<u64>,
+    /// Where a rebuild starts from.
+    cfg: EngineConfig,
+    limits: Limits,
+    faults: Faults,
     max_unread_events: usize,
 }
 
-impl Worker {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        index: usize,
-        model: LlamaModel,
-        tok: Arc<Tokenizer>,
-        cfg: &EngineConfig,
-        limits: Limits,
-        rx: mpsc::Receiver<Command>,
-        observer: Arc<dyn Observer>,
-        waiting: Arc<AtomicUsize>,
-    ) -> Result<Worker, EngineError> {
+/// What a step mutates, built new at start and after every fault: the KV cache, the forward
+/// pass's scratch, the scheduler's state and the sampling scratch.
+struct StepState {
+    kv: KvCache,
+    scratch: ForwardScratch,
+    sched: Scheduler<SeqOut>,
+    sample_scratch: Vec<Mutex<SampleScratch>>,
+}
+
+impl StepState {
+    fn new(model: &LlamaModel, cfg: &EngineConfig, limits: Limits) -> Result<Self, EngineError> {
         let kv_cfg: KvCacheConfig = model.kv_config(cfg.kv_positions, cfg.block_size);
         let kv = KvCache::new(kv_cfg)?;
         let batch = BatchLimits {
@@ -95,16 +99,66 @@ impl Worker {
             ..limits
         };
         let sched = Scheduler::new(sched_limits, kv.allocator().clone());
-        let shared = Arc::new(WorkerShared::new(kv.total_blocks()));
         let sample_scratch = (0..model.pool().threads())
             .map(|_| Mutex::new(SampleScratch::new()))
             .collect();
+        Ok(StepState {
+            kv,
+            scratch,
+            sched,
+            sample_scratch,
+        })
+    }
+}
+
+/// Why a step failed without a panic.
+#[derive(Debug, thiserror::Error)]
+enum StepError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("a planned sequence is missing from the scheduler")]
+    Plan,
+}
+
+/// What a caught panic says, for the log.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
+/// What the requests a fault ended are told.
+const FAULT_MESSAGE: &str = "the engine failed while running this request (an internal fault, \
+    not caused by the request; the server logged it and restarted the engine worker): retry it";
+
+impl Worker {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        index: usize,
+        model: LlamaModel,
+        tok: Arc<Tokenizer>,
+        cfg: &EngineConfig,
+        limits: Limits,
+        rx: mpsc::Receiver<Command>,
+        observer: Arc<dyn Observer>,
+        waiting: Arc<AtomicUsize>,
+    ) -> Result<Worker, EngineError> {
+        let StepState {
+            kv,
+            scratch,
+            sched,
+            sample_scratch,
+        } = StepState::new(&model, cfg, limits)?;
+        let shared = Arc::new(WorkerShared::new(kv.total_blocks()));
+        let faults = Faults::new(&cfg.faults);
         let outputs = Outputs::new(
             index,
             tok,
             Arc::clone(&observer),
             Arc::clone(&shared),
             waiting,
+            faults.clone(),
         );
         Ok(Worker {
             index,
@@ -119,7 +173,9 @@ impl Worker {
             sample_scratch,
             rows: Vec::new(),
             steps: 0,
-            panic_at_step: cfg.panic_at_step,
+            cfg: cfg.clone(),
+            limits,
+            faults,
             max_unread_events: cfg.max_unread_events.max(1),
         })
     }
@@ -128,39 +184,99 @@ impl Worker {
         &self.shared
     }
 
-    /// The thread's body: runs until shutdown or until every handle is gone.
+    /// The thread's body: runs until shutdown or until every handle is gone. Every round
+    /// (commands, then a step) is supervised: a panic anywhere in it (forward pass, sampling
+    /// on the team, output processing, grammar commit) ends the requests in flight with an
+    /// error, and the worker is rebuilt ([`Worker::recover`]).
     pub(crate) fn run(mut self) {
         loop {
-            if self.sched.is_idle() {
-                // Nothing to compute: sleep until a command arrives (an idle server burns no CPU).
-                match self.rx.recv() {
-                    Ok(cmd) => {
-                        if !self.command(cmd) {
-                            break;
-                        }
-                    }
-                    Err(_) => break,
-                }
-            }
-            let mut go_on = true;
-            while let Ok(cmd) = self.rx.try_recv() {
-                if !self.command(cmd) {
-                    go_on = false;
-                    break;
-                }
-            }
-            if !go_on {
-                break;
-            }
-            // A step publishes the load itself (with its stats); otherwise publish it here.
-            if self.sched.is_idle() {
-                self.shared.publish_load(&self.sched);
-            } else {
-                self.step();
+            match catch_unwind(AssertUnwindSafe(|| self.round())) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(p) => self.recover(&panic_message(p.as_ref())),
             }
         }
-        self.outputs.abort_all(&mut self.sched, FinishReason::Abort);
-        self.shared.set_unhealthy();
+        if self.shared.state() != WorkerState::Failed {
+            self.outputs.abort_all(&mut self.sched, FinishReason::Abort);
+        }
+        self.shared.set_state(WorkerState::Failed);
+    }
+
+    /// Takes the commands waiting (blocking for one when idle) and runs a step; false when
+    /// the worker must stop.
+    fn round(&mut self) -> bool {
+        if self.sched.is_idle() {
+            // Nothing to compute: sleep until a command arrives (an idle server burns no CPU).
+            match self.rx.recv() {
+                Ok(cmd) => {
+                    if !self.command(cmd) {
+                        return false;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+        while let Ok(cmd) = self.rx.try_recv() {
+            if !self.command(cmd) {
+                return false;
+            }
+        }
+        // A step publishes the load itself (with its stats); otherwise publish it here.
+        if self.sched.is_idle() {
+            self.shared.publish_load(&self.sched);
+        } else if let Err(e) = self.step() {
+            self.recover(&e.to_string());
+        }
+        true
+    }
+
+    /// After a fault (`why`): counts it, ends every request this worker holds with an error
+    /// (requests still in its channel stay there), and rebuilds what a step mutates (a new
+    /// worker team over the same weights, a new KV cache, scratch and scheduler). While it
+    /// rebuilds the worker is not ready; if the rebuild fails it stays down and refuses
+    /// everything (the engine is then unhealthy).
+    fn recover(&mut self, why: &str) {
+        self.shared.set_state(WorkerState::Rebuilding);
+        self.observer.on_fault(self.index);
+        tracing::error!(
+            worker = self.index,
+            step = self.steps,
+            fault = ?why,
+            "engine fault: failing the requests in flight and rebuilding the worker"
+        );
+        self.outputs.fail_all(FAULT_MESSAGE);
+        match self.rebuild() {
+            Ok(()) => {
+                self.shared.publish_load(&self.sched);
+                self.shared.set_state(WorkerState::Serving);
+                tracing::info!(worker = self.index, "engine worker rebuilt; serving");
+            }
+            Err(e) => {
+                self.shared.set_state(WorkerState::Failed);
+                tracing::error!(
+                    worker = self.index,
+                    error = %e,
+                    "the engine worker could not be rebuilt: it refuses every request"
+                );
+            }
+        }
+    }
+
+    fn rebuild(&mut self) -> Result<(), EngineError> {
+        if self.faults.rebuild_fails() {
+            return Err(EngineError::Pool(
+                "injected rebuild failure (testing only)".to_string(),
+            ));
+        }
+        let model = self.model.replica(self.model.pool().threads())?;
+        let state = StepState::new(&model, &self.cfg, self.limits)?;
+        self.model = model;
+        self.kv = state.kv;
+        self.scratch = state.scratch;
+        self.sched = state.sched;
+        self.sample_scratch = state.sample_scratch;
+        self.rows = Vec::new();
+        Ok(())
     }
 
     /// Applies one command; false when the worker must stop.
@@ -188,7 +304,7 @@ impl Worker {
         } = sub;
         let n = req.n.max(1);
         let r = Req::new(req, seed, tx, unread, self.max_unread_events, arrived);
-        if !self.shared.is_healthy() {
+        if self.shared.state() == WorkerState::Failed {
             let message = "the engine failed earlier and is not serving".to_string();
             self.outputs.refuse(r, message);
             return;
@@ -209,8 +325,9 @@ impl Worker {
         }
     }
 
-    /// Plans and runs one step.
-    fn step(&mut self) {
+    /// Plans and runs one step. An error leaves the worker's state untrusted: the caller
+    /// recovers as from a panic.
+    fn step(&mut self) -> Result<(), StepError> {
         let t0 = Instant::now();
         // Prefix-cache lookups happen while planning.
         let before = self.sched.prefix_stats();
@@ -220,17 +337,14 @@ impl Worker {
             // preempt the others); avoid spinning hot.
             self.shared.publish_load(&self.sched);
             std::thread::sleep(Duration::from_millis(1));
-            return;
+            return Ok(());
         }
         self.steps += 1;
+        self.faults.set_step(self.steps);
         for it in &plan.items {
             self.outputs.mark_admitted(req_of(it.seq), t0);
         }
-        let mut masks = MaskWork::default();
-        match self.execute(&plan, &mut masks) {
-            Ok(()) => {}
-            Err(fatal) => self.fail(&plan, fatal),
-        }
+        let masks = self.execute(&plan)?;
         let after = self.sched.prefix_stats();
         self.publish(
             &plan,
@@ -239,18 +353,14 @@ impl Worker {
             after.hits - before.hits,
             masks,
         );
+        Ok(())
     }
 
-    /// Copies shared blocks, runs the forward pass and handles each sequence's logits. An
-    /// error (or a panic) in the forward pass is returned: `Err(true)` when it was a panic.
-    fn execute(&mut self, plan: &StepPlan, masks: &mut MaskWork) -> Result<(), bool> {
+    /// Copies shared blocks, runs the forward pass (beside the grammar masks) and hands each
+    /// sequence's logits to sampling and output processing.
+    fn execute(&mut self, plan: &StepPlan) -> Result<MaskWork, StepError> {
         for &(src, dst) in &plan.copies {
-            self.kv.copy_block(src, dst).map_err(|_| false)?;
-        }
-        if self.panic_at_step == Some(self.steps) {
-            // Testing only (EngineConfig::panic_at_step): a fault inside a step.
-            let r = catch_unwind(|| panic!("injected engine fault (panic_at_step)"));
-            return r.map_err(|_| true);
+            self.kv.copy_block(src, dst).map_err(EngineError::from)?;
         }
         // The masks of constrained sequences that sample this step, computed beside the forward
         // pass.
@@ -269,6 +379,7 @@ impl Worker {
             scratch,
             sched,
             rows,
+            faults,
             ..
         } = self;
         let inputs: Vec<SeqInput<'_>> = plan
@@ -289,36 +400,24 @@ impl Worker {
             })
             .collect();
         if inputs.len() != plan.items.len() {
-            return Err(false);
+            return Err(StepError::Plan);
         }
         // The logits rows are copied out of the scratch (about 1% of a step) so that sampling
         // can update the scheduler while reading them.
-        let (out, work) = constrain::overlapped(&mut pending, || {
-            catch_unwind(AssertUnwindSafe(|| {
-                let logits = model.forward(&inputs, kv, scratch)?;
-                rows.clear();
-                rows.extend_from_slice(logits.as_slice());
-                Ok::<usize, EngineError>(logits.n_vocab())
-            }))
+        let (out, masks) = constrain::overlapped(&mut pending, || {
+            faults.check(FaultStage::Forward);
+            let logits = model.forward(&inputs, kv, scratch)?;
+            rows.clear();
+            rows.extend_from_slice(logits.as_slice());
+            Ok::<usize, EngineError>(logits.n_vocab())
         });
         drop(inputs);
-        *masks = work;
         for (sid, c) in pending {
             if let Some(s) = self.sched.seq_mut(sid) {
                 s.payload.constraint = Some(c);
             }
         }
-        let n_vocab = match out {
-            Ok(Ok(n)) => n,
-            Ok(Err(e)) => {
-                tracing::error!(worker = self.index, error = %e, "engine step failed");
-                return Err(false);
-            }
-            Err(_) => {
-                tracing::error!(worker = self.index, "engine step panicked");
-                return Err(true);
-            }
-        };
+        let n_vocab = out?;
         let rows = std::mem::take(&mut self.rows);
         let row = |k: usize| &rows[k * n_vocab..(k + 1) * n_vocab];
         // Sequences whose first token forks the other choices go one by one; the rest are
@@ -337,12 +436,12 @@ impl Worker {
                 }
             }
         }
-        let sampled = self.sample_many(&batch, &rows, n_vocab);
-        for ((sid, _), sampled) in batch.into_iter().zip(sampled) {
-            self.outputs.emit(&mut self.sched, sid, sampled);
+        let drawn = self.sample_many(&batch, &rows, n_vocab);
+        for ((sid, _), d) in batch.into_iter().zip(drawn) {
+            self.outputs.emit(&mut self.sched, sid, d);
         }
         self.rows = rows;
-        Ok(())
+        Ok(masks)
     }
 
     /// The first token of a request with `n > 1` choices: fork the other choices (sharing the
@@ -368,27 +467,13 @@ impl Worker {
         }
         for (new, payload) in forks {
             if self.sched.fork(sid, new, payload) {
-                let sampled = self.sample_one(new, row);
-                self.outputs.emit(&mut self.sched, new, sampled);
+                if let Some(d) = self.sample_one(new, row) {
+                    self.outputs.emit(&mut self.sched, new, d);
+                }
             }
         }
-        let sampled = self.sample_one(sid, row);
-        self.outputs.emit(&mut self.sched, sid, sampled);
-    }
-
-    /// A step failed: its requests end with an error. A panic also marks the worker unhealthy
-    /// and fails everything it holds (its state can no longer be trusted).
-    fn fail(&mut self, plan: &StepPlan, panicked: bool) {
-        let mut reqs: Vec<u64> = plan.items.iter().map(|it| req_of(it.seq)).collect();
-        if panicked {
-            self.shared.set_unhealthy();
-            reqs = self.outputs.ids();
-        }
-        reqs.sort_unstable();
-        reqs.dedup();
-        for id in reqs {
-            self.outputs
-                .abort_request(&mut self.sched, id, FinishReason::Error);
+        if let Some(d) = self.sample_one(sid, row) {
+            self.outputs.emit(&mut self.sched, sid, d);
         }
     }
 

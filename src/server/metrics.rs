@@ -45,7 +45,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 /// `GET /stats`: latency percentiles and rates over the last 1 and 5 minutes, and the load now.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct StatsBody {
-    /// `"loading"`, `"ready"`, `"draining"` or `"failed"`.
+    /// `"loading"`, `"ready"`, `"draining"`, `"recovering"` (rebuilding a worker after a
+    /// fault) or `"failed"`.
     pub status: String,
     #[schema(value_type = Object)]
     pub last_1m: WindowStats,
@@ -82,6 +83,7 @@ pub async fn stats(State(state): State<AppState>) -> Json<StatsBody> {
             ServerPhase::Loading => "loading",
             ServerPhase::Ready => "ready",
             ServerPhase::Draining => "draining",
+            ServerPhase::Recovering => "recovering",
             ServerPhase::Failed => "failed",
         }
         .to_string(),

@@ -75,8 +75,8 @@ pub enum ServeError {
 pub struct ServeOptions {
     /// Every accepted API key (config, key file and environment, resolved by the caller).
     pub api_keys: Vec<String>,
-    /// Testing only: the engine panics in this step.
-    pub panic_at_step: Option<u64>,
+    /// Testing only: faults injected into the engine.
+    pub faults: Vec<crate::scheduler::fault::FaultInjection>,
 }
 
 /// The model ids: `model.name` (else the model file's stem), then the aliases.
@@ -202,10 +202,10 @@ pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
     });
 
     let load_cfg = cfg.clone();
-    let panic_at_step = opts.panic_at_step;
+    let faults = opts.faults.clone();
     let observer = state.observer();
     let loader = tokio::task::spawn_blocking(move || {
-        let loaded = setup::start_with(&load_cfg, None, observer, panic_at_step)?;
+        let loaded = setup::start_with(&load_cfg, None, observer, &faults)?;
         let facts = (loaded.load_time, loaded.quant.clone());
         Runtime::new(loaded, load_cfg.chat_template.as_deref()).map(|rt| (rt, facts))
     });

@@ -150,7 +150,11 @@ pub enum ServerPhase {
     Ready,
     /// SIGTERM received: finishing requests in flight, refusing new ones.
     Draining,
-    /// The engine failed (a fault in a step): every request is refused.
+    /// A fault ended the requests an engine worker held; the worker is being rebuilt. Not
+    /// ready, but requests are taken: they wait for the rebuild (milliseconds).
+    Recovering,
+    /// An engine worker failed and could not be rebuilt: every request is refused, and
+    /// `/health` says 503 so the process gets restarted.
     Failed,
 }
 
@@ -256,14 +260,18 @@ impl AppState {
         match self.inner.runtime.get() {
             None => ServerPhase::Loading,
             Some(rt) if !rt.engine.is_healthy() => ServerPhase::Failed,
+            Some(rt) if !rt.engine.is_ready() => ServerPhase::Recovering,
             Some(_) => ServerPhase::Ready,
         }
     }
 
-    /// The model to run a request on: 503 unless the server is ready.
+    /// The model to run a request on: 503 unless the server is ready (or recovering from a
+    /// fault: the request waits for the rebuilt worker).
     pub fn runtime(&self) -> Result<Arc<Runtime>, ApiError> {
         match self.phase() {
-            ServerPhase::Ready => Ok(Arc::clone(self.inner.runtime.get().expect("ready"))),
+            ServerPhase::Ready | ServerPhase::Recovering => {
+                Ok(Arc::clone(self.inner.runtime.get().expect("loaded")))
+            }
             ServerPhase::Loading => Err(ApiError::Unavailable(
                 "the model is still loading; retry shortly".to_string(),
             )),
@@ -271,7 +279,8 @@ impl AppState {
                 "the server is shutting down".to_string(),
             )),
             ServerPhase::Failed => Err(ApiError::Unavailable(
-                "the inference engine has failed; the server must be restarted".to_string(),
+                "the inference engine failed and could not be rebuilt; the server must be restarted"
+                    .to_string(),
             )),
         }
     }

@@ -4,6 +4,7 @@
 mod chat_templates;
 mod common;
 mod engine;
+mod engine_faults;
 mod gguf;
 mod gguf_inspect;
 mod gguf_malformed;

@@ -113,6 +113,7 @@ fn random_logits_under_the_mask_always_give_valid_json() {
                 .collect();
             let id = sampler
                 .sample_masked(&logits, seq.allowed(), &mut scratch)
+                .expect("the mask leaves a candidate")
                 .id;
             if tok.is_eog(id) {
                 break true;
@@ -511,6 +512,7 @@ fn walk_after_with(tok: &Tokenizer, c: &Constraint, prefix: &str, seed: u64) -> 
             .collect();
         let id = sampler
             .sample_masked(&logits, seq.allowed(), &mut scratch)
+            .expect("the mask leaves a candidate")
             .id;
         if tok.is_eog(id) {
             break;

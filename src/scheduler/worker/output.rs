@@ -7,7 +7,9 @@
 //! [`Outputs`] owns every request's channel and bookkeeping; the step loop hands it the
 //! scheduler whose sequences carry each choice's [`SeqOut`].
 
+use super::sample::Draw;
 use super::shared::WorkerShared;
+use crate::scheduler::fault::{FaultStage, Faults};
 use crate::scheduler::observer::{Observer, RequestStats};
 use crate::scheduler::request::{
     Event, FinishReason, GenerationRequest, Timings, TokenLogprob, Usage,
@@ -101,6 +103,9 @@ pub(super) struct Req {
     generated: usize,
     cached_tokens: usize,
     preemptions: u32,
+    /// Why the request failed, for its final [`Event::Error`] (a choice's grammar failed, or
+    /// no token could be sampled).
+    error: Option<String>,
 }
 
 impl Req {
@@ -127,6 +132,7 @@ impl Req {
             generated: 0,
             cached_tokens: 0,
             preemptions: 0,
+            error: None,
         }
     }
 
@@ -162,6 +168,7 @@ pub(super) struct Outputs {
     /// Accepted requests not yet running, over all workers (the handle's queue bound).
     waiting: Arc<AtomicUsize>,
     reqs: HashMap<u64, Req>,
+    faults: Faults,
 }
 
 impl Outputs {
@@ -171,6 +178,7 @@ impl Outputs {
         observer: Arc<dyn Observer>,
         shared: Arc<WorkerShared>,
         waiting: Arc<AtomicUsize>,
+        faults: Faults,
     ) -> Outputs {
         Outputs {
             worker,
@@ -179,6 +187,7 @@ impl Outputs {
             shared,
             waiting,
             reqs: HashMap::new(),
+            faults,
         }
     }
 
@@ -217,6 +226,39 @@ impl Outputs {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
         }
         self.shared.active.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// After a fault: every request ends with an [`Event::Error`] saying `message`, without
+    /// touching the scheduler (its state is not trusted any more; it is rebuilt).
+    pub fn fail_all(&mut self, message: &str) {
+        for (_, r) in std::mem::take(&mut self.reqs) {
+            let now = Instant::now();
+            self.observer.on_request(&RequestStats {
+                queue: r.admitted.unwrap_or(now).duration_since(r.arrived),
+                ttft: r.first_token.map(|t| t.duration_since(r.arrived)),
+                itl: Vec::new(),
+                duration: now.duration_since(r.arrived),
+                prompt_tokens: r.req.prompt.len(),
+                cached_tokens: r.cached_tokens,
+                generated_tokens: r.generated,
+                finish_reasons: vec![FinishReason::Error; r.finish.len()],
+                preemptions: r.preemptions,
+            });
+            self.release_slot(r.admitted.is_some());
+            r.send_last(Event::Error {
+                message: message.to_string(),
+            });
+        }
+    }
+
+    /// Ends request `id` with an [`Event::Error`] saying `message` (its other choices end too:
+    /// the response cannot be whole).
+    pub fn fail_request(&mut self, sched: &mut Scheduler<SeqOut>, id: u64, message: String) {
+        tracing::warn!(worker = self.worker, request = id, error = %message, "request failed");
+        if let Some(r) = self.reqs.get_mut(&id) {
+            r.error.get_or_insert(message);
+        }
+        self.abort_request(sched, id, FinishReason::Error);
     }
 
     /// Ends every request with `reason`.
@@ -307,9 +349,11 @@ impl Outputs {
             self.release_slot(r.admitted.is_some());
             self.shared.publish_load(sched);
             if reason == FinishReason::Error {
-                r.send_last(Event::Error {
-                    message: "the engine failed while running this request".to_string(),
-                });
+                let message = r
+                    .error
+                    .take()
+                    .unwrap_or_else(|| "the engine failed while running this request".to_string());
+                r.send_last(Event::Error { message });
             } else {
                 r.send(Event::Done { usage, timings });
             }
@@ -317,21 +361,23 @@ impl Outputs {
     }
 
     /// Appends `sid`'s sampled token, sends its text, and ends the choice on an
-    /// end-of-generation token, a stop string, a complete grammar or the length limit.
-    pub fn emit(
-        &mut self,
-        sched: &mut Scheduler<SeqOut>,
-        sid: SeqId,
-        sampled: impl Into<Option<Sampled>>,
-    ) {
-        let Some(Sampled { id, logprob, top }) = sampled.into() else {
-            return;
-        };
+    /// end-of-generation token, a stop string, a complete grammar or the length limit. A
+    /// sequence that got no token, or whose grammar failed, fails its request.
+    pub fn emit(&mut self, sched: &mut Scheduler<SeqOut>, sid: SeqId, drawn: Draw) {
+        self.faults.check(FaultStage::Emit);
         let now = Instant::now();
         let Some(s) = sched.seq_mut(sid) else {
             return;
         };
         let (req_id, choice) = (s.payload.req, s.payload.choice);
+        let Sampled { id, logprob, top } = match drawn {
+            Ok(d) => d,
+            Err(e) => {
+                let message = format!("choice {choice}: {}", e.message());
+                self.fail_request(sched, req_id, message);
+                return;
+            }
+        };
         let Some(r) = self.reqs.get_mut(&req_id) else {
             return;
         };
@@ -351,13 +397,21 @@ impl Outputs {
             Some(c) => match c.failure() {
                 Some(e) => Step::Failed(e.to_string()),
                 None if eog => Step::Continue,
-                None => c.commit(id),
+                None => {
+                    self.faults.check(FaultStage::Commit);
+                    if self.faults.grammar_fails() {
+                        Step::Failed("injected grammar error (testing only)".to_string())
+                    } else {
+                        c.commit(id)
+                    }
+                }
             },
         };
-        if let Step::Failed(e) = &grammar {
-            // Never caused by input alone; the choice ends rather than leave its grammar.
-            tracing::warn!(worker = self.worker, error = %e, "constrained decoding failed");
-            self.finish_choice(sched, req_id, choice, sid, FinishReason::Stop);
+        if let Step::Failed(e) = grammar {
+            // The text so far follows the grammar but is not complete: never a "stop" on
+            // output that does not validate.
+            let message = format!("choice {choice}: the output constraint failed: {e}");
+            self.fail_request(sched, req_id, message);
             return;
         }
         sched.append(sid, id);

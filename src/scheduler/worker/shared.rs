@@ -1,7 +1,19 @@
 //! What a worker publishes for the handles (routing, load, health) without a round trip.
 
 use crate::scheduler::state::Scheduler;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+/// Where a worker is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerState {
+    /// Running steps (or idle, waiting for work).
+    Serving,
+    /// A fault ended every request it held; it is building a new KV cache, scratch and
+    /// worker team over the same weights. Requests sent meanwhile wait in its channel.
+    Rebuilding,
+    /// It stopped: the rebuild failed, or the thread ended. It refuses everything.
+    Failed,
+}
 
 /// Numbers a worker publishes for handles (routing, load, health) without a round trip.
 pub(crate) struct WorkerShared {
@@ -14,7 +26,7 @@ pub(crate) struct WorkerShared {
     pub kv_used: AtomicUsize,
     pub kv_cached: AtomicUsize,
     pub kv_total: usize,
-    healthy: AtomicBool,
+    state: AtomicU8,
     stopping: AtomicBool,
 }
 
@@ -26,17 +38,26 @@ impl WorkerShared {
             kv_used: AtomicUsize::new(0),
             kv_cached: AtomicUsize::new(0),
             kv_total,
-            healthy: AtomicBool::new(true),
+            state: AtomicU8::new(WorkerState::Serving as u8),
             stopping: AtomicBool::new(false),
         }
     }
 
-    pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::Acquire)
+    pub fn state(&self) -> WorkerState {
+        match self.state.load(Ordering::Acquire) {
+            0 => WorkerState::Serving,
+            1 => WorkerState::Rebuilding,
+            _ => WorkerState::Failed,
+        }
     }
 
-    pub fn set_unhealthy(&self) {
-        self.healthy.store(false, Ordering::Release);
+    pub fn set_state(&self, s: WorkerState) {
+        self.state.store(s as u8, Ordering::Release);
+    }
+
+    /// Not failed: serving, or rebuilding after a fault.
+    pub fn is_healthy(&self) -> bool {
+        self.state() != WorkerState::Failed
     }
 
     pub fn is_stopping(&self) -> bool {
