@@ -69,6 +69,18 @@ def resolve(segs):
             break
     return m
 
+def absolute(m, path):
+    """`crate::a::b` or `super::b` (seen from module m) as segments from the crate root."""
+    segs = path.split("::")
+    if segs[0] == "crate":
+        return segs[1:]
+    if segs[0] == "super":
+        base = list(m)
+        while segs and segs[0] == "super":
+            base, segs = base[:-1], segs[1:]
+        return base + segs
+    return None
+
 edges = {m: set() for m in mods}
 for m, t in texts.items():
     # expand use-groups crate::a::{b, c::d} into separate paths
@@ -95,32 +107,15 @@ for m, t in texts.items():
     # A `use` naming a module makes its last segment an alias: `x86::avx2::f` reaches avx2.
     aliases = {}
     for p in list(paths):
-        segs = p.split("::")
-        if segs[0] == "crate":
-            full = segs[1:]
-        elif segs[0] == "super":
-            base = list(m)
-            while segs and segs[0] == "super":
-                base = base[:-1]; segs = segs[1:]
-            full = base + segs
-        else:
-            continue
-        if tuple(full) in mods and full:
+        full = absolute(m, p)
+        if full and tuple(full) in mods:
             aliases[full[-1]] = full
     for name, full in aliases.items():
         for rest in re.findall(rf"(?<![\w:]){name}((?:::\w+)+)", t):
             paths.append("crate::" + "::".join(full) + rest)
     for p in paths:
-        segs = p.split("::")
-        if segs[0] == "crate":
-            tgt = resolve(segs[1:])
-        elif segs[0] == "super":
-            base = list(m)
-            while segs and segs[0] == "super":
-                base = base[:-1]; segs = segs[1:]
-            tgt = resolve(base + segs)
-        else:
-            continue
+        full = absolute(m, p)
+        tgt = resolve(full) if full else None
         if tgt and tgt != m and tgt != m[:len(tgt)] and m != tgt[:len(m)]:
             edges[m].add(tgt)
 
