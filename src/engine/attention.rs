@@ -20,6 +20,7 @@
 
 mod batch;
 #[cfg(target_arch = "x86_64")]
+mod exp_fast;
 mod expf;
 mod ggml_order;
 mod long;

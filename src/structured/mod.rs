@@ -13,11 +13,13 @@
 //! Like `tokenizer` and `chat_template`, this module sits beside the layers: the scheduler
 //! runs a [`Constraint`] per sequence, the server builds them; it imports neither.
 
+pub mod error;
 pub mod grammar;
 pub mod seq;
 pub mod tools;
 pub mod vocab;
 
-pub use grammar::{Constraint, ConstraintError};
+pub use error::ConstraintError;
+pub use grammar::Constraint;
 pub use seq::{MaskStats, SeqConstraint};
 pub use vocab::Grammars;

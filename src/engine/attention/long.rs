@@ -26,6 +26,7 @@
 //! sequence's logits are the same alone, batched or chunked. The SIMD kernels (one generic
 //! body, [`super::simd`]) are bit-identical to the scalar twin [`tiles_scalar`].
 
+use super::exp_fast::exp_fast;
 use super::simd::Simd;
 use super::HeadView;
 use half::f16;
@@ -161,52 +162,6 @@ pub(super) fn fold(run_m: &mut f32, run_l: &mut f32, run_a: &mut [f32], m: f32, 
     }
     *run_l = *run_l * so + l * sn;
     *run_m = mn;
-}
-
-/// Constants of [`exp_fast`].
-pub(super) mod fast_exp {
-    /// Below this the result is 0 (e^-87.3 ~ 1.2e-38).
-    pub const FLOOR: f32 = -87.3;
-    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
-    /// ln 2 split so that `n * LN2_HI` is exact for |n| < 2^15.
-    pub const LN2_HI: f32 = 0.693_359_4;
-    pub const LN2_LO: f32 = -2.121_944_4e-4;
-    /// 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
-    pub const ROUND: f32 = 12_582_912.0;
-    /// The polynomial in `r`, highest degree first, then 0.5.
-    pub const P: [f32; 5] = [
-        1.987_569_1e-4,
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        0.166_666_65,
-    ];
-}
-
-/// `e^x` for `x <= 0` in f32, about 1 ulp (Cephes `expf`: `x = n ln2 + r`, a degree-6
-/// polynomial in `r`, times `2^n` built from its bits), in separate multiplies and adds so every
-/// width rounds it alike ([`super::simd::Simd::exp_fast`]). 0 below -87.3, for `-inf` and NaN;
-/// positive `x` is taken as 0.
-pub(super) fn exp_fast(x: f32) -> f32 {
-    use fast_exp::*;
-    let keep = x >= FLOOR;
-    let xc = if x > FLOOR { x } else { FLOOR };
-    let xc = if xc < 0.0 { xc } else { 0.0 };
-    let z = xc * LOG2E + ROUND;
-    let n = z - ROUND;
-    let r = (xc - n * LN2_HI) - n * LN2_LO;
-    let mut p = P[0];
-    for &k in &P[1..] {
-        p = p * r + k;
-    }
-    p = p * r + 0.5;
-    let y = (p * (r * r) + r) + 1.0;
-    let pow2n = f32::from_bits(z.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23);
-    if keep {
-        y * pow2n
-    } else {
-        0.0
-    }
 }
 
 /// Halving sum of 16 lanes: `v[i] += v[i + w]` for w = 8, 4, 2, 1.
