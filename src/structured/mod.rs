@@ -19,12 +19,14 @@
 //! runs a [`Constraint`] per sequence, the server builds them; it imports neither.
 
 pub mod bounds;
+pub mod error;
 pub mod grammar;
 pub mod rewrite;
 pub mod seq;
 pub mod tools;
 pub mod vocab;
 
-pub use grammar::{Constraint, ConstraintError};
+pub use error::ConstraintError;
+pub use grammar::Constraint;
 pub use seq::{MaskStats, SeqConstraint};
 pub use vocab::Grammars;

@@ -73,7 +73,7 @@ pub struct Grammars {
 impl Grammars {
     /// Builds the trie and the factory (a few hundred milliseconds for a 50k vocabulary: call
     /// it at start-up, off the async runtime).
-    pub fn new(tok: Arc<Tokenizer>) -> Result<Grammars, super::ConstraintError> {
+    pub fn new(tok: Arc<Tokenizer>) -> Result<Grammars, super::error::ConstraintError> {
         let words = token_words(&tok);
         let eog: Vec<u32> = tok.eog_ids().to_vec();
         let eos = tok.eos().or_else(|| eog.first().copied()).unwrap_or(0);
@@ -88,7 +88,7 @@ impl Grammars {
         let bytes = Arc::new(TokenBytes::new(words.clone()));
         let env: TokEnv = Arc::new(KilnTokEnv { tok, trie });
         let mut factory = ParserFactory::new_simple(&env)
-            .map_err(|e| super::ConstraintError::Setup(e.to_string()))?;
+            .map_err(|e| super::error::ConstraintError::Setup(e.to_string()))?;
         factory.quiet();
         Ok(Grammars {
             factory,
