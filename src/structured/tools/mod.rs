@@ -25,7 +25,7 @@ pub mod reader;
 pub mod stream;
 
 pub use reader::Reader;
-pub use stream::{ToolDelta, ToolStream};
+pub use stream::ToolStream;
 
 use serde_json::Value;
 
@@ -71,6 +71,22 @@ pub enum ToolFormat {
 pub struct CallReading {
     pub format: ToolFormat,
     pub forced: bool,
+}
+
+/// What a delta adds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolDelta {
+    Content(String),
+    /// A call begins (index in the reply, function name).
+    CallStart {
+        index: usize,
+        name: String,
+    },
+    /// More of call `index`'s arguments (raw JSON text).
+    Arguments {
+        index: usize,
+        fragment: String,
+    },
 }
 
 /// A call as far as it has arrived.

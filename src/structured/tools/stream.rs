@@ -3,25 +3,9 @@
 //! stopped and returns what became final: content, then for each call a header (its index and
 //! name, once the name is complete) and argument fragments.
 
-use super::{Reader, Reply, ToolFormat};
+use super::{Reader, Reply, ToolDelta, ToolFormat};
 use crate::tokenizer::Tokenizer;
 use std::sync::Arc;
-
-/// What a delta adds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ToolDelta {
-    Content(String),
-    /// A call begins (index in the reply, function name).
-    CallStart {
-        index: usize,
-        name: String,
-    },
-    /// More of call `index`'s arguments (raw JSON text).
-    Arguments {
-        index: usize,
-        fragment: String,
-    },
-}
 
 /// One choice's reader over token deltas.
 pub struct ToolStream {
