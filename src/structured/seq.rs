@@ -92,15 +92,22 @@ impl SeqConstraint {
             return;
         }
         let t0 = Instant::now();
-        match self.matcher.compute_mask() {
-            Ok(mut m) if m.num_set() > 0 => {
+        // A panic in the grammar engine fails this sequence only: the mask thread that runs
+        // this outlives it (the matcher is not used again once `failed` is set).
+        let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut m = self.matcher.compute_mask().map_err(|e| e.to_string())?;
+            if m.num_set() > 0 {
                 if let Some(b) = &self.bounds {
                     b.narrow(&mut m);
                 }
-                self.mask = Some(m)
             }
-            Ok(_) => self.failed = Some("the grammar allows no token here".to_string()),
-            Err(e) => self.failed = Some(e.to_string()),
+            Ok::<_, String>(m)
+        }));
+        match computed {
+            Ok(Ok(m)) if m.num_set() > 0 => self.mask = Some(m),
+            Ok(Ok(_)) => self.failed = Some("the grammar allows no token here".to_string()),
+            Ok(Err(e)) => self.failed = Some(e),
+            Err(_) => self.failed = Some("the grammar engine panicked".to_string()),
         }
         self.stats.masks += 1;
         self.stats.time += t0.elapsed();
