@@ -205,8 +205,10 @@ release:
 fmt:
 	$(CARGO) fmt
 
+## check: formatting, clippy, and no import circles between modules (scripts/module_cycles.py).
 check:
 	$(CARGO) fmt --all -- --check
+	scripts/module_cycles.py
 	$(CARGO) clippy --all-targets -- -D warnings
 
 unit:

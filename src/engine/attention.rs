@@ -19,7 +19,7 @@
 //! This module reads the cache ([`KvCache`]); the cache knows nothing of attention.
 
 mod batch;
-#[cfg(target_arch = "x86_64")]
+mod exp_fast;
 mod expf;
 mod ggml_order;
 mod long;
@@ -173,6 +173,7 @@ impl AttnScratch {
         } else {
             AttnIsa::Scalar
         };
+        #[cfg(target_arch = "x86_64")]
         let long_ok = isa.supported() && long::simd_covers(self.head_dim, self.block_size);
         self.long = match isa {
             #[cfg(target_arch = "x86_64")]

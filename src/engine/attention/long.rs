@@ -26,9 +26,13 @@
 //! sequence's logits are the same alone, batched or chunked. The SIMD kernels (one generic
 //! body, [`super::simd`]) are bit-identical to the scalar twin [`tiles_scalar`].
 
-use super::simd::Simd;
+use super::exp_fast::exp_fast;
 use super::HeadView;
-use half::f16;
+
+#[cfg(target_arch = "x86_64")]
+mod simd_tiles;
+#[cfg(target_arch = "x86_64")]
+use simd_tiles::{tiles_avx2, tiles_avx512};
 
 /// First query position that runs the long-context order.
 pub const LONG_FROM: usize = 1024;
@@ -51,6 +55,7 @@ pub(super) enum LongKernel {
 
 /// True when the SIMD long kernels handle heads of `d` values in blocks of `bs` positions: a
 /// tile lies in one block and a head is whole registers.
+#[cfg(target_arch = "x86_64")]
 pub(super) fn simd_covers(d: usize, bs: usize) -> bool {
     d > 0 && d.is_multiple_of(16) && bs > 0 && bs.is_multiple_of(TILE)
 }
@@ -69,14 +74,18 @@ pub(super) struct LongScratch {
     /// The current span's partial: maximum, rescale of this tile, sum, per-lane sums,
     /// scores then probabilities of this tile, accumulator.
     m: Vec<f32>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the SIMD tiles only
     c: Vec<f32>,
     l: Vec<f32>,
     lv: Vec<f32>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the SIMD tiles only
     s: Vec<f32>,
     acc: Vec<f32>,
     /// Each row's lanes `a..b` attended in this tile.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     lanes: Vec<(usize, usize)>,
     /// The tile's K as f32, `[d][TILE]`, when many rows share it.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     kf: Vec<f32>,
     /// The fold of the spans so far.
     run_m: Vec<f32>,
@@ -161,52 +170,6 @@ pub(super) fn fold(run_m: &mut f32, run_l: &mut f32, run_a: &mut [f32], m: f32, 
     }
     *run_l = *run_l * so + l * sn;
     *run_m = mn;
-}
-
-/// Constants of [`exp_fast`].
-pub(super) mod fast_exp {
-    /// Below this the result is 0 (e^-87.3 ~ 1.2e-38).
-    pub const FLOOR: f32 = -87.3;
-    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
-    /// ln 2 split so that `n * LN2_HI` is exact for |n| < 2^15.
-    pub const LN2_HI: f32 = 0.693_359_4;
-    pub const LN2_LO: f32 = -2.121_944_4e-4;
-    /// 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
-    pub const ROUND: f32 = 12_582_912.0;
-    /// The polynomial in `r`, highest degree first, then 0.5.
-    pub const P: [f32; 5] = [
-        1.987_569_1e-4,
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        0.166_666_65,
-    ];
-}
-
-/// `e^x` for `x <= 0` in f32, about 1 ulp (Cephes `expf`: `x = n ln2 + r`, a degree-6
-/// polynomial in `r`, times `2^n` built from its bits), in separate multiplies and adds so every
-/// width rounds it alike ([`super::simd::Simd::exp_fast`]). 0 below -87.3, for `-inf` and NaN;
-/// positive `x` is taken as 0.
-pub(super) fn exp_fast(x: f32) -> f32 {
-    use fast_exp::*;
-    let keep = x >= FLOOR;
-    let xc = if x > FLOOR { x } else { FLOOR };
-    let xc = if xc < 0.0 { xc } else { 0.0 };
-    let z = xc * LOG2E + ROUND;
-    let n = z - ROUND;
-    let r = (xc - n * LN2_HI) - n * LN2_LO;
-    let mut p = P[0];
-    for &k in &P[1..] {
-        p = p * r + k;
-    }
-    p = p * r + 0.5;
-    let y = (p * (r * r) + r) + 1.0;
-    let pow2n = f32::from_bits(z.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23);
-    if keep {
-        y * pow2n
-    } else {
-        0.0
-    }
 }
 
 /// Halving sum of 16 lanes: `v[i] += v[i + w]` for w = 8, 4, 2, 1.
@@ -356,309 +319,6 @@ fn tiles_scalar(view: &HeadView, sc: &mut LongScratch, begin: usize, end: usize,
                 for (x, y) in acc.iter_mut().zip(&v[(pos % bs) * d..][..d]) {
                     *x = p.mul_add(y.to_f32(), *x);
                 }
-            }
-        }
-    }
-}
-
-/// AVX-512 instantiation of [`tiles_simd`].
-///
-/// # Safety
-/// AVX-512F, FMA and F16C; [`simd_covers`] accepts the view's shape.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma,f16c")]
-unsafe fn tiles_avx512(
-    view: &HeadView,
-    sc: &mut LongScratch,
-    begin: usize,
-    end: usize,
-    scale: f32,
-) {
-    // SAFETY: this function's contract.
-    unsafe { tiles_simd::<super::simd::Avx512>(view, sc, begin, end, scale) }
-}
-
-/// AVX2 instantiation of [`tiles_simd`].
-///
-/// # Safety
-/// AVX2, FMA and F16C; [`simd_covers`] accepts the view's shape.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tiles_avx2(view: &HeadView, sc: &mut LongScratch, begin: usize, end: usize, scale: f32) {
-    // SAFETY: this function's contract.
-    unsafe { tiles_simd::<super::simd::Avx2>(view, sc, begin, end, scale) }
-}
-
-/// The SIMD twin of [`tiles_scalar`] over any width: per tile, the scores of up to
-/// `S::SCORE_ROWS` rows at once (vectorized over positions, each K vector converted once for
-/// all of them), the softmax step per row, then the weighted V sum of up to `S::V_ROWS` rows
-/// in registers (each V vector converted once for all of them).
-///
-/// # Safety
-/// The CPU supports `S`'s features; [`simd_covers`] accepts the view's shape.
-#[inline(always)]
-#[allow(clippy::needless_range_loop)] // indices address registers of several rows
-unsafe fn tiles_simd<S: Simd>(
-    view: &HeadView,
-    sc: &mut LongScratch,
-    begin: usize,
-    end: usize,
-    scale: f32,
-) {
-    let (d, bs, n) = (view.head_dim, view.block_size, sc.n);
-    assert!(simd_covers(d, bs) && d.is_multiple_of(S::LANES));
-    for t0 in (begin..end).step_by(TILE) {
-        let (kt, vt) = view.tile(t0 / bs);
-        let off = t0 % bs;
-        let mut full = true;
-        for r in 0..n {
-            let (a, b) = lanes(sc.lo[r], sc.hi[r], t0);
-            sc.lanes[r] = (a, b);
-            full &= a == 0 && b == TILE;
-        }
-        // Scores: `kt` is `[d][bs]`, so positions off.. of dimension i are contiguous. With
-        // more rows than one pass holds, the tile is widened to f32 once for all passes (an
-        // exact conversion: the same scores).
-        let shared = n > S::SCORE_ROWS;
-        if shared {
-            for i in 0..d {
-                for h in (0..TILE).step_by(S::LANES) {
-                    // SAFETY: i * bs + off + h + LANES <= (d - 1) * bs + bs = kt.len() since
-                    // off + TILE <= bs; `kf` holds d * TILE values.
-                    unsafe {
-                        let x = S::load_f16(kt.as_ptr().add(i * bs + off + h));
-                        S::store(sc.kf.as_mut_ptr().add(i * TILE + h), x);
-                    }
-                }
-            }
-        }
-        for h in (0..TILE).step_by(S::LANES) {
-            let mut r0 = 0;
-            while r0 < n {
-                let rows = (n - r0).min(S::SCORE_ROWS);
-                let q = sc.q[r0 * d..].as_ptr();
-                let s = sc.s[r0 * TILE + h..].as_mut_ptr();
-                // SAFETY: as above for `kt` and `kf`; rows r0.. of q and s are in bounds
-                // (r0 + rows <= n <= MAX_ROWS).
-                unsafe {
-                    if shared {
-                        let k = sc.kf.as_ptr().add(h);
-                        score_dispatch::<S, true>(rows, k.cast(), TILE, d, q, scale, s);
-                    } else {
-                        let k = kt.as_ptr().add(off + h);
-                        score_dispatch::<S, false>(rows, k.cast(), bs, d, q, scale, s);
-                    }
-                }
-                r0 += rows;
-            }
-        }
-        // The softmax step of each row.
-        for r in 0..n {
-            let (a, b) = sc.lanes[r];
-            sc.c[r] = 1.0;
-            if a >= b {
-                continue;
-            }
-            let s = sc.s[r * TILE..][..TILE].as_mut_ptr();
-            let lv = sc.lv[r * TILE..][..TILE].as_mut_ptr();
-            // SAFETY: `s` and `lv` hold TILE values, a multiple of LANES.
-            unsafe {
-                let mut tmax = f32::NEG_INFINITY;
-                for h in (0..TILE).step_by(S::LANES) {
-                    let x = S::mask_outside(
-                        S::load(s.add(h)),
-                        a.saturating_sub(h),
-                        b.saturating_sub(h),
-                    );
-                    S::store(s.add(h), x);
-                    tmax = tmax.max(S::hmax(x));
-                }
-                if tmax > sc.m[r] {
-                    sc.c[r] = (sc.m[r] - tmax).exp();
-                    sc.m[r] = tmax;
-                }
-                let (m, c) = (S::set1(sc.m[r]), S::set1(sc.c[r]));
-                for h in (0..TILE).step_by(S::LANES) {
-                    let p = S::exp_fast(S::sub(S::load(s.add(h)), m));
-                    S::store(s.add(h), p);
-                    S::store(lv.add(h), S::add(S::mul(S::load(lv.add(h)), c), p));
-                }
-            }
-        }
-        // The weighted V sum, `S::V_W` registers of `S::V_ROWS` rows at a time.
-        let regs = d / S::LANES;
-        let v = vt[off * d..].as_ptr();
-        let mut c0 = 0;
-        while c0 < regs {
-            let w = (regs - c0).min(S::V_W);
-            if full {
-                let mut r0 = 0;
-                while r0 < n {
-                    let rows = (n - r0).min(S::V_ROWS);
-                    // SAFETY: rows r0..r0 + rows and registers c0..c0 + w are in bounds; the
-                    // V tile holds positions off..off + TILE of d values.
-                    unsafe { v_rows_dispatch::<S>(rows, w, v, d, c0, 0, TILE, sc, r0) };
-                    r0 += rows;
-                }
-            } else {
-                for r in 0..n {
-                    let (a, b) = sc.lanes[r];
-                    if a < b {
-                        // SAFETY: as above, one row.
-                        unsafe { v_rows_dispatch::<S>(1, w, v, d, c0, a, b, sc, r) };
-                    }
-                }
-            }
-            c0 += w;
-        }
-    }
-}
-
-/// [`score_rows`] for `rows` rows (at most 6).
-///
-/// # Safety
-/// As [`score_rows`].
-#[inline(always)]
-unsafe fn score_dispatch<S: Simd, const F32K: bool>(
-    rows: usize,
-    k: *const u8,
-    stride: usize,
-    d: usize,
-    q: *const f32,
-    scale: f32,
-    s: *mut f32,
-) {
-    // SAFETY: this function's contract.
-    unsafe {
-        match rows {
-            1 => score_rows::<S, 1, F32K>(k, stride, d, q, scale, s),
-            2 => score_rows::<S, 2, F32K>(k, stride, d, q, scale, s),
-            3 => score_rows::<S, 3, F32K>(k, stride, d, q, scale, s),
-            4 => score_rows::<S, 4, F32K>(k, stride, d, q, scale, s),
-            5 => score_rows::<S, 5, F32K>(k, stride, d, q, scale, s),
-            _ => score_rows::<S, 6, F32K>(k, stride, d, q, scale, s),
-        }
-    }
-}
-
-/// Scores of `R` rows for `S::LANES` positions: `s[r] = dot4(q[r], k) * scale`, the K values
-/// of dimension `i` at `k + i * stride` elements (f32 when `F32K`, else f16).
-///
-/// # Safety
-/// `S`'s features; `k + i * stride` readable for `S::LANES` elements for every `i < d`; `q`
-/// holds `R` rows of `d`; `s + r * TILE` writable for `S::LANES` f32.
-#[inline(always)]
-#[allow(clippy::needless_range_loop)]
-unsafe fn score_rows<S: Simd, const R: usize, const F32K: bool>(
-    k: *const u8,
-    bs: usize,
-    d: usize,
-    q: *const f32,
-    scale: f32,
-    s: *mut f32,
-) {
-    // SAFETY: this function's contract.
-    unsafe {
-        let mut parts = [[S::zero(); 4]; R];
-        let mut i = 0;
-        while i < d {
-            for j in 0..4 {
-                let kk = if F32K {
-                    S::load(k.cast::<f32>().add((i + j) * bs))
-                } else {
-                    S::load_f16(k.cast::<f16>().add((i + j) * bs))
-                };
-                for r in 0..R {
-                    parts[r][j] = S::fma(S::set1(*q.add(r * d + i + j)), kk, parts[r][j]);
-                }
-            }
-            i += 4;
-        }
-        let sv = S::set1(scale);
-        for r in 0..R {
-            let [p0, p1, p2, p3] = parts[r];
-            let x = S::add(S::add(p0, p1), S::add(p2, p3));
-            S::store(s.add(r * TILE), S::mul(x, sv));
-        }
-    }
-}
-
-/// [`v_rows`] for `rows` rows and `w` registers (at most 4 each).
-///
-/// # Safety
-/// As [`v_rows`].
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn v_rows_dispatch<S: Simd>(
-    rows: usize,
-    w: usize,
-    v: *const f16,
-    d: usize,
-    c0: usize,
-    a: usize,
-    b: usize,
-    sc: &mut LongScratch,
-    r0: usize,
-) {
-    macro_rules! go {
-        ($(($r:literal, $w:literal))*) => {
-            match (rows, w) {
-                // SAFETY: this function's contract.
-                $(($r, $w) => unsafe { v_rows::<S, $r, $w>(v, d, c0, a, b, sc, r0) },)*
-                _ => unreachable!("at most 4 rows and 4 registers"),
-            }
-        };
-    }
-    go!(
-        (1, 1)(1, 2)(1, 3)(1, 4)(2, 1)(2, 2)(2, 3)(2, 4)(3, 1)(3, 2)(3, 3)(3, 4)(4, 1)(4, 2)(4, 3)(
-            4, 4
-        )
-    )
-}
-
-/// Rows `r0..r0 + R`, registers `c0..c0 + W` of the accumulator: rescaled by the tile's `c`,
-/// then `acc = fma(p, v, acc)` for the tile's lanes `a..b` in order.
-///
-/// # Safety
-/// `S`'s features; `v + lane * d + (c0 + W) * LANES` readable for lanes below `b`; the rows and
-/// registers inside `sc`.
-#[inline(always)]
-#[allow(clippy::needless_range_loop)]
-unsafe fn v_rows<S: Simd, const R: usize, const W: usize>(
-    v: *const f16,
-    d: usize,
-    c0: usize,
-    a: usize,
-    b: usize,
-    sc: &mut LongScratch,
-    r0: usize,
-) {
-    // SAFETY: this function's contract.
-    unsafe {
-        let acc = sc.acc.as_mut_ptr().add(r0 * d + c0 * S::LANES);
-        let probs = sc.s.as_ptr().add(r0 * TILE);
-        let mut x = [[S::zero(); W]; R];
-        for r in 0..R {
-            let c = S::set1(*sc.c.get_unchecked(r0 + r));
-            for w in 0..W {
-                x[r][w] = S::mul(S::load(acc.add(r * d + w * S::LANES)), c);
-            }
-        }
-        for lane in a..b {
-            let mut vv = [S::zero(); W];
-            for w in 0..W {
-                vv[w] = S::load_f16(v.add(lane * d + (c0 + w) * S::LANES));
-            }
-            for r in 0..R {
-                let p = S::set1(*probs.add(r * TILE + lane));
-                for w in 0..W {
-                    x[r][w] = S::fma(p, vv[w], x[r][w]);
-                }
-            }
-        }
-        for r in 0..R {
-            for w in 0..W {
-                S::store(acc.add(r * d + w * S::LANES), x[r][w]);
             }
         }
     }

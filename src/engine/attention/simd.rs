@@ -37,7 +37,7 @@ pub(super) trait Simd: Copy {
     unsafe fn mask_outside(x: Self::V, a: usize, b: usize) -> Self::V;
     /// The largest lane (`-inf` when all are).
     unsafe fn hmax(x: Self::V) -> f32;
-    /// [`super::long::exp_fast`] lane by lane, bit-identical to it.
+    /// [`super::exp_fast::exp_fast`] lane by lane, bit-identical to it.
     unsafe fn exp_fast(x: Self::V) -> Self::V;
 }
 
@@ -115,7 +115,7 @@ impl Simd for Avx512 {
     }
     #[inline(always)]
     unsafe fn exp_fast(x: __m512) -> __m512 {
-        use super::long::fast_exp::*;
+        use super::exp_fast::*;
         // SAFETY: AVX-512F (this impl's contract).
         unsafe {
             let c = _mm512_set1_ps;
@@ -239,7 +239,7 @@ impl Simd for Avx2 {
     }
     #[inline(always)]
     unsafe fn exp_fast(x: __m256) -> __m256 {
-        use super::long::fast_exp::*;
+        use super::exp_fast::*;
         // SAFETY: AVX2 (this impl's contract).
         unsafe {
             let c = _mm256_set1_ps;

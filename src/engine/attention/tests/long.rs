@@ -202,7 +202,7 @@ fn batched_attention_equals_attend_token_by_token() {
 
 #[test]
 fn exp_fast_is_accurate_and_every_width_gives_its_bits() {
-    use crate::engine::attention::long::exp_fast;
+    use crate::engine::attention::exp_fast::exp_fast;
     let mut xs: Vec<f32> = (0..200_000).map(|i| -(i as f32) * 0.000_45).collect();
     xs.extend([0.0, -0.0, -87.3, -87.299_99, -87.300_01, -1e-30, f32::MIN]);
     for &x in &xs {
