@@ -349,7 +349,8 @@ pub async fn messages(
         chat: true,
     })?;
     if req.stream.unwrap_or(false) {
-        let reader = read_calls.map(|f| ToolStream::new(f, Arc::clone(&rt.tokenizer)));
+        let reader =
+            read_calls.map(|r| ToolStream::new(r.format, r.forced, Arc::clone(&rt.tokenizer)));
         return Ok(submitted.stream(MessagesWriter {
             meta,
             input_tokens,

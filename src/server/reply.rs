@@ -2,7 +2,7 @@
 //! (Messages' `tool_use` blocks, Responses' `function_call` items): the content and the
 //! complete calls, in the model's tool-call format.
 
-use crate::structured::tools::{ToolFormat, ToolStream};
+use crate::structured::tools::{CallReading, ToolStream};
 use crate::tokenizer::Tokenizer;
 use std::sync::Arc;
 
@@ -21,21 +21,21 @@ pub struct ReadReply {
     pub calls: Vec<ReadCall>,
 }
 
-/// Reads the reply `ids` / `text` in `format` (None: all content). Calls cut short (by
+/// Reads the reply `ids` / `text` as `reading` says (None: all content). Calls cut short (by
 /// `max_tokens`) are left out.
 pub fn read_reply(
-    format: Option<ToolFormat>,
+    reading: Option<CallReading>,
     tok: &Arc<Tokenizer>,
     ids: &[u32],
     text: &str,
 ) -> ReadReply {
-    let Some(format) = format else {
+    let Some(reading) = reading else {
         return ReadReply {
             content: text.to_string(),
             calls: Vec::new(),
         };
     };
-    let mut reader = ToolStream::new(format, Arc::clone(tok));
+    let mut reader = ToolStream::new(reading.format, reading.forced, Arc::clone(tok));
     reader.push(ids, text);
     let (_, reply) = reader.finish();
     let calls: Vec<ReadCall> = reply
