@@ -18,7 +18,7 @@
 mod expf;
 mod ggml_order;
 
-use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig, KvCacheError};
+use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig, KvCacheError, RELEASED};
 use crate::kernels::isa::Isa;
 use half::f16;
 
@@ -168,7 +168,8 @@ struct HeadView<'a> {
     /// The layer's V values, `[block][kv_head][block_size][head_dim]`.
     v: &'a [f16],
     blocks: &'a [u32],
-    /// Positions attended: `0..n_pos`.
+    /// Positions attended: `start..n_pos` (`start` > 0 under a sliding window).
+    start: usize,
     n_pos: usize,
     block_size: usize,
     head_dim: usize,
@@ -178,18 +179,50 @@ struct HeadView<'a> {
 }
 
 impl<'a> HeadView<'a> {
-    /// Number of blocks holding positions `0..n_pos`.
+    /// Number of blocks holding positions `0..n_pos` (the attended ones are
+    /// `first_block()..n_blocks()`).
     fn n_blocks(&self) -> usize {
         self.n_pos.div_ceil(self.block_size)
     }
 
+    /// The logical block holding `start`.
+    fn first_block(&self) -> usize {
+        self.start / self.block_size
+    }
+
     /// Logical block `i`: its K tile, V tile (each `block_size * head_dim` values) and the
-    /// number of attended positions in it.
-    fn block(&self, i: usize) -> (&'a [f16], &'a [f16], usize) {
+    /// attended positions in it, `lo..n` within the block.
+    fn block(&self, i: usize) -> (&'a [f16], &'a [f16], usize, usize) {
         let tile = self.block_size * self.head_dim;
         let base = self.blocks[i] as usize * self.block_stride + self.head_off;
-        let n = self.block_size.min(self.n_pos - i * self.block_size);
-        (&self.k[base..][..tile], &self.v[base..][..tile], n)
+        let first = i * self.block_size;
+        let n = self.block_size.min(self.n_pos - first);
+        let lo = self.start.saturating_sub(first).min(n);
+        (&self.k[base..][..tile], &self.v[base..][..tile], lo, n)
+    }
+}
+
+/// How one layer attends, beyond the cache's shape: the score scale, logit softcapping and
+/// sliding window of the model description.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnParams {
+    /// Scores are `q·k * scale` (`1/sqrt(head_dim)` for most models; 1 when the queries were
+    /// pre-scaled).
+    pub scale: f32,
+    /// Scores become `cap * tanh(score / cap)` (gemma2).
+    pub softcap: Option<f32>,
+    /// A query at `pos` attends to `pos - window + 1 ..= pos` only.
+    pub window: Option<usize>,
+}
+
+impl AttnParams {
+    /// Full causal attention scaled by `1/sqrt(head_dim)`.
+    pub fn standard(head_dim: usize) -> AttnParams {
+        AttnParams {
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: None,
+            window: None,
+        }
     }
 }
 
@@ -214,6 +247,24 @@ pub fn attend(
     q: &[f32],
     out: &mut [f32],
     scratch: &mut AttnScratch,
+) -> Result<(), KvCacheError> {
+    let p = AttnParams::standard(cache.config().head_dim);
+    attend_with(cache, layer, table, pos, q, out, scratch, &p)
+}
+
+/// [`attend`] with the layer's [`AttnParams`]: the score scale, softcapping (as ggml's flash
+/// attention: the scale divided by the cap, then `cap * tanh`), and a sliding window (positions
+/// before `pos - window + 1` are not visited; the cache may no longer hold them).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_with(
+    cache: &KvCache,
+    layer: usize,
+    table: &BlockTable,
+    pos: usize,
+    q: &[f32],
+    out: &mut [f32],
+    scratch: &mut AttnScratch,
+    params: &AttnParams,
 ) -> Result<(), KvCacheError> {
     cache.locate(layer, table, pos)?;
     let cfg = cache.config();
@@ -248,13 +299,36 @@ pub fn attend(
         });
     }
     let group = n_head / hk;
-    let scale = 1.0 / (d as f32).sqrt();
+    let scale = match params.softcap {
+        Some(cap) => ggml_order::Scores {
+            scale: params.scale / cap,
+            cap,
+        },
+        None => ggml_order::Scores {
+            scale: params.scale,
+            cap: 0.0,
+        },
+    };
+    let start = params
+        .window
+        .map_or(0, |w| (pos + 1).saturating_sub(w.max(1)));
+    let blocks = cache.layer_blocks(layer, table);
+    if let Some(b) = blocks[start / bs..=pos / bs]
+        .iter()
+        .position(|&b| b == RELEASED)
+    {
+        return Err(KvCacheError::Released {
+            layer,
+            pos: (start / bs + b) * bs,
+        });
+    }
     let (k, v) = (cache.layer_k(layer), cache.layer_v(layer));
     for h in 0..hk {
         let view = HeadView {
             k,
             v,
-            blocks: table.blocks(),
+            blocks,
+            start,
             n_pos: pos + 1,
             block_size: bs,
             head_dim: d,

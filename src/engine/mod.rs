@@ -14,6 +14,7 @@ pub mod quantize;
 pub mod runner;
 pub mod sampling;
 pub mod scratch;
+pub mod synth;
 pub mod weights;
 
 pub use batch::{Logits, LogitsWanted, SeqInput};
