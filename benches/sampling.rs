@@ -1,6 +1,6 @@
 //! One sampling call on a 49,152-entry row (the default model's vocabulary), per setting:
 //! greedy, plain temperature, top-k, top-p, top-p + top-k + penalties over a 128-token
-//! history, and `top_logprobs = 20`; today's `engine::sampling` for reference.
+//! history, and `top_logprobs = 20`; today's `engine::token_choice` for reference.
 //! `cargo bench --bench sampling`.
 //!
 //! The "peaked" row is what a model usually gives: noise around 0 (sd ~2.3) and a handful of
@@ -11,7 +11,7 @@
 //! cores do not inflate it.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use kiln::engine::sampling::Rng;
+use kiln::engine::token_choice::Rng;
 use kiln::scheduler::sampling::{SampleScratch, Sampler, SamplingParams};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -134,7 +134,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("reference: engine argmax", |b| {
         b.iter_custom(|iters| {
             timed(iters, || {
-                black_box(kiln::engine::sampling::argmax(black_box(&peaked)));
+                black_box(kiln::engine::token_choice::argmax(black_box(&peaked)));
             })
         })
     });

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Keep the monitoring docs and rules true to the code: run by `make dashboard-check`.
 
-- every metric family of src/metrics/names.rs has a row in README's metric table;
-- every `kiln_...` name written in the README, the runbook or the Prometheus files is a family
+- every metric family of src/metrics/names.rs has a row in the metric table of
+  docs/monitoring.md;
+- every `kiln_...` name written in the README, docs/*.md or the Prometheus files is a family
   kiln exports (histogram suffixes _bucket/_sum/_count allowed), and every `kiln:...` name is a
   recording rule of rules.yml: a renamed metric cannot leave a rule or a doc reading nothing;
 - every alert's runbook_url anchor is a section of docs/runbook.md, every section of the
-  runbook is an alert, every in-page link of the runbook resolves, and the README's alert table
-  lists every alert.
+  runbook is an alert, every in-page link of the runbook resolves, and the alert table of
+  docs/monitoring.md lists every alert;
+- every relative link in README.md and docs/*.md names a file that exists and, into a Markdown
+  file, a heading that exists;
+- README.md stays the front door: at most README_MAX_LINES lines (the detail lives in docs/).
 Standard library only.
 """
 
@@ -18,8 +22,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = ROOT / "src/metrics/names.rs"
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+MONITORING = DOCS / "monitoring.md"
 RUNBOOK = ROOT / "docs/runbook.md"
 PROM = ROOT / "deploy/prometheus"
+# The front door's budget: a merge that pastes old sections back in fails here, loudly.
+README_MAX_LINES = 300
 
 
 def slug(heading):
@@ -36,6 +44,30 @@ def expand(token):
     return [t for alt in m.group(1).split(",") for t in expand(token[:m.start()] + alt + token[m.end():])]
 
 
+def headings(path):
+    """The anchors of a Markdown file's headings (outside code blocks)."""
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)
+    return {slug(h) for h in re.findall(r"^#{1,6} (.+)$", text, re.M)}
+
+
+def check_links(paths):
+    """Relative links ([text](target)) in `paths` that name no file, or no heading of one."""
+    problems = []
+    for path in paths:
+        text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)
+        for target in sorted(set(re.findall(r"\]\(([^)\s]+)\)", text))):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (path.parent / file).resolve() if file else path
+            where = f"{path.relative_to(ROOT)}: link {target}"
+            if not dest.exists():
+                problems.append(f"{where} names no file")
+            elif anchor and dest.suffix == ".md" and anchor not in headings(dest):
+                problems.append(f"{where} names no heading of {dest.relative_to(ROOT)}")
+    return problems
+
+
 def main():
     problems = []
     families = set(re.findall(r'pub const [A-Z_]+: &str = "(kiln_[a-z_]+)";', NAMES.read_text()))
@@ -44,13 +76,15 @@ def main():
     alerts = re.findall(r"^\s*- alert:\s*(\S+)", alerts_text, re.M)
     readme = README.read_text()
     runbook = RUNBOOK.read_text()
+    monitoring = MONITORING.read_text()
+    docs = [README, *sorted(DOCS.glob("*.md"))]
 
-    monitoring = readme.split("## Monitoring", 1)[-1].split("\n## ", 1)[0]
+    metrics_section = monitoring.split("\n## Metrics\n", 1)[-1].split("\n## ", 1)[0]
     for f in sorted(families):
-        if not re.search(rf"^\| `{f}` \|", monitoring, re.M):
-            problems.append(f"README Monitoring: no row for {f}")
+        if not re.search(rf"^\| `{f}` \|", metrics_section, re.M):
+            problems.append(f"docs/monitoring.md Metrics: no row for {f}")
 
-    sources = [README, RUNBOOK, PROM / "rules.yml", PROM / "alerts.yml.in", PROM / "thresholds.toml",
+    sources = [*docs, PROM / "rules.yml", PROM / "alerts.yml.in", PROM / "thresholds.toml",
                *sorted((PROM / "tests").glob("*.yml"))]
     for path in sources:
         text = path.read_text()
@@ -77,8 +111,13 @@ def main():
         if anchor not in sections:
             problems.append(f"docs/runbook.md: link #{anchor} goes nowhere")
     for alert in alerts:
-        if f"[{alert}](docs/runbook.md#{slug(alert)})" not in monitoring:
-            problems.append(f"README Monitoring: the alert table lacks {alert}")
+        if f"[{alert}](runbook.md#{slug(alert)})" not in monitoring:
+            problems.append(f"docs/monitoring.md: the alert table lacks {alert}")
+
+    problems += check_links(docs)
+    n_lines = readme.count("\n")
+    if n_lines > README_MAX_LINES:
+        problems.append(f"README.md: {n_lines} lines, more than {README_MAX_LINES}: put the detail in docs/")
 
     for p in problems:
         print(f"check_docs: {p}", file=sys.stderr)

@@ -6,7 +6,7 @@
 
 use kiln::engine::ops::log_softmax_at;
 use kiln::engine::runner::Runner;
-use kiln::engine::sampling::argmax;
+use kiln::engine::token_choice::argmax;
 use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted};
 use serde_json::Value;
 

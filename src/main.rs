@@ -68,6 +68,11 @@ fn main() -> ExitCode {
         cli::logging::init(format.unwrap_or(kiln::config::LogFormat::Text), "warn")
             .expect("the fixed default filter is valid");
     }
+    // Rayon's pool (quantization, grammar compilation) gets the same CPU budget as the
+    // engine's worker teams: the physical cores of the affinity mask, within the cgroup quota.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(kiln::engine::cpus::budget().cores)
+        .build_global();
     let result = match cli.command {
         Command::Inspect(a) => cli::inspect::run(a),
         Command::Tokenize(a) => cli::tokenize::run(a),

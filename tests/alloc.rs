@@ -2,7 +2,7 @@
 //! system one (its own test binary, so no other test's allocations interfere).
 
 use kiln::engine::runner::Runner;
-use kiln::engine::sampling::argmax;
+use kiln::engine::token_choice::argmax;
 use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;

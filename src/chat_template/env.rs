@@ -5,6 +5,7 @@
 
 use super::datetime::DateTime;
 use super::filters;
+use super::format;
 use super::generation::GENERATION_FN;
 use super::limits::{size_error, RenderLimits};
 use super::methods::call_method;
@@ -114,7 +115,7 @@ pub fn build_environment(limits: &RenderLimits) -> Environment<'static> {
     );
     env.add_filter(
         "format",
-        move |state: &State, v: &Value, args: Rest<Value>| filters::format(state, v, args, cap),
+        move |state: &State, v: &Value, args: Rest<Value>| format::format(state, v, args, cap),
     );
     env.add_filter("escape", move |v: &Value| filters::escape(v, false, cap));
     env.add_filter("e", move |v: &Value| filters::escape(v, false, cap));

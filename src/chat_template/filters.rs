@@ -3,7 +3,7 @@
 use super::limits::{check_len, items_error, MAX_SEQ_ITEMS};
 use super::operators::push_html_escaped;
 use super::python::{py_str, write_str};
-use minijinja::value::{Kwargs, Rest, Value, ValueKind};
+use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{Error, ErrorKind, State};
 
 /// `join(value, d='', attribute=None)`: items printed with `str()` (`None`, `True`, `1.0`);
@@ -359,35 +359,6 @@ pub fn wordcount(value: &Value, cap: usize) -> Result<Value, Error> {
         .filter(|w| !w.is_empty())
         .count();
     Ok(Value::from(words))
-}
-
-/// Refuses a `%`-format or `str.format` call whose result could pass `cap` bytes: every field
-/// (`%` or `{`) may insert all arguments padded to the widest width written in the format or
-/// passed as a number.
-pub fn check_format_bound(fmt: &str, args: &[Value], cap: usize) -> Result<(), Error> {
-    let mut arg_bytes = 0usize;
-    let mut width = 0usize;
-    for a in args {
-        if a.kind() == ValueKind::Number {
-            let n = i128::try_from(a.clone()).unwrap_or(0).unsigned_abs();
-            width = width.max(usize::try_from(n).unwrap_or(usize::MAX));
-        }
-        arg_bytes = arg_bytes.saturating_add(py_str(a, cap)?.len());
-    }
-    for run in fmt.split(|c: char| !c.is_ascii_digit()) {
-        if !run.is_empty() {
-            width = width.max(run.parse::<usize>().unwrap_or(usize::MAX));
-        }
-    }
-    let fields = fmt.matches(['%', '{']).count();
-    let bound = fields.saturating_mul(arg_bytes.saturating_add(width));
-    check_len(fmt.len().saturating_add(bound), cap)
-}
-
-/// The `format` filter (printf style), bounded by [`check_format_bound`].
-pub fn format(state: &State, value: &Value, args: Rest<Value>, cap: usize) -> Result<Value, Error> {
-    check_format_bound(value.as_str().unwrap_or_default(), &args, cap)?;
-    minijinja::filters::format(state, value, args)
 }
 
 /// jinja2's `escape`/`e` (markupsafe: `& < > ' "`): a Markup string; already-Markup input is

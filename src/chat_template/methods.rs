@@ -4,7 +4,8 @@
 //! lacks or gets subtly different from Python. Mutating methods (`list.append`, `dict.update`)
 //! are refused, as jinja2's ImmutableSandboxedEnvironment refuses them.
 
-use super::filters::{check_format_bound, replace_str};
+use super::filters::replace_str;
+use super::format::check_format_bound;
 use super::limits::check_len;
 use super::python::{pair, py_str, write_str};
 use minijinja::value::{from_args, Value, ValueKind};

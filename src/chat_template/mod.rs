@@ -10,6 +10,7 @@
 mod datetime;
 mod env;
 mod filters;
+mod format;
 mod generation;
 mod limits;
 mod methods;

@@ -14,7 +14,7 @@
 //! The rewrite works on the source text, guided by minijinja's own parser (node spans), so
 //! whitespace control, line numbers and everything else stay as written.
 
-use super::filters::format;
+use super::format::format;
 use super::limits::{check_len, items_error, MAX_SEQ_ITEMS};
 use super::python::{py_str, write_str, Tuple};
 use minijinja::machinery::{ast, parse, WhitespaceConfig};

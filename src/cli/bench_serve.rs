@@ -11,7 +11,7 @@ use crate::cli::bench_observer::TimedObserver;
 use anyhow::{bail, Context};
 use kiln::chat_template::ChatTemplate;
 use kiln::config::Config;
-use kiln::engine::sampling::Rng;
+use kiln::engine::token_choice::Rng;
 use kiln::metrics::{window::StatsWindow, Metrics};
 use kiln::scheduler::observer::Fanout;
 use kiln::scheduler::setup::{start, Loaded};

@@ -44,7 +44,7 @@ pub struct Args {
     /// Seed of the sampler's generator.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Worker threads (default: the config's engine.threads; 0 = physical cores).
+    /// Worker threads (default: the config's engine.threads; 0 = the usable physical cores).
     #[arg(long)]
     threads: Option<usize>,
     /// Print one JSON object at the end instead of streaming text.
@@ -54,13 +54,7 @@ pub struct Args {
 
 /// The configuration: `--config`, else config/default.toml when present, else defaults.
 pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
-    match path {
-        Some(p) => Ok(Config::load(p)?),
-        None if Path::new("config/default.toml").is_file() => {
-            Ok(Config::load(Path::new("config/default.toml"))?)
-        }
-        None => Ok(Config::default()),
-    }
+    Ok(Config::load(kiln::config::config_file(path), &[])?)
 }
 
 /// Prefill chunk size (tokens per forward call).
@@ -126,7 +120,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
 
     let t0 = Instant::now();
-    let mut next = 0;
+    let mut next = None;
     runner.feed(
         &mut table,
         0,
@@ -134,11 +128,13 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         CHUNK,
         LogitsWanted::Last,
         |_, row| {
-            let s = sampler.sample(row, &mut scratch);
-            next = s.id;
-            logprobs.push(s.logprob);
+            next = sampler.sample(row, &mut scratch).map(|s| {
+                logprobs.push(s.logprob);
+                s.id
+            });
         },
     )?;
+    let mut next = next.context("the logits row has no finite value: no token to sample")?;
     let prompt_secs = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
     table.reserve(total)?;
@@ -160,7 +156,9 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         }];
         let logits = runner.forward(&seq)?;
         let row = logits.last(0).context("no logits")?;
-        let s = sampler.sample(row, &mut scratch);
+        let s = sampler
+            .sample(row, &mut scratch)
+            .context("the logits row has no finite value: no token to sample")?;
         next = s.id;
         logprobs.push(s.logprob);
     }

@@ -27,7 +27,7 @@ pub struct Args {
     /// Port to listen on; 0 picks a free one (server.port).
     #[arg(long, env = "KILN_PORT")]
     port: Option<u16>,
-    /// Threads per engine worker; 0 = physical cores (engine.threads).
+    /// Threads per engine worker; 0 = the physical cores this process may use, divided among the workers (engine.threads).
     #[arg(long, env = "KILN_THREADS")]
     threads: Option<usize>,
     /// Engine workers (engine.workers).
@@ -69,9 +69,11 @@ pub struct Args {
     /// Serve /metrics without an API key (server.metrics_public).
     #[arg(long, env = "KILN_METRICS_PUBLIC", num_args = 0..=1, default_missing_value = "true")]
     metrics_public: Option<bool>,
-    /// Testing only: make the engine panic in this step (exercises the fault path).
+    /// Testing only: a fault in the engine, STAGE@STEP (stage: forward, sample, emit, commit,
+    /// grammar, rebuild, slow-rebuild; the first time the stage is reached in that step or
+    /// later). Repeatable.
     #[arg(long, hide = true)]
-    inject_panic_at_step: Option<u64>,
+    inject_fault: Vec<kiln::scheduler::fault::FaultInjection>,
 }
 
 impl Args {
@@ -172,9 +174,8 @@ pub fn run(
     config: Option<&Path>,
     log_format: Option<kiln::config::LogFormat>,
 ) -> anyhow::Result<()> {
-    let default = Path::new("config/default.toml");
-    let file = config.or_else(|| default.is_file().then_some(default));
-    let cfg = Config::load_with(file, &args.overrides())?;
+    let file = kiln::config::config_file(config);
+    let cfg = Config::load(file, &args.overrides())?;
     crate::cli::logging::init(log_format.unwrap_or(cfg.log.format), &cfg.log.level)?;
     let keys = api_keys(&cfg)?;
     tracing::info!(
@@ -182,14 +183,17 @@ pub fn run(
         api_keys = keys.len(),
         "effective configuration: {cfg:?}"
     );
+    // The HTTP side gets the logical CPUs this process may use (tokio's default count too,
+    // taken from the one computation that sizes every pool).
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(kiln::engine::cpus::budget().logical)
         .enable_all()
         .thread_name("kiln-http")
         .build()
         .context("starting the async runtime")?;
     let opts = ServeOptions {
         api_keys: keys,
-        panic_at_step: args.inject_panic_at_step,
+        faults: args.inject_fault.clone(),
     };
     let result = runtime.block_on(serve(cfg, opts));
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));

@@ -3,9 +3,15 @@
 //! percentiles, the queue and the KV cache. Ctrl-C quits; `--once` prints one frame.
 
 use anyhow::{bail, Context};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper::header::AUTHORIZATION;
+use hyper::{Request, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::io::Write;
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -24,60 +30,85 @@ pub struct Args {
     once: bool,
 }
 
-/// `http://host:port[/prefix]` -> (host:port, path prefix).
-fn split_url(url: &str) -> anyhow::Result<(String, String)> {
-    let rest = url
-        .strip_prefix("http://")
-        .context("kiln top speaks plain HTTP: the URL must start with http://")?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-        None => (rest, ""),
-    };
-    if authority.is_empty() {
+/// Largest `/stats` body read (it is a few KB).
+const MAX_BODY: usize = 4 << 20;
+/// How long one poll may take, connecting included.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `http://host[:port][/prefix]` -> the URI of `/stats` under it.
+fn stats_uri(url: &str) -> anyhow::Result<Uri> {
+    let base: Uri = url.parse().with_context(|| format!("{url} is not a URL"))?;
+    if base.scheme_str() != Some("http") {
+        bail!("kiln top speaks plain HTTP: the URL must start with http://");
+    }
+    let authority = base
+        .authority()
+        .with_context(|| format!("no host in {url}"))?;
+    if authority.host().is_empty() {
         bail!("no host in {url}");
     }
-    let authority = if authority.contains(':') {
-        authority.to_string()
-    } else {
-        format!("{authority}:80")
-    };
-    Ok((authority, path.to_string()))
+    let prefix = base.path().trim_end_matches('/');
+    format!("http://{authority}{prefix}/stats")
+        .parse()
+        .with_context(|| format!("{url} is not a URL"))
 }
 
-/// GET `path` and parse the JSON body (HTTP/1.1, Connection: close).
-fn get_json(authority: &str, path: &str, key: Option<&str>) -> anyhow::Result<Value> {
-    let addr = authority
-        .to_socket_addrs()
-        .with_context(|| format!("resolving {authority}"))?
-        .next()
-        .with_context(|| format!("no address for {authority}"))?;
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-        .with_context(|| format!("connecting to {authority}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let auth = key
-        .map(|k| format!("Authorization: Bearer {k}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\n{auth}Connection: close\r\n\r\n"
-    )?;
-    let mut buf = Vec::new();
-    s.take(4 << 20).read_to_end(&mut buf)?;
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP response")?;
-    let status = head.split_whitespace().nth(1).unwrap_or("?");
-    if status != "200" {
-        bail!("GET {path}: HTTP {status}: {}", body.trim());
+/// A blocking HTTP client for `/stats`: hyper's, driven by a current-thread runtime, so the
+/// server may answer with any framing (content-length, chunked, keep-alive).
+struct StatsClient {
+    rt: tokio::runtime::Runtime,
+    http: Client<HttpConnector, Empty<Bytes>>,
+    uri: Uri,
+    key: Option<String>,
+}
+
+impl StatsClient {
+    fn new(uri: Uri, key: Option<String>) -> anyhow::Result<StatsClient> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the HTTP client's runtime")?;
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_secs(3)));
+        let http = Client::builder(TokioExecutor::new()).build(connector);
+        Ok(StatsClient { rt, http, uri, key })
     }
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        bail!("unexpected chunked response from {path}");
+
+    /// GET `/stats` and parse the JSON body; a non-200 status is an error carrying the body.
+    fn get(&self) -> anyhow::Result<Value> {
+        let uri = &self.uri;
+        let mut req = Request::get(uri.clone());
+        if let Some(k) = &self.key {
+            req = req.header(AUTHORIZATION, format!("Bearer {k}"));
+        }
+        let req = req.body(Empty::new()).context("building the request")?;
+        let body = self.rt.block_on(async {
+            tokio::time::timeout(TIMEOUT, async {
+                let resp = self
+                    .http
+                    .request(req)
+                    .await
+                    .with_context(|| format!("GET {uri}"))?;
+                let status = resp.status();
+                let body = Limited::new(resp.into_body(), MAX_BODY)
+                    .collect()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("GET {uri}: reading the body: {e}"))?
+                    .to_bytes();
+                anyhow::Ok((status, body))
+            })
+            .await
+            .map_err(|_| anyhow::anyhow!("GET {uri}: no answer within {TIMEOUT:?}"))?
+        });
+        let (status, body) = body?;
+        if status != StatusCode::OK {
+            bail!(
+                "GET {uri}: HTTP {status}: {}",
+                String::from_utf8_lossy(&body).trim()
+            );
+        }
+        serde_json::from_slice(&body).with_context(|| format!("GET {uri}: not JSON"))
     }
-    serde_json::from_str(body).with_context(|| format!("GET {path}: not JSON"))
 }
 
 /// `▁▂▃▄▅▆▇█` scaled to the largest value.
@@ -171,13 +202,12 @@ fn frame(url: &str, s: &Value, history: &[f64]) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let (authority, prefix) = split_url(&args.url)?;
-    let path = format!("{prefix}/stats");
+    let client = StatsClient::new(stats_uri(&args.url)?, args.api_key.clone())?;
     let interval = Duration::from_secs_f64(args.interval.clamp(0.1, 3600.0));
     let mut history: Vec<f64> = Vec::new();
     let mut stdout = std::io::stdout();
     loop {
-        let stats = get_json(&authority, &path, args.api_key.as_deref());
+        let stats = client.get();
         match stats {
             Ok(s) => {
                 history.push(f(&s["last_1m"]["generated_tokens_per_s"]));
@@ -206,16 +236,56 @@ mod tests {
 
     #[test]
     fn urls_and_bars() {
+        let uri = |u: &str| stats_uri(u).map(|u| u.to_string());
         assert_eq!(
-            split_url("http://127.0.0.1:8080").unwrap(),
-            ("127.0.0.1:8080".to_string(), String::new())
+            uri("http://127.0.0.1:8080").unwrap(),
+            "http://127.0.0.1:8080/stats"
         );
-        assert_eq!(
-            split_url("http://host/kiln/").unwrap(),
-            ("host:80".to_string(), "/kiln".to_string())
-        );
-        assert!(split_url("https://x").is_err());
+        assert_eq!(uri("http://host/kiln/").unwrap(), "http://host/kiln/stats");
+        assert!(uri("https://x").is_err());
+        assert!(uri("127.0.0.1:8080").is_err());
         assert_eq!(sparkline(&[0.0, 5.0, 10.0]), "▁▅█");
         assert_eq!(gauge(0.5, 4), "[##..]");
+    }
+
+    /// Serves `responses` in turn on a loopback port (one per connection, read until the
+    /// request's blank line) and returns the base URL.
+    fn serve(responses: Vec<Vec<u8>>) -> (String, std::thread::JoinHandle<()>) {
+        use std::io::{BufRead, BufReader};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let handle = std::thread::spawn(move || {
+            for resp in responses {
+                let (mut conn, _) = listener.accept().expect("accept");
+                let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+                let mut line = String::new();
+                while reader.read_line(&mut line).expect("read") > 2 {
+                    line.clear();
+                }
+                conn.write_all(&resp).expect("write");
+            }
+        });
+        (url, handle)
+    }
+
+    #[test]
+    fn reads_chunked_and_sized_bodies_and_reports_errors() {
+        let chunked = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+            Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+            7\r\n{\"statu\r\nc\r\ns\": \"ready\"}\r\n0\r\n\r\n"
+            .to_vec();
+        let sized =
+            b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\n{\"ok\": 42}"
+                .to_vec();
+        let denied =
+            b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 7\r\nConnection: close\r\n\r\nno key!"
+                .to_vec();
+        let (url, server) = serve(vec![chunked, sized, denied]);
+        let client = StatsClient::new(stats_uri(&url).unwrap(), Some("k".into())).unwrap();
+        assert_eq!(client.get().unwrap()["status"], "ready");
+        assert_eq!(client.get().unwrap()["ok"], 42);
+        let err = format!("{:#}", client.get().unwrap_err());
+        assert!(err.contains("401") && err.contains("no key!"), "{err}");
+        server.join().unwrap();
     }
 }

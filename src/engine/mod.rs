@@ -3,6 +3,7 @@
 
 pub mod attention;
 pub mod batch;
+pub mod cpus;
 pub mod error;
 pub mod hparams;
 pub mod kv_cache;
@@ -12,12 +13,12 @@ pub mod ops;
 pub mod pool;
 pub mod quantize;
 pub mod runner;
-pub mod sampling;
 pub mod scratch;
 pub mod synth;
+pub mod token_choice;
 pub mod weights;
 
 pub use batch::{Logits, LogitsWanted, SeqInput};
 pub use error::EngineError;
 pub use model::{LlamaConfig, LlamaModel};
-pub use scratch::{BatchLimits, Scratch};
+pub use scratch::{BatchLimits, ForwardScratch};

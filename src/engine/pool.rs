@@ -7,7 +7,8 @@
 //! polls) for [`SPIN`] before parking on a condition variable, so back-to-back regions never
 //! pay a futex wake-up while a step is running, and an idle engine burns no CPU.
 //!
-//! Its size defaults to the number of physical cores (hyper-threads share the vector units the
+//! Its size defaults to the physical cores this process may use ([`crate::engine::cpus`]: the
+//! affinity mask and the cgroup quota; hyper-threads share the vector units the
 //! kernels saturate, so they add contention rather than speed). Regions do not nest: a
 //! [`Pool::run`] called from inside a task runs its tasks inline.
 
@@ -67,10 +68,10 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// A team of `threads` (0 means one per physical core).
+    /// A team of `threads` (0 means one per usable physical core, [`crate::engine::cpus`]).
     pub fn new(threads: usize) -> Result<Pool, EngineError> {
         let threads = if threads == 0 {
-            physical_cores()
+            crate::engine::cpus::default_threads(1)
         } else {
             threads
         };
@@ -124,10 +125,10 @@ impl Pool {
         }
         let _one_caller = self.caller.lock().unwrap_or_else(|e| e.into_inner());
         let sh = &*self.shared;
+        let job: *const Task<'_> = f;
         // SAFETY: (lifetime erasure) workers dereference the pointer only between seeing the
         // new epoch and decrementing `pending`; this function does not return (nor unwind)
         // before `pending` is 0, so `f` outlives every use.
-        let job: *const Task<'_> = f;
         let job =
             JobPtr(unsafe { std::mem::transmute::<*const Task<'_>, *const Task<'static>>(job) });
         *sh.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
@@ -287,69 +288,10 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-/// Number of physical cores: distinct (physical id, core id) pairs in /proc/cpuinfo on Linux,
-/// else the available parallelism (which counts hyper-threads), at least 1.
-pub fn physical_cores() -> usize {
-    let logical = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    match std::fs::read_to_string("/proc/cpuinfo") {
-        Ok(text) => match count_physical_cores(&text) {
-            // Never more than the process may use (cgroup / affinity limits).
-            Some(n) => n.clamp(1, logical),
-            None => logical,
-        },
-        Err(_) => logical,
-    }
-}
-
-/// Distinct (physical id, core id) pairs in cpuinfo text; None when the fields are absent.
-fn count_physical_cores(cpuinfo: &str) -> Option<usize> {
-    let mut pairs: Vec<(u32, u32)> = Vec::new();
-    let mut phys: Option<u32> = None;
-    let mut core: Option<u32> = None;
-    let mut flush = |phys: &mut Option<u32>, core: &mut Option<u32>| {
-        if let (Some(p), Some(c)) = (*phys, *core) {
-            if !pairs.contains(&(p, c)) {
-                pairs.push((p, c));
-            }
-        }
-        *phys = None;
-        *core = None;
-    };
-    for line in cpuinfo.lines() {
-        if line.trim().is_empty() {
-            flush(&mut phys, &mut core);
-            continue;
-        }
-        let Some((key, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim().parse::<u32>().ok();
-        match key.trim() {
-            "physical id" => phys = value,
-            "core id" => core = value,
-            _ => {}
-        }
-    }
-    flush(&mut phys, &mut core);
-    (!pairs.is_empty()).then_some(pairs.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
-
-    #[test]
-    fn counts_distinct_cores_not_siblings() {
-        let text = "processor : 0\nphysical id : 0\ncore id : 0\n\n\
-                    processor : 1\nphysical id : 0\ncore id : 0\n\n\
-                    processor : 2\nphysical id : 0\ncore id : 1\n\n\
-                    processor : 3\nphysical id : 1\ncore id : 0\n";
-        assert_eq!(count_physical_cores(text), Some(3));
-        assert_eq!(count_physical_cores("processor : 0\n"), None);
-    }
 
     #[test]
     fn every_task_runs_exactly_once_on_a_valid_worker() {
@@ -363,7 +305,7 @@ mod tests {
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
         }
-        assert!(physical_cores() >= 1);
+        assert!(crate::engine::cpus::default_threads(1) >= 1);
     }
 
     #[test]

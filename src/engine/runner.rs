@@ -6,14 +6,14 @@ use crate::engine::batch::{LogitsWanted, SeqInput};
 use crate::engine::error::EngineError;
 use crate::engine::kv_cache::{BlockTable, KvCache, DEFAULT_BLOCK_SIZE};
 use crate::engine::model::LlamaModel;
-use crate::engine::scratch::{BatchLimits, Scratch};
+use crate::engine::scratch::{BatchLimits, ForwardScratch};
 use crate::engine::Logits;
 
 /// Owns a KV cache and scratch space for one model.
 pub struct Runner<'m> {
     pub model: &'m LlamaModel,
     pub kv: KvCache,
-    pub scratch: Scratch,
+    pub scratch: ForwardScratch,
 }
 
 impl<'m> Runner<'m> {

@@ -1,7 +1,7 @@
 //! Every buffer the forward pass writes, allocated once for a maximum batch so that a step
 //! (prefill chunk or decode) allocates nothing.
 
-use crate::engine::attention::AttnScratch;
+use crate::engine::attention::{AttnPlan, AttnScratch};
 use crate::engine::error::EngineError;
 use crate::engine::kv_cache::KvCacheConfig;
 use crate::engine::matmul::MatmulScratch;
@@ -30,7 +30,7 @@ impl Default for BatchLimits {
 }
 
 /// The forward pass's working memory. Create one per engine (it is reused by every call).
-pub struct Scratch {
+pub struct ForwardScratch {
     pub(crate) limits: BatchLimits,
     // Per token of the batch.
     pub(crate) tok_seq: Vec<u32>,
@@ -58,9 +58,11 @@ pub struct Scratch {
     pub(crate) mm: MatmulScratch,
     /// One per pool thread (indexed by the worker index `Pool::run` passes); locks are uncontended.
     pub(crate) attn_scratch: Vec<Mutex<AttnScratch>>,
+    /// Attention's task lists and split-K partials.
+    pub(crate) attn_plan: AttnPlan,
 }
 
-impl Scratch {
+impl ForwardScratch {
     /// Buffers for `cfg` and `limits`, with one attention scratch per thread of a `threads`
     /// pool attending over a cache shaped `kv`.
     pub fn new(
@@ -68,7 +70,7 @@ impl Scratch {
         limits: BatchLimits,
         kv: &KvCacheConfig,
         threads: usize,
-    ) -> Result<Scratch, EngineError> {
+    ) -> Result<ForwardScratch, EngineError> {
         let BatchLimits {
             max_tokens: t,
             max_seqs,
@@ -91,7 +93,7 @@ impl Scratch {
             .max(t * 2 * f)
             .max(t * d)
             .max(r * cfg.n_vocab);
-        Ok(Scratch {
+        Ok(ForwardScratch {
             limits,
             tok_seq: vec![0; t],
             tok_pos: vec![0; t],
@@ -113,6 +115,7 @@ impl Scratch {
             attn_scratch: (0..threads.max(1))
                 .map(|_| Mutex::new(AttnScratch::new(kv)))
                 .collect(),
+            attn_plan: AttnPlan::new(kv, cfg.n_head, t, max_seqs),
         })
     }
 

@@ -5,6 +5,7 @@
 //! borrowed slices ([`GgufFile::tensor_bytes`]) or `Arc`-owning views ([`TensorData`]) of the
 //! map. Malformed files give a [`GgufError`] naming the field and byte offset, never a panic.
 
+pub mod dtype;
 mod error;
 pub mod limits;
 mod parse;
@@ -14,6 +15,7 @@ mod tensor;
 mod value;
 pub mod writer;
 
+pub use dtype::{DType, DTypeInfo, DTYPES};
 pub use error::GgufError;
 pub use strings::StrArray;
 pub use tensor::{TensorData, TensorInfo};

@@ -11,7 +11,7 @@ use super::reader::Reader;
 use super::strings::StrArray;
 use super::tensor::TensorInfo;
 use super::value::{MetaArray, MetaType, MetaValue};
-use crate::kernels::DType;
+use crate::gguf::dtype::DType;
 use std::collections::HashSet;
 
 /// What the header says, validated against the file length.

@@ -4,7 +4,7 @@
 //! tests) shared through an `Arc`; a [`TensorData`] is that `Arc` plus a byte range, so weights
 //! are never read or copied at load and a view keeps the map alive for as long as it is used.
 
-use crate::kernels::DType;
+use crate::gguf::dtype::DType;
 use memmap2::Mmap;
 use std::ops::{Deref, Range};
 use std::sync::Arc;
@@ -229,8 +229,8 @@ impl std::fmt::Debug for TensorData {
 
 #[cfg(test)]
 mod tests {
+    use crate::gguf::dtype::DType;
     use crate::gguf::{GgufFile, GgufWriter};
-    use crate::kernels::DType;
 
     #[test]
     fn typed_views_and_rows() {

@@ -3,7 +3,7 @@
 
 use super::limits::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_DIMS, MAX_TENSOR_NAME_LEN};
 use super::value::{MetaArray, MetaValue};
-use crate::kernels::DType;
+use crate::gguf::dtype::DType;
 use std::io::{self, Write};
 
 /// Why a writer refused a tensor or could not write.

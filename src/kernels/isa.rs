@@ -85,9 +85,34 @@ impl Isa {
             .unwrap_or(Isa::Scalar)
     }
 
-    /// Every ISA this CPU supports, slowest first (what tests iterate over).
+    /// Every ISA this CPU supports, slowest first.
     pub fn all_supported() -> impl Iterator<Item = Isa> {
         Isa::ALL.into_iter().filter(|i| supported(*i))
+    }
+
+    /// The ISAs tests iterate over: every one this CPU supports; each one this architecture
+    /// has kernels for but the CPU lacks is reported as a skip ([`crate::test_skip`]).
+    #[cfg(test)]
+    pub(crate) fn tested() -> Vec<Isa> {
+        let arch: &[Isa] = if cfg!(target_arch = "x86_64") {
+            &[Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512]
+        } else if cfg!(target_arch = "aarch64") {
+            &[Isa::Scalar, Isa::Neon]
+        } else {
+            &[Isa::Scalar]
+        };
+        let mut v = Vec::new();
+        for &i in arch {
+            if supported(i) {
+                v.push(i);
+            } else {
+                crate::test_skip::skip(&format!("this CPU lacks {i}: its kernels are not tested"));
+            }
+        }
+        if v.contains(&Isa::Avx512) && !has_avx512_vnni() {
+            crate::test_skip::skip("this CPU lacks AVX-512 VNNI: its panel GEMMs are not tested");
+        }
+        v
     }
 }
 

@@ -1,13 +1,15 @@
 //! Compute kernels: quantized block layouts, scalar references and SIMD versions.
 //!
-//! A leaf module: it depends on nothing else in kiln and on no async or serde crates.
+//! It depends on nothing else in kiln but the element-type table ([`crate::gguf::dtype`],
+//! re-exported here) and on no async or serde crates.
 //! Entry points: [`kernels`] / [`kernels_for`] (the dispatch table) and [`isa`].
 
 pub mod blocks;
-pub mod dtype;
+pub mod ceiling;
 pub mod isa;
 mod legacy_kind;
 pub mod packed;
+pub mod row;
 pub mod scalar;
 pub mod shape;
 pub mod table;
@@ -17,7 +19,8 @@ pub mod aarch64;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
-pub use dtype::{DType, DTypeInfo, DTYPES};
+// The element types belong to the file format; kernel code names them through here.
+pub use crate::gguf::dtype::{DType, DTypeInfo, DTYPES};
 pub use isa::{isa, Isa, IsaError};
 pub use table::{kernels, kernels_for, KernelError, TypeKernels};
 

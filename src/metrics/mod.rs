@@ -50,6 +50,7 @@ pub struct Metrics {
     preemptions: IntCounter,
     prefix_queries: IntCounter,
     prefix_hits: IntCounter,
+    engine_faults: IntCounter,
     rejected: IntCounterVec,
     running: IntGauge,
     waiting: IntGauge,
@@ -93,6 +94,7 @@ impl Metrics {
             preemptions: IntCounter::new(PREEMPTIONS, "Sequences preempted (KV cache full) and requeued for recomputation.")?,
             prefix_queries: IntCounter::new(PREFIX_CACHE_QUERIES, "Prefix-cache lookups (one per admitted sequence).")?,
             prefix_hits: IntCounter::new(PREFIX_CACHE_HITS, "Prefix-cache lookups that reused at least one block.")?,
+            engine_faults: IntCounter::new(ENGINE_FAULTS, "Faults caught in engine steps (a panic or an error anywhere in a step): each ended its worker's requests with an error and rebuilt the worker.")?,
             rejected: IntCounterVec::new(Opts::new(REJECTED, "Requests refused before running, by reason (overloaded, invalid, unavailable, ...)."), &["reason"])?,
             running: IntGauge::new(REQUESTS_RUNNING, "Sequences running in the engine.")?,
             waiting: IntGauge::new(REQUESTS_WAITING, "Requests accepted and waiting to run.")?,
@@ -133,6 +135,7 @@ impl Metrics {
             &self.preemptions,
             &self.prefix_queries,
             &self.prefix_hits,
+            &self.engine_faults,
         ] {
             r.register(Box::new(c.clone()))?;
         }
@@ -260,12 +263,16 @@ impl Observer for Metrics {
             self.finished.with_label_values(&[f.as_str()]).inc();
         }
     }
+
+    fn on_fault(&self, _worker: usize) {
+        self.engine_faults.inc();
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::{FinishReason, Phase};
+    use crate::scheduler::{FinishReason, StepKind};
     use std::time::Duration;
 
     #[test]
@@ -290,7 +297,7 @@ mod tests {
         });
         m.on_step(&StepStats {
             worker: 0,
-            phase: Phase::Mixed,
+            phase: StepKind::Mixed,
             seqs: 2,
             tokens: 20,
             prefill_tokens: 18,

@@ -40,6 +40,7 @@ pub const PREEMPTIONS: &str = "kiln_preemptions_total";
 pub const PREFIX_CACHE_QUERIES: &str = "kiln_prefix_cache_queries_total";
 pub const PREFIX_CACHE_HITS: &str = "kiln_prefix_cache_hits_total";
 pub const REJECTED: &str = "kiln_rejected_total";
+pub const ENGINE_FAULTS: &str = "kiln_engine_faults_total";
 
 // Gauges.
 pub const REQUESTS_RUNNING: &str = "kiln_requests_running";
@@ -71,6 +72,7 @@ pub const ALL: &[&str] = &[
     PREFIX_CACHE_QUERIES,
     PREFIX_CACHE_HITS,
     REJECTED,
+    ENGINE_FAULTS,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     KV_CACHE_USAGE,

@@ -4,43 +4,19 @@
 
 use crate::engine::kv_cache::KvLayout;
 use crate::engine::{EngineError, LlamaModel};
+use crate::random::random_u64;
+use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::observer::Observer;
 use crate::scheduler::request::{
     Event, GenerationRequest, SubmitError, MAX_N, MAX_STOPS, MAX_STOP_BYTES,
 };
-use crate::scheduler::state::{check_fits_layout, AdmitError, Limits, PoolShape};
-use crate::scheduler::worker::{Command, Submission, Worker, WorkerShared};
+use crate::scheduler::state::{check_fits_layout, AdmitError, PoolShape};
+use crate::scheduler::worker::{Command, Submission, Worker, WorkerShared, WorkerState};
 use crate::tokenizer::Tokenizer;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// How the engine is laid out.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EngineConfig {
-    /// Engine workers: replicas sharing the model's weights, each with its own KV cache, worker
-    /// team and batch. Requests go to the least loaded.
-    pub workers: usize,
-    /// Threads per worker team (0 = physical cores divided among the workers).
-    pub threads: usize,
-    /// KV positions per worker.
-    pub kv_positions: usize,
-    /// Positions per KV block.
-    pub block_size: usize,
-    /// Scheduler limits (`n_ctx` is taken from the model when 0, and capped by it).
-    pub limits: Limits,
-    /// Testing only: the engine panics in this step (counted per worker), to exercise the
-    /// fault path with a real process.
-    pub panic_at_step: Option<u64>,
-    /// Events a request's stream may leave unread before the request is aborted
-    /// ([`MAX_UNREAD_EVENTS`] in servers; tests lower it to reach the limit quickly).
-    pub max_unread_events: usize,
-}
-
-/// Unread events a client may leave behind before its request is aborted (a reader that
-/// stopped reading must not grow the server's memory without bound).
-pub const MAX_UNREAD_EVENTS: usize = 4096;
 
 /// What callers may want to know about the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +87,7 @@ impl EngineHandle {
             limits.n_ctx.min(model_ctx)
         };
         let threads = if cfg.threads == 0 {
-            (crate::engine::pool::physical_cores() / workers).max(1)
+            crate::engine::cpus::default_threads(workers)
         } else {
             cfg.threads
         };
@@ -182,9 +158,18 @@ impl EngineHandle {
         &self.inner.info
     }
 
-    /// True while every worker is alive and has not failed.
+    /// True unless a worker has failed for good (its thread ended, or its rebuild after a
+    /// fault failed). A worker rebuilding after a fault is healthy: it serves again soon.
     pub fn is_healthy(&self) -> bool {
         self.inner.links.iter().all(|l| l.shared.is_healthy())
+    }
+
+    /// True while every worker is serving: not rebuilding after a fault, not failed.
+    pub fn is_ready(&self) -> bool {
+        self.inner
+            .links
+            .iter()
+            .all(|l| l.shared.state() == WorkerState::Serving)
     }
 
     /// Load summed over the workers.
@@ -290,7 +275,12 @@ impl EngineHandle {
             .links
             .iter()
             .filter(|l| l.shared.is_healthy() && !l.shared.is_stopping())
-            .min_by_key(|l| l.shared.active.load(Ordering::Relaxed))
+            // A worker rebuilding after a fault takes requests (they wait in its channel for
+            // the rebuild, milliseconds) only when no worker is serving.
+            .min_by_key(|l| {
+                let rebuilding = l.shared.state() != WorkerState::Serving;
+                (rebuilding, l.shared.active.load(Ordering::Relaxed))
+            })
             .ok_or(SubmitError::Unavailable("no healthy engine worker"))?;
         let max_waiting = inner.info.max_waiting;
         let waiting = inner.waiting.fetch_add(1, Ordering::AcqRel);
@@ -305,7 +295,7 @@ impl EngineHandle {
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let unread = Arc::new(AtomicUsize::new(0));
-        let seed = req.params.seed.unwrap_or_else(random_seed);
+        let seed = req.params.seed.unwrap_or_else(random_u64);
         let sub = Submission {
             id,
             req,
@@ -347,21 +337,6 @@ impl EngineHandle {
             let _ = h.join();
         }
     }
-}
-
-/// A seed for requests that give none: different for every call.
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
 }
 
 /// The events of one request (see [`Event`]). Dropping it before the end aborts the request.

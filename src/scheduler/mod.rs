@@ -2,6 +2,7 @@
 //!
 //! - [`handle`]: the cloneable [`EngineHandle`] the async side holds (validate, route, submit)
 //!   and the [`RequestStream`] of [`Event`]s each request gets back;
+//! - [`engine_config`]: how the engine is laid out ([`EngineConfig`]);
 //! - [`worker`]: one OS thread per engine worker that plans and runs steps;
 //! - [`state`]: the scheduling policy as a pure state machine (budgets, chunked prefill, FCFS
 //!   admission, preemption, forks), tested without a model;
@@ -9,7 +10,9 @@
 //! - [`observer`]: the plain numbers handed to monitoring;
 //! - [`setup`]: builds the engine from the configuration.
 
-mod constrain;
+pub mod constrain;
+pub mod engine_config;
+pub mod fault;
 pub mod handle;
 pub mod observer;
 pub mod prefix_cache;
@@ -20,8 +23,9 @@ pub mod state;
 pub mod stop;
 mod worker;
 
-pub use handle::{EngineConfig, EngineHandle, EngineInfo, Load, RequestStream};
-pub use observer::{NoopObserver, Observer, Phase, RequestStats, StepStats};
+pub use engine_config::{EngineConfig, MAX_UNREAD_EVENTS};
+pub use handle::{EngineHandle, EngineInfo, Load, RequestStream};
+pub use observer::{NoopObserver, Observer, RequestStats, StepKind, StepStats};
 pub use request::{
     Event, FinishReason, GenerationRequest, SubmitError, Timings, TokenLogprob, Usage,
 };

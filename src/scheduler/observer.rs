@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// The kind of work a step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Phase {
+pub enum StepKind {
     /// Prompt tokens only.
     Prefill,
     /// One token per sequence only.
@@ -15,12 +15,12 @@ pub enum Phase {
     Mixed,
 }
 
-impl Phase {
+impl StepKind {
     pub fn as_str(self) -> &'static str {
         match self {
-            Phase::Prefill => "prefill",
-            Phase::Decode => "decode",
-            Phase::Mixed => "mixed",
+            StepKind::Prefill => "prefill",
+            StepKind::Decode => "decode",
+            StepKind::Mixed => "mixed",
         }
     }
 }
@@ -30,7 +30,7 @@ impl Phase {
 pub struct StepStats {
     /// Which engine worker ran it.
     pub worker: usize,
-    pub phase: Phase,
+    pub phase: StepKind,
     /// Sequences and new tokens in the batch.
     pub seqs: usize,
     pub tokens: usize,
@@ -83,6 +83,9 @@ pub struct RequestStats {
 pub trait Observer: Send + Sync {
     fn on_step(&self, _step: &StepStats) {}
     fn on_request(&self, _req: &RequestStats) {}
+    /// Engine worker `worker` caught a fault (a panic or an error in a step); it ended the
+    /// requests it held with an error and is rebuilding.
+    fn on_fault(&self, _worker: usize) {}
 }
 
 /// An observer that records nothing.
@@ -103,6 +106,12 @@ impl Observer for Fanout {
     fn on_request(&self, req: &RequestStats) {
         for o in &self.0 {
             o.on_request(req);
+        }
+    }
+
+    fn on_fault(&self, worker: usize) {
+        for o in &self.0 {
+            o.on_fault(worker);
         }
     }
 }

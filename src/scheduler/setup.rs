@@ -5,7 +5,8 @@ use crate::config::{Config, KvBudget};
 use crate::engine::kv_cache::DEFAULT_BLOCK_SIZE;
 use crate::engine::{EngineError, LlamaModel};
 use crate::gguf::{GgufError, GgufFile};
-use crate::scheduler::handle::{EngineConfig, EngineHandle};
+use crate::scheduler::engine_config::{EngineConfig, MAX_UNREAD_EVENTS};
+use crate::scheduler::handle::EngineHandle;
 use crate::scheduler::observer::Observer;
 use crate::scheduler::state::Limits;
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -80,16 +81,16 @@ pub fn start(
     model_path: Option<&Path>,
     observer: Arc<dyn Observer>,
 ) -> Result<Loaded, SetupError> {
-    start_with(cfg, model_path, observer, None)
+    start_with(cfg, model_path, observer, &[])
 }
 
-/// [`start`], with a fault injected in step `panic_at_step` (see
-/// [`EngineConfig::panic_at_step`]; testing only, `kiln serve --inject-panic-at-step`).
+/// [`start`], with `faults` injected (see [`EngineConfig::faults`]; testing only, `kiln
+/// serve --inject-fault STAGE@STEP`).
 pub fn start_with(
     cfg: &Config,
     model_path: Option<&Path>,
     observer: Arc<dyn Observer>,
-    panic_at_step: Option<u64>,
+    faults: &[crate::scheduler::fault::FaultInjection],
 ) -> Result<Loaded, SetupError> {
     let t0 = Instant::now();
     let path = model_path.unwrap_or(&cfg.model_path).to_path_buf();
@@ -107,11 +108,27 @@ pub fn start_with(
         .flatten()
         .map(str::to_string);
     let workers = cfg.workers.max(1);
+    let cpus = crate::engine::cpus::budget();
     let threads = if cfg.threads == 0 {
-        (crate::engine::pool::physical_cores() / workers).max(1)
+        crate::engine::cpus::default_threads(workers)
     } else {
         cfg.threads
     };
+    tracing::info!(
+        usable_cores = cpus.cores,
+        usable_cpus = cpus.logical,
+        workers,
+        threads_per_worker = threads,
+        "CPU budget (affinity mask and cgroup quota)"
+    );
+    if threads * workers > cpus.logical {
+        tracing::warn!(
+            threads = threads * workers,
+            usable_cpus = cpus.logical,
+            "engine.threads x engine.workers is above the CPUs this process may use: the \
+             worker teams will be descheduled mid-step (set engine.threads = 0 for the default)"
+        );
+    }
     let engine_err = |source| SetupError::Engine {
         path: path.clone(),
         source,
@@ -166,8 +183,8 @@ pub fn start_with(
             kv_positions,
             block_size: bs,
             limits,
-            panic_at_step,
-            max_unread_events: crate::scheduler::handle::MAX_UNREAD_EVENTS,
+            faults: faults.to_vec(),
+            max_unread_events: MAX_UNREAD_EVENTS,
         },
         observer,
     )

@@ -89,14 +89,14 @@ pub struct PlanItem {
 /// One step to execute: first the block copies (copy on write, `(src, dst)`), then one forward
 /// call over `items` (in this order).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct StepPlan {
     pub items: Vec<PlanItem>,
     pub copies: Vec<(u32, u32)>,
     /// Sequences preempted while planning (back in the queue, blocks freed).
     pub preempted: Vec<SeqId>,
 }
 
-impl Plan {
+impl StepPlan {
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
@@ -299,9 +299,9 @@ impl<T> Scheduler<T> {
 
     /// Plans the next step (see the module docs). The plan's items borrow nothing: read their
     /// tokens and tables through [`Self::seq`] while executing.
-    pub fn schedule(&mut self) -> Plan {
+    pub fn schedule(&mut self) -> StepPlan {
         self.counters.steps += 1;
-        let mut plan = Plan::default();
+        let mut plan = StepPlan::default();
         let mut budget = self.limits.max_batch_tokens;
         let decoding = self.running.iter().any(|id| {
             let s = &self.seqs[id];

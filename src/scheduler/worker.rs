@@ -1,30 +1,30 @@
 //! One engine worker: an OS thread that owns a model replica (with its worker team), a KV
 //! cache, the forward pass's scratch and a [`Scheduler`], and loops: take commands, plan a
-//! step, copy shared blocks, run one ragged forward pass, sample, turn tokens into text and
-//! stop decisions, send events. When no sequence is left it blocks on its command channel, so
-//! an idle server costs no CPU.
+//! step, copy shared blocks, run one ragged forward pass, sample, and hand each sampled token
+//! to output processing ([`output`]: grammar commit, detokenize, stop strings, events). When
+//! no sequence is left it blocks on its command channel, so an idle server costs no CPU.
 
 use crate::engine::kv_cache::{KvCache, KvCacheConfig};
-use crate::engine::{BatchLimits, EngineError, LlamaModel, LogitsWanted, Scratch, SeqInput};
-use crate::scheduler::constrain::{self, MaskWork, Pending};
-use crate::scheduler::handle::EngineConfig;
-use crate::scheduler::observer::{Observer, Phase, RequestStats, StepStats};
-use crate::scheduler::request::{
-    Event, FinishReason, GenerationRequest, Timings, TokenLogprob, Usage,
-};
-use crate::scheduler::sampling::{SampleScratch, Sampled, Sampler};
-use crate::scheduler::state::{Limits, Plan, Scheduler, SeqId};
-use crate::scheduler::stop::StopMatcher;
-use crate::structured::seq::Step;
-use crate::structured::SeqConstraint;
-use crate::tokenizer::{DecodeState, Tokenizer};
-use std::collections::HashMap;
+use crate::engine::{BatchLimits, EngineError, ForwardScratch, LlamaModel, LogitsWanted, SeqInput};
+use crate::scheduler::constrain::{MaskThread, MaskWork, Pending};
+use crate::scheduler::engine_config::EngineConfig;
+use crate::scheduler::fault::{FaultStage, Faults};
+use crate::scheduler::observer::{Observer, StepKind, StepStats};
+use crate::scheduler::request::{Event, FinishReason, GenerationRequest};
+use crate::scheduler::sampling::SampleScratch;
+use crate::scheduler::state::{Limits, Scheduler, SeqId, StepPlan};
+use crate::tokenizer::Tokenizer;
+use output::{req_of, seq_id, Outputs, Req, SeqOut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod output;
 mod sample;
+mod shared;
+
+pub(crate) use shared::{WorkerShared, WorkerState};
 
 /// Messages from handles to a worker.
 pub(crate) enum Command {
@@ -49,131 +49,42 @@ pub(crate) struct Submission {
     pub arrived: Instant,
 }
 
-/// Numbers a worker publishes for handles (routing, load, health) without a round trip.
-pub(crate) struct WorkerShared {
-    /// Requests on this worker (queued or running): the router's load measure.
-    pub active: AtomicUsize,
-    /// Sequences running.
-    pub running: AtomicUsize,
-    /// KV blocks held by sequences (blocks only the prefix cache holds count as free: they are
-    /// evicted on demand), and blocks only the prefix cache holds.
-    pub kv_used: AtomicUsize,
-    pub kv_cached: AtomicUsize,
-    pub kv_total: usize,
-    healthy: AtomicBool,
-    stopping: AtomicBool,
-}
-
-impl WorkerShared {
-    pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::Acquire)
-    }
-
-    pub fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::Acquire)
-    }
-
-    pub fn set_stopping(&self) {
-        self.stopping.store(true, Ordering::Release);
-    }
-}
-
-/// Most choices per request: a sequence id is `request id << CHOICE_BITS | choice`.
-const CHOICE_BITS: u32 = 8;
-
-fn seq_id(req: u64, choice: usize) -> SeqId {
-    (req << CHOICE_BITS) | choice as u64
-}
-
-/// The seed of choice `c`: choice 0 uses the request's seed as it is, so `n = 1` and the first
-/// of `n` choices draw the same tokens.
-fn choice_seed(seed: u64, c: usize) -> u64 {
-    seed.wrapping_add((c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
-}
-
-/// Per-sequence state the scheduler carries for the worker.
-struct SeqOut {
-    req: u64,
-    choice: usize,
-    /// Taken out while a step samples in parallel.
-    sampler: Option<Sampler>,
-    /// The request's grammar, when it has one (taken out while masks are computed and while
-    /// a step samples in parallel).
-    constraint: Option<SeqConstraint>,
-    decode: DecodeState,
-    stop: StopMatcher,
-    last_token: Option<Instant>,
-    /// The n - 1 other choices were forked from this one.
-    forked: bool,
-}
-
-/// Per-request state.
-struct Req {
-    tx: tokio::sync::mpsc::UnboundedSender<Event>,
-    unread: Arc<AtomicUsize>,
-    /// The most events `unread` may reach.
-    max_unread: usize,
-    req: GenerationRequest,
-    seed: u64,
-    arrived: Instant,
-    admitted: Option<Instant>,
-    first_token: Option<Instant>,
-    itl: Vec<Duration>,
-    finish: Vec<Option<FinishReason>>,
-    generated: usize,
-    cached_tokens: usize,
-    preemptions: u32,
-}
-
-impl Req {
-    /// Sends `ev`; false when the client is gone or has stopped reading.
-    fn send(&self, ev: Event) -> bool {
-        if self.unread.load(Ordering::Acquire) >= self.max_unread {
-            return false;
-        }
-        self.unread.fetch_add(1, Ordering::AcqRel);
-        if self.tx.send(ev).is_err() {
-            self.unread.fetch_sub(1, Ordering::AcqRel);
-            return false;
-        }
-        true
-    }
-}
-
 pub(crate) struct Worker {
     index: usize,
     model: LlamaModel,
     kv: KvCache,
-    scratch: Scratch,
+    scratch: ForwardScratch,
     sched: Scheduler<SeqOut>,
-    tok: Arc<Tokenizer>,
     rx: mpsc::Receiver<Command>,
     observer: Arc<dyn Observer>,
     shared: Arc<WorkerShared>,
-    /// Accepted requests not yet running, over all workers (the handle's queue bound).
-    waiting: Arc<AtomicUsize>,
-    reqs: HashMap<u64, Req>,
+    outputs: Outputs,
     /// One per thread of the model's worker team (sampling runs on the team).
     sample_scratch: Vec<Mutex<SampleScratch>>,
     /// The step's logits rows, copied out of the scratch.
     rows: Vec<f32>,
+    /// Steps run, counted across rebuilds.
     steps: u64,
-    panic_at_step: Option<u64>,
+    /// Where a rebuild starts from.
+    cfg: EngineConfig,
+    limits: Limits,
+    faults: Faults,
     max_unread_events: usize,
+    /// Computes grammar masks beside the forward pass (kept across rebuilds).
+    masks: MaskThread,
 }
 
-impl Worker {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        index: usize,
-        model: LlamaModel,
-        tok: Arc<Tokenizer>,
-        cfg: &EngineConfig,
-        limits: Limits,
-        rx: mpsc::Receiver<Command>,
-        observer: Arc<dyn Observer>,
-        waiting: Arc<AtomicUsize>,
-    ) -> Result<Worker, EngineError> {
+/// What a step mutates, built new at start and after every fault: the KV cache, the forward
+/// pass's scratch, the scheduler's state and the sampling scratch.
+struct StepState {
+    kv: KvCache,
+    scratch: ForwardScratch,
+    sched: Scheduler<SeqOut>,
+    sample_scratch: Vec<Mutex<SampleScratch>>,
+}
+
+impl StepState {
+    fn new(model: &LlamaModel, cfg: &EngineConfig, limits: Limits) -> Result<Self, EngineError> {
         let kv_cfg: KvCacheConfig = model.kv_config(cfg.kv_positions, cfg.block_size);
         let kv = KvCache::new(kv_cfg)?;
         let batch = BatchLimits {
@@ -189,35 +100,87 @@ impl Worker {
             ..limits
         };
         let sched = Scheduler::new(sched_limits, kv.allocator().clone());
-        let shared = Arc::new(WorkerShared {
-            active: AtomicUsize::new(0),
-            running: AtomicUsize::new(0),
-            kv_used: AtomicUsize::new(0),
-            kv_cached: AtomicUsize::new(0),
-            kv_total: kv.total_blocks(),
-            healthy: AtomicBool::new(true),
-            stopping: AtomicBool::new(false),
-        });
         let sample_scratch = (0..model.pool().threads())
             .map(|_| Mutex::new(SampleScratch::new()))
             .collect();
+        Ok(StepState {
+            kv,
+            scratch,
+            sched,
+            sample_scratch,
+        })
+    }
+}
+
+/// Why a step failed without a panic.
+#[derive(Debug, thiserror::Error)]
+enum StepError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("a planned sequence is missing from the scheduler")]
+    Plan,
+    #[error("the grammar mask thread ended while computing this step's masks")]
+    MasksLost,
+}
+
+/// What a caught panic says, for the log.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
+/// What the requests a fault ended are told.
+const FAULT_MESSAGE: &str = "the engine failed while running this request (an internal fault, \
+    not caused by the request; the server logged it and restarted the engine worker): retry it";
+
+impl Worker {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        index: usize,
+        model: LlamaModel,
+        tok: Arc<Tokenizer>,
+        cfg: &EngineConfig,
+        limits: Limits,
+        rx: mpsc::Receiver<Command>,
+        observer: Arc<dyn Observer>,
+        waiting: Arc<AtomicUsize>,
+    ) -> Result<Worker, EngineError> {
+        let StepState {
+            kv,
+            scratch,
+            sched,
+            sample_scratch,
+        } = StepState::new(&model, cfg, limits)?;
+        let shared = Arc::new(WorkerShared::new(kv.total_blocks()));
+        let faults = Faults::new(&cfg.faults);
+        let outputs = Outputs::new(
+            index,
+            tok,
+            Arc::clone(&observer),
+            Arc::clone(&shared),
+            waiting,
+            faults.clone(),
+        );
         Ok(Worker {
             index,
             model,
             kv,
             scratch,
             sched,
-            tok,
             rx,
             observer,
             shared,
-            waiting,
-            reqs: HashMap::new(),
+            outputs,
             sample_scratch,
             rows: Vec::new(),
             steps: 0,
-            panic_at_step: cfg.panic_at_step,
+            cfg: cfg.clone(),
+            limits,
+            faults,
             max_unread_events: cfg.max_unread_events.max(1),
+            masks: MaskThread::new(format!("kiln-masks-{index}")),
         })
     }
 
@@ -225,47 +188,110 @@ impl Worker {
         &self.shared
     }
 
-    /// The thread's body: runs until shutdown or until every handle is gone.
+    /// The thread's body: runs until shutdown or until every handle is gone. Every round
+    /// (commands, then a step) is supervised: a panic anywhere in it (forward pass, sampling
+    /// on the team, output processing, grammar commit) ends the requests in flight with an
+    /// error, and the worker is rebuilt ([`Worker::recover`]).
     pub(crate) fn run(mut self) {
         loop {
-            if self.sched.is_idle() {
-                // Nothing to compute: sleep until a command arrives (an idle server burns no CPU).
-                match self.rx.recv() {
-                    Ok(cmd) => {
-                        if !self.command(cmd) {
-                            break;
-                        }
-                    }
-                    Err(_) => break,
-                }
-            }
-            let mut go_on = true;
-            while let Ok(cmd) = self.rx.try_recv() {
-                if !self.command(cmd) {
-                    go_on = false;
-                    break;
-                }
-            }
-            if !go_on {
-                break;
-            }
-            // A step publishes the load itself (with its stats); otherwise publish it here.
-            if self.sched.is_idle() {
-                self.publish_load();
-            } else {
-                self.step();
+            match catch_unwind(AssertUnwindSafe(|| self.round())) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(p) => self.recover(&panic_message(p.as_ref())),
             }
         }
-        self.abort_all(FinishReason::Abort);
-        self.shared.healthy.store(false, Ordering::Release);
+        if self.shared.state() != WorkerState::Failed {
+            self.outputs.abort_all(&mut self.sched, FinishReason::Abort);
+        }
+        self.shared.set_state(WorkerState::Failed);
+    }
+
+    /// Takes the commands waiting (blocking for one when idle) and runs a step; false when
+    /// the worker must stop.
+    fn round(&mut self) -> bool {
+        if self.sched.is_idle() {
+            // Nothing to compute: sleep until a command arrives (an idle server burns no CPU).
+            match self.rx.recv() {
+                Ok(cmd) => {
+                    if !self.command(cmd) {
+                        return false;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+        while let Ok(cmd) = self.rx.try_recv() {
+            if !self.command(cmd) {
+                return false;
+            }
+        }
+        // A step publishes the load itself (with its stats); otherwise publish it here.
+        if self.sched.is_idle() {
+            self.shared.publish_load(&self.sched);
+        } else if let Err(e) = self.step() {
+            self.recover(&e.to_string());
+        }
+        true
+    }
+
+    /// After a fault (`why`): counts it, ends every request this worker holds with an error
+    /// (requests still in its channel stay there), and rebuilds what a step mutates (a new
+    /// worker team over the same weights, a new KV cache, scratch and scheduler). While it
+    /// rebuilds the worker is not ready; if the rebuild fails it stays down and refuses
+    /// everything (the engine is then unhealthy).
+    fn recover(&mut self, why: &str) {
+        self.shared.set_state(WorkerState::Rebuilding);
+        self.observer.on_fault(self.index);
+        tracing::error!(
+            worker = self.index,
+            step = self.steps,
+            fault = ?why,
+            "engine fault: failing the requests in flight and rebuilding the worker"
+        );
+        self.outputs.fail_all(FAULT_MESSAGE);
+        match self.rebuild() {
+            Ok(()) => {
+                self.shared.publish_load(&self.sched);
+                self.shared.set_state(WorkerState::Serving);
+                tracing::info!(worker = self.index, "engine worker rebuilt; serving");
+            }
+            Err(e) => {
+                self.shared.set_state(WorkerState::Failed);
+                tracing::error!(
+                    worker = self.index,
+                    error = %e,
+                    "the engine worker could not be rebuilt: it refuses every request"
+                );
+            }
+        }
+    }
+
+    fn rebuild(&mut self) -> Result<(), EngineError> {
+        if self.faults.rebuild_fails() {
+            return Err(EngineError::Pool(
+                "injected rebuild failure (testing only)".to_string(),
+            ));
+        }
+        let model = self.model.replica(self.model.pool().threads())?;
+        let state = StepState::new(&model, &self.cfg, self.limits)?;
+        self.model = model;
+        self.kv = state.kv;
+        self.scratch = state.scratch;
+        self.sched = state.sched;
+        self.sample_scratch = state.sample_scratch;
+        self.rows = Vec::new();
+        Ok(())
     }
 
     /// Applies one command; false when the worker must stop.
     fn command(&mut self, cmd: Command) -> bool {
         match cmd {
             Command::Submit(sub) => self.admit(*sub),
-            Command::Abort(id) => self.abort_request(id, FinishReason::Abort),
-            Command::AbortAll => self.abort_all(FinishReason::Abort),
+            Command::Abort(id) => {
+                self.outputs
+                    .abort_request(&mut self.sched, id, FinishReason::Abort)
+            }
+            Command::AbortAll => self.outputs.abort_all(&mut self.sched, FinishReason::Abort),
             Command::Shutdown => return false,
         }
         true
@@ -281,158 +307,27 @@ impl Worker {
             arrived,
         } = sub;
         let n = req.n.max(1);
-        let out = SeqOut {
-            req: id,
-            choice: 0,
-            sampler: Some(Sampler::new(&req.params, choice_seed(seed, 0), &req.prompt)),
-            constraint: req
-                .constraint
-                .as_ref()
-                .map(|c| SeqConstraint::new(c.start())),
-            decode: DecodeState::new(false),
-            stop: StopMatcher::new(&req.stop),
-            last_token: None,
-            forked: n == 1,
-        };
-        let r = Req {
-            tx,
-            unread,
-            max_unread: self.max_unread_events,
-            req: req.clone(),
-            seed,
-            arrived,
-            admitted: None,
-            first_token: None,
-            itl: Vec::new(),
-            finish: vec![None; n],
-            generated: 0,
-            cached_tokens: 0,
-            preemptions: 0,
-        };
-        if !self.shared.is_healthy() {
-            r.send(Event::Error {
-                message: "the engine failed earlier and is not serving".to_string(),
-            });
-            self.release_slot(false);
+        let r = Req::new(req, seed, tx, unread, self.max_unread_events, arrived);
+        if self.shared.state() == WorkerState::Failed {
+            let message = "the engine failed earlier and is not serving".to_string();
+            self.outputs.refuse(r, message);
             return;
         }
+        let constraint = r.req.constraint.as_ref().map(|c| c.sequence());
+        let out = SeqOut::new(id, 0, &r, constraint, n == 1);
+        let prompt = r.req.prompt.clone();
         match self
             .sched
-            .add(seq_id(id, 0), req.prompt, req.max_tokens, n, out)
+            .add(seq_id(id, 0), prompt, r.req.max_tokens, n, out)
         {
-            Ok(()) => {
-                self.reqs.insert(id, r);
-            }
-            Err(e) => {
-                r.send(Event::Error {
-                    message: e.to_string(),
-                });
-                self.release_slot(false);
-            }
+            Ok(()) => self.outputs.insert(id, r),
+            Err(e) => self.outputs.refuse(r, e.to_string()),
         }
     }
 
-    /// A request left this worker: it no longer counts as active (nor as waiting, unless it
-    /// had been admitted to a step already).
-    fn release_slot(&self, admitted: bool) {
-        if !admitted {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
-        }
-        self.shared.active.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    fn abort_all(&mut self, reason: FinishReason) {
-        let ids: Vec<u64> = self.reqs.keys().copied().collect();
-        for id in ids {
-            self.abort_request(id, reason);
-        }
-    }
-
-    /// Ends every live choice of request `id` with `reason`.
-    fn abort_request(&mut self, id: u64, reason: FinishReason) {
-        let Some(r) = self.reqs.get(&id) else {
-            return;
-        };
-        // Choices not forked yet have no sequence; they end all the same.
-        let open: Vec<usize> = (0..r.finish.len())
-            .filter(|&c| r.finish[c].is_none())
-            .collect();
-        for c in open {
-            self.finish_choice(id, c, seq_id(id, c), reason);
-        }
-    }
-
-    /// Ends choice `c` of request `id` (sequence `sid`, which may not exist yet for a choice
-    /// not forked): sends its Finished event and, after the last choice, Done.
-    fn finish_choice(&mut self, id: u64, c: usize, sid: SeqId, reason: FinishReason) {
-        let seq = self.sched.remove(sid);
-        let Some(r) = self.reqs.get_mut(&id) else {
-            return;
-        };
-        if r.finish[c].is_some() {
-            return;
-        }
-        r.finish[c] = Some(reason);
-        if let Some(mut s) = seq {
-            r.preemptions += s.preemptions;
-            // Text held back for a possible stop string is released, unless a stop string or
-            // an abort ended the choice; a character cut in half by a length limit is dropped.
-            let tail = match reason {
-                FinishReason::Stop | FinishReason::Length => s.payload.stop.finish(),
-                _ => String::new(),
-            };
-            s.payload.decode.discard_partial();
-            if !tail.is_empty() {
-                r.send(Event::Delta {
-                    choice: c,
-                    ids: Vec::new(),
-                    text: tail,
-                    logprobs: Vec::new(),
-                });
-            }
-        }
-        r.send(Event::Finished { choice: c, reason });
-        if r.finish.iter().all(Option::is_some) {
-            let mut r = self.reqs.remove(&id).expect("request exists");
-            let usage = Usage {
-                prompt_tokens: r.req.prompt.len(),
-                cached_tokens: r.cached_tokens,
-                completion_tokens: r.generated,
-            };
-            let now = Instant::now();
-            let timings = Timings {
-                queue: r.admitted.unwrap_or(now).duration_since(r.arrived),
-                ttft: r.first_token.map(|t| t.duration_since(r.arrived)),
-                itl: std::mem::take(&mut r.itl),
-                duration: now.duration_since(r.arrived),
-            };
-            self.observer.on_request(&RequestStats {
-                queue: timings.queue,
-                ttft: timings.ttft,
-                itl: timings.itl.clone(),
-                duration: timings.duration,
-                prompt_tokens: usage.prompt_tokens,
-                cached_tokens: usage.cached_tokens,
-                generated_tokens: usage.completion_tokens,
-                finish_reasons: r.finish.iter().map(|f| f.unwrap_or(reason)).collect(),
-                preemptions: r.preemptions,
-            });
-            // Its slot and the load are published before the caller hears of the end, so a
-            // client that reads /stats or /metrics after its response sees them.
-            self.release_slot(r.admitted.is_some());
-            self.publish_load();
-            if reason == FinishReason::Error {
-                r.send(Event::Error {
-                    message: "the engine failed while running this request".to_string(),
-                });
-            } else {
-                r.send(Event::Done { usage, timings });
-            }
-        }
-    }
-
-    /// Plans and runs one step.
-    fn step(&mut self) {
+    /// Plans and runs one step. An error leaves the worker's state untrusted: the caller
+    /// recovers as from a panic.
+    fn step(&mut self) -> Result<(), StepError> {
         let t0 = Instant::now();
         // Prefix-cache lookups happen while planning.
         let before = self.sched.prefix_stats();
@@ -440,25 +335,16 @@ impl Worker {
         if plan.is_empty() {
             // Nothing could be scheduled (should not happen: the oldest sequence can always
             // preempt the others); avoid spinning hot.
-            self.publish_load();
+            self.shared.publish_load(&self.sched);
             std::thread::sleep(Duration::from_millis(1));
-            return;
+            return Ok(());
         }
         self.steps += 1;
+        self.faults.set_step(self.steps);
         for it in &plan.items {
-            let req = it.seq >> CHOICE_BITS;
-            if let Some(r) = self.reqs.get_mut(&req) {
-                if r.admitted.is_none() {
-                    r.admitted = Some(t0);
-                    self.waiting.fetch_sub(1, Ordering::AcqRel);
-                }
-            }
+            self.outputs.mark_admitted(req_of(it.seq), t0);
         }
-        let mut masks = MaskWork::default();
-        match self.execute(&plan, &mut masks) {
-            Ok(()) => {}
-            Err(fatal) => self.fail(&plan, fatal),
-        }
+        let masks = self.execute(&plan)?;
         let after = self.sched.prefix_stats();
         self.publish(
             &plan,
@@ -467,18 +353,14 @@ impl Worker {
             after.hits - before.hits,
             masks,
         );
+        Ok(())
     }
 
-    /// Copies shared blocks, runs the forward pass and handles each sequence's logits. An
-    /// error (or a panic) in the forward pass is returned: `Err(true)` when it was a panic.
-    fn execute(&mut self, plan: &Plan, masks: &mut MaskWork) -> Result<(), bool> {
+    /// Copies shared blocks, runs the forward pass (beside the grammar masks) and hands each
+    /// sequence's logits to sampling and output processing.
+    fn execute(&mut self, plan: &StepPlan) -> Result<MaskWork, StepError> {
         for &(src, dst) in &plan.copies {
-            self.kv.copy_block(src, dst).map_err(|_| false)?;
-        }
-        if self.panic_at_step == Some(self.steps) {
-            // Testing only (EngineConfig::panic_at_step): a fault inside a step.
-            let r = catch_unwind(|| panic!("injected engine fault (panic_at_step)"));
-            return r.map_err(|_| true);
+            self.kv.copy_block(src, dst).map_err(EngineError::from)?;
         }
         // The masks of constrained sequences that sample this step, computed beside the forward
         // pass.
@@ -497,6 +379,8 @@ impl Worker {
             scratch,
             sched,
             rows,
+            faults,
+            masks,
             ..
         } = self;
         let inputs: Vec<SeqInput<'_>> = plan
@@ -517,36 +401,29 @@ impl Worker {
             })
             .collect();
         if inputs.len() != plan.items.len() {
-            return Err(false);
+            return Err(StepError::Plan);
         }
         // The logits rows are copied out of the scratch (about 1% of a step) so that sampling
         // can update the scheduler while reading them.
-        let (out, work) = constrain::overlapped(&mut pending, || {
-            catch_unwind(AssertUnwindSafe(|| {
-                let logits = model.forward(&inputs, kv, scratch)?;
-                rows.clear();
-                rows.extend_from_slice(logits.as_slice());
-                Ok::<usize, EngineError>(logits.n_vocab())
-            }))
+        let constrained = pending.len();
+        let (out, masks) = masks.overlapped(&mut pending, || {
+            faults.check(FaultStage::Forward);
+            let logits = model.forward(&inputs, kv, scratch)?;
+            rows.clear();
+            rows.extend_from_slice(logits.as_slice());
+            Ok::<usize, EngineError>(logits.n_vocab())
         });
         drop(inputs);
-        *masks = work;
+        if pending.len() != constrained {
+            // The mask thread died holding them: never sample those sequences unconstrained.
+            return Err(StepError::MasksLost);
+        }
         for (sid, c) in pending {
             if let Some(s) = self.sched.seq_mut(sid) {
                 s.payload.constraint = Some(c);
             }
         }
-        let n_vocab = match out {
-            Ok(Ok(n)) => n,
-            Ok(Err(e)) => {
-                tracing::error!(worker = self.index, error = %e, "engine step failed");
-                return Err(false);
-            }
-            Err(_) => {
-                tracing::error!(worker = self.index, "engine step panicked");
-                return Err(true);
-            }
-        };
+        let n_vocab = out?;
         let rows = std::mem::take(&mut self.rows);
         let row = |k: usize| &rows[k * n_vocab..(k + 1) * n_vocab];
         // Sequences whose first token forks the other choices go one by one; the rest are
@@ -565,12 +442,12 @@ impl Worker {
                 }
             }
         }
-        let sampled = self.sample_many(&batch, &rows, n_vocab);
-        for ((sid, _), sampled) in batch.into_iter().zip(sampled) {
-            self.emit(sid, sampled);
+        let drawn = self.sample_many(&batch, &rows, n_vocab);
+        for ((sid, _), d) in batch.into_iter().zip(drawn) {
+            self.outputs.emit(&mut self.sched, sid, d);
         }
         self.rows = rows;
-        Ok(())
+        Ok(masks)
     }
 
     /// The first token of a request with `n > 1` choices: fork the other choices (sharing the
@@ -583,26 +460,12 @@ impl Worker {
         // Each choice follows the grammar on its own, from the parent's state (and mask).
         let constraint = s.payload.constraint.clone();
         let mut forks = Vec::new();
-        if let Some(r) = self.reqs.get_mut(&req_id) {
+        if let Some(r) = self.outputs.get(req_id) {
             for c in 1..r.finish.len() {
-                if r.finish[c].is_some() {
-                    continue;
+                if r.finish[c].is_none() {
+                    let payload = SeqOut::new(req_id, c, r, constraint.clone(), true);
+                    forks.push((seq_id(req_id, c), payload));
                 }
-                let payload = SeqOut {
-                    req: req_id,
-                    choice: c,
-                    sampler: Some(Sampler::new(
-                        &r.req.params,
-                        choice_seed(r.seed, c),
-                        &r.req.prompt,
-                    )),
-                    constraint: constraint.clone(),
-                    decode: DecodeState::new(false),
-                    stop: StopMatcher::new(&r.req.stop),
-                    last_token: None,
-                    forked: true,
-                };
-                forks.push((seq_id(req_id, c), payload));
             }
         }
         if let Some(s) = self.sched.seq_mut(sid) {
@@ -610,127 +473,19 @@ impl Worker {
         }
         for (new, payload) in forks {
             if self.sched.fork(sid, new, payload) {
-                let sampled = self.sample_one(new, row);
-                self.emit(new, sampled);
+                if let Some(d) = self.sample_one(new, row) {
+                    self.outputs.emit(&mut self.sched, new, d);
+                }
             }
         }
-        let sampled = self.sample_one(sid, row);
-        self.emit(sid, sampled);
-    }
-
-    /// Appends `sid`'s sampled token, sends its text, and ends the choice on an
-    /// end-of-generation token, a stop string or the length limit.
-    fn emit(&mut self, sid: SeqId, sampled: impl Into<Option<Sampled>>) {
-        let Some(Sampled { id, logprob, top }) = sampled.into() else {
-            return;
-        };
-        let now = Instant::now();
-        let Some(s) = self.sched.seq_mut(sid) else {
-            return;
-        };
-        let (req_id, choice) = (s.payload.req, s.payload.choice);
-        let Some(r) = self.reqs.get_mut(&req_id) else {
-            return;
-        };
-        r.generated += 1;
-        if let Some(prev) = s.payload.last_token.replace(now) {
-            r.itl.push(now.duration_since(prev));
+        if let Some(d) = self.sample_one(sid, row) {
+            self.outputs.emit(&mut self.sched, sid, d);
         }
-        if r.first_token.is_none() {
-            r.first_token = Some(now);
-            r.cached_tokens = s.cached_tokens;
-        }
-        let eog = (!r.req.ignore_eos && self.tok.is_eog(id)) || r.req.stop_token_ids.contains(&id);
-        // The grammar advances over the token; an end-of-generation token was only allowed
-        // where it may end.
-        let grammar = match s.payload.constraint.as_mut() {
-            None => Step::Continue,
-            Some(c) => match c.failure() {
-                Some(e) => Step::Failed(e.to_string()),
-                None if eog => Step::Continue,
-                None => c.commit(id),
-            },
-        };
-        if let Step::Failed(e) = &grammar {
-            // Never caused by input alone; the choice ends rather than leave its grammar.
-            tracing::warn!(worker = self.index, error = %e, "constrained decoding failed");
-            self.finish_choice(req_id, choice, sid, FinishReason::Stop);
-            return;
-        }
-        self.sched.append(sid, id);
-        let s = self.sched.seq_mut(sid).expect("sequence exists");
-        let mut reason = None;
-        let text = if eog {
-            reason = Some(FinishReason::Stop);
-            String::new()
-        } else {
-            let piece = s.payload.decode.push(&self.tok, id);
-            let rel = s.payload.stop.push(&piece);
-            if rel.stopped {
-                reason = Some(FinishReason::Stop);
-            }
-            rel.text
-        };
-        if reason.is_none() && grammar == Step::Complete {
-            reason = Some(FinishReason::Stop);
-        }
-        if reason.is_none() && s.tokens.len() >= s.max_len {
-            reason = Some(FinishReason::Length);
-        }
-        let logprobs = if r.req.logprobs {
-            vec![TokenLogprob { id, logprob, top }]
-        } else {
-            Vec::new()
-        };
-        // An end-of-generation token counts as generated but is not part of the output.
-        let delivered = eog
-            || r.send(Event::Delta {
-                choice,
-                ids: vec![id],
-                text,
-                logprobs,
-            });
-        if !delivered {
-            // The client is gone or stopped reading: abort the whole request.
-            self.abort_request(req_id, FinishReason::Abort);
-            return;
-        }
-        if let Some(reason) = reason {
-            self.finish_choice(req_id, choice, sid, reason);
-        }
-    }
-
-    /// A step failed: its requests end with an error. A panic also marks the worker unhealthy
-    /// and fails everything it holds (its state can no longer be trusted).
-    fn fail(&mut self, plan: &Plan, panicked: bool) {
-        let mut reqs: Vec<u64> = plan.items.iter().map(|it| it.seq >> CHOICE_BITS).collect();
-        if panicked {
-            self.shared.healthy.store(false, Ordering::Release);
-            reqs = self.reqs.keys().copied().collect();
-        }
-        reqs.sort_unstable();
-        reqs.dedup();
-        for id in reqs {
-            self.abort_request(id, FinishReason::Error);
-        }
-    }
-
-    /// Publishes the load numbers for handles; returns (used by sequences, cached only, total)
-    /// blocks so a step's stats reuse them.
-    fn publish_load(&self) -> (usize, usize, usize) {
-        let (used, total) = self.sched.kv_blocks();
-        let cached = self.sched.kv_cached_evictable();
-        self.shared
-            .running
-            .store(self.sched.n_running(), Ordering::Relaxed);
-        self.shared.kv_used.store(used - cached, Ordering::Relaxed);
-        self.shared.kv_cached.store(cached, Ordering::Relaxed);
-        (used - cached, cached, total)
     }
 
     /// Publishes the load for handles and hands the step's numbers to the observer.
-    fn publish(&self, plan: &Plan, t0: Instant, queries: u64, hits: u64, masks: MaskWork) {
-        let (used, cached, total) = self.publish_load();
+    fn publish(&self, plan: &StepPlan, t0: Instant, queries: u64, hits: u64, masks: MaskWork) {
+        let (used, cached, total) = self.shared.publish_load(&self.sched);
         let decode = plan
             .items
             .iter()
@@ -738,9 +493,9 @@ impl Worker {
             .count();
         let tokens = plan.tokens();
         let phase = match (decode, tokens - decode) {
-            (0, _) => Phase::Prefill,
-            (_, 0) => Phase::Decode,
-            _ => Phase::Mixed,
+            (0, _) => StepKind::Prefill,
+            (_, 0) => StepKind::Decode,
+            _ => StepKind::Mixed,
         };
         self.observer.on_step(&StepStats {
             worker: self.index,

@@ -116,8 +116,18 @@ mod tests {
         assert!(note.take().is_none(), "taken once");
     }
 
-    #[test]
-    fn outside_a_request_recording_is_harmless() {
-        current().finished(FinishReason::Stop);
+    #[tokio::test]
+    async fn outside_a_request_recording_is_harmless() {
+        // Outside the middleware's scope, `current` hands out a detached note: what is
+        // recorded stays in it and reaches no request's access line.
+        let detached = current();
+        detached.finished(FinishReason::Stop);
+        assert!(current().take().is_none(), "a later note is fresh");
+        let request = Note::default();
+        scope(request.clone(), async {}).await;
+        detached.finished(FinishReason::Length);
+        assert!(request.take().is_none(), "a request's note stays empty");
+        let g = detached.take().expect("the detached note kept its record");
+        assert_eq!(g.finish, vec![FinishReason::Stop, FinishReason::Length]);
     }
 }

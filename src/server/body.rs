@@ -6,6 +6,7 @@
 
 use crate::server::error::ApiError;
 use crate::server::state::AppState;
+use crate::server::types::sampling::split_field_error;
 use axum::extract::{FromRef, FromRequest, Request};
 use axum::http::header;
 use serde::de::DeserializeOwned;
@@ -125,7 +126,17 @@ fn json_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
             code: None,
         };
     }
-    let text = inner.to_string();
+    let mut text = inner.to_string();
+    let mut path = path;
+    // An error inside a flattened struct has lost its path but names its field.
+    if let Some((field, rest)) = split_field_error(&text) {
+        path = if path == "." {
+            field.to_string()
+        } else {
+            format!("{path}.{field}")
+        };
+        text = rest.to_string();
+    }
     // "missing field `messages`" at the top level: the missing field is the param.
     let param = if path == "." {
         text.strip_prefix("missing field `")

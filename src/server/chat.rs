@@ -1,72 +1,37 @@
 //! `POST /v1/chat/completions`: render the conversation, generate, answer as one JSON
 //! object or as a stream of `chat.completion.chunk`s (see [`crate::server::sse`]).
 
+use crate::random::random_id;
 use crate::scheduler::{FinishReason, TokenLogprob};
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
+use crate::server::generate::{Job, Meta, Session};
 use crate::server::logprobs::chat_entries;
-use crate::server::params::{Fields, Plan};
-use crate::server::run::collect;
-use crate::server::sse::{self, json_event, ChunkWriter, StreamSettings};
-use crate::server::state::{random_id, unix_now, AppState, Runtime};
-use crate::server::structured::{self as shapes, Shape};
+use crate::server::output_constraint::{self as shapes, Shape};
+use crate::server::params::{Fields, SamplingPlan};
+use crate::server::sse::{json_event, ChunkWriter};
+use crate::server::state::{AppState, Runtime};
 use crate::server::types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ErrorResponse,
     FunctionCall, FunctionCallDelta, TimingsBody, ToolCall, ToolCallDelta, UsageBody,
 };
-use crate::server::{blocking, prompt};
-use crate::structured::tools::{ToolDelta, ToolFormat, ToolStream};
+use crate::structured::tools::{CallReading, ToolDelta, ToolFormat, ToolStream};
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::sync::Arc;
 
-/// What every response and chunk of a request repeats.
-#[derive(Debug, Clone)]
-pub struct Meta {
-    pub id: String,
-    pub created: u64,
-    pub model: String,
-    pub fingerprint: String,
-}
-
-impl Meta {
-    pub fn new(prefix: &str, state: &AppState, rt: &Runtime) -> Meta {
-        Meta {
-            id: random_id(prefix),
-            created: unix_now(),
-            model: state.model_id().to_string(),
-            fingerprint: rt.fingerprint.clone(),
-        }
-    }
-}
-
 fn fields(r: &ChatCompletionRequest) -> Fields<'_> {
-    let (max_tokens, max_tokens_param) = match (r.max_completion_tokens, r.max_tokens) {
-        (Some(v), _) => (Some(v), "max_completion_tokens"),
-        (None, v) => (v, "max_tokens"),
-    };
-    Fields {
-        max_tokens,
-        max_tokens_param,
-        temperature: r.temperature,
-        top_p: r.top_p,
-        n: r.n,
-        stop: r.stop.as_ref(),
-        seed: r.seed,
-        presence_penalty: r.presence_penalty,
-        frequency_penalty: r.frequency_penalty,
-        logit_bias: r.logit_bias.as_ref(),
-        logprobs: r.logprobs.unwrap_or(false),
-        top_logprobs: r.top_logprobs,
-        top_logprobs_param: "top_logprobs",
-        top_k: r.top_k,
-        min_p: r.min_p,
-        repetition_penalty: r.repetition_penalty,
-        ignore_eos: r.ignore_eos.unwrap_or(false),
+    let mut f = Fields::shared(&r.sampling);
+    if let Some(v) = r.max_completion_tokens {
+        f.max_tokens = Some(v);
+        f.max_tokens_param = "max_completion_tokens";
     }
+    f.logprobs = r.logprobs.unwrap_or(false);
+    f.top_logprobs = r.top_logprobs;
+    f
 }
 
 /// Creates a chat completion.
@@ -97,71 +62,42 @@ pub async fn chat_completions(
     State(state): State<AppState>,
     JsonBody(mut req): JsonBody<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let in_flight = state.begin_request();
-    let rt = state.runtime()?;
-    state.check_model(req.model.as_deref())?;
-    let settings = state.settings();
-    let info = rt.engine.info();
-    let plan = Plan::new(&fields(&req), settings, info)?;
+    let session = Session::open(&state, req.model.as_deref()).await?;
+    let plan = SamplingPlan::new(&fields(&req), state.settings(), session.info())?;
     let shape = request_shape(&req)?;
     let messages = std::mem::take(&mut req.messages);
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
-    let (ids, constraint, read_calls) = {
-        let rt = Arc::clone(&rt);
-        blocking(move || {
-            let p = shapes::prepare_chat(&rt, messages, &shape)?;
-            let ids = prompt::chat_prompt_with_tools(
-                &rt,
-                &p.messages,
-                add_generation_prompt,
-                p.template_tools.as_ref(),
-            )?;
-            Ok::<_, ApiError>((ids, p.constraint, p.read_calls))
-        })
-        .await?
-    };
-    let mut gen = plan.request(ids, "messages", settings, info)?;
-    gen.constraint = constraint;
-    if !plan.ignore_eos {
-        gen.stop_token_ids = rt.end_of_turn.clone();
-    }
-    let deadline = settings
-        .request_timeout
-        .map(|t| (tokio::time::Instant::now() + t, t));
-    let stream = rt
-        .engine
-        .submit(gen)
-        .map_err(|e| ApiError::from_submit(e, "messages", plan.max_tokens_param))?;
-    let meta = Meta::new("chatcmpl-", &state, &rt);
-    if req.stream.unwrap_or(false) {
-        let readers = (0..plan.n)
-            .map(|_| read_calls.map(|f| ToolStream::new(f, Arc::clone(&rt.tokenizer))))
+    let prompt = session
+        .chat_prompt(messages, shape, add_generation_prompt)
+        .await?;
+    let read_calls = prompt.read_calls;
+    let (n, logprobs) = (plan.n, plan.logprobs);
+    let meta = session.meta("chatcmpl-");
+    let rt = Arc::clone(&session.rt);
+    let submitted = session.submit(Job {
+        plan,
+        prompts: vec![prompt.ids],
+        prompt_param: "messages",
+        constraint: prompt.constraint,
+        chat: true,
+    })?;
+    if req.sampling.streams() {
+        let readers = (0..n)
+            .map(|_| {
+                read_calls.map(|r| ToolStream::new(r.format, r.forced, Arc::clone(&rt.tokenizer)))
+            })
             .collect();
-        let writer = ChatWriter {
+        return Ok(submitted.stream(ChatWriter {
             meta,
             rt,
-            n: plan.n,
+            n,
+            include_usage: req.sampling.include_usage(),
             readers,
-        };
-        let include_usage = req
-            .stream_options
-            .as_ref()
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false);
-        return Ok(sse::respond(
-            vec![stream],
-            writer,
-            StreamSettings {
-                n: plan.n,
-                include_usage,
-                deadline,
-                keep_alive: settings.sse_keep_alive,
-            },
-            in_flight,
-        ));
+        }));
     }
-    let (outs, usage) = collect(vec![stream], plan.n, deadline).await?;
-    let choices = outs
+    let out = submitted.collect().await?;
+    let choices = out
+        .choices
         .into_iter()
         .enumerate()
         .map(|(index, o)| {
@@ -179,7 +115,7 @@ pub async fn chat_completions(
                     refusal: None,
                     tool_calls,
                 },
-                logprobs: plan.logprobs.then(|| ChatLogprobs {
+                logprobs: logprobs.then(|| ChatLogprobs {
                     content: chat_entries(&rt.tokenizer, &o.logprobs),
                     refusal: None,
                 }),
@@ -193,7 +129,7 @@ pub async fn chat_completions(
         model: meta.model,
         system_fingerprint: meta.fingerprint,
         choices,
-        usage,
+        usage: out.usage,
     })
     .into_response())
 }
@@ -201,7 +137,7 @@ pub async fn chat_completions(
 /// What the reply must be: free, JSON (`response_format`), or tools. With both tools and
 /// `response_format`, an answer that is not a call follows the format's schema.
 fn request_shape(req: &ChatCompletionRequest) -> Result<Shape, ApiError> {
-    let json = shapes::response_format(req.response_format.as_ref())?;
+    let json = shapes::response_format(req.sampling.response_format.as_ref())?;
     let tools = shapes::tool_request(
         req.tools.as_deref(),
         req.tool_choice.as_ref(),
@@ -234,20 +170,21 @@ fn finish_reason(reason: FinishReason, called: bool) -> String {
     }
 }
 
-/// The content and calls of a whole reply in `format`.
+/// The content and calls of a whole reply: what the streamed reader sends, so the two agree.
+/// A call cut short (`finish_reason: "length"`) is returned as far as it got.
 fn reply_calls(
-    format: ToolFormat,
+    reading: CallReading,
     rt: &Runtime,
     ids: &[u32],
     text: &str,
 ) -> (Option<String>, Option<Vec<ToolCall>>) {
-    let mut reader = ToolStream::new(format, Arc::clone(&rt.tokenizer));
+    let format = reading.format;
+    let mut reader = ToolStream::new(format, reading.forced, Arc::clone(&rt.tokenizer));
     reader.push(ids, text);
     let (_, reply) = reader.finish();
     let calls: Vec<ToolCall> = reply
         .calls
         .into_iter()
-        .filter(|c| c.complete)
         .filter_map(|c| {
             Some(ToolCall {
                 id: call_id(format),
@@ -271,6 +208,8 @@ struct ChatWriter {
     meta: Meta,
     rt: Arc<Runtime>,
     n: usize,
+    /// End with a usage chunk (`stream_options.include_usage`).
+    include_usage: bool,
     /// Per choice, the tool-call reader when the request offers tools.
     readers: Vec<Option<ToolStream>>,
 }
@@ -352,8 +291,11 @@ impl ChunkWriter for ChatWriter {
         )
     }
 
-    fn usage(&mut self, usage: UsageBody, timings: TimingsBody) -> SseEvent {
-        self.chunk(Vec::new(), Some((usage, timings)))
+    fn closing(&mut self, usage: UsageBody, timings: TimingsBody) -> Vec<SseEvent> {
+        if !self.include_usage {
+            return Vec::new();
+        }
+        vec![self.chunk(Vec::new(), Some((usage, timings)))]
     }
 
     fn deltas(

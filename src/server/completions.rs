@@ -4,12 +4,11 @@
 use crate::scheduler::{FinishReason, TokenLogprob};
 use crate::server::blocking;
 use crate::server::body::JsonBody;
-use crate::server::chat::Meta;
 use crate::server::error::ApiError;
+use crate::server::generate::{Job, Meta, Session};
 use crate::server::logprobs::CompletionLogprobBuilder;
-use crate::server::params::{Fields, Plan};
-use crate::server::run::collect;
-use crate::server::sse::{self, json_event, ChunkWriter, StreamSettings};
+use crate::server::params::{Fields, SamplingPlan};
+use crate::server::sse::{json_event, ChunkWriter};
 use crate::server::state::{AppState, Runtime};
 use crate::server::types::{
     CompletionChoice, CompletionRequest, CompletionResponse, ErrorResponse, OnePrompt, TimingsBody,
@@ -26,25 +25,11 @@ use std::sync::Arc;
 pub const MAX_PROMPTS: usize = 64;
 
 fn fields(r: &CompletionRequest) -> Fields<'_> {
-    Fields {
-        max_tokens: r.max_tokens,
-        max_tokens_param: "max_tokens",
-        temperature: r.temperature,
-        top_p: r.top_p,
-        n: r.n,
-        stop: r.stop.as_ref(),
-        seed: r.seed,
-        presence_penalty: r.presence_penalty,
-        frequency_penalty: r.frequency_penalty,
-        logit_bias: r.logit_bias.as_ref(),
-        logprobs: r.logprobs.is_some(),
-        top_logprobs: r.logprobs,
-        top_logprobs_param: "logprobs",
-        top_k: r.top_k,
-        min_p: r.min_p,
-        repetition_penalty: r.repetition_penalty,
-        ignore_eos: r.ignore_eos.unwrap_or(false),
-    }
+    let mut f = Fields::shared(&r.sampling);
+    f.logprobs = r.logprobs.is_some();
+    f.top_logprobs = r.logprobs;
+    f.top_logprobs_param = "logprobs";
+    f
 }
 
 /// A prompt's token ids and its text (for `echo`).
@@ -121,18 +106,14 @@ pub async fn completions(
     State(state): State<AppState>,
     JsonBody(mut req): JsonBody<CompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let in_flight = state.begin_request();
-    let rt = state.runtime()?;
-    state.check_model(req.model.as_deref())?;
+    let session = Session::open(&state, req.model.as_deref()).await?;
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::bad(
             "suffix",
             "suffix is not supported by this model",
         ));
     }
-    let settings = state.settings();
-    let info = rt.engine.info();
-    let plan = Plan::new(&fields(&req), settings, info)?;
+    let plan = SamplingPlan::new(&fields(&req), state.settings(), session.info())?;
     if let Some(b) = req.best_of.filter(|&b| b != plan.n as i64) {
         return Err(ApiError::bad(
             "best_of",
@@ -159,68 +140,51 @@ pub async fn completions(
             ),
         ));
     }
-    let shape = crate::server::structured::response_format(req.response_format.as_ref())?;
+    let shape =
+        crate::server::output_constraint::response_format(req.sampling.response_format.as_ref())?;
     let (tokenized, constraint) = {
-        let rt = Arc::clone(&rt);
+        let rt = Arc::clone(&session.rt);
         blocking(move || {
-            let c = crate::server::structured::compile_json(&rt, &shape)?;
+            let c = crate::server::output_constraint::compile_json(&rt, &shape)?;
             Ok((tokenize(&rt.tokenizer, prompts)?, c))
         })
         .await?
     };
-    let mut streams = Vec::with_capacity(tokenized.len());
-    let mut echoes = Vec::with_capacity(tokenized.len());
-    for t in tokenized {
-        let mut gen = plan.request(t.ids, "prompt", settings, info)?;
-        gen.constraint = constraint.clone();
-        // On a refusal the streams already submitted are dropped, which aborts them.
-        streams.push(
-            rt.engine
-                .submit(gen)
-                .map_err(|e| ApiError::from_submit(e, "prompt", "max_tokens"))?,
-        );
-        echoes.push(if echo { t.text } else { String::new() });
-    }
-    let deadline = settings
-        .request_timeout
-        .map(|t| (tokio::time::Instant::now() + t, t));
-    let meta = Meta::new("cmpl-", &state, &rt);
-    let n = plan.n;
-    if req.stream.unwrap_or(false) {
-        let include_usage = req
-            .stream_options
-            .as_ref()
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false);
+    let (n, logprobs) = (plan.n, plan.logprobs);
+    let echoes: Vec<String> = tokenized
+        .iter()
+        .map(|t| if echo { t.text.clone() } else { String::new() })
+        .collect();
+    let meta = session.meta("cmpl-");
+    let rt = Arc::clone(&session.rt);
+    let submitted = session.submit(Job {
+        plan,
+        prompts: tokenized.into_iter().map(|t| t.ids).collect(),
+        prompt_param: "prompt",
+        constraint,
+        chat: false,
+    })?;
+    if req.sampling.streams() {
         let choices = echoes.len() * n;
-        let writer = CompletionWriter {
+        return Ok(submitted.stream(CompletionWriter {
             meta,
             rt,
             n,
+            include_usage: req.sampling.include_usage(),
             echoes,
             logprobs: (0..choices)
-                .map(|_| plan.logprobs.then(|| CompletionLogprobBuilder::new(0)))
+                .map(|_| logprobs.then(|| CompletionLogprobBuilder::new(0)))
                 .collect(),
-        };
-        return Ok(sse::respond(
-            streams,
-            writer,
-            StreamSettings {
-                n,
-                include_usage,
-                deadline,
-                keep_alive: settings.sse_keep_alive,
-            },
-            in_flight,
-        ));
+        }));
     }
-    let (outs, usage) = collect(streams, n, deadline).await?;
-    let choices = outs
+    let out = submitted.collect().await?;
+    let choices = out
+        .choices
         .into_iter()
         .enumerate()
         .map(|(index, o)| {
             let echo = &echoes[index / n];
-            let logprobs = plan.logprobs.then(|| {
+            let logprobs = logprobs.then(|| {
                 let mut b = CompletionLogprobBuilder::new(echo.chars().count());
                 b.push(&rt.tokenizer, &o.logprobs);
                 b.out
@@ -240,7 +204,7 @@ pub async fn completions(
         model: meta.model,
         system_fingerprint: meta.fingerprint,
         choices,
-        usage: Some(usage),
+        usage: Some(out.usage),
         timings: None,
     })
     .into_response())
@@ -251,6 +215,8 @@ struct CompletionWriter {
     meta: Meta,
     rt: Arc<Runtime>,
     n: usize,
+    /// End with a usage chunk (`stream_options.include_usage`).
+    include_usage: bool,
     /// Per prompt: the text echoed before the first token (empty without `echo`).
     echoes: Vec<String>,
     /// Per choice, with `logprobs`.
@@ -333,7 +299,10 @@ impl ChunkWriter for CompletionWriter {
         )
     }
 
-    fn usage(&mut self, usage: UsageBody, timings: TimingsBody) -> SseEvent {
-        self.chunk(Vec::new(), Some((usage, timings)))
+    fn closing(&mut self, usage: UsageBody, timings: TimingsBody) -> Vec<SseEvent> {
+        if !self.include_usage {
+            return Vec::new();
+        }
+        vec![self.chunk(Vec::new(), Some((usage, timings)))]
     }
 }

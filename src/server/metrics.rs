@@ -3,7 +3,7 @@
 //! every HTTP request by route and status.
 
 use crate::metrics::window::WindowStats;
-use crate::server::state::{AppState, Phase};
+use crate::server::state::{AppState, ServerPhase};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
@@ -14,7 +14,7 @@ use std::time::Duration;
 /// Refreshes the gauges read at scrape time and renders every family.
 pub fn render(state: &AppState) -> String {
     let m = state.metrics();
-    m.set_ready(state.phase() == Phase::Ready, state.in_flight());
+    m.set_ready(state.phase() == ServerPhase::Ready, state.in_flight());
     if let Some(rt) = state.loaded() {
         m.set_load(&rt.engine.load());
     }
@@ -45,7 +45,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 /// `GET /stats`: latency percentiles and rates over the last 1 and 5 minutes, and the load now.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct StatsBody {
-    /// `"loading"`, `"ready"`, `"draining"` or `"failed"`.
+    /// `"loading"`, `"ready"`, `"draining"`, `"recovering"` (rebuilding a worker after a
+    /// fault) or `"failed"`.
     pub status: String,
     #[schema(value_type = Object)]
     pub last_1m: WindowStats,
@@ -79,10 +80,11 @@ pub async fn stats(State(state): State<AppState>) -> Json<StatsBody> {
     let w = state.stats();
     Json(StatsBody {
         status: match state.phase() {
-            Phase::Loading => "loading",
-            Phase::Ready => "ready",
-            Phase::Draining => "draining",
-            Phase::Failed => "failed",
+            ServerPhase::Loading => "loading",
+            ServerPhase::Ready => "ready",
+            ServerPhase::Draining => "draining",
+            ServerPhase::Recovering => "recovering",
+            ServerPhase::Failed => "failed",
         }
         .to_string(),
         last_1m: w.query(Duration::from_secs(60)),

@@ -7,8 +7,10 @@
 //!   [`openapi`]: one handler module per concept; [`types`] the bodies; [`error`] the one
 //!   mapping from failures to status codes and OpenAI's error envelope; [`body`] safe JSON
 //!   bodies; [`params`] the sampling fields and limits; [`prompt`] chat messages to tokens
-//!   (user text never becomes control tokens); [`run`] and [`sse`] the engine streams to
-//!   responses.
+//!   (user text never becomes control tokens);
+//! - [`generate`]: the one conversion layer every generating route goes through (model
+//!   choice, submission, limits, cancellation, deadline); [`run`] and [`sse`] read the
+//!   engine streams into a whole reply or an API's event stream.
 //!
 //! Compute never runs on the async runtime: the engine has its own threads, and prompt
 //! rendering and tokenization go to `spawn_blocking`.
@@ -19,10 +21,12 @@ mod body;
 pub mod chat;
 pub mod completions;
 pub mod error;
+pub mod generate;
 mod logprobs;
 pub mod metrics;
 pub mod models;
 pub mod openapi;
+pub mod output_constraint;
 pub mod params;
 pub mod probes;
 pub mod prompt;
@@ -30,7 +34,6 @@ pub mod request_id;
 mod run;
 mod sse;
 pub mod state;
-pub mod structured;
 pub mod tokenize;
 pub mod types;
 
@@ -72,8 +75,8 @@ pub enum ServeError {
 pub struct ServeOptions {
     /// Every accepted API key (config, key file and environment, resolved by the caller).
     pub api_keys: Vec<String>,
-    /// Testing only: the engine panics in this step.
-    pub panic_at_step: Option<u64>,
+    /// Testing only: faults injected into the engine.
+    pub faults: Vec<crate::scheduler::fault::FaultInjection>,
 }
 
 /// The model ids: `model.name` (else the model file's stem), then the aliases.
@@ -199,10 +202,10 @@ pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
     });
 
     let load_cfg = cfg.clone();
-    let panic_at_step = opts.panic_at_step;
+    let faults = opts.faults.clone();
     let observer = state.observer();
     let loader = tokio::task::spawn_blocking(move || {
-        let loaded = setup::start_with(&load_cfg, None, observer, panic_at_step)?;
+        let loaded = setup::start_with(&load_cfg, None, observer, &faults)?;
         let facts = (loaded.load_time, loaded.quant.clone());
         Runtime::new(loaded, load_cfg.chat_template.as_deref()).map(|rt| (rt, facts))
     });

@@ -8,10 +8,10 @@ use crate::scheduler::request::{MAX_N, MAX_STOPS, MAX_STOP_BYTES};
 use crate::scheduler::sampling::{MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
 use crate::scheduler::{EngineInfo, GenerationRequest, SamplingParams};
 use crate::server::error::ApiError;
-use crate::server::types::StopSpec;
+use crate::server::types::{SamplingFields, StopSpec};
 use std::collections::HashMap;
 
-/// The request fields behind a [`Plan`], borrowed from either endpoint's request.
+/// The request fields behind a [`SamplingPlan`], borrowed from either endpoint's request.
 #[derive(Debug, Default)]
 pub struct Fields<'a> {
     pub max_tokens: Option<i64>,
@@ -35,9 +35,35 @@ pub struct Fields<'a> {
     pub ignore_eos: bool,
 }
 
+impl<'a> Fields<'a> {
+    /// The fields chat and completions share; the logprob fields are the caller's (their
+    /// names differ), `max_tokens` comes from `max_tokens` until the caller says otherwise.
+    pub fn shared(s: &'a SamplingFields) -> Fields<'a> {
+        Fields {
+            max_tokens: s.max_tokens,
+            max_tokens_param: "max_tokens",
+            temperature: s.temperature,
+            top_p: s.top_p,
+            n: s.n,
+            stop: s.stop.as_ref(),
+            seed: s.seed,
+            presence_penalty: s.presence_penalty,
+            frequency_penalty: s.frequency_penalty,
+            logit_bias: s.logit_bias.as_ref(),
+            logprobs: false,
+            top_logprobs: None,
+            top_logprobs_param: "top_logprobs",
+            top_k: s.top_k,
+            min_p: s.min_p,
+            repetition_penalty: s.repetition_penalty,
+            ignore_eos: s.ignore_eos.unwrap_or(false),
+        }
+    }
+}
+
 /// Checked sampling settings, waiting for the prompt.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub struct SamplingPlan {
     pub params: SamplingParams,
     /// None: the server's default, resolved with the prompt's length.
     pub max_tokens: Option<usize>,
@@ -58,14 +84,14 @@ fn float(v: Option<f64>, default: f32) -> f32 {
     v.map(|x| x as f32).unwrap_or(default)
 }
 
-impl Plan {
+impl SamplingPlan {
     /// Checks `f` against the limits and the vocabulary; the first fault is a 400 naming its
     /// field.
     pub fn new(
         f: &Fields<'_>,
         settings: &ServerSettings,
         info: &EngineInfo,
-    ) -> Result<Plan, ApiError> {
+    ) -> Result<SamplingPlan, ApiError> {
         let max_n = max_n(settings, info);
         let n = match f.n {
             None => 1,
@@ -136,7 +162,7 @@ impl Plan {
         params
             .validate(info.n_vocab)
             .map_err(|e| ApiError::bad(e.param(), e.to_string()))?;
-        Ok(Plan {
+        Ok(SamplingPlan {
             params,
             max_tokens,
             max_tokens_param: f.max_tokens_param,
@@ -276,7 +302,7 @@ mod tests {
     }
 
     fn param(f: Fields<'_>) -> String {
-        match Plan::new(&f, &ServerSettings::default(), &info()) {
+        match SamplingPlan::new(&f, &ServerSettings::default(), &info()) {
             Err(ApiError::BadRequest { param, .. }) => param.unwrap_or_default(),
             other => panic!("expected a 400, got {other:?}"),
         }

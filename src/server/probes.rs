@@ -1,9 +1,10 @@
-//! `GET /health` (liveness: 200 while the process answers) and `GET /ready` (readiness: 200
-//! only when the model is loaded and the engine healthy; 503 while loading, draining, or
-//! after an engine fault). Neither needs an API key.
+//! `GET /health` (liveness: 200 while the process can serve, 503 once an engine worker has
+//! failed for good, so an orchestrator restarts it) and `GET /ready` (readiness: 200 only
+//! when the model is loaded and every engine worker serving; 503 while loading, draining, or
+//! rebuilding a worker after a fault). Neither needs an API key.
 
 use crate::server::error::ApiError;
-use crate::server::state::AppState;
+use crate::server::state::{AppState, ServerPhase};
 use crate::server::types::ErrorResponse;
 use axum::extract::State;
 use axum::Json;
@@ -22,12 +23,20 @@ pub struct ProbeStatus {
     get,
     path = "/health",
     tag = "kiln",
-    responses((status = 200, description = "The process answers", body = ProbeStatus))
+    responses(
+        (status = 200, description = "The process answers and can serve", body = ProbeStatus),
+        (status = 503, description = "An engine worker failed and could not be rebuilt: restart the process", body = ErrorResponse),
+    )
 )]
-pub async fn health() -> Json<ProbeStatus> {
-    Json(ProbeStatus {
+pub async fn health(State(state): State<AppState>) -> Result<Json<ProbeStatus>, ApiError> {
+    if state.phase() == ServerPhase::Failed {
+        return Err(ApiError::Unavailable(
+            "the inference engine failed and could not be rebuilt; restart the server".to_string(),
+        ));
+    }
+    Ok(Json(ProbeStatus {
         status: "ok".to_string(),
-    })
+    }))
 }
 
 /// Readiness.
@@ -36,14 +45,23 @@ pub async fn health() -> Json<ProbeStatus> {
     path = "/ready",
     tag = "kiln",
     responses(
-        (status = 200, description = "Loaded and healthy", body = ProbeStatus),
-        (status = 503, description = "Loading, draining or engine failed", body = ErrorResponse),
+        (status = 200, description = "Loaded and every engine worker serving", body = ProbeStatus),
+        (status = 503, description = "Loading, draining, recovering from an engine fault, or failed", body = ErrorResponse),
     )
 )]
 pub async fn ready(State(state): State<AppState>) -> Result<Json<ProbeStatus>, ApiError> {
-    state.runtime().map(|_| {
-        Json(ProbeStatus {
+    match state.phase() {
+        ServerPhase::Ready => Ok(Json(ProbeStatus {
             status: "ready".to_string(),
-        })
-    })
+        })),
+        ServerPhase::Recovering => Err(ApiError::Unavailable(
+            "an engine worker is being rebuilt after a fault".to_string(),
+        )),
+        _ => state
+            .runtime()
+            .map(|_| ProbeStatus {
+                status: "ready".to_string(),
+            })
+            .map(Json),
+    }
 }

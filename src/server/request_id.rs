@@ -7,8 +7,8 @@
 //! for a generation, its token counts (prompt, cached, generated), queue time, time to first
 //! token and finish reason(s) (recorded through [`access`]).
 
+use crate::random::random_id;
 use crate::server::access::{self, Note};
-use crate::server::state::random_id;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderValue;

@@ -1,12 +1,15 @@
-//! Streaming responses as server-sent events, the same for chat and completions: an
-//! endpoint's [`ChunkWriter`] shapes the chunks, this module drives them.
+//! Streaming responses as server-sent events, the same driver for every API family: an
+//! endpoint's [`ChunkWriter`] shapes the events, this module drives them.
 //!
-//! Order: the writer's opening chunks (chat: the role), then one chunk per delta that carries
-//! text or logprobs, a chunk with each choice's `finish_reason`, the usage chunk when
-//! `stream_options.include_usage` is set, then `data: [DONE]`. A failure after the stream has
-//! begun (engine fault, request timeout) is an `event: error` whose data is the OpenAI error
-//! envelope, then `data: [DONE]`. While nothing happens (queued, or a long prefill) a
-//! `: keep-alive` comment goes out every `server.sse_keep_alive`.
+//! Order: the writer's opening events (chat: the role; Anthropic: `message_start`), then the
+//! events for each delta that carries text or logprobs, each choice's closing events, the
+//! writer's closing events once every choice has ended (chat: the usage chunk when
+//! `stream_options.include_usage` is set; Anthropic: `message_delta` and `message_stop`),
+//! then the writer's terminator (`data: [DONE]` for OpenAI's chunk streams, nothing for the
+//! typed-event APIs). A failure after the stream has begun (engine fault, request timeout)
+//! is the writer's error event (OpenAI: `event: error` with the error envelope), then the
+//! terminator. While nothing happens (queued, or a long prefill) a `: keep-alive` comment
+//! goes out every `server.sse_keep_alive`.
 //!
 //! The driver owns the engine streams and the request's in-flight guard: when the client
 //! disconnects, hyper drops the body, and with it the streams (aborting the requests).
@@ -26,17 +29,17 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Shapes one endpoint's chunks. `choice` is the response's choice index.
+/// Shapes one endpoint's events. `choice` is the response's choice index.
 pub trait ChunkWriter: Send + 'static {
-    /// Chunks sent before any token.
+    /// Events sent before any token.
     fn opening(&mut self) -> Vec<SseEvent>;
     /// New text and logprobs of a choice; None when there is nothing to send.
     fn delta(&mut self, choice: usize, text: String, logprobs: &[TokenLogprob])
         -> Option<SseEvent>;
     /// The choice's last chunk.
     fn finished(&mut self, choice: usize, reason: FinishReason) -> SseEvent;
-    /// The chunks for a delta, given its token ids too (a writer that reads tool calls may
-    /// send several chunks, or none yet). By default [`ChunkWriter::delta`]'s.
+    /// The events for a delta, given its token ids too (a writer that reads tool calls may
+    /// send several events, or none yet). By default [`ChunkWriter::delta`]'s.
     fn deltas(
         &mut self,
         choice: usize,
@@ -46,13 +49,23 @@ pub trait ChunkWriter: Send + 'static {
     ) -> Vec<SseEvent> {
         self.delta(choice, text, logprobs).into_iter().collect()
     }
-    /// The chunks ending a choice (text still held back first). By default
+    /// The events ending a choice (text still held back first). By default
     /// [`ChunkWriter::finished`]'s.
     fn finish_chunks(&mut self, choice: usize, reason: FinishReason) -> Vec<SseEvent> {
         vec![self.finished(choice, reason)]
     }
-    /// The usage chunk (`choices: []`), with kiln's timings of the request.
-    fn usage(&mut self, usage: UsageBody, timings: TimingsBody) -> SseEvent;
+    /// The events after every choice ended, given the request's usage and kiln's timings
+    /// (OpenAI's chunk streams: the usage chunk, `choices: []`, when the client asked).
+    fn closing(&mut self, usage: UsageBody, timings: TimingsBody) -> Vec<SseEvent>;
+    /// The last event: OpenAI's chunk streams end with `data: [DONE]`.
+    fn terminator(&mut self) -> Option<SseEvent> {
+        Some(SseEvent::default().data("[DONE]"))
+    }
+    /// The event reporting a failure after the stream began (OpenAI: `event: error` whose
+    /// data is the error envelope).
+    fn error(&mut self, e: &ApiError) -> SseEvent {
+        json_event(&e.envelope()).event("error")
+    }
 }
 
 /// A JSON chunk (serialization of these plain structs cannot fail).
@@ -60,10 +73,6 @@ pub fn json_event<T: serde::Serialize>(value: &T) -> SseEvent {
     SseEvent::default()
         .json_data(value)
         .unwrap_or_else(|_| SseEvent::default().comment("unserializable chunk"))
-}
-
-fn error_event(e: &ApiError) -> SseEvent {
-    json_event(&e.envelope()).event("error")
 }
 
 enum State {
@@ -82,7 +91,6 @@ struct Driver<W> {
     usage: UsageBody,
     timings: TimingsBody,
     note: Note,
-    include_usage: bool,
     deadline: Option<(Instant, Duration)>,
     state: State,
     _in_flight: InFlight,
@@ -98,16 +106,14 @@ impl<W: ChunkWriter> Driver<W> {
                 State::Ended => return None,
                 State::Closing => {
                     self.state = State::Ended;
-                    return Some(SseEvent::default().data("[DONE]"));
+                    return self.writer.terminator();
                 }
                 State::Running => {}
             }
             if self.remaining == 0 {
-                if self.include_usage {
-                    let timings = std::mem::take(&mut self.timings);
-                    self.outbox
-                        .push_back(self.writer.usage(self.usage, timings));
-                }
+                let timings = std::mem::take(&mut self.timings);
+                let events = self.writer.closing(self.usage, timings);
+                self.outbox.extend(events);
                 self.state = State::Closing;
                 continue;
             }
@@ -166,7 +172,8 @@ impl<W: ChunkWriter> Driver<W> {
     /// Ends the stream with an error event; the other engine requests are aborted.
     fn fail(&mut self, e: ApiError) {
         self.merged = merge(Vec::new());
-        self.outbox.push_back(error_event(&e));
+        let event = self.writer.error(&e);
+        self.outbox.push_back(event);
         self.state = State::Closing;
     }
 }
@@ -175,7 +182,6 @@ impl<W: ChunkWriter> Driver<W> {
 pub struct StreamSettings {
     /// Choices per engine request.
     pub n: usize,
-    pub include_usage: bool,
     /// When the request is aborted, and the limit to report.
     pub deadline: Option<(Instant, Duration)>,
     pub keep_alive: Duration,
@@ -197,7 +203,6 @@ pub fn respond<W: ChunkWriter>(
         usage: UsageBody::default(),
         timings: TimingsBody::default(),
         note: access::current(),
-        include_usage: settings.include_usage,
         deadline: settings.deadline,
         state: State::Running,
         _in_flight: in_flight,

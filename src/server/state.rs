@@ -145,12 +145,16 @@ fn turn_end_tokens(t: &ChatTemplate, tok: &Tokenizer, bos: &str, eos: &str) -> V
 
 /// Where the server is in its life.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
+pub enum ServerPhase {
     Loading,
     Ready,
     /// SIGTERM received: finishing requests in flight, refusing new ones.
     Draining,
-    /// The engine failed (a fault in a step): every request is refused.
+    /// A fault ended the requests an engine worker held; the worker is being rebuilt. Not
+    /// ready, but requests are taken: they wait for the rebuild (milliseconds).
+    Recovering,
+    /// An engine worker failed and could not be rebuilt: every request is refused, and
+    /// `/health` says 503 so the process gets restarted.
     Failed,
 }
 
@@ -249,29 +253,34 @@ impl AppState {
         self.inner.draining.store(true, Ordering::Release);
     }
 
-    pub fn phase(&self) -> Phase {
+    pub fn phase(&self) -> ServerPhase {
         if self.inner.draining.load(Ordering::Acquire) {
-            return Phase::Draining;
+            return ServerPhase::Draining;
         }
         match self.inner.runtime.get() {
-            None => Phase::Loading,
-            Some(rt) if !rt.engine.is_healthy() => Phase::Failed,
-            Some(_) => Phase::Ready,
+            None => ServerPhase::Loading,
+            Some(rt) if !rt.engine.is_healthy() => ServerPhase::Failed,
+            Some(rt) if !rt.engine.is_ready() => ServerPhase::Recovering,
+            Some(_) => ServerPhase::Ready,
         }
     }
 
-    /// The model to run a request on: 503 unless the server is ready.
+    /// The model to run a request on: 503 unless the server is ready (or recovering from a
+    /// fault: the request waits for the rebuilt worker).
     pub fn runtime(&self) -> Result<Arc<Runtime>, ApiError> {
         match self.phase() {
-            Phase::Ready => Ok(Arc::clone(self.inner.runtime.get().expect("ready"))),
-            Phase::Loading => Err(ApiError::Unavailable(
+            ServerPhase::Ready | ServerPhase::Recovering => {
+                Ok(Arc::clone(self.inner.runtime.get().expect("loaded")))
+            }
+            ServerPhase::Loading => Err(ApiError::Unavailable(
                 "the model is still loading; retry shortly".to_string(),
             )),
-            Phase::Draining => Err(ApiError::Unavailable(
+            ServerPhase::Draining => Err(ApiError::Unavailable(
                 "the server is shutting down".to_string(),
             )),
-            Phase::Failed => Err(ApiError::Unavailable(
-                "the inference engine has failed; the server must be restarted".to_string(),
+            ServerPhase::Failed => Err(ApiError::Unavailable(
+                "the inference engine failed and could not be rebuilt; the server must be restarted"
+                    .to_string(),
             )),
         }
     }
@@ -319,19 +328,6 @@ pub fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-/// A request id: `prefix` and 24 random hex digits.
-pub fn random_id(prefix: &str) -> String {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let mut out = String::from(prefix);
-    for _ in 0..2 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_usize(COUNTER.fetch_add(1, Ordering::Relaxed));
-        out.push_str(&format!("{:012x}", h.finish() >> 16));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,12 +340,5 @@ mod tests {
         assert_ne!(a, fingerprint(&["m", "Q4_1", "v1", "avx512"]));
         assert_ne!(a, fingerprint(&["m", "Q4_0", "v1", "avx2"]));
         assert_ne!(a, fingerprint(&["m", "Q4_1", "v2", "avx2"]));
-    }
-
-    #[test]
-    fn ids_are_unique() {
-        let a = random_id("chatcmpl-");
-        assert!(a.starts_with("chatcmpl-") && a.len() == 9 + 24, "{a}");
-        assert_ne!(a, random_id("chatcmpl-"));
     }
 }

@@ -84,7 +84,7 @@ impl Bpe {
 
     /// Appends the tokens of `text` (pre-tokenized, then merged piece by piece) to `out`.
     /// `scratch` carries buffers between calls so a long encode allocates once.
-    pub fn encode(&self, vocab: &Vocab, text: &str, scratch: &mut Scratch, out: &mut Vec<u32>) {
+    pub fn encode(&self, vocab: &Vocab, text: &str, scratch: &mut BpeScratch, out: &mut Vec<u32>) {
         // Long texts repeat words: remember where each word's tokens were first written.
         let mut seen: Option<FxMap<&[u8], (usize, usize)>> =
             (text.len() >= CACHE_MIN_LEN).then(FxMap::default);
@@ -105,7 +105,13 @@ impl Bpe {
     }
 
     /// Appends the tokens of one pre-tokenizer piece.
-    fn encode_word(&self, vocab: &Vocab, word: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) {
+    fn encode_word(
+        &self,
+        vocab: &Vocab,
+        word: &[u8],
+        scratch: &mut BpeScratch,
+        out: &mut Vec<u32>,
+    ) {
         if self.pre.ignore_merges {
             scratch.encoded.clear();
             scratch
@@ -133,8 +139,8 @@ impl Bpe {
     }
 
     /// Runs the merges over one piece, leaving the surviving symbols linked from index 0.
-    fn merge_word(&self, word: &[u8], scratch: &mut Scratch) {
-        let Scratch { syms, heap, .. } = scratch;
+    fn merge_word(&self, word: &[u8], scratch: &mut BpeScratch) {
+        let BpeScratch { syms, heap, .. } = scratch;
         syms.clear();
         heap.clear();
         let n = word.len() as u32;
@@ -199,7 +205,7 @@ struct Pair {
 
 /// Reusable buffers for [`Bpe::encode`].
 #[derive(Default)]
-pub struct Scratch {
+pub struct BpeScratch {
     syms: Vec<Sym>,
     heap: BinaryHeap<Reverse<Pair>>,
     encoded: String,

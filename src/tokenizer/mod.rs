@@ -202,7 +202,7 @@ impl Tokenizer {
                 }
             }
             Model::Bpe(bpe) => {
-                let mut scratch = bpe::Scratch::default();
+                let mut scratch = bpe::BpeScratch::default();
                 for f in frags {
                     match *f {
                         Fragment::Text(t) => bpe.encode(&self.vocab, t, &mut scratch, &mut out),

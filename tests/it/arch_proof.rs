@@ -23,8 +23,8 @@
 use crate::common;
 use kiln::engine::ops::log_softmax_at;
 use kiln::engine::runner::Runner;
-use kiln::engine::sampling::argmax;
 use kiln::engine::synth::{build_all, proof_variants, Quant, Variant};
+use kiln::engine::token_choice::argmax;
 use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
 use kiln::gguf::GgufFile;
 use kiln::scheduler::state::Limits;
@@ -233,8 +233,8 @@ fn seeded_reproducibility(name: &str, file: &GgufFile, tokens: &[u32]) {
             prefix_cache: true,
             max_waiting: 16,
         },
-        panic_at_step: None,
-        max_unread_events: kiln::scheduler::handle::MAX_UNREAD_EVENTS,
+        faults: Vec::new(),
+        max_unread_events: kiln::scheduler::MAX_UNREAD_EVENTS,
     };
     let e = EngineHandle::start(model, tok, cfg, Arc::new(NoopObserver)).expect("engine");
     let sampled = |prompt: &[u32], seed: u64| {

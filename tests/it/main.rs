@@ -5,6 +5,7 @@ mod arch_proof;
 mod chat_templates;
 mod common;
 mod engine;
+mod engine_faults;
 mod gguf;
 mod gguf_inspect;
 mod gguf_malformed;

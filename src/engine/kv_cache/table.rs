@@ -152,15 +152,17 @@ impl BlockTable {
                     free: 0,
                 })?;
         }
-        let mut ids = Vec::new();
-        ids.try_reserve(need)
-            .map_err(|_| KvCacheError::OutOfBlocks {
+        // Every group's pages or none: the free count is checked once under the lock, then
+        // each group's ids go straight into its (already grown) vector, allocating nothing.
+        let mut fl = self.shared.lock();
+        if need > fl.free_count() {
+            return Err(KvCacheError::OutOfBlocks {
                 needed: need,
-                free: 0,
-            })?;
-        self.shared.lock().alloc_into(need, &mut ids)?;
-        for (g, chunk) in self.groups.iter_mut().zip(ids.chunks(per_group)) {
-            g.extend_from_slice(chunk);
+                free: fl.free_count(),
+            });
+        }
+        for g in &mut self.groups {
+            fl.alloc_into(per_group, g)?;
         }
         Ok(())
     }

@@ -24,7 +24,7 @@
 //! outputs are bit-identical per token whatever the batch (see `matmul`), so a sequence's
 //! logits never depend on the batch it runs in nor on how its prompt was chunked.
 
-use crate::engine::attention::{attend_with, AttnParams, AttnScratch};
+use crate::engine::attention::{attend_batch, AttnBatch, AttnParams};
 use crate::engine::batch::SeqInput;
 use crate::engine::hparams::Activation;
 use crate::engine::kv_cache::{KvCache, KvCacheError};
@@ -33,18 +33,7 @@ use crate::engine::model::llama::{add_in_place, for_rows, LlamaModel};
 use crate::engine::ops::{
     geglu, rms_norm, rms_norm_in_place, scale_in_place, softcap_in_place, swiglu,
 };
-use crate::engine::pool::SendPtr;
-use crate::engine::scratch::Scratch;
-use std::sync::Mutex;
-
-/// What attention reads besides the cache: the batch layout and the prepared queries.
-#[derive(Clone, Copy)]
-struct AttnInputs<'a> {
-    seqs: &'a [SeqInput<'a>],
-    tok_seq: &'a [u32],
-    tok_pos: &'a [u32],
-    q: &'a [f32],
-}
+use crate::engine::scratch::ForwardScratch;
 
 /// `row = rms_norm(row) * w` per `w.len()`-wide head, in place (llama.cpp's q/k norm on the
 /// `[head_dim, n_head]` view).
@@ -68,7 +57,7 @@ impl LlamaModel {
         n_tok: usize,
         n_rows: usize,
         kv: &mut KvCache,
-        s: &mut Scratch,
+        s: &mut ForwardScratch,
     ) -> Result<(), KvCacheError> {
         let c = self.config();
         let w = self.weights();
@@ -180,24 +169,27 @@ impl LlamaModel {
                 let (kr, vr) = (&s.k[t * nkv..(t + 1) * nkv], &s.v[t * nkv..(t + 1) * nkv]);
                 kv.write(l, q.table, tok_pos[t] as usize, kr, vr)?;
             }
-            let at = AttnInputs {
-                seqs,
-                tok_seq,
-                tok_pos,
-                q: &s.q,
-            };
             let params = AttnParams {
                 scale: c.kq_scale,
                 softcap: c.attn_softcap,
                 window: lc.window,
             };
-            self.attention(
-                l,
-                &at,
-                &params,
+            let table_of = |i: usize| seqs[i].table;
+            let batch = AttnBatch {
+                tok_seq,
+                tok_pos,
+                table: &table_of,
+                q: &s.q,
+                params: &params,
+            };
+            attend_batch(
+                &self.pool,
                 kv,
-                &s.attn_scratch,
+                l,
+                &batch,
                 &mut s.attn[..n_tok * nq],
+                &s.attn_scratch,
+                &mut s.attn_plan,
             )?;
             self.trace("attn_out", lt, &s.attn[..n_tok * nq]);
             matmul(
@@ -349,64 +341,6 @@ impl LlamaModel {
         }
         if let Some(r) = c.residual_scale {
             for_rows(&self.pool, proj, d, n_tok, |_, row| scale_in_place(row, r));
-        }
-    }
-
-    /// Attention of every new token over its sequence's cached positions (the layer's window
-    /// of them), one token per task.
-    fn attention(
-        &self,
-        layer: usize,
-        at: &AttnInputs<'_>,
-        params: &AttnParams,
-        kv: &KvCache,
-        scratches: &[Mutex<AttnScratch>],
-        out: &mut [f32],
-    ) -> Result<(), KvCacheError> {
-        let nq = self.config().n_head * self.config().head_dim;
-        let n_tok = at.tok_seq.len();
-        let AttnInputs {
-            seqs,
-            tok_seq,
-            tok_pos,
-            q,
-        } = *at;
-        let one = |t: usize, worker: usize, out: &mut [f32]| {
-            let i = worker % scratches.len();
-            let mut sc = scratches[i].lock().unwrap_or_else(|e| e.into_inner());
-            let table = seqs[tok_seq[t] as usize].table;
-            let qt = &q[t * nq..(t + 1) * nq];
-            attend_with(
-                kv,
-                layer,
-                table,
-                tok_pos[t] as usize,
-                qt,
-                out,
-                &mut sc,
-                params,
-            )
-        };
-        if n_tok == 1 {
-            return one(0, 0, out);
-        }
-        // Later tokens attend over more positions: hand them out first so the tail balances.
-        let first_err: Mutex<Option<KvCacheError>> = Mutex::new(None);
-        let base = SendPtr(out.as_mut_ptr());
-        self.pool.run(n_tok, &|task, worker| {
-            let t = n_tok - 1 - task;
-            // SAFETY: row t of `out` (n_tok rows of nq) belongs to this task alone.
-            let row = unsafe { std::slice::from_raw_parts_mut(base.get().add(t * nq), nq) };
-            if let Err(e) = one(t, worker, row) {
-                first_err
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_or_insert(e);
-            }
-        });
-        match first_err.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            Some(e) => Err(e),
-            None => Ok(()),
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::engine::kv_cache::{KvCache, KvCacheConfig, LayerWindows};
 use crate::engine::model::config::LlamaConfig;
 use crate::engine::model::load::load_weights;
 use crate::engine::pool::{Pool, SendPtr};
-use crate::engine::scratch::{BatchLimits, Scratch};
+use crate::engine::scratch::{BatchLimits, ForwardScratch};
 use crate::engine::weights::LlamaWeights;
 use crate::gguf::GgufFile;
 use std::path::Path;
@@ -68,7 +68,7 @@ pub(super) fn add_in_place(x: &mut [f32], y: &[f32]) {
 }
 
 impl LlamaModel {
-    /// Opens a GGUF model and starts a pool of `threads` workers (0 = physical cores).
+    /// Opens a GGUF model and starts a pool of `threads` workers (0 = the usable physical cores, [`crate::engine::cpus`]).
     pub fn load(path: impl AsRef<Path>, threads: usize) -> Result<LlamaModel, EngineError> {
         LlamaModel::from_gguf(&GgufFile::open(path)?, threads)
     }
@@ -87,7 +87,7 @@ impl LlamaModel {
     }
 
     /// Another engine over the same weights (memory-mapped and repacked once) with its own
-    /// worker team of `threads` (0 = physical cores): each replica runs its own batches, KV
+    /// worker team of `threads` (0 = the usable physical cores, [`crate::engine::cpus`]): each replica runs its own batches, KV
     /// cache and scratch.
     pub fn replica(&self, threads: usize) -> Result<LlamaModel, EngineError> {
         Ok(LlamaModel {
@@ -133,8 +133,8 @@ impl LlamaModel {
         &self,
         limits: BatchLimits,
         kv: &KvCacheConfig,
-    ) -> Result<Scratch, EngineError> {
-        Scratch::new(&self.cfg, limits, kv, self.pool.threads())
+    ) -> Result<ForwardScratch, EngineError> {
+        ForwardScratch::new(&self.cfg, limits, kv, self.pool.threads())
     }
 
     /// Installs a hook receiving every named intermediate activation.
@@ -159,7 +159,7 @@ impl LlamaModel {
         &self,
         seqs: &[SeqInput<'_>],
         kv: &mut KvCache,
-        s: &'s mut Scratch,
+        s: &'s mut ForwardScratch,
     ) -> Result<Logits<'s>, EngineError> {
         let (n_tok, n_rows) = self.plan(seqs, s)?;
         self.run(seqs, n_tok, n_rows, kv, s)?;
@@ -172,7 +172,11 @@ impl LlamaModel {
     }
 
     /// Validates the batch and lays it out in `s`: returns (tokens, logits rows).
-    fn plan(&self, seqs: &[SeqInput<'_>], s: &mut Scratch) -> Result<(usize, usize), EngineError> {
+    fn plan(
+        &self,
+        seqs: &[SeqInput<'_>],
+        s: &mut ForwardScratch,
+    ) -> Result<(usize, usize), EngineError> {
         let lim = s.limits;
         if seqs.is_empty() || seqs.iter().any(|q| q.tokens.is_empty()) {
             return Err(EngineError::EmptyInput);

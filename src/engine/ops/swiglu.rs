@@ -242,7 +242,7 @@ mod tests {
     fn assert_every_isa_matches_scalar(gate: &[f32], up: &[f32], what: &str) {
         let mut want = vec![0.0; gate.len()];
         swiglu_scalar(gate, up, &mut want);
-        for isa in Isa::all_supported() {
+        for isa in Isa::tested() {
             let mut got = vec![f32::NAN; gate.len()];
             swiglu_with(isa, gate, up, &mut got);
             for (i, (w, g)) in want.iter().zip(&got).enumerate() {

@@ -12,16 +12,8 @@
 //! that goes to [`wide::draw`], which bins the mass instead of sorting.
 
 use super::passes::{self, BLOCK};
+use super::rank::by_rank;
 use super::wide::{self, Wide};
-use std::cmp::Ordering;
-
-/// Largest value first, then the lower token id (as greedy's first index on ties). Total on
-/// the candidates, which never hold NaN.
-pub fn by_rank(a: &(f32, u32), b: &(f32, u32)) -> Ordering {
-    b.0.partial_cmp(&a.0)
-        .unwrap_or(Ordering::Equal)
-        .then(a.1.cmp(&b.1))
-}
 
 /// The largest entries of one row, ranked on demand. [`Ranked::reset`] before each new row.
 #[derive(Default)]

@@ -19,7 +19,7 @@
 //!    temperature and truncation; greedy decoding (temperature 0) reports real logprobs too;
 //! 5. **temperature**: below 1e-5 (0 included) the token is the argmax of the processed row
 //!    (the first index on ties, NaN never wins; on a row without bias or penalties exactly
-//!    `engine::sampling::argmax`) and steps 6-9 are skipped. Otherwise the logits are divided
+//!    `engine::token_choice::argmax`) and steps 6-9 are skipped. Otherwise the logits are divided
 //!    by the temperature;
 //! 6. **top-k** (0 = off) keeps the `top_k` most likely tokens;
 //! 7. **top-p** (1 = off) keeps, of what is left and renormalized, the smallest prefix of most
@@ -36,7 +36,7 @@
 //! # Reproducibility
 //!
 //! The same parameters, seed and sequence of rows give the same tokens, always: a sampler's
-//! only state is its PCG generator ([`crate::engine::sampling::Rng`]) and its token history;
+//! only state is its PCG generator ([`crate::engine::token_choice::Rng`]) and its token history;
 //! the scratch carries nothing from one call to the next; every sum runs in an order fixed by
 //! the code and `exp` is our own polynomial without fused multiply-adds, so nothing depends
 //! on threads, on the batch or on the CPU's vector width. (Only `ln`, for min-p and the
@@ -60,6 +60,7 @@ mod filter;
 mod params;
 mod passes;
 mod penalties;
+mod rank;
 mod sampler;
 #[cfg(test)]
 mod tests;

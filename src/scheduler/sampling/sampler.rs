@@ -4,7 +4,7 @@ use super::filter::{self, Ranked, Truncation, Work};
 use super::params::{SamplingParams, GREEDY_BELOW};
 use super::passes;
 use super::penalties::Penalties;
-use crate::engine::sampling::Rng;
+use crate::engine::token_choice::Rng;
 
 /// One sequence's sampler: its parameters, its own seeded generator and the token history the
 /// penalties read. Cloning it clones the generator state and the history.
@@ -78,9 +78,10 @@ impl Sampler {
     /// Draws the next token from `logits` (one row, `n_vocab` long; not modified) and records
     /// it in the penalty history. A pure function of the parameters, the seed and the tokens
     /// and rows so far, whatever `scratch` was used for before. A greedy sampler never uses
-    /// its generator; any other takes exactly one number from it per call. An empty row gives
-    /// token 0 with logprob `-inf`.
-    pub fn sample(&mut self, logits: &[f32], scratch: &mut SampleScratch) -> Sampled {
+    /// its generator; any other takes exactly one number from it per call. A row with no
+    /// candidate (empty, or no finite logit and no `+inf`) gives None: there is no token to
+    /// draw, and inventing one (token 0) would emit text the model never chose.
+    pub fn sample(&mut self, logits: &[f32], scratch: &mut SampleScratch) -> Option<Sampled> {
         self.sample_masked(logits, None, scratch)
     }
 
@@ -88,13 +89,14 @@ impl Sampler {
     /// `i % 32` of word `i / 32`); every other token's logit is `-inf` before anything else
     /// (bias, penalties, logprobs and draw all see the masked row), tokens past the end of
     /// `allowed` included. `None` masks nothing. The draw takes the same one number from the
-    /// generator, so a seed reproduces masked sampling too.
+    /// generator, so a seed reproduces masked sampling too. None when the mask (with the
+    /// bias and penalties) leaves no candidate.
     pub fn sample_masked(
         &mut self,
         logits: &[f32],
         allowed: Option<&[u32]>,
         scratch: &mut SampleScratch,
-    ) -> Sampled {
+    ) -> Option<Sampled> {
         let SampleScratch {
             row: buf,
             block_max,
@@ -118,14 +120,14 @@ impl Sampler {
         let u = if greedy { 0.0 } else { self.rng.next_f64() };
 
         // `lse`: log of the softmax denominator at temperature 1, for the logprobs.
-        let (id, lse) = if !max.is_finite() {
-            // Nothing finite (empty, all -inf/NaN) or a +inf: the first maximal entry.
-            let id = if max == f32::INFINITY {
-                passes::first_index_of(row, block_max, max)
-            } else {
-                0
-            };
+        let (id, lse) = if max == f32::INFINITY {
+            // A +inf: the first maximal entry.
+            let id = passes::first_index_of(row, block_max, max);
             (id as u32, f64::from(max))
+        } else if !max.is_finite() {
+            // Nothing finite (empty, all -inf/NaN): no candidate. The generator still
+            // advances, as for any draw.
+            return None;
         } else if greedy {
             let id = passes::first_index_of(row, block_max, max);
             let z1 = passes::exp_sum(row, max, 1.0, f32::NEG_INFINITY);
@@ -160,7 +162,7 @@ impl Sampler {
             Vec::new()
         };
         self.penalties.observe(id);
-        Sampled { id, logprob, top }
+        Some(Sampled { id, logprob, top })
     }
 }
 

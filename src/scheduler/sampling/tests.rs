@@ -10,7 +10,7 @@ fn log_softmax_into(x: &[f32], out: &mut [f32]) {
         *o = (f64::from(v) - lse) as f32;
     }
 }
-use crate::engine::sampling::argmax;
+use crate::engine::token_choice::argmax;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -102,7 +102,7 @@ fn histogram(p: &SamplingParams, seed: u64, row: &[f32], n: usize) -> Vec<usize>
     let mut scratch = SampleScratch::new();
     let mut counts = vec![0usize; row.len()];
     for _ in 0..n {
-        counts[s.sample(row, &mut scratch).id as usize] += 1;
+        counts[s.sample(row, &mut scratch).unwrap().id as usize] += 1;
     }
     counts
 }
@@ -117,7 +117,7 @@ fn ln(p: &[f64]) -> Vec<f32> {
 
 /// A 49,152-entry row: noise around 0 and a few large logits.
 fn vocab_row(seed: u64, spread: f32) -> Vec<f32> {
-    let mut rng = crate::engine::sampling::Rng::new(seed);
+    let mut rng = crate::engine::token_choice::Rng::new(seed);
     let mut row: Vec<f32> = (0..49_152)
         .map(|_| (0..4).map(|_| rng.next_f64() as f32 - 0.5).sum::<f32>() * spread)
         .collect();
@@ -135,7 +135,9 @@ fn greedy_is_argmax_on_a_vocabulary_row() {
             temperature: t,
             ..d()
         };
-        let got = Sampler::new(&p, 0, &[]).sample(&row, &mut SampleScratch::new());
+        let got = Sampler::new(&p, 0, &[])
+            .sample(&row, &mut SampleScratch::new())
+            .unwrap();
         assert_eq!(got.id, argmax(&row));
         assert_eq!(got.id, 17);
     }
@@ -173,8 +175,10 @@ fn seeded_draws_repeat_and_scratch_carries_nothing_over() {
             (0..50)
                 .map(|i| {
                     // Another sequence with another vocabulary size uses the scratch between.
-                    other.sample(&small, shared);
-                    a.sample(if i % 3 == 0 { &small } else { &big }, shared).id
+                    other.sample(&small, shared).unwrap();
+                    a.sample(if i % 3 == 0 { &small } else { &big }, shared)
+                        .unwrap()
+                        .id
                 })
                 .collect()
         };
@@ -200,11 +204,14 @@ fn a_clone_continues_the_same_stream() {
     );
     let mut scratch = SampleScratch::new();
     for _ in 0..5 {
-        a.sample(&row, &mut scratch);
+        a.sample(&row, &mut scratch).unwrap();
     }
     let mut b = a.clone();
     for _ in 0..20 {
-        assert_eq!(a.sample(&row, &mut scratch), b.sample(&row, &mut scratch));
+        assert_eq!(
+            a.sample(&row, &mut scratch).unwrap(),
+            b.sample(&row, &mut scratch).unwrap()
+        );
     }
 }
 
@@ -328,7 +335,7 @@ fn wide_nuclei_on_a_vocabulary_row() {
         let mut s = Sampler::new(&p, 12, &[]);
         let mut scratch = SampleScratch::new();
         for _ in 0..40 {
-            let id = s.sample(&row, &mut scratch).id as usize;
+            let id = s.sample(&row, &mut scratch).unwrap().id as usize;
             assert!(ok.contains(&id), "{id} outside a nucleus of {}", ok.len());
         }
     }
@@ -360,7 +367,9 @@ fn penalties_steer_the_greedy_choice() {
     };
     let mut s = Sampler::new(&p, 0, &[]);
     // Token 0 keeps winning until its count times 0.06 exceeds the 0.1 gap.
-    let ids: Vec<u32> = (0..4).map(|_| s.sample(&logits, &mut scratch).id).collect();
+    let ids: Vec<u32> = (0..4)
+        .map(|_| s.sample(&logits, &mut scratch).unwrap().id)
+        .collect();
     assert_eq!(ids, [0, 0, 1, 0]);
 
     let p = SamplingParams {
@@ -369,16 +378,16 @@ fn penalties_steer_the_greedy_choice() {
     };
     let mut s = Sampler::new(&p, 0, &[0]);
     assert_eq!(
-        s.sample(&logits, &mut scratch).id,
+        s.sample(&logits, &mut scratch).unwrap().id,
         0,
         "the prompt is not counted"
     );
-    assert_eq!(s.sample(&logits, &mut scratch).id, 1);
+    assert_eq!(s.sample(&logits, &mut scratch).unwrap().id, 1);
     let mut s = Sampler::new(&p, 0, &[]);
     s.observe(0);
     s.observe(1);
     assert_eq!(
-        s.sample(&logits, &mut scratch).id,
+        s.sample(&logits, &mut scratch).unwrap().id,
         0,
         "observed tokens are counted"
     );
@@ -389,7 +398,7 @@ fn penalties_steer_the_greedy_choice() {
     };
     let mut s = Sampler::new(&p, 0, &[0]);
     // 2.0 / 1.5 = 1.33 < 1.9: the prompt's token loses at once.
-    assert_eq!(s.sample(&logits, &mut scratch).id, 1);
+    assert_eq!(s.sample(&logits, &mut scratch).unwrap().id, 1);
 }
 
 #[test]
@@ -404,7 +413,7 @@ fn a_banned_token_is_never_drawn() {
     let mut s = Sampler::new(&p, 8, &[]);
     let mut scratch = SampleScratch::new();
     for _ in 0..5000 {
-        let got = s.sample(&row, &mut scratch);
+        let got = s.sample(&row, &mut scratch).unwrap();
         assert_ne!(got.id, 0);
         assert_eq!(got.top.last(), Some(&(0, NEG_INF)));
     }
@@ -471,7 +480,7 @@ fn logprobs_are_those_of_the_processed_row_at_temperature_one() {
             let row = reference_row(&p, &prompt, &generated, &logits);
             let mut lsm = vec![0.0; row.len()];
             log_softmax_into(&row, &mut lsm);
-            let got = s.sample(&logits, &mut scratch);
+            let got = s.sample(&logits, &mut scratch).unwrap();
             let id = got.id as usize;
             assert!(
                 (got.logprob - lsm[id]).abs() < 1e-5,
@@ -503,11 +512,18 @@ fn degenerate_rows_do_not_panic() {
         ..d()
     };
     let mut s = Sampler::new(&p, 0, &[]);
-    let got = s.sample(&[], &mut scratch);
-    assert_eq!((got.id, got.logprob, got.top.len()), (0, NEG_INF, 0));
-    let got = s.sample(&[NEG_INF, f32::NAN, NEG_INF], &mut scratch);
-    assert_eq!((got.id, got.logprob), (0, NEG_INF));
-    let got = s.sample(&[1.0, f32::INFINITY, f32::INFINITY], &mut scratch);
+    // No candidate (an empty row, nothing finite): no token, never token 0.
+    assert_eq!(s.sample(&[], &mut scratch), None);
+    assert_eq!(s.sample(&[NEG_INF, f32::NAN, NEG_INF], &mut scratch), None);
+    // A mask that leaves only -inf logits: no token either.
+    let bits = [0b10u32];
+    assert_eq!(
+        s.sample_masked(&[0.0, NEG_INF, 0.0], Some(&bits), &mut scratch),
+        None
+    );
+    let got = s
+        .sample(&[1.0, f32::INFINITY, f32::INFINITY], &mut scratch)
+        .unwrap();
     assert_eq!((got.id, got.logprob), (1, 0.0));
     assert_eq!(got.top, [(1, 0.0), (2, 0.0), (0, NEG_INF)]);
     // NaN logits are never drawn and never listed.
@@ -530,7 +546,8 @@ fn degenerate_rows_do_not_panic() {
         0,
         &[],
     )
-    .sample(&row, &mut scratch);
+    .sample(&row, &mut scratch)
+    .unwrap();
     assert_eq!(got.top.len(), 2);
     assert!((got.top[0].1 - 0.5f32.ln()).abs() < 1e-6);
 }
@@ -565,11 +582,16 @@ proptest! {
         t in 0.0f32..2.0,
     ) {
         let mut scratch = SampleScratch::new();
-        let want = argmax(&row);
+        // No token where no logit is finite or +inf, never a made-up token 0.
+        let want = row
+            .iter()
+            .any(|v| !v.is_nan() && *v != NEG_INF)
+            .then(|| argmax(&row));
         let greedy = SamplingParams { temperature: 0.0, ..d() };
-        prop_assert_eq!(Sampler::new(&greedy, 1, &[]).sample(&row, &mut scratch).id, want);
+        let id = |s: Option<Sampled>| s.map(|s| s.id);
+        prop_assert_eq!(id(Sampler::new(&greedy, 1, &[]).sample(&row, &mut scratch)), want);
         let top1 = SamplingParams { temperature: t.max(0.01), top_k: 1, ..d() };
-        prop_assert_eq!(Sampler::new(&top1, 1, &[]).sample(&row, &mut scratch).id, want);
+        prop_assert_eq!(id(Sampler::new(&top1, 1, &[]).sample(&row, &mut scratch)), want);
     }
 
     #[test]
@@ -586,7 +608,7 @@ proptest! {
         let mut s = Sampler::new(&p, seed, &[]);
         let mut scratch = SampleScratch::new();
         for _ in 0..8 {
-            let id = s.sample(&row, &mut scratch).id as usize;
+            let id = s.sample(&row, &mut scratch).unwrap().id as usize;
             prop_assert!(ok.contains(&id), "{} not in {:?}", id, ok);
         }
     }
@@ -604,7 +626,7 @@ proptest! {
         let mut s = Sampler::new(&p, seed, &[]);
         let mut scratch = SampleScratch::new();
         for _ in 0..8 {
-            let id = s.sample(&row, &mut scratch).id as usize;
+            let id = s.sample(&row, &mut scratch).unwrap().id as usize;
             prop_assert!(ok.contains(&id), "{} outside a nucleus of {}", id, ok.len());
         }
     }
@@ -616,7 +638,7 @@ proptest! {
         temperature in prop_oneof![Just(0.0f32), 0.1f32..2.0],
     ) {
         let p = SamplingParams { temperature, top_logprobs: k, ..d() };
-        let got = Sampler::new(&p, 3, &[]).sample(&row, &mut SampleScratch::new());
+        let got = Sampler::new(&p, 3, &[]).sample(&row, &mut SampleScratch::new()).unwrap();
         let mut lsm = vec![0.0; row.len()];
         log_softmax_into(&row, &mut lsm);
         let want: Vec<usize> = ranked(&row).into_iter().take(k).collect();
@@ -646,8 +668,10 @@ proptest! {
         let mut s = Sampler::new(&p, 0, &[1, 2, 3, 500]);
         let mut scratch = SampleScratch::new();
         for _ in 0..3 {
-            let got = s.sample(&row, &mut scratch);
-            prop_assert!(row.is_empty() || (got.id as usize) < row.len());
+            // Penalties and biases of any value may leave no candidate: then no token.
+            if let Some(got) = s.sample(&row, &mut scratch) {
+                prop_assert!((got.id as usize) < row.len());
+            }
         }
     }
 }

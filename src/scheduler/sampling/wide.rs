@@ -5,8 +5,8 @@
 //! rank; the bin where the running mass crosses `top_p` is the only one sorted. Everything in
 //! the bins above it is in the nucleus, everything below is out.
 
-use super::filter::by_rank;
 use super::passes;
+use super::rank::by_rank;
 
 /// Bins over `(max - v) / T` in [0, 88): below `e^-88` a weight is 0 anyway.
 const BINS: usize = 2048;

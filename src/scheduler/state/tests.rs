@@ -32,7 +32,7 @@ fn prompt(len: usize, salt: u32) -> Vec<u32> {
 
 /// Executes a plan: advances every item, appends a token where logits were produced, and
 /// removes sequences that reached their length. Returns the plan.
-fn step(s: &mut Scheduler<()>) -> Plan {
+fn step(s: &mut Scheduler<()>) -> StepPlan {
     let plan = s.schedule();
     let lim = *s.limits();
     assert!(plan.tokens() <= lim.max_batch_tokens, "token budget");
@@ -60,7 +60,7 @@ fn step(s: &mut Scheduler<()>) -> Plan {
     plan
 }
 
-fn lens(plan: &Plan) -> Vec<(SeqId, usize)> {
+fn lens(plan: &StepPlan) -> Vec<(SeqId, usize)> {
     plan.items.iter().map(|i| (i.seq, i.len)).collect()
 }
 

@@ -1,10 +1,10 @@
 //! `POST /v1/chat/completions` bodies.
 
-use super::common::{ChatLogprobs, StopSpec, StreamOptions, TimingsBody, UsageBody};
-use super::structured::{ResponseFormat, Tool, ToolCall, ToolCallDelta, ToolChoiceSpec};
+use super::common::{ChatLogprobs, TimingsBody, UsageBody};
+use super::sampling::SamplingFields;
+use super::tools::{Tool, ToolCall, ToolCallDelta, ToolChoiceSpec};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::fmt;
 use utoipa::ToSchema;
 
@@ -17,41 +17,10 @@ pub struct ChatCompletionRequest {
     /// The conversation so far, oldest first.
     #[schema(min_items = 1)]
     pub messages: Vec<ChatMessage>,
-    /// Tokens to generate at most per choice (deprecated by OpenAI in favour of
-    /// `max_completion_tokens`; both are accepted).
-    #[serde(default)]
-    #[schema(minimum = 1)]
-    pub max_tokens: Option<i64>,
+    /// Tokens to generate at most per choice; wins over `max_tokens` when both are given.
     #[serde(default)]
     #[schema(minimum = 1)]
     pub max_completion_tokens: Option<i64>,
-    /// 0 to 2; 0 is greedy. Default 1.
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 2)]
-    pub temperature: Option<f64>,
-    /// Nucleus sampling, in (0, 1]. Default 1.
-    #[serde(default)]
-    #[schema(exclusive_minimum = 0, maximum = 1)]
-    pub top_p: Option<f64>,
-    /// Choices to generate. Default 1.
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 16)]
-    pub n: Option<i64>,
-    /// Up to `server.max_stop_strings` strings; the text stops before the first one.
-    #[serde(default)]
-    pub stop: Option<StopSpec>,
-    /// Seed of the sampler: the same seed and parameters give the same text.
-    #[serde(default)]
-    pub seed: Option<i64>,
-    #[serde(default)]
-    #[schema(minimum = -2, maximum = 2)]
-    pub presence_penalty: Option<f64>,
-    #[serde(default)]
-    #[schema(minimum = -2, maximum = 2)]
-    pub frequency_penalty: Option<f64>,
-    /// Token id (as a string) -> bias from -100 to 100 added to its logit.
-    #[serde(default)]
-    pub logit_bias: Option<HashMap<String, f64>>,
     /// Return each generated token's logprob.
     #[serde(default)]
     pub logprobs: Option<bool>,
@@ -59,35 +28,12 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     #[schema(minimum = 0, maximum = 20)]
     pub top_logprobs: Option<i64>,
-    /// An end-user id (accepted, not used).
-    #[serde(default)]
-    pub user: Option<String>,
-    /// Stream the answer as server-sent events.
-    #[serde(default)]
-    pub stream: Option<bool>,
-    #[serde(default)]
-    pub stream_options: Option<StreamOptions>,
-    /// Extension: keep only the `top_k` most likely tokens (0 = off).
-    #[serde(default)]
-    #[schema(minimum = 0)]
-    pub top_k: Option<i64>,
-    /// Extension: keep tokens at least `min_p` times as likely as the best one (0 to 1).
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 1)]
-    pub min_p: Option<f64>,
-    /// Extension: HF / llama.cpp repetition penalty in (0, 2]; 1 = off.
-    #[serde(default)]
-    #[schema(exclusive_minimum = 0, maximum = 2)]
-    pub repetition_penalty: Option<f64>,
-    /// Extension: keep generating through end-of-generation tokens (benchmarks).
-    #[serde(default)]
-    pub ignore_eos: Option<bool>,
+    /// Sampling, stopping, streaming and `response_format` (shared with completions).
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
     /// Extension: end the rendered prompt where the assistant's reply starts. Default true.
     #[serde(default)]
     pub add_generation_prompt: Option<bool>,
-    /// `text`, `json_object`, or `json_schema` (output valid by construction).
-    #[serde(default)]
-    pub response_format: Option<ResponseFormat>,
     /// Functions the model may call (at most 128).
     #[serde(default)]
     pub tools: Option<Vec<Tool>>,

@@ -1,9 +1,9 @@
 //! `POST /v1/completions` bodies.
 
-use super::common::{CompletionLogprobs, StopSpec, StreamOptions, TimingsBody, UsageBody};
+use super::common::{CompletionLogprobs, TimingsBody, UsageBody};
+use super::sampling::SamplingFields;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::fmt;
 use utoipa::ToSchema;
 
@@ -25,54 +25,12 @@ pub struct CompletionRequest {
     #[serde(default)]
     #[schema(minimum = 0, maximum = 20)]
     pub logprobs: Option<i64>,
-    #[serde(default)]
-    #[schema(minimum = 1)]
-    pub max_tokens: Option<i64>,
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 2)]
-    pub temperature: Option<f64>,
-    #[serde(default)]
-    #[schema(exclusive_minimum = 0, maximum = 1)]
-    pub top_p: Option<f64>,
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 16)]
-    pub n: Option<i64>,
-    /// Accepted for compatibility; must not be below `n` (kiln returns the `n` choices).
+    /// Accepted for compatibility; must equal `n` (kiln returns the `n` choices).
     #[serde(default)]
     pub best_of: Option<i64>,
-    #[serde(default)]
-    pub stop: Option<StopSpec>,
-    #[serde(default)]
-    pub seed: Option<i64>,
-    #[serde(default)]
-    #[schema(minimum = -2, maximum = 2)]
-    pub presence_penalty: Option<f64>,
-    #[serde(default)]
-    #[schema(minimum = -2, maximum = 2)]
-    pub frequency_penalty: Option<f64>,
-    #[serde(default)]
-    pub logit_bias: Option<HashMap<String, f64>>,
-    #[serde(default)]
-    pub user: Option<String>,
-    #[serde(default)]
-    pub stream: Option<bool>,
-    #[serde(default)]
-    pub stream_options: Option<StreamOptions>,
-    /// Extension (see the chat request).
-    #[serde(default)]
-    #[schema(minimum = 0)]
-    pub top_k: Option<i64>,
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 1)]
-    pub min_p: Option<f64>,
-    #[serde(default)]
-    #[schema(exclusive_minimum = 0, maximum = 2)]
-    pub repetition_penalty: Option<f64>,
-    #[serde(default)]
-    pub ignore_eos: Option<bool>,
-    /// `text`, `json_object`, or `json_schema` (output valid by construction).
-    #[serde(default)]
-    pub response_format: Option<super::structured::ResponseFormat>,
+    /// Sampling, stopping, streaming and `response_format` (shared with chat).
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
 }
 
 /// `prompt` in its four forms. Token ids are checked against the vocabulary later.

@@ -11,12 +11,14 @@ pub mod chat;
 pub mod common;
 pub mod completions;
 pub mod models;
-pub mod structured;
+pub mod sampling;
 pub mod tokenize;
+pub mod tools;
 
 pub use chat::*;
 pub use common::*;
 pub use completions::*;
 pub use models::*;
-pub use structured::*;
+pub use sampling::SamplingFields;
 pub use tokenize::*;
+pub use tools::*;

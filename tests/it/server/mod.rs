@@ -3,6 +3,7 @@
 //! items 1-9 as a table, auth, limits, disconnects, draining on SIGTERM and an engine fault.
 
 mod api;
+mod faults;
 mod harness;
 mod http;
 mod lifecycle;

@@ -16,8 +16,8 @@ use crate::kernels::blocks::kquants::{
     scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KBlock,
     QK_K,
 };
+use crate::kernels::row::Table;
 use crate::kernels::shape::check_vec_dot;
-use crate::kernels::table::Table;
 use crate::kernels::DType;
 
 /// One block's 256 unsigned values, 16 per register, in value order.
@@ -61,21 +61,24 @@ fn bsum_dot(bsums: &[i16; 16], coeff: &[i32; 16]) -> i32 {
 /// `q8` must point to 256 readable bytes; with `DOT` the CPU must have dotprod.
 #[inline(always)]
 unsafe fn scaled_sum<const DOT: bool>(u: &Unpacked, q8: *const u8, scales: &[i32; 16]) -> i32 {
-    if DOT {
-        // SAFETY: caller contract (dotprod present, 256 bytes at q8).
-        return unsafe { scaled_sum_dot(u, q8, scales) };
+    // SAFETY: the caller guarantees this function's contract (`# Safety` above): `q8` must point to
+    // 256 readable bytes; with `DOT` the CPU must have dotprod.
+    unsafe {
+        if DOT {
+            return scaled_sum_dot(u, q8, scales);
+        }
+        let mut acc = vdupq_n_s32(0);
+        for g in 0..16 {
+            let w = vreinterpretq_s8_u8(u[g]);
+            let q = vld1q_s8(q8.add(16 * g).cast());
+            let p = vaddq_s16(
+                vmull_s8(vget_low_s8(w), vget_low_s8(q)),
+                vmull_high_s8(w, q),
+            );
+            acc = vmlaq_n_s32(acc, vpaddlq_s16(p), scales[g]);
+        }
+        vaddvq_s32(acc)
     }
-    let mut acc = vdupq_n_s32(0);
-    for g in 0..16 {
-        let w = vreinterpretq_s8_u8(u[g]);
-        let q = vld1q_s8(q8.add(16 * g).cast());
-        let p = vaddq_s16(
-            vmull_s8(vget_low_s8(w), vget_low_s8(q)),
-            vmull_high_s8(w, q),
-        );
-        acc = vmlaq_n_s32(acc, vpaddlq_s16(p), scales[g]);
-    }
-    vaddvq_s32(acc)
 }
 
 /// [`scaled_sum`] with `sdot`: 16 products per group in one instruction (values < 64 and
@@ -104,84 +107,92 @@ unsafe fn bits(v: uint8x16_t, s: i32, mask: u8) -> uint8x16_t {
 }
 
 /// # Safety
-/// The CPU must support the target features this kernel is compiled for (the dispatch table
-/// installs kernels only after detecting them), and every pointer or slice must cover the
-/// bytes the block layout reads from it.
+/// `qs` must point to 64 readable bytes (a Q2_K/Q3_K block's 2-bit quants).
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn unpack_2bit(qs: *const u8) -> Unpacked {
-    let mut out = [vdupq_n_u8(0); 16];
-    for h in 0..2 {
-        let q = [vld1q_u8(qs.add(32 * h)), vld1q_u8(qs.add(32 * h + 16))];
-        for s in 0..4 {
-            out[8 * h + 2 * s] = bits(q[0], 2 * s as i32, 3);
-            out[8 * h + 2 * s + 1] = bits(q[1], 2 * s as i32, 3);
+    // SAFETY: the caller guarantees this function's contract (`# Safety` above): `qs` must point to
+    // 64 readable bytes (a Q2_K/Q3_K block's 2-bit quants).
+    unsafe {
+        let mut out = [vdupq_n_u8(0); 16];
+        for h in 0..2 {
+            let q = [vld1q_u8(qs.add(32 * h)), vld1q_u8(qs.add(32 * h + 16))];
+            for s in 0..4 {
+                out[8 * h + 2 * s] = bits(q[0], 2 * s as i32, 3);
+                out[8 * h + 2 * s + 1] = bits(q[1], 2 * s as i32, 3);
+            }
         }
+        out
     }
-    out
 }
 
 /// # Safety
-/// The CPU must support the target features this kernel is compiled for (the dispatch table
-/// installs kernels only after detecting them), and every pointer or slice must cover the
-/// bytes the block layout reads from it.
+/// `qs` must point to 128 readable bytes (a Q4_K/Q5_K block's nibbles).
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn unpack_nibbles(qs: *const u8) -> Unpacked {
-    let mut out = [vdupq_n_u8(0); 16];
-    for p in 0..4 {
-        let q = [vld1q_u8(qs.add(32 * p)), vld1q_u8(qs.add(32 * p + 16))];
-        out[4 * p] = vandq_u8(q[0], vdupq_n_u8(0xF));
-        out[4 * p + 1] = vandq_u8(q[1], vdupq_n_u8(0xF));
-        out[4 * p + 2] = vshrq_n_u8::<4>(q[0]);
-        out[4 * p + 3] = vshrq_n_u8::<4>(q[1]);
+    // SAFETY: the caller guarantees this function's contract (`# Safety` above): `qs` must point to
+    // 128 readable bytes (a Q4_K/Q5_K block's nibbles).
+    unsafe {
+        let mut out = [vdupq_n_u8(0); 16];
+        for p in 0..4 {
+            let q = [vld1q_u8(qs.add(32 * p)), vld1q_u8(qs.add(32 * p + 16))];
+            out[4 * p] = vandq_u8(q[0], vdupq_n_u8(0xF));
+            out[4 * p + 1] = vandq_u8(q[1], vdupq_n_u8(0xF));
+            out[4 * p + 2] = vshrq_n_u8::<4>(q[0]);
+            out[4 * p + 3] = vshrq_n_u8::<4>(q[1]);
+        }
+        out
     }
-    out
 }
 
 /// OR bit `r / 2` of `hb[16 * (r % 2) + l]`, shifted to `to`, into register `r`
 /// (the Q3_K hmask / Q5_K qh layout: bit m of byte l belongs to value 32m + l).
 ///
 /// # Safety
-/// The CPU must support the target features this kernel is compiled for (the dispatch table
-/// installs kernels only after detecting them), and every pointer or slice must cover the
-/// bytes the block layout reads from it.
+/// `hb` must point to 32 readable bytes (a Q3_K hmask or Q5_K qh).
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn add_high_bits(out: &mut Unpacked, hb: *const u8, to: i32) {
-    let h = [vld1q_u8(hb), vld1q_u8(hb.add(16))];
-    for (r, o) in out.iter_mut().enumerate() {
-        let b = bits(h[r % 2], (r / 2) as i32, 1);
-        *o = vorrq_u8(*o, vshlq_u8(b, vdupq_n_s8(to as i8)));
+    // SAFETY: the caller guarantees this function's contract (`# Safety` above): `hb` must point to
+    // 32 readable bytes (a Q3_K hmask or Q5_K qh).
+    unsafe {
+        let h = [vld1q_u8(hb), vld1q_u8(hb.add(16))];
+        for (r, o) in out.iter_mut().enumerate() {
+            let b = bits(h[r % 2], (r / 2) as i32, 1);
+            *o = vorrq_u8(*o, vshlq_u8(b, vdupq_n_s8(to as i8)));
+        }
     }
 }
 
 /// # Safety
-/// The CPU must support the target features this kernel is compiled for (the dispatch table
-/// installs kernels only after detecting them), and every pointer or slice must cover the
-/// bytes the block layout reads from it.
+/// `x` must point to a readable Q6_K block.
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn unpack_q6k(x: *const u8) -> Unpacked {
-    let (ql, qh) = (
-        x.add(offset_of!(BlockQ6K, ql)),
-        x.add(offset_of!(BlockQ6K, qh)),
-    );
-    let mut out = [vdupq_n_u8(0); 16];
-    for h in 0..2 {
-        for half in 0..2 {
-            let o = 16 * half;
-            let l0 = vld1q_u8(ql.add(64 * h + o));
-            let l1 = vld1q_u8(ql.add(64 * h + 32 + o));
-            let hb = vld1q_u8(qh.add(32 * h + o));
-            let hi = |s: i32| vshlq_n_u8::<4>(bits(hb, s, 3));
-            out[8 * h + half] = vorrq_u8(vandq_u8(l0, vdupq_n_u8(0xF)), hi(0));
-            out[8 * h + 2 + half] = vorrq_u8(vandq_u8(l1, vdupq_n_u8(0xF)), hi(2));
-            out[8 * h + 4 + half] = vorrq_u8(vshrq_n_u8::<4>(l0), hi(4));
-            out[8 * h + 6 + half] = vorrq_u8(vshrq_n_u8::<4>(l1), hi(6));
+    // SAFETY: the caller guarantees this function's contract (`# Safety` above): `x` must point to
+    // a readable Q6_K block.
+    unsafe {
+        let (ql, qh) = (
+            x.add(offset_of!(BlockQ6K, ql)),
+            x.add(offset_of!(BlockQ6K, qh)),
+        );
+        let mut out = [vdupq_n_u8(0); 16];
+        for h in 0..2 {
+            for half in 0..2 {
+                let o = 16 * half;
+                let l0 = vld1q_u8(ql.add(64 * h + o));
+                let l1 = vld1q_u8(ql.add(64 * h + 32 + o));
+                let hb = vld1q_u8(qh.add(32 * h + o));
+                let hi = |s: i32| vshlq_n_u8::<4>(bits(hb, s, 3));
+                out[8 * h + half] = vorrq_u8(vandq_u8(l0, vdupq_n_u8(0xF)), hi(0));
+                out[8 * h + 2 + half] = vorrq_u8(vandq_u8(l1, vdupq_n_u8(0xF)), hi(2));
+                out[8 * h + 4 + half] = vorrq_u8(vshrq_n_u8::<4>(l0), hi(4));
+                out[8 * h + 6 + half] = vorrq_u8(vshrq_n_u8::<4>(l1), hi(6));
+            }
         }
+        out
     }
-    out
 }
 
 fn groups_k4(scales: *const u8) -> ([i32; 16], [i32; 16]) {
@@ -200,27 +211,31 @@ fn groups_k4(scales: *const u8) -> ([i32; 16], [i32; 16]) {
 /// checked.
 #[inline(always)]
 unsafe fn dot_q2_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = check(n, DType::Q2_K, w, a);
-    let mut sum = 0.0f32;
-    for i in 0..nb {
-        let x = w.as_ptr().add(i * BlockQ2K::BYTES);
-        let y = a.as_ptr().add(i * BlockQ8K::BYTES);
-        let sc = x
-            .add(offset_of!(BlockQ2K, scales))
-            .cast::<[u8; 16]>()
-            .read_unaligned();
-        let gs: [i32; 16] = std::array::from_fn(|g| (sc[g] & 0xF) as i32);
-        let gm: [i32; 16] = std::array::from_fn(|g| (sc[g] >> 4) as i32);
-        let u = unpack_2bit(x.add(offset_of!(BlockQ2K, qs)));
-        let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs);
-        let (dy, bsums) = q8k_head(y);
-        let (d, dmin) = (
-            f16_at(x.add(offset_of!(BlockQ2K, d))),
-            f16_at(x.add(offset_of!(BlockQ2K, dmin))),
-        );
-        sum += dy * d * isum as f32 - dy * dmin * bsum_dot(&bsums, &gm) as f32;
+    // SAFETY: the caller guarantees this function's contract (`# Safety` above): NEON must be
+    // available (always true on AArch64), and dotprod with `DOT`. Lengths are checked.
+    unsafe {
+        let nb = check(n, DType::Q2_K, w, a);
+        let mut sum = 0.0f32;
+        for i in 0..nb {
+            let x = w.as_ptr().add(i * BlockQ2K::BYTES);
+            let y = a.as_ptr().add(i * BlockQ8K::BYTES);
+            let sc = x
+                .add(offset_of!(BlockQ2K, scales))
+                .cast::<[u8; 16]>()
+                .read_unaligned();
+            let gs: [i32; 16] = std::array::from_fn(|g| (sc[g] & 0xF) as i32);
+            let gm: [i32; 16] = std::array::from_fn(|g| (sc[g] >> 4) as i32);
+            let u = unpack_2bit(x.add(offset_of!(BlockQ2K, qs)));
+            let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs);
+            let (dy, bsums) = q8k_head(y);
+            let (d, dmin) = (
+                f16_at(x.add(offset_of!(BlockQ2K, d))),
+                f16_at(x.add(offset_of!(BlockQ2K, dmin))),
+            );
+            sum += dy * d * isum as f32 - dy * dmin * bsum_dot(&bsums, &gm) as f32;
+        }
+        sum
     }
-    sum
 }
 
 /// NEON twin of `scalar::vec_dot_q3_k_q8_k` (`sdot` for the group sums with `DOT`).
@@ -230,26 +245,30 @@ unsafe fn dot_q2_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// checked.
 #[inline(always)]
 unsafe fn dot_q3_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = check(n, DType::Q3_K, w, a);
-    let mut sum = 0.0f32;
-    for i in 0..nb {
-        let x = w.as_ptr().add(i * BlockQ3K::BYTES);
-        let y = a.as_ptr().add(i * BlockQ8K::BYTES);
-        let sb = x
-            .add(offset_of!(BlockQ3K, scales))
-            .cast::<[u8; 12]>()
-            .read_unaligned();
-        let s8 = scales_q3k(&sb);
-        let gs: [i32; 16] = std::array::from_fn(|g| s8[g] as i32);
-        let mut u = unpack_2bit(x.add(offset_of!(BlockQ3K, qs)));
-        add_high_bits(&mut u, x.add(offset_of!(BlockQ3K, hmask)), 2);
-        let (dy, bsums) = q8k_head(y);
-        // Values were unpacked +4.
-        let isum =
-            scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs) - 4 * bsum_dot(&bsums, &gs);
-        sum += dy * f16_at(x.add(offset_of!(BlockQ3K, d))) * isum as f32;
+    // SAFETY: the caller guarantees this function's contract (`# Safety` above): NEON must be
+    // available (always true on AArch64), and dotprod with `DOT`. Lengths are checked.
+    unsafe {
+        let nb = check(n, DType::Q3_K, w, a);
+        let mut sum = 0.0f32;
+        for i in 0..nb {
+            let x = w.as_ptr().add(i * BlockQ3K::BYTES);
+            let y = a.as_ptr().add(i * BlockQ8K::BYTES);
+            let sb = x
+                .add(offset_of!(BlockQ3K, scales))
+                .cast::<[u8; 12]>()
+                .read_unaligned();
+            let s8 = scales_q3k(&sb);
+            let gs: [i32; 16] = std::array::from_fn(|g| s8[g] as i32);
+            let mut u = unpack_2bit(x.add(offset_of!(BlockQ3K, qs)));
+            add_high_bits(&mut u, x.add(offset_of!(BlockQ3K, hmask)), 2);
+            let (dy, bsums) = q8k_head(y);
+            // Values were unpacked +4.
+            let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs)
+                - 4 * bsum_dot(&bsums, &gs);
+            sum += dy * f16_at(x.add(offset_of!(BlockQ3K, d))) * isum as f32;
+        }
+        sum
     }
-    sum
 }
 
 /// NEON twin of `scalar::vec_dot_q4_k_q8_k` (`sdot` for the group sums with `DOT`).
@@ -259,22 +278,26 @@ unsafe fn dot_q3_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// checked.
 #[inline(always)]
 unsafe fn dot_q4_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = check(n, DType::Q4_K, w, a);
-    let mut sum = 0.0f32;
-    for i in 0..nb {
-        let x = w.as_ptr().add(i * BlockQ4K::BYTES);
-        let y = a.as_ptr().add(i * BlockQ8K::BYTES);
-        let (gs, gm) = groups_k4(x.add(offset_of!(BlockQ4K, scales)));
-        let u = unpack_nibbles(x.add(offset_of!(BlockQ4K, qs)));
-        let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs);
-        let (dy, bsums) = q8k_head(y);
-        let (d, dmin) = (
-            f16_at(x.add(offset_of!(BlockQ4K, d))),
-            f16_at(x.add(offset_of!(BlockQ4K, dmin))),
-        );
-        sum += dy * d * isum as f32 - dy * dmin * bsum_dot(&bsums, &gm) as f32;
+    // SAFETY: the caller guarantees this function's contract (`# Safety` above): NEON must be
+    // available (always true on AArch64), and dotprod with `DOT`. Lengths are checked.
+    unsafe {
+        let nb = check(n, DType::Q4_K, w, a);
+        let mut sum = 0.0f32;
+        for i in 0..nb {
+            let x = w.as_ptr().add(i * BlockQ4K::BYTES);
+            let y = a.as_ptr().add(i * BlockQ8K::BYTES);
+            let (gs, gm) = groups_k4(x.add(offset_of!(BlockQ4K, scales)));
+            let u = unpack_nibbles(x.add(offset_of!(BlockQ4K, qs)));
+            let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs);
+            let (dy, bsums) = q8k_head(y);
+            let (d, dmin) = (
+                f16_at(x.add(offset_of!(BlockQ4K, d))),
+                f16_at(x.add(offset_of!(BlockQ4K, dmin))),
+            );
+            sum += dy * d * isum as f32 - dy * dmin * bsum_dot(&bsums, &gm) as f32;
+        }
+        sum
     }
-    sum
 }
 
 /// NEON twin of `scalar::vec_dot_q5_k_q8_k` (`sdot` for the group sums with `DOT`).
@@ -284,23 +307,27 @@ unsafe fn dot_q4_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// checked.
 #[inline(always)]
 unsafe fn dot_q5_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = check(n, DType::Q5_K, w, a);
-    let mut sum = 0.0f32;
-    for i in 0..nb {
-        let x = w.as_ptr().add(i * BlockQ5K::BYTES);
-        let y = a.as_ptr().add(i * BlockQ8K::BYTES);
-        let (gs, gm) = groups_k4(x.add(offset_of!(BlockQ5K, scales)));
-        let mut u = unpack_nibbles(x.add(offset_of!(BlockQ5K, qs)));
-        add_high_bits(&mut u, x.add(offset_of!(BlockQ5K, qh)), 4);
-        let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs);
-        let (dy, bsums) = q8k_head(y);
-        let (d, dmin) = (
-            f16_at(x.add(offset_of!(BlockQ5K, d))),
-            f16_at(x.add(offset_of!(BlockQ5K, dmin))),
-        );
-        sum += dy * d * isum as f32 - dy * dmin * bsum_dot(&bsums, &gm) as f32;
+    // SAFETY: the caller guarantees this function's contract (`# Safety` above): NEON must be
+    // available (always true on AArch64), and dotprod with `DOT`. Lengths are checked.
+    unsafe {
+        let nb = check(n, DType::Q5_K, w, a);
+        let mut sum = 0.0f32;
+        for i in 0..nb {
+            let x = w.as_ptr().add(i * BlockQ5K::BYTES);
+            let y = a.as_ptr().add(i * BlockQ8K::BYTES);
+            let (gs, gm) = groups_k4(x.add(offset_of!(BlockQ5K, scales)));
+            let mut u = unpack_nibbles(x.add(offset_of!(BlockQ5K, qs)));
+            add_high_bits(&mut u, x.add(offset_of!(BlockQ5K, qh)), 4);
+            let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs);
+            let (dy, bsums) = q8k_head(y);
+            let (d, dmin) = (
+                f16_at(x.add(offset_of!(BlockQ5K, d))),
+                f16_at(x.add(offset_of!(BlockQ5K, dmin))),
+            );
+            sum += dy * d * isum as f32 - dy * dmin * bsum_dot(&bsums, &gm) as f32;
+        }
+        sum
     }
-    sum
 }
 
 /// NEON twin of `scalar::vec_dot_q6_k_q8_k` (`sdot` for the group sums with `DOT`).
@@ -310,24 +337,28 @@ unsafe fn dot_q5_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// checked.
 #[inline(always)]
 unsafe fn dot_q6_k<const DOT: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = check(n, DType::Q6_K, w, a);
-    let mut sum = 0.0f32;
-    for i in 0..nb {
-        let x = w.as_ptr().add(i * BlockQ6K::BYTES);
-        let y = a.as_ptr().add(i * BlockQ8K::BYTES);
-        let s8 = x
-            .add(offset_of!(BlockQ6K, scales))
-            .cast::<[i8; 16]>()
-            .read_unaligned();
-        let gs: [i32; 16] = std::array::from_fn(|g| s8[g] as i32);
-        let u = unpack_q6k(x);
-        let (dy, bsums) = q8k_head(y);
-        // Values were unpacked +32.
-        let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs)
-            - 32 * bsum_dot(&bsums, &gs);
-        sum += dy * f16_at(x.add(offset_of!(BlockQ6K, d))) * isum as f32;
+    // SAFETY: the caller guarantees this function's contract (`# Safety` above): NEON must be
+    // available (always true on AArch64), and dotprod with `DOT`. Lengths are checked.
+    unsafe {
+        let nb = check(n, DType::Q6_K, w, a);
+        let mut sum = 0.0f32;
+        for i in 0..nb {
+            let x = w.as_ptr().add(i * BlockQ6K::BYTES);
+            let y = a.as_ptr().add(i * BlockQ8K::BYTES);
+            let s8 = x
+                .add(offset_of!(BlockQ6K, scales))
+                .cast::<[i8; 16]>()
+                .read_unaligned();
+            let gs: [i32; 16] = std::array::from_fn(|g| s8[g] as i32);
+            let u = unpack_q6k(x);
+            let (dy, bsums) = q8k_head(y);
+            // Values were unpacked +32.
+            let isum = scaled_sum::<DOT>(&u, y.add(offset_of!(BlockQ8K, qs)), &gs)
+                - 32 * bsum_dot(&bsums, &gs);
+            sum += dy * f16_at(x.add(offset_of!(BlockQ6K, d))) * isum as f32;
+        }
+        sum
     }
-    sum
 }
 
 macro_rules! neon_rows {

@@ -49,7 +49,7 @@ fn h2f(h: u16) -> __m128 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load_w<const T: u8>(p: *const u8) -> (__m256i, __m256, __m256) {
-    // SAFETY (loads): `p` points at one whole block in the ggml layout (blocks/legacy.rs).
+    // SAFETY: (loads) `p` points at one whole block in the ggml layout (blocks/legacy.rs).
     let q = unsafe {
         if T == Q8_0 {
             _mm256_loadu_si256(p.add(2) as *const __m256i)
@@ -84,9 +84,10 @@ unsafe fn load_w<const T: u8>(p: *const u8) -> (__m256i, __m256, __m256) {
             }
         }
     };
-    // SAFETY: d (and m) are the first f16s of the block.
+    // SAFETY: d is the block's first f16.
     let d = _mm256_broadcastss_ps(h2f(unsafe { rd16(p) }));
     let m = if has_min(T) {
+        // SAFETY: m is the block's second f16 (Q4_1/Q5_1), at byte 2.
         _mm256_zextps128_ps256(h2f(unsafe { rd16(p.add(2)) }))
     } else {
         _mm256_setzero_ps()
@@ -101,9 +102,10 @@ unsafe fn load_a<const T: u8>(p: *const u8) -> (__m256i, __m256, __m256, __m256i
     let qoff = if has_min(T) { 4 } else { 2 };
     // SAFETY: `p` points at one whole activation block.
     let q = unsafe { _mm256_loadu_si256(p.add(qoff) as *const __m256i) };
-    // SAFETY: header f16s at the block start.
+    // SAFETY: d is the block's first f16.
     let d = _mm256_broadcastss_ps(h2f(unsafe { rd16(p) }));
     let s = if has_min(T) {
+        // SAFETY: s is the block's second f16 (Q8_1), at byte 2.
         _mm256_broadcastss_ps(h2f(unsafe { rd16(p.add(2)) }))
     } else {
         _mm256_setzero_ps()

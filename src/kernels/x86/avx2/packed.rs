@@ -385,9 +385,10 @@ macro_rules! panel_gemm {
                         if TT <= 2 && h == 0 {
                             prefetch_ahead(q, l.quant_bytes);
                         }
-                        // SAFETY: q is block b's aligned quants.
-                        let w: [__m256i; 8] =
-                            std::array::from_fn(|i| unsafe { weights::<T>(q, h, i) });
+                        let w: [__m256i; 8] = std::array::from_fn(|i| {
+                            // SAFETY: q is block b's aligned quants.
+                            unsafe { weights::<T>(q, h, i) }
+                        });
                         let sc = panel.wrapping_add(l.scales_at(b) + 16 * h);
                         // SAFETY: half h of block b's d (and m, 32 bytes on) lies in the
                         // panel, 16-byte aligned.

@@ -91,7 +91,7 @@ unsafe fn gather_dwords(p: &[*const u8; LANES], off: usize) -> __m512i {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn unpack<const T: u8>(p: &[*const u8; LANES]) -> ([__m512i; 8], __m512, __m512) {
     let mut w = [_mm512_setzero_si512(); 8];
-    // SAFETY (both branches): row pointers address whole blocks of valid rows (qh included).
+    // SAFETY: (both branches) row pointers address whole blocks of valid rows (qh included).
     unsafe {
         if T == Q8_0 {
             let lo = transpose16x4(p, 2);

@@ -44,8 +44,10 @@ unsafe fn rd32(p: *const u8) -> u32 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn header_pair<const TWO: bool>(p0: *const u8, p1: *const u8) -> __m512 {
-    // SAFETY: every block starts with at least 4 header/data bytes.
+    // SAFETY: every block starts with at least 4 header/data bytes; `p1` is read only when
+    // TWO says it addresses a block.
     let h1 = if TWO { unsafe { rd32(p1) } } else { 0 };
+    // SAFETY: as for `p1`: `p0` addresses a whole block.
     let h0 = unsafe { rd32(p0) };
     let v = _mm_set_epi32(0, 0, h1 as i32, h0 as i32);
     _mm512_castps128_ps512(_mm_cvtph_ps(v))
@@ -58,7 +60,7 @@ unsafe fn header_pair<const TWO: bool>(p0: *const u8, p1: *const u8) -> __m512 {
 unsafe fn load_w<const T: u8, const TWO: bool>(p: *const u8) -> (__m512i, __m512, __m512) {
     let bw = wdt(T).block_bytes();
     let p1 = p.wrapping_add(bw);
-    // SAFETY (all loads below): `p` points at a whole block of the row and, when TWO, `p1`
+    // SAFETY: (all loads below) `p` points at a whole block of the row and, when TWO, `p1`
     // at the next one; offsets stay inside the ggml block layout (blocks/legacy.rs).
     let q = unsafe {
         if T == Q8_0 {

@@ -75,13 +75,18 @@ unsafe fn tile<const RM: usize, const RN: usize>(
         for r in 0..RM {
             // SAFETY: block b of row r is in bounds (caller contract).
             let p = unsafe { w.add(r * wr + b * WB) };
+            // SAFETY: `p` is a whole Q4_1 block (20 bytes: d, m, 16 quant bytes) and this
+            // function's features cover `nibbles`'.
             wq[r] = unsafe { nibbles(p) };
+            // SAFETY: d and m are the block's first 4 bytes.
             wdm[r] = unsafe { f16_pair(p) };
         }
         for t in 0..RN {
             // SAFETY: block b of token t is in bounds (caller contract).
             let p = unsafe { a.add(t * ar + b * AB) };
+            // SAFETY: a Q8_1 block holds d, s and then its 32 quants at bytes 4..36.
             let aq = unsafe { _mm256_loadu_si256(p.add(4) as *const __m256i) };
+            // SAFETY: d and s are the block's first 4 bytes.
             let (ad, as_) = unsafe { f16_pair(p) };
             for r in 0..RM {
                 let (wd, wm) = wdm[r];

@@ -28,6 +28,16 @@ fn has_vnni() -> bool {
     has_avx512() && is_x86_feature_detected!("avx512vnni")
 }
 
+/// `cond` (the features `isa`'s kernels need are present); when not, a reported skip.
+fn runs(cond: bool, isa: &str) -> bool {
+    if !cond {
+        crate::test_skip::skip(&format!(
+            "this CPU lacks {isa}: its K-quant kernels are not tested"
+        ));
+    }
+    cond
+}
+
 /// Every SIMD dot product this CPU can run, with the scalar twin it must match.
 fn dots() -> Vec<(DType, &'static str, Dot, Dot)> {
     let mut v: Vec<(DType, &'static str, Dot, Dot)> = Vec::new();
@@ -36,7 +46,15 @@ fn dots() -> Vec<(DType, &'static str, Dot, Dot)> {
     macro_rules! push {
         ($cond:expr, $isa:literal, $d:expr, $simd:path, $scalar:path) => {
             if $cond {
-                v.push(($d, $isa, |n, w, a| unsafe { $simd(n, w, a) }, $scalar));
+                v.push((
+                    $d,
+                    $isa,
+                    |n, w, a| {
+                        // SAFETY: pushed only when `$cond` detected the features `$simd` needs.
+                        unsafe { $simd(n, w, a) }
+                    },
+                    $scalar,
+                ));
             }
         };
     }
@@ -80,9 +98,13 @@ fn dots() -> Vec<(DType, &'static str, Dot, Dot)> {
             );
         }};
     }
-    all_types!(has_avx2(), "avx2", crate::kernels::x86::avx2::kquants);
-    all_types!(has_avx512(), "avx512", super::bw);
-    all_types!(has_vnni(), "avx512vnni", super::vnni);
+    all_types!(
+        runs(has_avx2(), "avx2"),
+        "avx2",
+        crate::kernels::x86::avx2::kquants
+    );
+    all_types!(runs(has_avx512(), "avx512"), "avx512", super::bw);
+    all_types!(runs(has_vnni(), "avx512vnni"), "avx512vnni", super::vnni);
     v
 }
 
@@ -141,7 +163,9 @@ proptest! {
         x in prop::collection::vec(
             prop_oneof![-1e3f32..1e3, -1.0f32..1.0, Just(0.0f32), Just(f32::NAN)], 512),
     ) {
-        prop_assume!(has_avx2());
+        if !runs(has_avx2(), "avx2") {
+            return Ok(());
+        }
         let mut want = vec![0u8; 2 * 292];
         let mut got = vec![0u8; 2 * 292];
         scalar::quantize_row_q8_k(&x, &mut want);
@@ -209,9 +233,13 @@ fn gemms() -> Vec<(DType, &'static str, Gemm, Dot)> {
             }
         }};
     }
-    all_types!(has_avx2(), "avx2", crate::kernels::x86::avx2::kquants);
-    all_types!(has_avx512(), "avx512", super::bw);
-    all_types!(has_vnni(), "avx512vnni", super::vnni);
+    all_types!(
+        runs(has_avx2(), "avx2"),
+        "avx2",
+        crate::kernels::x86::avx2::kquants
+    );
+    all_types!(runs(has_avx512(), "avx512"), "avx512", super::bw);
+    all_types!(runs(has_vnni(), "avx512vnni"), "avx512vnni", super::vnni);
     v
 }
 

@@ -1,4 +1,4 @@
-//! Structured output and tool calling: `response_format`, `tools`, `tool_choice`, and the
+//! The wire types of structured output and tool calling: `response_format`, `tools`, `tool_choice`, and the
 //! tool calls of a reply (whole, and as stream deltas).
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,214 @@
+//! The validated settings, with their defaults (the values `config/default.toml` shows).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The default model path, relative to the working directory.
+pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// GGUF model file.
+    pub model_path: PathBuf,
+    /// Chat template overriding the model's `tokenizer.chat_template`, if any.
+    pub chat_template: Option<PathBuf>,
+    /// The model id the API serves (default: the model file's stem).
+    pub model_name: Option<String>,
+    /// Other ids requests may use for the model.
+    pub model_aliases: Vec<String>,
+    /// Threads per engine worker's team; 0 means the physical cores this process may use
+    /// divided among the workers ([`crate::engine::cpus::default_threads`]).
+    pub threads: usize,
+    /// Engine workers (replicas sharing the weights, each with its own KV cache and batch).
+    pub workers: usize,
+    /// The KV cache budget over all workers.
+    pub kv_cache: KvBudget,
+    pub scheduler: SchedulerSettings,
+    pub server: ServerSettings,
+    pub log: LogSettings,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            model_path: PathBuf::from(DEFAULT_MODEL_PATH),
+            chat_template: None,
+            threads: 0,
+            workers: 1,
+            kv_cache: KvBudget::Auto,
+            scheduler: SchedulerSettings::default(),
+            model_name: None,
+            model_aliases: Vec::new(),
+            server: ServerSettings::default(),
+            log: LogSettings::default(),
+        }
+    }
+}
+
+/// `[log]`: how `kiln serve` logs. `KILN_LOG` / `RUST_LOG` win over `level`, and
+/// `--log-format` / `KILN_LOG_FORMAT` over `format`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    /// A tracing env-filter directive: `info`, `warn,kiln::access=info`, ...
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        LogSettings {
+            level: "info".to_string(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// Log lines as readable text or one JSON object each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// How much KV cache to allocate (over all workers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvBudget {
+    /// [`KV_AUTO_SHARE_PERCENT`] of the machine's memory, at most [`KV_AUTO_CAP_BYTES`].
+    Auto,
+    Bytes(u64),
+    Positions(u64),
+}
+
+/// The automatic KV budget: this share of total memory...
+pub const KV_AUTO_SHARE_PERCENT: u64 = 10;
+/// ...capped at 2 GiB (~93k positions of the default model, 22.5 KiB each): room for a few
+/// dozen long conversations on a small CPU model without taking the machine's memory.
+pub const KV_AUTO_CAP_BYTES: u64 = 2 << 30;
+
+impl KvBudget {
+    /// Bytes, given the bytes one position takes and the machine's memory (None: unknown).
+    pub fn bytes(self, bytes_per_position: u64, mem_total: Option<u64>) -> u64 {
+        match self {
+            KvBudget::Bytes(b) => b,
+            KvBudget::Positions(p) => p.saturating_mul(bytes_per_position),
+            KvBudget::Auto => mem_total
+                .map(|m| m / 100 * KV_AUTO_SHARE_PERCENT)
+                .unwrap_or(KV_AUTO_CAP_BYTES)
+                .min(KV_AUTO_CAP_BYTES),
+        }
+    }
+}
+
+/// `[scheduler]`: continuous batching limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerSettings {
+    /// Sequences decoding together in one step.
+    pub max_num_seqs: usize,
+    /// New tokens per step (decode tokens + prefill chunks).
+    pub max_batch_tokens: usize,
+    /// Prompt tokens per step while any sequence is decoding: bounds a step's time, and so
+    /// the inter-token latency running streams see while prompts are read in.
+    pub max_prefill_while_decoding: usize,
+    /// Requests accepted but not yet running; beyond it new requests are refused (HTTP 429).
+    pub max_waiting: usize,
+    /// Preemptions one sequence may suffer before others are chosen instead.
+    pub max_preemptions: u32,
+    /// Reuse the KV of prompt prefixes seen before.
+    pub prefix_cache: bool,
+}
+
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        SchedulerSettings {
+            max_num_seqs: 32,
+            max_batch_tokens: 512,
+            max_prefill_while_decoding: 64,
+            max_waiting: 256,
+            max_preemptions: 4,
+            prefix_cache: true,
+        }
+    }
+}
+
+/// `[server]`: the HTTP API's address, limits, keys and timeouts.
+#[derive(Clone, PartialEq)]
+pub struct ServerSettings {
+    pub host: String,
+    /// 0 picks a free port (printed at start-up).
+    pub port: u16,
+    /// Largest request body; a longer one is refused (413) without reading it all.
+    pub max_body_bytes: usize,
+    /// Longest prompt in tokens; 0 = the model's context.
+    pub max_prompt_tokens: usize,
+    /// `max_tokens` when a request gives none (further capped by the context left).
+    pub max_tokens_default: usize,
+    /// Largest `max_tokens` a request may ask for (400 above it).
+    pub max_tokens_cap: usize,
+    /// Largest `n` (also capped by the scheduler's max_num_seqs and the engine's 16).
+    pub max_n: usize,
+    /// Most stop strings per request.
+    pub max_stop_strings: usize,
+    /// Most `logit_bias` entries per request.
+    pub max_logit_bias: usize,
+    /// A request running longer is aborted; None = no limit.
+    pub request_timeout: Option<Duration>,
+    /// On SIGTERM, how long requests in flight may take to finish before they are aborted.
+    pub drain_timeout: Duration,
+    /// Idle time after which a stream gets a `: keep-alive` comment.
+    pub sse_keep_alive: Duration,
+    /// Accepted API keys (empty with no `api_keys_file`: no authentication).
+    pub api_keys: Vec<String>,
+    /// A file of API keys, one per line (blank lines and `#` comments ignored).
+    pub api_keys_file: Option<PathBuf>,
+    /// Serve `/metrics` without an API key.
+    pub metrics_public: bool,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            host: "127.0.0.1".to_string(),
+            port: 8080,
+            max_body_bytes: 8 << 20,
+            max_prompt_tokens: 0,
+            max_tokens_default: 1024,
+            max_tokens_cap: 8192,
+            max_n: 16,
+            max_stop_strings: 16,
+            max_logit_bias: 1024,
+            request_timeout: Some(Duration::from_secs(600)),
+            drain_timeout: Duration::from_secs(30),
+            sse_keep_alive: Duration::from_secs(5),
+            api_keys: Vec::new(),
+            api_keys_file: None,
+            metrics_public: false,
+        }
+    }
+}
+
+/// Secrets stay out of logs: keys show as their count.
+impl std::fmt::Debug for ServerSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSettings")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_prompt_tokens", &self.max_prompt_tokens)
+            .field("max_tokens_default", &self.max_tokens_default)
+            .field("max_tokens_cap", &self.max_tokens_cap)
+            .field("max_n", &self.max_n)
+            .field("max_stop_strings", &self.max_stop_strings)
+            .field("max_logit_bias", &self.max_logit_bias)
+            .field("request_timeout", &self.request_timeout)
+            .field("drain_timeout", &self.drain_timeout)
+            .field("sse_keep_alive", &self.sse_keep_alive)
+            .field(
+                "api_keys",
+                &format_args!("[{} masked]", self.api_keys.len()),
+            )
+            .field("api_keys_file", &self.api_keys_file)
+            .field("metrics_public", &self.metrics_public)
+            .finish()
+    }
+}

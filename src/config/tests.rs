@@ -1,0 +1,149 @@
+use super::*;
+use std::io::Write;
+
+#[test]
+fn empty_file_is_default() {
+    assert_eq!(Config::parse("").unwrap(), Config::default());
+    assert_eq!(Config::load(None, &[]).unwrap(), Config::default());
+}
+
+#[test]
+fn shipped_default_parses() {
+    let text = include_str!("../../config/default.toml");
+    let c = Config::parse(text).unwrap();
+    assert_eq!(c.model_path, PathBuf::from(DEFAULT_MODEL_PATH));
+    // Every value the shipped file writes out is the built-in default.
+    assert_eq!(c, Config::default());
+}
+
+#[test]
+fn unknown_key_is_rejected() {
+    let e = Config::parse("[engine]\nthreadz = 2\n").unwrap_err();
+    assert!(e.to_string().contains("threadz"), "{e}");
+}
+
+#[test]
+fn kv_budget_forms() {
+    let c = Config::parse("[engine]\nkv_cache = \"512MiB\"\n").unwrap();
+    assert_eq!(c.kv_cache, KvBudget::Bytes(512 << 20));
+    let c = Config::parse("[engine]\nkv_cache = 4096\n").unwrap();
+    assert_eq!(c.kv_cache, KvBudget::Positions(4096));
+    assert_eq!(c.kv_cache.bytes(100, None), 409_600);
+    let c = Config::parse("[engine]\nkv_cache = \"auto\"\n").unwrap();
+    assert_eq!(c.kv_cache.bytes(1, Some(8 << 30)), (8u64 << 30) / 100 * 10);
+    assert_eq!(c.kv_cache.bytes(1, Some(1 << 40)), KV_AUTO_CAP_BYTES);
+    let e = Config::parse("[engine]\nkv_cache = \"lots\"\n").unwrap_err();
+    assert!(e.to_string().contains("engine.kv_cache"), "{e}");
+    assert_eq!(parse_bytes("1.5GB"), Some(1_500_000_000));
+    assert_eq!(parse_bytes("2 GiB"), Some(2 << 30));
+    assert_eq!(parse_bytes("-1GiB"), None);
+}
+
+#[test]
+fn scheduler_limits_are_checked() {
+    let e = Config::parse("[scheduler]\nmax_num_seqs = 0\n").unwrap_err();
+    assert!(e.to_string().contains("scheduler.max_num_seqs"), "{e}");
+    let e = Config::parse("[scheduler]\nmax_num_seqs = 64\nmax_batch_tokens = 32\n").unwrap_err();
+    assert!(e.to_string().contains("max_batch_tokens"), "{e}");
+    let e = Config::parse("[scheduler]\nmax_nums_seqs = 4\n").unwrap_err();
+    assert!(e.to_string().contains("max_nums_seqs"), "{e}");
+}
+
+/// Settings that would leave a server that starts but cannot serve (or hangs) are errors
+/// naming their key.
+#[test]
+fn degenerate_settings_are_errors_naming_the_key() {
+    for (text, key) in [
+        ("[scheduler]\nmax_waiting = 0\n", "scheduler.max_waiting"),
+        ("[scheduler]\nmax_num_seqs = 0\n", "scheduler.max_num_seqs"),
+        (
+            "[scheduler]\nmax_batch_tokens = 0\n",
+            "scheduler.max_batch_tokens",
+        ),
+        (
+            "[scheduler]\nmax_prefill_while_decoding = 0\n",
+            "scheduler.max_prefill_while_decoding",
+        ),
+        ("[engine]\nworkers = 0\n", "engine.workers"),
+        ("[engine]\nkv_cache = 0\n", "engine.kv_cache"),
+        ("[engine]\nkv_cache = \"0MiB\"\n", "engine.kv_cache"),
+        ("[server]\nmax_tokens_cap = 0\n", "server.max_tokens_cap"),
+        (
+            "[server]\nmax_tokens_default = 0\n",
+            "server.max_tokens_default",
+        ),
+        ("[server]\nmax_n = 0\n", "server.max_n"),
+        ("[server]\nmax_body_bytes = 0\n", "server.max_body_bytes"),
+        (
+            "[server]\nrequest_timeout = 0.001\n",
+            "server.request_timeout",
+        ),
+        ("[server]\nsse_keep_alive = 0\n", "server.sse_keep_alive"),
+        ("[server]\nhost = \" \"\n", "server.host"),
+        ("[log]\nlevel = \"\"\n", "log.level"),
+    ] {
+        let e = Config::parse(text).expect_err(text);
+        assert!(
+            matches!(&e, ConfigError::Invalid { key: k, .. } if *k == key),
+            "{text}: {e}"
+        );
+    }
+}
+
+#[test]
+fn server_settings_and_overrides() {
+    let c = Config::parse(
+        "[server]\nport = 0\nmax_body_bytes = \"64KiB\"\nrequest_timeout = 0\napi_keys = [\"k1\"]\n",
+    )
+    .unwrap();
+    assert_eq!(c.server.port, 0);
+    assert_eq!(c.server.max_body_bytes, 64 << 10);
+    assert_eq!(c.server.request_timeout, None);
+    // Keys never show in Debug output (the effective config is logged).
+    assert!(!format!("{c:?}").contains("k1"));
+    let c =
+        Config::parse("[log]\nlevel = \"warn,kiln::access=info\"\nformat = \"JSON\"\n").unwrap();
+    assert_eq!(c.log.format, LogFormat::Json);
+    assert_eq!(c.log.level, "warn,kiln::access=info");
+    let e = Config::parse("[log]\nformat = \"xml\"\n").unwrap_err();
+    assert!(e.to_string().contains("log.format"), "{e}");
+    let e = Config::parse("[server]\nportt = 1\n").unwrap_err();
+    assert!(e.to_string().contains("portt"), "{e}");
+    let e = Config::parse("[server]\ndrain_timeout = -1\n").unwrap_err();
+    assert!(e.to_string().contains("server.drain_timeout"), "{e}");
+}
+
+/// One way in: a file, overrides over it, one validation; errors name the file.
+#[test]
+fn load_reads_a_file_then_overrides() {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(b"[server]\nport = 1\n").unwrap();
+    let c = Config::load(
+        Some(f.path()),
+        &[
+            ("server.port", toml::Value::Integer(9)),
+            ("model.name", toml::Value::String("m".into())),
+        ],
+    )
+    .unwrap();
+    assert_eq!((c.server.port, c.model_name.as_deref()), (9, Some("m")));
+    let e = Config::load(None, &[("server.max_n", toml::Value::Integer(99))]).unwrap_err();
+    assert!(e.to_string().contains("server.max_n"), "{e}");
+    let e = Config::load(None, &[("scheduler.max_waiting", toml::Value::Integer(0))]).unwrap_err();
+    assert!(e.to_string().contains("scheduler.max_waiting"), "{e}");
+    let mut bad = tempfile::NamedTempFile::new().unwrap();
+    bad.write_all(b"[server\n").unwrap();
+    let e = Config::load(Some(bad.path()), &[]).unwrap_err();
+    assert!(
+        e.to_string().contains(&bad.path().display().to_string()),
+        "{e}"
+    );
+    let e = Config::load(Some(Path::new("/nonexistent/kiln.toml")), &[]).unwrap_err();
+    assert!(matches!(e, ConfigError::Read { .. }), "{e}");
+}
+
+#[test]
+fn absurd_threads_rejected() {
+    let e = Config::parse("[engine]\nthreads = 100000\n").unwrap_err();
+    assert!(e.to_string().contains("engine.threads"), "{e}");
+}

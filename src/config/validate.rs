@@ -1,0 +1,284 @@
+//! From the file as written ([`RawConfig`]) to validated settings: defaults filled in, every
+//! value checked. A setting that would leave the server unable to serve (a queue of 0, a KV
+//! cache of 0, fewer batch tokens than sequences, ...) is an error naming its key, never a
+//! server that starts and then refuses or hangs.
+
+use super::raw::{RawConfig, RawLog, RawScheduler, RawServer, RawSize};
+use super::settings::{
+    Config, KvBudget, LogFormat, LogSettings, SchedulerSettings, ServerSettings,
+};
+use super::{parse_bytes, ConfigError};
+use std::time::Duration;
+
+/// Upper bound on `engine.threads`, to catch typos such as 20000.
+const MAX_THREADS: usize = 1024;
+
+fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
+}
+
+/// `v`, or an error unless `lo <= v <= hi`.
+fn in_range<T>(key: &'static str, v: T, lo: T, hi: T) -> Result<T, ConfigError>
+where
+    T: PartialOrd + std::fmt::Display + Copy,
+{
+    if lo <= v && v <= hi {
+        Ok(v)
+    } else {
+        Err(invalid(key, format!("{v} is not between {lo} and {hi}")))
+    }
+}
+
+/// Seconds from 0 to 10^7.
+fn seconds(key: &'static str, v: Option<f64>, default: Duration) -> Result<Duration, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(s) if s.is_finite() && (0.0..=1e7).contains(&s) => Ok(Duration::from_secs_f64(s)),
+        Some(s) => Err(invalid(
+            key,
+            format!("{s} is not a number of seconds from 0 to 10^7"),
+        )),
+    }
+}
+
+impl TryFrom<RawConfig> for Config {
+    type Error = ConfigError;
+
+    fn try_from(raw: RawConfig) -> Result<Config, ConfigError> {
+        let d = Config::default();
+        let threads = raw.engine.threads.unwrap_or(d.threads);
+        in_range("engine.threads", threads, 0, MAX_THREADS)?;
+        let workers = in_range(
+            "engine.workers",
+            raw.engine.workers.unwrap_or(d.workers),
+            1,
+            64,
+        )?;
+        let kv_cache = kv_budget(raw.engine.kv_cache)?;
+        let model_name = raw.model.name.map(|n| n.trim().to_string());
+        if model_name.as_deref() == Some("") {
+            return Err(invalid("model.name", "must not be empty"));
+        }
+        let model_aliases: Vec<String> = raw
+            .model
+            .aliases
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| a.trim().to_string())
+            .filter(|a| !a.is_empty())
+            .collect();
+        Ok(Config {
+            model_path: raw.model.path.unwrap_or(d.model_path),
+            chat_template: raw.model.chat_template,
+            model_name,
+            model_aliases,
+            threads,
+            workers,
+            kv_cache,
+            scheduler: scheduler_settings(raw.scheduler)?,
+            server: server_settings(raw.server)?,
+            log: log_settings(raw.log)?,
+        })
+    }
+}
+
+/// `engine.kv_cache`: "auto", a size, or positions; never zero (nothing could run).
+fn kv_budget(raw: Option<RawSize>) -> Result<KvBudget, ConfigError> {
+    const KEY: &str = "engine.kv_cache";
+    let b = match raw {
+        None => KvBudget::Auto,
+        Some(RawSize::Number(p)) => KvBudget::Positions(p),
+        Some(RawSize::Text(t)) if t.trim().eq_ignore_ascii_case("auto") => KvBudget::Auto,
+        Some(RawSize::Text(t)) => KvBudget::Bytes(parse_bytes(&t).ok_or_else(|| {
+            invalid(
+                KEY,
+                format!(
+                    "{t:?} is not a size (\"2GiB\", \"512MiB\"), \"auto\" or a number of positions"
+                ),
+            )
+        })?),
+    };
+    if matches!(b, KvBudget::Positions(0) | KvBudget::Bytes(0)) {
+        return Err(invalid(KEY, "0 holds no position: no request could run"));
+    }
+    Ok(b)
+}
+
+/// Validates `[scheduler]`.
+fn scheduler_settings(rs: RawScheduler) -> Result<SchedulerSettings, ConfigError> {
+    let ds = SchedulerSettings::default();
+    let s = SchedulerSettings {
+        max_num_seqs: in_range(
+            "scheduler.max_num_seqs",
+            rs.max_num_seqs.unwrap_or(ds.max_num_seqs),
+            1,
+            1024,
+        )?,
+        max_batch_tokens: in_range(
+            "scheduler.max_batch_tokens",
+            rs.max_batch_tokens.unwrap_or(ds.max_batch_tokens),
+            1,
+            65536,
+        )?,
+        max_prefill_while_decoding: in_range(
+            "scheduler.max_prefill_while_decoding",
+            rs.max_prefill_while_decoding
+                .unwrap_or(ds.max_prefill_while_decoding),
+            1,
+            65536,
+        )?,
+        // 0 would refuse every request: nothing may wait for its first step.
+        max_waiting: in_range(
+            "scheduler.max_waiting",
+            rs.max_waiting.unwrap_or(ds.max_waiting),
+            1,
+            1 << 20,
+        )?,
+        max_preemptions: in_range(
+            "scheduler.max_preemptions",
+            rs.max_preemptions.unwrap_or(ds.max_preemptions),
+            0,
+            1 << 20,
+        )?,
+        prefix_cache: rs.prefix_cache.unwrap_or(ds.prefix_cache),
+    };
+    if s.max_batch_tokens < s.max_num_seqs {
+        return Err(invalid(
+            "scheduler.max_batch_tokens",
+            format!(
+                "{} is below scheduler.max_num_seqs ({}): every running sequence needs a token per step",
+                s.max_batch_tokens, s.max_num_seqs
+            ),
+        ));
+    }
+    Ok(s)
+}
+
+/// Validates `[log]` (the level's syntax is checked when logging starts).
+fn log_settings(raw: RawLog) -> Result<LogSettings, ConfigError> {
+    let d = LogSettings::default();
+    let format = match raw.format.as_deref().map(str::trim) {
+        None => d.format,
+        Some(f) if f.eq_ignore_ascii_case("text") => LogFormat::Text,
+        Some(f) if f.eq_ignore_ascii_case("json") => LogFormat::Json,
+        Some(f) => {
+            return Err(invalid(
+                "log.format",
+                format!("{f:?} is neither \"text\" nor \"json\""),
+            ))
+        }
+    };
+    let level = raw.level.map(|l| l.trim().to_string()).unwrap_or(d.level);
+    if level.is_empty() {
+        return Err(invalid("log.level", "must not be empty"));
+    }
+    Ok(LogSettings { level, format })
+}
+
+/// Validates `[server]`.
+fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
+    let d = ServerSettings::default();
+    let host = raw.host.unwrap_or(d.host).trim().to_string();
+    if host.is_empty() {
+        return Err(invalid("server.host", "must not be empty"));
+    }
+    let max_body_bytes = match raw.max_body_bytes {
+        None => d.max_body_bytes as u64,
+        Some(RawSize::Number(b)) => b,
+        Some(RawSize::Text(t)) => parse_bytes(&t).ok_or_else(|| {
+            invalid(
+                "server.max_body_bytes",
+                format!("{t:?} is not a size (\"8MiB\", \"65536\")"),
+            )
+        })?,
+    };
+    if !(1024..=1 << 30).contains(&max_body_bytes) {
+        return Err(invalid(
+            "server.max_body_bytes",
+            format!("{max_body_bytes} is not between 1 KiB and 1 GiB"),
+        ));
+    }
+    let count = |key: &'static str, v: Option<usize>, dv: usize, lo: usize, hi: usize| {
+        in_range(key, v.unwrap_or(dv), lo, hi)
+    };
+    let max_tokens_cap = count(
+        "server.max_tokens_cap",
+        raw.max_tokens_cap,
+        d.max_tokens_cap,
+        1,
+        1 << 24,
+    )?;
+    let max_tokens_default = count(
+        "server.max_tokens_default",
+        raw.max_tokens_default,
+        d.max_tokens_default,
+        1,
+        max_tokens_cap,
+    )?;
+    let request_timeout = seconds(
+        "server.request_timeout",
+        raw.request_timeout,
+        d.request_timeout.unwrap_or_default(),
+    )?;
+    // Below 0.1 s (other than 0, no limit) every request would time out.
+    if !request_timeout.is_zero() && request_timeout < Duration::from_millis(100) {
+        return Err(invalid(
+            "server.request_timeout",
+            "must be 0 (no limit) or at least 0.1 seconds",
+        ));
+    }
+    let sse_keep_alive = seconds(
+        "server.sse_keep_alive",
+        raw.sse_keep_alive,
+        d.sse_keep_alive,
+    )?;
+    if sse_keep_alive < Duration::from_millis(100) {
+        return Err(invalid(
+            "server.sse_keep_alive",
+            "must be at least 0.1 seconds",
+        ));
+    }
+    let api_keys: Vec<String> = raw.api_keys.unwrap_or_default();
+    if api_keys
+        .iter()
+        .any(|k| k.trim().is_empty() || k.trim() != k)
+    {
+        return Err(invalid(
+            "server.api_keys",
+            "keys must be non-empty and without surrounding spaces",
+        ));
+    }
+    Ok(ServerSettings {
+        host,
+        port: raw.port.unwrap_or(d.port),
+        max_body_bytes: max_body_bytes as usize,
+        max_prompt_tokens: raw.max_prompt_tokens.unwrap_or(d.max_prompt_tokens),
+        max_tokens_default,
+        max_tokens_cap,
+        // The engine's own limits: 16 choices, 16 stop strings, 1024 logit_bias entries.
+        max_n: count("server.max_n", raw.max_n, d.max_n, 1, 16)?,
+        max_stop_strings: count(
+            "server.max_stop_strings",
+            raw.max_stop_strings,
+            d.max_stop_strings,
+            0,
+            16,
+        )?,
+        max_logit_bias: count(
+            "server.max_logit_bias",
+            raw.max_logit_bias,
+            d.max_logit_bias,
+            0,
+            1024,
+        )?,
+        request_timeout: (!request_timeout.is_zero()).then_some(request_timeout),
+        drain_timeout: seconds("server.drain_timeout", raw.drain_timeout, d.drain_timeout)?,
+        sse_keep_alive,
+        api_keys,
+        api_keys_file: raw.api_keys_file,
+        metrics_public: raw.metrics_public.unwrap_or(d.metrics_public),
+    })
+}

@@ -1,0 +1,31 @@
+//! How the engine is laid out: the settings [`crate::scheduler::setup`] derives from the
+//! configuration and the workers are built from.
+
+use crate::scheduler::fault::FaultInjection;
+use crate::scheduler::state::Limits;
+
+/// How the engine is laid out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// Engine workers: replicas sharing the model's weights, each with its own KV cache, worker
+    /// team and batch. Requests go to the least loaded.
+    pub workers: usize,
+    /// Threads per worker team (0 = [`crate::engine::cpus::default_threads`]).
+    pub threads: usize,
+    /// KV positions per worker.
+    pub kv_positions: usize,
+    /// Positions per KV block.
+    pub block_size: usize,
+    /// Scheduler limits (`n_ctx` is taken from the model when 0, and capped by it).
+    pub limits: Limits,
+    /// Testing only: faults to inject (each worker has its own copy), to exercise the fault
+    /// path with a real process.
+    pub faults: Vec<FaultInjection>,
+    /// Events a request's stream may leave unread before the request is aborted
+    /// ([`MAX_UNREAD_EVENTS`] in servers; tests lower it to reach the limit quickly).
+    pub max_unread_events: usize,
+}
+
+/// Unread events a client may leave behind before its request is aborted (a reader that
+/// stopped reading must not grow the server's memory without bound).
+pub const MAX_UNREAD_EVENTS: usize = 4096;

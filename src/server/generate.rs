@@ -1,0 +1,213 @@
+//! The one way an HTTP request of any API family reaches the engine. A handler converts its
+//! request into kiln's internal [`GenerationRequest`]s and its reply out of the engine's
+//! events; everything between is here, once:
+//!
+//! 1. [`Session::open`]: the request counts as in flight (a drain waits for it), the model is
+//!    picked by the request's `model` (404 `model_not_found` naming the served ones), and the
+//!    server must be ready (503 otherwise); the request's deadline starts.
+//! 2. [`Session::chat_prompt`]: a conversation (chat, Responses and Messages all end up as
+//!    chat messages) rendered with the model's template and tokenized on the blocking pool,
+//!    with the grammar its `response_format` / tools need.
+//! 3. [`Session::submit`]: a [`Job`] (checked sampling [`SamplingPlan`] + prompts) becomes one engine
+//!    request per prompt; the limits are checked there (context, KV, queue) and a refusal is a
+//!    4xx/429/503 naming the request's field. Requests already queued are aborted if a later
+//!    one is refused.
+//! 4. [`Submitted::collect`] (a whole reply) or [`Submitted::stream`] (server-sent events in
+//!    the API's own shape, see [`crate::server::sse`]). Cancellation is the same for all: a
+//!    client that leaves drops the engine streams, which aborts their requests at the next
+//!    scheduler step; the deadline (`server.request_timeout`) is a 408.
+
+use crate::random::random_id;
+use crate::scheduler::{EngineInfo, GenerationRequest, RequestStream};
+use crate::server::error::ApiError;
+use crate::server::output_constraint::{self as shapes, Shape};
+use crate::server::params::SamplingPlan;
+use crate::server::run::{collect, ChoiceOutput};
+use crate::server::sse::{self, ChunkWriter};
+use crate::server::state::{unix_now, AppState, InFlight, Runtime};
+use crate::server::types::{ChatMessage, UsageBody};
+use crate::server::{blocking, prompt};
+use crate::structured::tools::CallReading;
+use crate::structured::Constraint;
+use axum::response::Response;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// One HTTP request's hold on a model, from its start to its last byte.
+pub struct Session {
+    pub state: AppState,
+    pub rt: Arc<Runtime>,
+    /// The model id the reply carries.
+    pub model: String,
+    in_flight: InFlight,
+    /// When the request is aborted, and the limit to report.
+    deadline: Option<(Instant, Duration)>,
+}
+
+/// What every response and chunk of a request repeats.
+#[derive(Debug, Clone)]
+pub struct Meta {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub fingerprint: String,
+}
+
+/// A conversation ready to run: its prompt tokens, the grammar the reply must follow, and the
+/// format the reply is read in for tool calls (None: plain content).
+pub struct ChatPrompt {
+    pub ids: Vec<u32>,
+    pub constraint: Option<Arc<Constraint>>,
+    pub read_calls: Option<CallReading>,
+}
+
+/// What to run: the checked sampling settings and one prompt per engine request.
+pub struct Job {
+    pub plan: SamplingPlan,
+    pub prompts: Vec<Vec<u32>>,
+    /// The request field the prompt came from (`messages`, `prompt`, `input`), for errors.
+    pub prompt_param: &'static str,
+    pub constraint: Option<Arc<Constraint>>,
+    /// A chat turn: the template's end-of-turn tokens end a choice (unless `ignore_eos`).
+    pub chat: bool,
+}
+
+impl Session {
+    /// Starts a request on `model` (the first served model when None); see the module docs.
+    pub async fn open(state: &AppState, model: Option<&str>) -> Result<Session, ApiError> {
+        let in_flight = state.begin_request();
+        let rt = state.runtime()?;
+        state.check_model(model)?;
+        let deadline = state
+            .settings()
+            .request_timeout
+            .map(|t| (Instant::now() + t, t));
+        Ok(Session {
+            state: state.clone(),
+            rt,
+            model: state.model_id().to_string(),
+            in_flight,
+            deadline,
+        })
+    }
+
+    pub fn info(&self) -> &EngineInfo {
+        self.rt.engine.info()
+    }
+
+    /// The ids and timestamps of a new reply whose id starts with `prefix`.
+    pub fn meta(&self, prefix: &str) -> Meta {
+        Meta {
+            id: random_id(prefix),
+            created: unix_now(),
+            model: self.model.clone(),
+            fingerprint: self.rt.fingerprint.clone(),
+        }
+    }
+
+    /// Renders and tokenizes `messages` for `shape` (tools are described to the model and
+    /// their grammar compiled), on the blocking pool.
+    pub async fn chat_prompt(
+        &self,
+        messages: Vec<ChatMessage>,
+        shape: Shape,
+        add_generation_prompt: bool,
+    ) -> Result<ChatPrompt, ApiError> {
+        let rt = Arc::clone(&self.rt);
+        blocking(move || {
+            let p = shapes::prepare_chat(&rt, messages, &shape)?;
+            let ids = prompt::chat_prompt_with_tools(
+                &rt,
+                &p.messages,
+                add_generation_prompt,
+                p.template_tools.as_ref(),
+            )?;
+            Ok(ChatPrompt {
+                ids,
+                constraint: p.constraint,
+                read_calls: p.read_calls,
+            })
+        })
+        .await
+    }
+
+    /// The engine request for one prompt of `job`.
+    fn request(&self, job: &Job, prompt: Vec<u32>) -> Result<GenerationRequest, ApiError> {
+        let settings = self.state.settings();
+        let mut gen = job
+            .plan
+            .request(prompt, job.prompt_param, settings, self.info())?;
+        gen.constraint = job.constraint.clone();
+        if job.chat && !job.plan.ignore_eos {
+            gen.stop_token_ids = self.rt.end_of_turn.clone();
+        }
+        Ok(gen)
+    }
+
+    /// Queues every prompt of `job`; see the module docs.
+    pub fn submit(self, job: Job) -> Result<Submitted, ApiError> {
+        let mut streams = Vec::with_capacity(job.prompts.len());
+        for prompt in &job.prompts {
+            let gen = self.request(&job, prompt.clone())?;
+            // On a refusal the streams already queued are dropped, which aborts them.
+            let stream = self.rt.engine.submit(gen).map_err(|e| {
+                ApiError::from_submit(e, job.prompt_param, job.plan.max_tokens_param)
+            })?;
+            streams.push(stream);
+        }
+        Ok(Submitted {
+            session: self,
+            streams,
+            n: job.plan.n,
+        })
+    }
+}
+
+/// Engine requests on their way: read them whole or stream them.
+pub struct Submitted {
+    pub session: Session,
+    streams: Vec<RequestStream>,
+    /// Choices per prompt.
+    n: usize,
+}
+
+/// A whole reply: choice `p * n + c` is choice `c` of prompt `p`. The session is held until
+/// the response is built.
+pub struct Collected {
+    pub session: Session,
+    pub choices: Vec<ChoiceOutput>,
+    pub usage: UsageBody,
+}
+
+impl Submitted {
+    /// Reads every choice to its end. An engine fault is a 500, the deadline a 408.
+    pub async fn collect(self) -> Result<Collected, ApiError> {
+        let (choices, usage) = collect(self.streams, self.n, self.session.deadline).await?;
+        Ok(Collected {
+            session: self.session,
+            choices,
+            usage,
+        })
+    }
+
+    /// Streams the reply as server-sent events shaped by `writer`.
+    pub fn stream<W: ChunkWriter>(self, writer: W) -> Response {
+        let Session {
+            state,
+            in_flight,
+            deadline,
+            ..
+        } = self.session;
+        sse::respond(
+            self.streams,
+            writer,
+            sse::StreamSettings {
+                n: self.n,
+                deadline,
+                keep_alive: state.settings().sse_keep_alive,
+            },
+            in_flight,
+        )
+    }
+}
