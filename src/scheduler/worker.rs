@@ -8,6 +8,7 @@ use crate::engine::kv_cache::{KvCache, KvCacheConfig};
 use crate::engine::{BatchLimits, EngineError, ForwardScratch, LlamaModel, LogitsWanted, SeqInput};
 use crate::scheduler::constrain::{self, MaskWork, Pending};
 use crate::scheduler::engine_config::EngineConfig;
+use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::fault::{FaultStage, Faults};
 use crate::scheduler::observer::{Observer, StepKind, StepStats};
 use crate::scheduler::request::{Event, FinishReason, GenerationRequest};
@@ -142,7 +143,7 @@ impl Worker {
         limits: Limits,
         rx: mpsc::Receiver<Command>,
         observer: Arc<dyn Observer>,
-        waiting: Arc<AtomicUsize>,
+        waiting: Arc<WaitQueue>,
     ) -> Result<Worker, EngineError> {
         let StepState {
             kv,
