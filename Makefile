@@ -19,7 +19,7 @@ export KILN_SKIP_REPORT
 
 .PHONY: run test skips-reset skips model tools tools-promtool build release fmt check unit isa-matrix neon-test \
         tools-chromium promtool-test monitoring-check tools-deploy deploy-check deploy-manifests \
-        alerts bench bench-baseline bench-compare quantized-models \
+        alerts bench bench-baseline bench-compare bench-models quantized-models \
         profile clean pytools client-tests loadtest serve-compare
 
 HOST         ?= 127.0.0.1
@@ -205,8 +205,10 @@ release:
 fmt:
 	$(CARGO) fmt
 
+## check: formatting, clippy, and no import circles between modules (scripts/module_cycles.py).
 check:
 	$(CARGO) fmt --all -- --check
+	scripts/module_cycles.py
 	$(CARGO) clippy --all-targets -- -D warnings
 
 unit:
@@ -254,26 +256,44 @@ bench: model release
 	$(KILN) bench -p 512 -n 128 --batch 1,4,16,32 --repeat 3
 	$(KILN) bench --concurrency 1,4,16,32
 
-## bench-baseline: save this machine's figures (kiln bench + criterion) as the baseline that
-## bench-compare checks against (target/bench-baseline.json, never committed).
-bench-baseline: model release
-	scripts/bench_regress.py save
+## bench-baseline: save this machine's figures (kiln bench + criterion, and kiln bench on the
+## SIZES x TYPES real-size files) as the baseline that bench-compare checks against
+## (target/bench-baseline.json, never committed).
+bench-baseline: model release bench-models
+	scripts/bench_regress.py save $(if $(filter none,$(SIZES)),,--sized "$(SIZES)" --types "$(TYPES)")
 
 ## bench-compare: kiln vs llama.cpp (built once by ../shared/tools) on Q4_1, Q4_0, Q8_0,
-## Q4_K_M and Q4_K; then, when a baseline was saved (make bench-baseline), every figure against it:
-## fails when one is more than 5% worse. `make bench-compare ISA=avx2` runs kiln with
-## KILN_ISA=avx2 against llama.cpp's AVX2-only build (ISA=avxvnni: kiln's AVX-VNNI path, same
-## reference); the baseline check applies to the default ISA only.
-ISA ?=
-bench-compare: model release quantized-models models/SmolLM2-135M-Instruct.Q4_K_M.gguf
+## Q4_K_M and Q4_K of the default model, and on the real-size random-weight files of
+## scripts/bench_models.py (SIZES x TYPES; made once into ~/.cache/kiln-models, minutes per
+## size; batched decode at 16 sequences only), each figure with its bytes per token and share of
+## this machine's ceilings (kiln bench --ceilings); then, when a baseline was saved (make
+## bench-baseline), every figure against it: fails when one is more than 5% worse. `make
+## bench-compare ISA=avx2` runs kiln with KILN_ISA=avx2 against llama.cpp's AVX2-only build
+## (ISA=avxvnni: kiln's AVX-VNNI path, same reference); the baseline check applies to the
+## default ISA only. SIZES=none skips the real-size files; SIZES=all adds qwen3 and 8B;
+## TYPES=Q4_K_M,Q5_K_M,Q6_K,Q4_0,Q8_0 measures every type.
+ISA   ?=
+SIZES ?= llama-1b,llama-3b
+TYPES ?= Q4_K_M
+SIZED  = $(if $(filter none,$(SIZES)),,$$($(PY) scripts/bench_models.py paths --sizes $(SIZES) --types $(TYPES) | sed 's/^/--sized-model /'))
+bench-compare: model release quantized-models models/SmolLM2-135M-Instruct.Q4_K_M.gguf bench-models
 	scripts/bench_compare.py --threads 2 --repeat 5 $(if $(ISA),--isa $(ISA)) \
 	  --model $(MODEL) \
 	  --model models/SmolLM2-135M-Instruct.Q4_0.gguf \
 	  --model models/SmolLM2-135M-Instruct.Q8_0.gguf \
 	  --model models/SmolLM2-135M-Instruct.Q4_K_M.gguf \
-	  --model models/SmolLM2-135M-Instruct.Q4_K.gguf
-	@if [ -n "$(ISA)" ]; then true; elif [ -f target/bench-baseline.json ]; then scripts/bench_regress.py check; \
+	  --model models/SmolLM2-135M-Instruct.Q4_K.gguf \
+	  $(SIZED)
+	@if [ -n "$(ISA)" ]; then true; elif [ -f target/bench-baseline.json ]; then scripts/bench_regress.py check $(if $(filter none,$(SIZES)),,--sized "$(SIZES)" --types "$(TYPES)"); \
 	  else echo "bench-compare: no baseline yet (make bench-baseline saves one)"; fi
+
+## bench-models: the Python packages scripts/bench_models.py needs (PyPI gguf and numpy,
+## pinned in scripts/bench-requirements.txt) in .venv, then the SIZES x TYPES files.
+bench-models: pytools
+	@$(PY) -c "import gguf, numpy" 2>/dev/null || \
+	  $(PY) -m pip install -q --disable-pip-version-check -r scripts/bench-requirements.txt || \
+	  { echo "make: error: pip cannot install scripts/bench-requirements.txt into $(VENV)" >&2; exit 1; }
+	$(if $(filter none,$(SIZES)),,$(PY) scripts/bench_models.py paths --sizes $(SIZES) --types $(TYPES) >/dev/null)
 
 ## The Q4_K_M file users download: llama-quantize (the reference build) of the default model.
 ## Its 576-wide rows are no multiple of 256 for most tensors, so llama-quantize falls back to

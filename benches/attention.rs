@@ -1,5 +1,7 @@
 //! Decode attention over the paged KV cache for the default model's shape (9 query heads,
-//! 3 KV heads of 64, blocks of 16): one query token against 128..2048 cached positions.
+//! 3 KV heads of 64, blocks of 16): one query token against 128..2048 cached positions; and
+//! the long-context order (`long/`) for Llama-3.2-1B's shape (32 query heads, 8 KV heads of
+//! 64) at 4096 and 16384 positions, one layer, one thread.
 //!
 //! `hot`: one layer, so the K/V stay in L2. `30-layer`: cycles through 30 layers like a forward
 //! step does, so the K/V come from L3 (or DRAM) as in real decoding. Each is run with every
@@ -109,6 +111,66 @@ fn bench(c: &mut Criterion) {
                     })
                 });
             }
+        }
+    }
+    group.finish();
+
+    // The long-context order: Llama-3.2-1B's attention shape, one layer.
+    let mut group = c.benchmark_group("attend_long");
+    group.sample_size(10);
+    let (n_head, n_head_kv) = (32, 8);
+    let n_max = 16384;
+    let cfg = KvCacheConfig {
+        n_layer: 1,
+        n_head_kv,
+        head_dim: HEAD_DIM,
+        block_size: 16,
+        n_blocks: n_max / 16,
+    };
+    let mut cache = KvCache::new(cfg).expect("cache");
+    let mut table = cache.new_table();
+    table.reserve(n_max).expect("blocks");
+    let row = n_head_kv * HEAD_DIM;
+    for pos in 0..n_max {
+        let k = values(row, pos as u32);
+        let v = values(row, pos as u32 ^ 0x5555);
+        cache.write(0, &table, pos, &k, &v).expect("write");
+    }
+    let q = values(n_head * HEAD_DIM, 7);
+    let mut out = vec![0.0f32; n_head * HEAD_DIM];
+    for &isa in &isas {
+        let mut scratch = AttnScratch::new(&cfg);
+        scratch.force_isa(isa);
+        assert_eq!(
+            scratch.long_isa(),
+            isa,
+            "the 1B shape runs every long kernel"
+        );
+        let sizes: &[usize] = if isa == AttnIsa::Scalar {
+            &[4096]
+        } else {
+            &[4096, 16384]
+        };
+        for &n_pos in sizes {
+            group.throughput(Throughput::Elements(n_pos as u64));
+            let id = BenchmarkId::new(format!("1b/{}", isa.name()), n_pos);
+            group.bench_function(id, |b| {
+                b.iter_custom(|iters| {
+                    timed(iters, || {
+                        attend(
+                            &cache,
+                            0,
+                            &table,
+                            n_pos - 1,
+                            black_box(&q),
+                            &mut out,
+                            &mut scratch,
+                        )
+                        .expect("attend");
+                        black_box(&out);
+                    })
+                })
+            });
         }
     }
     group.finish();

@@ -4,10 +4,22 @@
 For each model: prefill (pp512), single-stream decode (tg128) and aggregate decode with B
 sequences (128-token prompts, 128 new tokens each). Each figure is the median of --repeat runs;
 kiln and llama.cpp alternate so both see the same machine state. Prints a markdown table
-(kiln, llama.cpp, ratio) and writes the raw figures as JSON.
+(kiln, llama.cpp, ratio, and each side's share of this machine's ceiling: decode against the
+memory read bandwidth, prefill and batched decode against the int8 dot-product throughput, both
+measured by `kiln bench --ceilings` at the start of the run) and writes the raw figures as JSON.
+Bytes and multiply-adds per token are kiln's (`kiln bench --json`: every matmul's weights and
+the LM head, i.e. what a decode step streams); llama.cpp runs the same file.
 
     scripts/bench_compare.py --model models/X.gguf [--model ...] [--threads 2] [--repeat 5]
-                             [--isa avx2]
+                             [--sized-model ~/.cache/kiln-models/llama-1b.Q4_K_M.gguf ...]
+                             [--sized-batch 16] [--isa avx2] [--depth 4096,16384]
+
+--sized-model files (the real-size random-weight files of scripts/bench_models.py) run the
+batched test at --sized-batch only, which keeps a run of 1B-8B files bounded.
+
+With --depth, each figure is instead prefill pp512 and decode tg128 after that many tokens
+already in the context (llama-bench's -d; kiln bench's --depth), one pair per depth, and no
+batched decode.
 
 llama.cpp comes from ../shared/tools/llama-cpp-reference.sh (built once per machine). With
 --isa avx2 (or avxvnni) kiln runs with KILN_ISA set to it and llama.cpp is its AVX2-only build
@@ -43,29 +55,31 @@ def run_json(cmd, env=None):
     return res.stdout
 
 
-def kiln_once(kiln, model, threads, batches, isa):
+def kiln_once(kiln, model, threads, batches, isa, depth=0):
     env = dict(os.environ)
     env.pop("KILN_ISA", None)
     if isa:
         env["KILN_ISA"] = isa
     out = run_json([
-        str(kiln), "bench", "--model", str(model), "-p", "512", "-n", "128",
+        str(kiln), "bench", "--model", str(model), "-p", "512", "-n", "128", "-d", str(depth),
         "--batch", ",".join(map(str, batches)), "--repeat", "1", "--threads", str(threads), "--json",
     ], env)
     d = json.loads(out)
     return {
         "isa": d["isa"],
+        "bytes": d.get("weight_bytes_per_token"),
+        "macs": d.get("macs_per_token"),
         "pp": d["prefill_tok_s"],
         "tg": d["decode_tok_s"],
         "batched": {int(b["batch"]): b["tok_s"] for b in d["batched"]},
     }
 
 
-def llama_once(bin_dir, model, threads, batches):
+def llama_once(bin_dir, model, threads, batches, depth=0):
     env = dict(os.environ, LD_LIBRARY_PATH=str(bin_dir))
     out = run_json([
         str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(threads),
-        "-p", "512", "-n", "128", "-r", "1", "-o", "json",
+        "-p", "512", "-n", "128", "-d", str(depth), "-r", "1", "-o", "json",
     ], env)
     pp = tg = None
     for e in json.loads(out):
@@ -73,6 +87,8 @@ def llama_once(bin_dir, model, threads, batches):
             pp = e["avg_ts"]
         elif e["n_gen"] > 0 and e["n_prompt"] == 0:
             tg = e["avg_ts"]
+    if not batches:
+        return {"pp": pp, "tg": tg, "batched": {}}
     ctx = max(4096, max(batches) * 256 + 256)
     out = run_json([
         str(bin_dir / "llama-batched-bench"), "-m", str(model), "-t", str(threads),
@@ -88,6 +104,22 @@ def llama_once(bin_dir, model, threads, batches):
     return {"pp": pp, "tg": tg, "batched": batched}
 
 
+def ceilings(kiln, threads, isa):
+    env = dict(os.environ)
+    env.pop("KILN_ISA", None)
+    if isa:
+        env["KILN_ISA"] = isa
+    return json.loads(run_json([str(kiln), "bench", "--ceilings", "--threads", str(threads),
+                                "--json"], env))
+
+
+def share(tok_s, per_tok, ceiling):
+    """tok_s * per_tok as a fraction of ceiling (per second), or None."""
+    if not tok_s or not per_tok or not ceiling:
+        return None
+    return tok_s * per_tok / ceiling
+
+
 def median_of(runs, key, batch=None):
     vals = [r["batched"].get(batch) if batch else r[key] for r in runs]
     vals = [v for v in vals if v is not None]
@@ -96,46 +128,80 @@ def median_of(runs, key, batch=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", action="append", required=True)
+    ap.add_argument("--model", action="append", default=[])
+    ap.add_argument("--sized-model", action="append", default=[],
+                    help="a real-size file: batched decode at --sized-batch only")
+    ap.add_argument("--sized-batch", default="16")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--batch", default="4,8,16,32")
     ap.add_argument("--isa", default=None, choices=["scalar", "avx2", "avxvnni", "avx512"],
                     help="KILN_ISA for kiln; avx2/avxvnni also select llama.cpp's AVX2 build")
+    ap.add_argument("--depth", default=None,
+                    help="comma-separated context depths: pp512/tg128 after that many tokens")
     ap.add_argument("--kiln", default=str(ROOT / "target/release/kiln"))
     ap.add_argument("--shared", default=os.environ.get("KILN_SHARED", str(ROOT.parent / "shared")))
     ap.add_argument("--out", default=str(ROOT / "target/bench-compare.json"))
     args = ap.parse_args()
-    batches = [int(b) for b in args.batch.split(",")]
+    if not args.model and not args.sized_model:
+        ap.error("give at least one --model or --sized-model")
+    depths = [int(d) for d in args.depth.split(",")] if args.depth else [None]
     bin_dir = reference_bin(Path(args.shared), args.isa)
+    ceil = ceilings(args.kiln, args.threads, args.isa)
+    print(f"bench_compare: ceilings {ceil}", file=sys.stderr)
+    bw = ceil["read_gb_s"] * 1e9
+    mac = (ceil["int8_gmac_s"] or 0) * 1e9
     results = {}
-    for model in args.model:
-        k_runs, l_runs = [], []
-        for i in range(args.repeat):
-            print(f"bench_compare: {Path(model).name} run {i + 1}/{args.repeat}", file=sys.stderr)
-            k_runs.append(kiln_once(args.kiln, model, args.threads, batches, args.isa))
-            l_runs.append(llama_once(bin_dir, model, args.threads, batches))
-        rows = [("prefill pp512", "pp", None), ("decode tg128", "tg", None)]
-        rows += [(f"aggregate decode B={b}", None, b) for b in batches]
-        table = []
-        for label, key, b in rows:
-            kv, lv = median_of(k_runs, key, b), median_of(l_runs, key, b)
-            ratio = kv / lv if kv and lv else None
-            table.append({"metric": label, "kiln": kv, "llama_cpp": lv, "ratio": ratio})
-        results[Path(model).name] = {"isa": k_runs[0]["isa"], "table": table,
-                                     "kiln_runs": k_runs, "llama_runs": l_runs}
+    runs = [(m, args.batch) for m in args.model] + [(m, args.sized_batch) for m in args.sized_model]
+    for model, batch_list in runs:
+        table, k_all, l_all = [], {}, {}
+        for depth in depths:
+            batches = [int(b) for b in batch_list.split(",")]
+            # With a depth, kiln's batched test is one cheap B=1 run, not reported.
+            kb, lb = (batches, batches) if depth is None else ([1], [])
+            k_runs, l_runs = [], []
+            for i in range(args.repeat):
+                at = f" depth {depth}" if depth is not None else ""
+                print(f"bench_compare: {Path(model).name}{at} run {i + 1}/{args.repeat}",
+                      file=sys.stderr)
+                k_runs.append(kiln_once(args.kiln, model, args.threads, kb, args.isa, depth or 0))
+                l_runs.append(llama_once(bin_dir, model, args.threads, lb, depth or 0))
+            at = f" @ d{depth}" if depth is not None else ""
+            rows = [(f"prefill pp512{at}", "pp", None), (f"decode tg128{at}", "tg", None)]
+            if depth is None:
+                rows += [(f"aggregate decode B={b}", None, b) for b in batches]
+            nbytes, macs = k_runs[0]["bytes"], k_runs[0]["macs"]
+            for label, key, b in rows:
+                kv, lv = median_of(k_runs, key, b), median_of(l_runs, key, b)
+                ratio = kv / lv if kv and lv else None
+                # Decode streams the weights once per step; the others are compute.
+                per, ceiling, bound = (nbytes, bw, "bw") if key == "tg" else (macs, mac, "int8")
+                table.append({"metric": label, "kiln": kv, "llama_cpp": lv, "ratio": ratio,
+                              "bound": bound, "kiln_share": share(kv, per, ceiling),
+                              "llama_share": share(lv, per, ceiling)})
+            k_all[str(depth or 0)], l_all[str(depth or 0)] = k_runs, l_runs
+        first_runs = k_all[str(depths[0] or 0)]
+        results[Path(model).name] = {"isa": first_runs[0]["isa"], "table": table,
+                                     "bytes_per_token": first_runs[0]["bytes"],
+                                     "macs_per_token": first_runs[0]["macs"],
+                                     "kiln_runs": k_all, "llama_runs": l_all}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    Path(args.out).write_text(json.dumps({"ceilings": ceil, "models": results}, indent=2))
     ref = "AVX2 build" if args.isa in ("avx2", "avxvnni") else "default build"
-    print(f"threads={args.threads}, kiln isa={results[Path(args.model[0]).name]['isa']}, "
-          f"llama.cpp {ref}, median of {args.repeat} runs, tok/s\n")
-    print("| model | metric | kiln | llama.cpp | ratio |")
-    print("|---|---|---:|---:|---:|")
+    first = next(iter(results.values()))
+    print(f"threads={args.threads}, kiln isa={first['isa']}, llama.cpp {ref}, median of "
+          f"{args.repeat} runs, tok/s; ceilings (best of 5): memory read "
+          f"{ceil['read_gb_s']:.1f} GB/s, int8 {ceil['int8_gmac_s'] or 0:.0f} G MAC/s\n")
+    print("| model | GB/token | metric | kiln | llama.cpp | ratio | kiln / ceiling | llama.cpp / ceiling |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
     for name, r in results.items():
+        gb = f"{r['bytes_per_token'] / 1e9:.3f}" if r["bytes_per_token"] else "n/a"
         for row in r["table"]:
             f = lambda v: f"{v:.1f}" if v is not None else "n/a"
+            pct = lambda v: f"{100 * v:.0f}% {row['bound']}" if v is not None else "n/a"
             ratio = f"{row['ratio']:.2f}x" if row["ratio"] else "n/a"
-            print(f"| {name} | {row['metric']} | {f(row['kiln'])} | {f(row['llama_cpp'])} | {ratio} |")
+            print(f"| {name} | {gb} | {row['metric']} | {f(row['kiln'])} | {f(row['llama_cpp'])} "
+                  f"| {ratio} | {pct(row['kiln_share'])} | {pct(row['llama_share'])} |")
 
 
 if __name__ == "__main__":

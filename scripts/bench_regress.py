@@ -3,12 +3,16 @@
 5% worse than it.
 
     scripts/bench_regress.py save   [--kiln target/release/kiln] [--repeat 3]
+                                    [--sized llama-1b,llama-3b --types Q4_K_M]
     scripts/bench_regress.py check  [--kiln target/release/kiln] [--repeat 3] [--tolerance 0.05]
+                                    [--sized ... --types ...]
 
 Figures: `kiln bench --json` (prefill, decode, batched decode at B=16), `kiln bench
 --concurrency 1,16 --json` (served tokens/s, TTFT p95, ITL p99, interference gap) and the
 criterion benches (`cargo bench -- --save-baseline kiln` / `--baseline kiln`, read back from
 target/criterion/*/change/estimates.json). Each kiln figure is the median of --repeat runs.
+With --sized, `kiln bench` also runs on the real-size random-weight files of
+scripts/bench_models.py (pp128, tg32, 16 sequences): figures `<file>:prefill_tok_s` etc.
 The baseline lives in target/bench-baseline.json (machine-specific, never committed).
 `check` exits 1 when anything regressed, so it can gate a change before it lands.
 """
@@ -64,6 +68,24 @@ def kiln_figures(kiln, repeat):
     return {k: statistics.median(r[k] for r in runs) for k in DIRECTION}
 
 
+def sized_figures(kiln, repeat, sizes, types):
+    if not sizes:
+        return {}
+    paths = run([sys.executable, str(ROOT / "scripts" / "bench_models.py"), "paths",
+                 "--sizes", sizes, "--types", types]).split()
+    out = {}
+    for path in paths:
+        name = Path(path).name.removesuffix(".gguf")
+        runs = [json.loads(run([kiln, "bench", "--model", path, "-p", "128", "-n", "32",
+                                "--batch", "16", "--repeat", "1", "--json"]))
+                for _ in range(repeat)]
+        out[f"{name}:prefill_tok_s"] = statistics.median(r["prefill_tok_s"] for r in runs)
+        out[f"{name}:decode_tok_s"] = statistics.median(r["decode_tok_s"] for r in runs)
+        out[f"{name}:batched16_tok_s"] = statistics.median(
+            r["batched"][0]["tok_s"] for r in runs)
+    return out
+
+
 def criterion(mode):
     flag = "--save-baseline" if mode == "save" else "--baseline"
     run(["cargo", "bench", "--bench", "kernels", "--bench", "attention", "--bench", "sampling",
@@ -84,9 +106,12 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--no-criterion", action="store_true")
+    ap.add_argument("--sized", default="", help="bench_models.py sizes (comma-separated)")
+    ap.add_argument("--types", default="Q4_K_M")
     a = ap.parse_args()
 
     figures = kiln_figures(a.kiln, a.repeat)
+    figures.update(sized_figures(a.kiln, a.repeat, a.sized, a.types))
     if a.mode == "save":
         if not a.no_criterion:
             criterion("save")
@@ -102,8 +127,9 @@ def main():
     bad = []
     print("| figure | baseline | now | change |")
     print("|---|---:|---:|---:|")
-    for k, higher in DIRECTION.items():
-        b, n = base.get(k), figures[k]
+    for k, n in figures.items():
+        higher = DIRECTION.get(k, True)
+        b = base.get(k)
         if not b:
             continue
         change = (n - b) / b

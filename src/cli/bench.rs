@@ -20,6 +20,11 @@ pub struct Args {
     /// Generated tokens of the decode tests.
     #[arg(short = 'n', long = "gen", default_value_t = 128)]
     n_gen: usize,
+    /// Context depth of the prefill and decode tests, as llama-bench's `-d`: each run starts
+    /// after this many tokens already in the cache (prefilled once, untimed, and shared by
+    /// every run). A multiple of the KV block size (16).
+    #[arg(short = 'd', long = "depth", default_value_t = 0)]
+    depth: usize,
     /// Sequence counts of the batched decode test (each with a 128-token prompt).
     #[arg(long, value_delimiter = ',', default_value = "1,4,16,32")]
     batch: Vec<usize>,
@@ -43,6 +48,10 @@ pub struct Args {
     /// report the grammar mask time per token.
     #[arg(long)]
     json_schema: Option<std::path::PathBuf>,
+    /// Measure this machine's ceilings instead: memory read bandwidth and int8 dot-product
+    /// throughput with --threads threads (default 2).
+    #[arg(long)]
+    ceilings: bool,
     /// With --concurrency: record into the Prometheus metrics and the /stats window as
     /// `kiln serve` does (run with and without it to measure what recording costs).
     #[arg(long)]
@@ -65,6 +74,9 @@ fn tokens(rng: &mut Rng, n: usize, n_vocab: usize) -> Vec<u32> {
 }
 
 pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
+    if args.ceilings {
+        return crate::cli::bench_ceilings::run(args.threads.unwrap_or(2), args.json);
+    }
     let mut cfg = load_config(config)?;
     if let Some(concurrency) = args.concurrency.clone() {
         if let Some(t) = args.threads {
@@ -92,21 +104,50 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         max_seqs: max_batch,
         max_logit_rows: max_batch,
     };
-    let positions = (args.n_prompt + 16)
-        .max(args.n_gen + 16)
-        .max(max_batch * (BATCH_PROMPT + args.n_gen + 16));
+    let block = kiln::engine::kv_cache::DEFAULT_BLOCK_SIZE;
+    anyhow::ensure!(
+        args.depth.is_multiple_of(block),
+        "--depth {} is not a multiple of the KV block size {block}",
+        args.depth
+    );
+    let positions = args.depth
+        + (args.n_prompt + 16)
+            .max(args.n_gen + 16)
+            .max(max_batch * (BATCH_PROMPT + args.n_gen + 16));
     let mut runner = Runner::new(&model, limits, positions)?;
     let mut rng = Rng::new(1);
+    // The shared context of `--depth`: its blocks are read-only to the runs, which fork it.
+    let mut context = runner.new_seq();
+    if args.depth > 0 {
+        let toks = tokens(&mut rng, args.depth, n_vocab);
+        let start = Instant::now();
+        runner.feed(
+            &mut context,
+            0,
+            &toks,
+            limits.max_tokens,
+            LogitsWanted::None,
+            |_, _| {},
+        )?;
+        if !args.json {
+            eprintln!(
+                "depth {}: prefilled in {:.1} s",
+                args.depth,
+                start.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let depth = args.depth;
 
     // Prefill: one call of n_prompt tokens.
     let mut pp = Vec::new();
     for _ in 0..repeat {
         let prompt = tokens(&mut rng, args.n_prompt, n_vocab);
-        let mut t = runner.new_seq();
+        let mut t = context.fork();
         let start = Instant::now();
         runner.feed(
             &mut t,
-            0,
+            depth,
             &prompt,
             args.n_prompt,
             LogitsWanted::Last,
@@ -118,13 +159,13 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     let mut tg = Vec::new();
     for _ in 0..repeat {
         let toks = tokens(&mut rng, args.n_gen, n_vocab);
-        let mut t = runner.new_seq();
-        t.reserve(args.n_gen)?;
+        let mut t = context.fork();
+        t.reserve(depth + args.n_gen)?;
         let start = Instant::now();
-        for (pos, tok) in toks.iter().enumerate() {
+        for (i, tok) in toks.iter().enumerate() {
             let seq = [SeqInput {
                 tokens: std::slice::from_ref(tok),
-                start_pos: pos,
+                start_pos: depth + i,
                 table: &t,
                 logits: LogitsWanted::Last,
             }];
@@ -175,11 +216,15 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     let isa = kiln::kernels::isa().to_string();
     let threads = model.pool().threads();
     let (pp, tg) = (median(pp), median(tg));
+    let footprint = model.weights().decode_footprint();
     if args.json {
         let obj = serde_json::json!({
             "model": model_path.display().to_string(),
             "isa": isa,
             "threads": threads,
+            "depth": depth,
+            "weight_bytes_per_token": footprint.0,
+            "macs_per_token": footprint.1,
             "prefill_tok_s": pp,
             "decode_tok_s": tg,
             "batched": batched
@@ -190,13 +235,18 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         println!("{obj}");
     } else {
         println!(
-            "model: {}  isa: {isa}  threads: {threads}  (median of {repeat})",
+            "model: {}  isa: {isa}  threads: {threads}  depth: {depth}  (median of {repeat})",
             model_path.display()
         );
         println!("| test | tok/s |");
         println!("|---|---:|");
-        println!("| pp{} | {pp:.1} |", args.n_prompt);
-        println!("| tg{} | {tg:.1} |", args.n_gen);
+        let at = if depth > 0 {
+            format!(" @ d{depth}")
+        } else {
+            String::new()
+        };
+        println!("| pp{}{at} | {pp:.1} |", args.n_prompt);
+        println!("| tg{}{at} | {tg:.1} |", args.n_gen);
         for (b, x) in batched {
             println!("| tg{} x {b} seqs (aggregate) | {x:.1} |", args.n_gen);
         }

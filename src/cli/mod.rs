@@ -1,6 +1,7 @@
 //! One file per subcommand: argument struct (clap) and `run`; `logging` sets up tracing.
 
 pub mod bench;
+pub mod bench_ceilings;
 pub mod bench_observer;
 pub mod bench_serve;
 pub mod generate;

@@ -1,5 +1,9 @@
-//! Decode attention over the paged KV cache: one query token, all heads, in llama.cpp's CPU
-//! flash-attention order (see `attention/ggml_order.rs`).
+//! Attention over the paged KV cache: for one query token ([`attend`]) or every token of a
+//! ragged batch on the worker team ([`attend_batch`], bit-identical to [`attend`] per token).
+//! Below position [`LONG_FROM`] a query runs llama.cpp's CPU flash-attention order (one row,
+//! f16 accumulator: `attention/ggml_order.rs`), which the golden test holds bit for bit; from
+//! [`LONG_FROM`] on, the long-context order (all f32, tiled, split into spans of [`SPAN`]:
+//! `attention/long.rs`), which prefill tiles over many tokens and decode splits over KV.
 //!
 //! The query heads sharing one KV head (a GQA group) are attended together. The kernel follows
 //! the kernel instruction set (`KILN_ISA`, [`crate::kernels::isa()`]) through
@@ -14,9 +18,17 @@
 //!
 //! This module reads the cache ([`KvCache`]); the cache knows nothing of attention.
 
-#[cfg(target_arch = "x86_64")]
+mod batch;
+mod exp_fast;
 mod expf;
 mod ggml_order;
+mod long;
+#[cfg(target_arch = "x86_64")]
+mod simd;
+
+pub use batch::{attend_batch, AttnBatch, AttnPlan};
+use long::{LongKernel, LongScratch};
+pub use long::{LONG_FROM, SPAN};
 
 use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig, KvCacheError};
 use crate::kernels::isa::Isa;
@@ -27,10 +39,10 @@ use half::f16;
 pub enum AttnIsa {
     /// `ggml_order::attend_group`, any shape.
     Scalar,
-    /// `ggml_order::attend_group_avx2`: head_dim a multiple of 64 up to 256, block size a
+    /// `ggml_order::attend_group_avx2`: head_dim 64, 96, 128, 192 or 256, block size a
     /// multiple of 8.
     Avx2,
-    /// `ggml_order::attend_group_avx512`: head_dim a multiple of 64 up to 256, block size a
+    /// `ggml_order::attend_group_avx512`: head_dim 64, 96, 128, 192 or 256, block size a
     /// multiple of 16.
     Avx512,
 }
@@ -119,8 +131,12 @@ pub fn attention_isa() -> &'static str {
 /// [`AttnScratch::force_isa`].
 #[derive(Debug, Clone)]
 pub struct AttnScratch {
-    /// The kernel `attend` runs (supported by this CPU, covering the shape).
+    /// The kernel `attend` runs below [`LONG_FROM`] (supported by this CPU, covering the shape).
     isa: AttnIsa,
+    /// The kernel of the long-context order (from [`LONG_FROM`] on).
+    long: LongKernel,
+    /// Its working memory.
+    long_scratch: LongScratch,
     /// The cache shape this scratch was made for.
     head_dim: usize,
     block_size: usize,
@@ -132,15 +148,19 @@ pub struct AttnScratch {
 impl AttnScratch {
     /// Scratch for attention over a cache of shape `cfg` (any number of query heads).
     pub fn new(cfg: &KvCacheConfig) -> AttnScratch {
-        let isa = AttnIsa::for_kernel_isa(crate::kernels::isa(), cfg.head_dim, cfg.block_size);
+        let kernel_isa = crate::kernels::isa();
         let mut s = AttnScratch {
             isa: AttnIsa::Scalar,
+            long: LongKernel::Scalar,
+            long_scratch: LongScratch::new(cfg.head_dim),
             head_dim: cfg.head_dim,
             block_size: cfg.block_size,
             buf: vec![0.0; ggml_order::SCRATCH_HEADS * cfg.head_dim],
         };
-        // `force_isa` also checks the CPU, which `kernels::isa()` has already done.
-        s.force_isa(isa);
+        // The long kernel of the selected width when it covers the shape; `force_isa` also
+        // checks the CPU, which `kernels::isa()` has already done.
+        s.force_isa(AttnIsa::of_kernel_isa(kernel_isa));
+        s.isa = AttnIsa::for_kernel_isa(kernel_isa, cfg.head_dim, cfg.block_size);
         s
     }
 
@@ -153,11 +173,31 @@ impl AttnScratch {
         } else {
             AttnIsa::Scalar
         };
+        #[cfg(target_arch = "x86_64")]
+        let long_ok = isa.supported() && long::simd_covers(self.head_dim, self.block_size);
+        self.long = match isa {
+            #[cfg(target_arch = "x86_64")]
+            AttnIsa::Avx512 if long_ok => LongKernel::Avx512,
+            #[cfg(target_arch = "x86_64")]
+            AttnIsa::Avx2 if long_ok => LongKernel::Avx2,
+            _ => LongKernel::Scalar,
+        };
     }
 
-    /// The kernel `attend` runs with this scratch.
+    /// The kernel `attend` runs with this scratch below [`LONG_FROM`].
     pub fn isa(&self) -> AttnIsa {
         self.isa
+    }
+
+    /// The kernel of the long-context order with this scratch (from [`LONG_FROM`] on).
+    pub fn long_isa(&self) -> AttnIsa {
+        match self.long {
+            LongKernel::Scalar => AttnIsa::Scalar,
+            #[cfg(target_arch = "x86_64")]
+            LongKernel::Avx2 => AttnIsa::Avx2,
+            #[cfg(target_arch = "x86_64")]
+            LongKernel::Avx512 => AttnIsa::Avx512,
+        }
     }
 }
 
@@ -183,6 +223,13 @@ impl<'a> HeadView<'a> {
         self.n_pos.div_ceil(self.block_size)
     }
 
+    /// Logical block `i`: its whole K tile and V tile (`block_size * head_dim` values each).
+    fn tile(&self, i: usize) -> (&'a [f16], &'a [f16]) {
+        let tile = self.block_size * self.head_dim;
+        let base = self.blocks[i] as usize * self.block_stride + self.head_off;
+        (&self.k[base..][..tile], &self.v[base..][..tile])
+    }
+
     /// Logical block `i`: its K tile, V tile (each `block_size * head_dim` values) and the
     /// number of attended positions in it.
     fn block(&self, i: usize) -> (&'a [f16], &'a [f16], usize) {
@@ -198,11 +245,14 @@ impl<'a> HeadView<'a> {
 ///
 /// `q` is `[n_head][head_dim]` f32 (RoPE applied), `n_head` a multiple of `n_head_kv`
 /// (query head `i` reads KV head `i / (n_head / n_head_kv)`); `out` receives
-/// `[n_head][head_dim]`. Scale is `1/sqrt(head_dim)`. Online softmax position by position in
-/// llama.cpp's order (never a full score matrix); the query heads of one KV head are processed
-/// together so each K/V tile is read once. Deterministic: blocks in table order, positions in
-/// order; the result depends only on `q` and the cached values at `0..=pos`, never on the
-/// physical block ids, on other sequences or on positions after `pos`. Allocation-free.
+/// `[n_head][head_dim]`. Scale is `1/sqrt(head_dim)`. Online softmax, never a full score
+/// matrix; the query heads of one KV head are processed together so each K/V tile is read
+/// once. Below [`LONG_FROM`] the order is llama.cpp's one-row order (position by position,
+/// `attention/ggml_order.rs`); from [`LONG_FROM`] on, the long-context order over spans of
+/// [`SPAN`] positions (`attention/long.rs`). Deterministic: the result depends only on `q`,
+/// `pos` and the cached values at `0..=pos`, never on the physical block ids, on other
+/// sequences, on positions after `pos` nor on how a batch is scheduled ([`attend_batch`]
+/// computes exactly this for every token). Allocation-free.
 ///
 /// Errors: `layer`, `table` (foreign to `cache`) or `pos` (beyond the table) out of range, `q`
 /// or `out` of the wrong length, or a scratch made for another cache shape.
@@ -215,22 +265,49 @@ pub fn attend(
     out: &mut [f32],
     scratch: &mut AttnScratch,
 ) -> Result<(), KvCacheError> {
+    let n_head = check(cache, layer, table, pos, q.len(), out.len(), scratch)?;
+    let cfg = cache.config();
+    let (d, hk) = (cfg.head_dim, cfg.n_head_kv);
+    let group = n_head / hk;
+    for h in 0..hk {
+        let view = HeadView::new(cache, layer, table, h, pos + 1);
+        let span = h * group * d..(h + 1) * group * d;
+        let (qg, og) = (&q[span.clone()], &mut out[span]);
+        if pos >= LONG_FROM {
+            attend_long(&view, qg, og, 0, pos + 1, scratch);
+        } else {
+            attend_short(&view, qg, og, scratch);
+        }
+    }
+    Ok(())
+}
+
+/// Checks one query's arguments (see [`attend`]); returns the number of query heads.
+fn check(
+    cache: &KvCache,
+    layer: usize,
+    table: &BlockTable,
+    pos: usize,
+    q_len: usize,
+    out_len: usize,
+    scratch: &AttnScratch,
+) -> Result<usize, KvCacheError> {
     cache.locate(layer, table, pos)?;
     let cfg = cache.config();
     let (d, hk, bs) = (cfg.head_dim, cfg.n_head_kv, cfg.block_size);
-    let n_head = q.len() / d;
-    if !q.len().is_multiple_of(d) || n_head == 0 || !n_head.is_multiple_of(hk) {
+    let n_head = q_len / d;
+    if !q_len.is_multiple_of(d) || n_head == 0 || !n_head.is_multiple_of(hk) {
         return Err(KvCacheError::Shape {
             what: "q (a multiple of n_head_kv * head_dim)",
             expected: n_head.max(1).next_multiple_of(hk) * d,
-            got: q.len(),
+            got: q_len,
         });
     }
-    if out.len() != q.len() {
+    if out_len != q_len {
         return Err(KvCacheError::Shape {
             what: "attention out",
-            expected: q.len(),
-            got: out.len(),
+            expected: q_len,
+            got: out_len,
         });
     }
     if scratch.head_dim != d {
@@ -247,41 +324,81 @@ pub fn attend(
             got: scratch.block_size,
         });
     }
-    let group = n_head / hk;
-    let scale = 1.0 / (d as f32).sqrt();
-    let (k, v) = (cache.layer_k(layer), cache.layer_v(layer));
-    for h in 0..hk {
-        let view = HeadView {
-            k,
-            v,
+    Ok(n_head)
+}
+
+impl<'a> HeadView<'a> {
+    /// KV head `h` of `layer` along `table`, positions `0..n_pos`.
+    fn new(
+        cache: &'a KvCache,
+        layer: usize,
+        table: &'a BlockTable,
+        h: usize,
+        n_pos: usize,
+    ) -> Self {
+        let cfg = cache.config();
+        let (d, hk, bs) = (cfg.head_dim, cfg.n_head_kv, cfg.block_size);
+        HeadView {
+            k: cache.layer_k(layer),
+            v: cache.layer_v(layer),
             blocks: table.blocks(),
-            n_pos: pos + 1,
+            n_pos,
             block_size: bs,
             head_dim: d,
             head_off: h * bs * d,
             block_stride: hk * bs * d,
-        };
-        let span = h * group * d..(h + 1) * group * d;
-        let (qg, og) = (&q[span.clone()], &mut out[span]);
-        match scratch.isa {
-            AttnIsa::Scalar => ggml_order::attend_group(&view, qg, og, scale, &mut scratch.buf),
-            // SAFETY: `force_isa` keeps Avx2 only when `supported()` detected AVX2, FMA and
-            // F16C and `covers()` accepted this (head_dim, block_size), checked above.
-            #[cfg(target_arch = "x86_64")]
-            AttnIsa::Avx2 => unsafe {
-                ggml_order::attend_group_avx2(&view, qg, og, scale, &mut scratch.buf)
-            },
-            // SAFETY: `force_isa` keeps Avx512 only when `supported()` detected AVX-512F, FMA
-            // and F16C and `covers()` accepted this (head_dim, block_size), checked above.
-            #[cfg(target_arch = "x86_64")]
-            AttnIsa::Avx512 => unsafe {
-                ggml_order::attend_group_avx512(&view, qg, og, scale, &mut scratch.buf)
-            },
-            #[cfg(not(target_arch = "x86_64"))]
-            AttnIsa::Avx2 | AttnIsa::Avx512 => unreachable!("never supported off x86-64"),
         }
     }
-    Ok(())
+}
+
+/// The one-row order for the query heads `q` of one KV head (see [`attend`]).
+fn attend_short(view: &HeadView, q: &[f32], out: &mut [f32], scratch: &mut AttnScratch) {
+    let scale = 1.0 / (view.head_dim as f32).sqrt();
+    match scratch.isa {
+        AttnIsa::Scalar => ggml_order::attend_group(view, q, out, scale, &mut scratch.buf),
+        // SAFETY: `force_isa` keeps Avx2 only when `supported()` detected AVX2, FMA and F16C
+        // and `covers()` accepted this (head_dim, block_size), which `check` compared with the
+        // cache's.
+        #[cfg(target_arch = "x86_64")]
+        AttnIsa::Avx2 => unsafe {
+            ggml_order::attend_group_avx2(view, q, out, scale, &mut scratch.buf)
+        },
+        // SAFETY: as above, with AVX-512F.
+        #[cfg(target_arch = "x86_64")]
+        AttnIsa::Avx512 => unsafe {
+            ggml_order::attend_group_avx512(view, q, out, scale, &mut scratch.buf)
+        },
+        #[cfg(not(target_arch = "x86_64"))]
+        AttnIsa::Avx2 | AttnIsa::Avx512 => unreachable!("never supported off x86-64"),
+    }
+}
+
+/// The long-context order for the query heads `q` of one KV head, each attending positions
+/// `lo..hi` (see [`attend`]): the heads in sets of at most `long::MAX_ROWS`.
+fn attend_long(
+    view: &HeadView,
+    q: &[f32],
+    out: &mut [f32],
+    lo: usize,
+    hi: usize,
+    scratch: &mut AttnScratch,
+) {
+    let d = view.head_dim;
+    let scale = 1.0 / (d as f32).sqrt();
+    let sc = &mut scratch.long_scratch;
+    for (qs, os) in q
+        .chunks(long::MAX_ROWS * d)
+        .zip(out.chunks_mut(long::MAX_ROWS * d))
+    {
+        sc.clear();
+        for qh in qs.chunks(d) {
+            sc.push(qh, lo, hi);
+        }
+        long::attend_rows(scratch.long, view, sc, scale);
+        for (r, o) in os.chunks_mut(d).enumerate() {
+            o.copy_from_slice(sc.output(r));
+        }
+    }
 }
 
 #[cfg(test)]

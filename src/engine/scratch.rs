@@ -1,7 +1,7 @@
 //! Every buffer the forward pass writes, allocated once for a maximum batch so that a step
 //! (prefill chunk or decode) allocates nothing.
 
-use crate::engine::attention::AttnScratch;
+use crate::engine::attention::{AttnPlan, AttnScratch};
 use crate::engine::error::EngineError;
 use crate::engine::kv_cache::KvCacheConfig;
 use crate::engine::matmul::MatmulScratch;
@@ -58,6 +58,8 @@ pub struct ForwardScratch {
     pub(crate) mm: MatmulScratch,
     /// One per pool thread (indexed by the worker index `Pool::run` passes); locks are uncontended.
     pub(crate) attn_scratch: Vec<Mutex<AttnScratch>>,
+    /// Attention's task lists and split-K partials.
+    pub(crate) attn_plan: AttnPlan,
 }
 
 impl ForwardScratch {
@@ -113,6 +115,7 @@ impl ForwardScratch {
             attn_scratch: (0..threads.max(1))
                 .map(|_| Mutex::new(AttnScratch::new(kv)))
                 .collect(),
+            attn_plan: AttnPlan::new(kv, cfg.n_head, t, max_seqs),
         })
     }
 

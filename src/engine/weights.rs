@@ -119,6 +119,19 @@ impl Weight {
         (self.kern.gemm)(self.k, self.rows(r0, r1), r1 - r0, a, n_tok, out, os);
     }
 
+    /// Bytes a matmul over all rows reads (the packed copy when there is one).
+    pub fn matmul_bytes(&self) -> u64 {
+        match &self.packed {
+            Some((_, p)) => p.bytes().len() as u64,
+            None => (self.n_out * self.row_bytes) as u64,
+        }
+    }
+
+    /// Multiply-adds of one token through this matrix.
+    pub fn macs(&self) -> u64 {
+        (self.n_out * self.k) as u64
+    }
+
     /// Dequantizes row `r` into `out` (`k` values): embedding lookups.
     pub fn row_to_f32(&self, r: usize, out: &mut [f32]) {
         (self.kern.to_f32)(self.rows(r, r + 1), out);
@@ -170,6 +183,21 @@ pub struct LayerWeights {
     pub w_down: Weight,       // (d, f)
 }
 
+impl LayerWeights {
+    /// The layer's matrices.
+    pub fn matrices(&self) -> [&Weight; 7] {
+        [
+            &self.wq,
+            &self.wk,
+            &self.wv,
+            &self.wo,
+            &self.w_gate,
+            &self.w_up,
+            &self.w_down,
+        ]
+    }
+}
+
 /// All weights of a llama-family model.
 #[derive(Clone, Debug)]
 pub struct LlamaWeights {
@@ -179,4 +207,14 @@ pub struct LlamaWeights {
     /// The LM head: `output.weight`, or `token_embd` when the model ties them.
     pub output: Weight, // (n_vocab, d)
     pub tied_output: bool,
+}
+
+impl LlamaWeights {
+    /// What one decode step reads and computes in its matmuls (every layer's matrices and the
+    /// LM head): `(bytes, multiply-adds)` per token. The figures speed is stated against.
+    pub fn decode_footprint(&self) -> (u64, u64) {
+        let mats = self.layers.iter().flat_map(|l| l.matrices());
+        let (b, m) = mats.fold((0, 0), |(b, m), w| (b + w.matmul_bytes(), m + w.macs()));
+        (b + self.output.matmul_bytes(), m + self.output.macs())
+    }
 }

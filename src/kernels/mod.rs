@@ -5,9 +5,11 @@
 //! Entry points: [`kernels`] / [`kernels_for`] (the dispatch table) and [`isa`].
 
 pub mod blocks;
+pub mod ceiling;
 pub mod isa;
 mod legacy_kind;
 pub mod packed;
+pub mod row;
 pub mod scalar;
 pub mod shape;
 pub mod table;

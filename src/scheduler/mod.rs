@@ -10,7 +10,7 @@
 //! - [`observer`]: the plain numbers handed to monitoring;
 //! - [`setup`]: builds the engine from the configuration.
 
-mod constrain;
+pub mod constrain;
 pub mod drain;
 pub mod engine_config;
 pub mod fault;

@@ -6,7 +6,7 @@
 
 use crate::engine::kv_cache::{KvCache, KvCacheConfig};
 use crate::engine::{BatchLimits, EngineError, ForwardScratch, LlamaModel, LogitsWanted, SeqInput};
-use crate::scheduler::constrain::{self, MaskWork, Pending};
+use crate::scheduler::constrain::{MaskThread, MaskWork, Pending};
 use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::fault::{FaultStage, Faults};
@@ -14,7 +14,6 @@ use crate::scheduler::observer::{Observer, StepKind, StepStats};
 use crate::scheduler::request::{Event, FinishReason, GenerationRequest};
 use crate::scheduler::sampling::SampleScratch;
 use crate::scheduler::state::{Limits, Scheduler, SeqId, StepPlan};
-use crate::structured::SeqConstraint;
 use crate::tokenizer::Tokenizer;
 use output::{req_of, seq_id, Outputs, Req, SeqOut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -72,6 +71,8 @@ pub(crate) struct Worker {
     limits: Limits,
     faults: Faults,
     max_unread_events: usize,
+    /// Computes grammar masks beside the forward pass (kept across rebuilds).
+    masks: MaskThread,
 }
 
 /// What a step mutates, built new at start and after every fault: the KV cache, the forward
@@ -119,6 +120,8 @@ enum StepError {
     Engine(#[from] EngineError),
     #[error("a planned sequence is missing from the scheduler")]
     Plan,
+    #[error("the grammar mask thread ended while computing this step's masks")]
+    MasksLost,
 }
 
 /// What a caught panic says, for the log.
@@ -178,6 +181,7 @@ impl Worker {
             limits,
             faults,
             max_unread_events: cfg.max_unread_events.max(1),
+            masks: MaskThread::new(format!("kiln-masks-{index}")),
         })
     }
 
@@ -310,11 +314,7 @@ impl Worker {
             self.outputs.refuse(r, message);
             return;
         }
-        let constraint = r
-            .req
-            .constraint
-            .as_ref()
-            .map(|c| SeqConstraint::new(c.start()));
+        let constraint = r.req.constraint.as_ref().map(|c| c.sequence());
         let out = SeqOut::new(id, 0, &r, constraint, n == 1);
         let prompt = r.req.prompt.clone();
         match self
@@ -381,6 +381,7 @@ impl Worker {
             sched,
             rows,
             faults,
+            masks,
             ..
         } = self;
         let inputs: Vec<SeqInput<'_>> = plan
@@ -405,7 +406,8 @@ impl Worker {
         }
         // The logits rows are copied out of the scratch (about 1% of a step) so that sampling
         // can update the scheduler while reading them.
-        let (out, masks) = constrain::overlapped(&mut pending, || {
+        let constrained = pending.len();
+        let (out, masks) = masks.overlapped(&mut pending, || {
             faults.check(FaultStage::Forward);
             let logits = model.forward(&inputs, kv, scratch)?;
             rows.clear();
@@ -413,6 +415,10 @@ impl Worker {
             Ok::<usize, EngineError>(logits.n_vocab())
         });
         drop(inputs);
+        if pending.len() != constrained {
+            // The mask thread died holding them: never sample those sequences unconstrained.
+            return Err(StepError::MasksLost);
+        }
         for (sid, c) in pending {
             if let Some(s) = self.sched.seq_mut(sid) {
                 s.payload.constraint = Some(c);

@@ -16,7 +16,7 @@ use crate::server::types::{
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ErrorResponse,
     FunctionCall, FunctionCallDelta, TimingsBody, ToolCall, ToolCallDelta, UsageBody,
 };
-use crate::structured::tools::{ToolDelta, ToolFormat, ToolStream};
+use crate::structured::tools::{CallReading, ToolDelta, ToolFormat, ToolStream};
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
@@ -83,7 +83,9 @@ pub async fn chat_completions(
     })?;
     if req.sampling.streams() {
         let readers = (0..n)
-            .map(|_| read_calls.map(|f| ToolStream::new(f, Arc::clone(&rt.tokenizer))))
+            .map(|_| {
+                read_calls.map(|r| ToolStream::new(r.format, r.forced, Arc::clone(&rt.tokenizer)))
+            })
             .collect();
         return Ok(submitted.stream(ChatWriter {
             meta,
@@ -168,20 +170,21 @@ fn finish_reason(reason: FinishReason, called: bool) -> String {
     }
 }
 
-/// The content and calls of a whole reply in `format`.
+/// The content and calls of a whole reply: what the streamed reader sends, so the two agree.
+/// A call cut short (`finish_reason: "length"`) is returned as far as it got.
 fn reply_calls(
-    format: ToolFormat,
+    reading: CallReading,
     rt: &Runtime,
     ids: &[u32],
     text: &str,
 ) -> (Option<String>, Option<Vec<ToolCall>>) {
-    let mut reader = ToolStream::new(format, Arc::clone(&rt.tokenizer));
+    let format = reading.format;
+    let mut reader = ToolStream::new(format, reading.forced, Arc::clone(&rt.tokenizer));
     reader.push(ids, text);
     let (_, reply) = reader.finish();
     let calls: Vec<ToolCall> = reply
         .calls
         .into_iter()
-        .filter(|c| c.complete)
         .filter_map(|c| {
             Some(ToolCall {
                 id: call_id(format),

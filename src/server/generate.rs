@@ -28,7 +28,7 @@ use crate::server::sse::{self, ChunkWriter};
 use crate::server::state::{unix_now, AppState, InFlight, Runtime};
 use crate::server::types::{ChatMessage, UsageBody};
 use crate::server::{blocking, prompt};
-use crate::structured::tools::ToolFormat;
+use crate::structured::tools::CallReading;
 use crate::structured::Constraint;
 use axum::response::Response;
 use std::sync::Arc;
@@ -60,7 +60,7 @@ pub struct Meta {
 pub struct ChatPrompt {
     pub ids: Vec<u32>,
     pub constraint: Option<Arc<Constraint>>,
-    pub read_calls: Option<ToolFormat>,
+    pub read_calls: Option<CallReading>,
 }
 
 /// What to run: the checked sampling settings and one prompt per engine request.

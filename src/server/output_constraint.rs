@@ -10,7 +10,7 @@ use crate::server::types::{
     ChatMessage, MessageContent, ResponseFormat, Role, Tool, ToolChoiceSpec,
 };
 use crate::structured::tools::native::{auto_call, forced_call, ForcedCall};
-use crate::structured::tools::{generic, ToolChoice, ToolDef, ToolFormat, MAX_TOOLS};
+use crate::structured::tools::{generic, CallReading, ToolChoice, ToolDef, ToolFormat, MAX_TOOLS};
 use crate::structured::{Constraint, ConstraintError, Grammars};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -40,12 +40,12 @@ pub enum Shape {
 }
 
 /// What the handler runs: the messages as the template sees them, the template's `tools`,
-/// the grammar, and the format replies are read in for calls (None: plain content).
+/// the grammar, and how replies are read for calls (None: plain content).
 pub struct Prepared {
     pub messages: Vec<ChatMessage>,
     pub template_tools: Option<Value>,
     pub constraint: Option<Arc<Constraint>>,
-    pub read_calls: Option<ToolFormat>,
+    pub read_calls: Option<CallReading>,
 }
 
 fn constraint_error(e: ConstraintError) -> ApiError {
@@ -245,6 +245,7 @@ pub fn prepare_chat(
         .transpose()
         .map_err(constraint_error)?;
     let answer = tools.answer.as_ref().map(|(schema, _)| schema);
+    let calls_only = matches!(tools.choice, ToolChoice::Required | ToolChoice::Named(_));
     if tools.choice == ToolChoice::None {
         return Ok(Prepared {
             messages: history(messages, format),
@@ -291,7 +292,10 @@ pub fn prepare_chat(
             Some(ForcedCall::Schema(s)) => {
                 Some(Constraint::json_schema(g, &s, "tools", "tool_call"))
             }
-            Some(ForcedCall::Lark(l)) => Some(Constraint::lark(g, &l, "tools", "tool_call")),
+            // Calls only (forced): their JSON is bounded; beside free text it is not.
+            Some(ForcedCall::Lark(l)) => {
+                Some(Constraint::lark(g, &l, "tools", "tool_call", calls_only))
+            }
         }
         .transpose()
         .map_err(constraint_error)?
@@ -300,7 +304,10 @@ pub fn prepare_chat(
             messages: history(messages, format),
             template_tools: Some(Value::Array(listed)),
             constraint,
-            read_calls: Some(format),
+            read_calls: Some(CallReading {
+                format,
+                forced: calls_only,
+            }),
         });
     }
     let schema = generic::envelope_schema(&tools.tools, &tools.choice, tools.parallel, answer)
@@ -329,7 +336,10 @@ pub fn prepare_chat(
         messages,
         template_tools: None,
         constraint: Some(Arc::new(constraint)),
-        read_calls: Some(ToolFormat::Generic),
+        read_calls: Some(CallReading {
+            format: ToolFormat::Generic,
+            forced: calls_only,
+        }),
     })
 }
 

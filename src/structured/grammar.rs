@@ -1,36 +1,14 @@
 //! A request's constraint: a JSON schema (or any JSON object) compiled by llguidance into a
 //! matcher in its start state, cloned for each sequence that runs it.
 
+use super::bounds::{JsonBounds, TokenBytes, LIMITS};
+use super::error::ConstraintError;
+use super::seq::SeqConstraint;
 use super::vocab::Grammars;
 use llguidance::api::TopLevelGrammar;
 use llguidance::Matcher;
 use serde_json::{json, Value};
-
-/// Why a constraint could not be built. [`ConstraintError::param`] names the request field.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ConstraintError {
-    /// The schema uses a JSON Schema feature the grammar engine cannot enforce.
-    #[error("{param}: the schema uses a feature kiln cannot enforce: {detail}")]
-    Unsupported { param: String, detail: String },
-    /// The schema is malformed or can never be satisfied.
-    #[error("{param}: invalid schema: {detail}")]
-    Invalid { param: String, detail: String },
-    /// The model's vocabulary could not be turned into a token trie.
-    #[error("structured output is unavailable for this model: {0}")]
-    Setup(String),
-}
-
-impl ConstraintError {
-    /// The request field at fault (None for a server-side setup failure).
-    pub fn param(&self) -> Option<&str> {
-        match self {
-            ConstraintError::Unsupported { param, .. } | ConstraintError::Invalid { param, .. } => {
-                Some(param)
-            }
-            ConstraintError::Setup(_) => None,
-        }
-    }
-}
+use std::sync::Arc;
 
 /// How generated JSON is laid out: one space after `,` and `:` (as Python's `json.dumps`
 /// writes it, common in training data), no other whitespace. Fixed layout keeps a sampling
@@ -50,6 +28,9 @@ pub struct Constraint {
     matcher: Matcher,
     /// What it enforces, for logs (`json_schema:name`).
     label: String,
+    /// The bounds on JSON runs ([`super::bounds`]): the token bytes, and whether the JSON
+    /// is embedded amid other text; None when the output holds free text they would distort.
+    bounds: Option<(Arc<TokenBytes>, bool)>,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -85,6 +66,7 @@ impl Constraint {
                 })
             }
         };
+        super::rewrite::rewrite(&mut schema);
         if let Some(path) = inexact_number_range(&schema, "") {
             return Err(ConstraintError::Unsupported {
                 param: param.to_string(),
@@ -108,16 +90,20 @@ impl Constraint {
         Ok(Constraint {
             matcher,
             label: label.to_string(),
+            bounds: Some((Arc::clone(g.token_bytes()), false)),
         })
     }
 
     /// Output must follow a Lark grammar (llguidance's syntax; `%json {schema}` embeds a
-    /// schema). Used for tool-call syntaxes with tags around the JSON.
+    /// schema). Used for tool-call syntaxes with tags around the JSON. `json_bounds`: bound
+    /// the runs of the JSON values in it (for output that is calls only; free text beside
+    /// them would be bounded too where it happens to hold braces).
     pub fn lark(
         g: &Grammars,
         grammar: &str,
         param: &str,
         label: &str,
+        json_bounds: bool,
     ) -> Result<Constraint, ConstraintError> {
         let parser = g
             .factory()
@@ -129,6 +115,7 @@ impl Constraint {
         Ok(Constraint {
             matcher,
             label: label.to_string(),
+            bounds: json_bounds.then(|| (Arc::clone(g.token_bytes()), true)),
         })
     }
 
@@ -142,9 +129,20 @@ impl Constraint {
         )
     }
 
-    /// A fresh matcher for one sequence, in the start state.
+    /// A fresh matcher for one sequence, in the start state (without the bounds on JSON
+    /// runs: [`Constraint::sequence`] is what a sequence runs).
     pub fn start(&self) -> Matcher {
         self.matcher.clone()
+    }
+
+    /// One sequence's constraint in the start state: the grammar, narrowed by the bounds on
+    /// JSON runs ([`super::bounds`]).
+    pub fn sequence(&self) -> SeqConstraint {
+        let bounds = self
+            .bounds
+            .as_ref()
+            .map(|(t, embedded)| JsonBounds::new(Arc::clone(t), *embedded, LIMITS));
+        SeqConstraint::with_bounds(self.matcher.clone(), bounds)
     }
 
     pub fn label(&self) -> &str {

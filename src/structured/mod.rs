@@ -4,20 +4,29 @@
 //! - [`vocab`]: the token trie llguidance needs, built from kiln's own tokenizer (each token's
 //!   bytes; control tokens behind llguidance's special marker byte, so grammar text can never
 //!   match them), and the shared [`Grammars`] factory;
+//! - [`rewrite`]: schema keywords the engine refuses, rewritten into equivalent ones it
+//!   accepts (`dependencies`, `not: {required}`, `oneOf` over required lists, undefined
+//!   formats);
 //! - [`grammar`]: a request's constraint (`response_format`, a tool envelope) compiled into a
 //!   [`Constraint`], with typed errors naming the unsupported feature;
 //! - [`seq`]: one sequence's matcher in the scheduler: mask, accept, end-of-generation rule;
+//! - [`bounds`]: what JSON allows but no client wants (endless numbers and whitespace),
+//!   narrowed out of each mask;
 //! - [`tools`]: tool definitions, the model family's tool-call syntax, and parsers that keep
 //!   calls out of the content (whole replies and streams).
 //!
 //! Like `tokenizer` and `chat_template`, this module sits beside the layers: the scheduler
 //! runs a [`Constraint`] per sequence, the server builds them; it imports neither.
 
+pub mod bounds;
+pub mod error;
 pub mod grammar;
+pub mod rewrite;
 pub mod seq;
 pub mod tools;
 pub mod vocab;
 
-pub use grammar::{Constraint, ConstraintError};
+pub use error::ConstraintError;
+pub use grammar::Constraint;
 pub use seq::{MaskStats, SeqConstraint};
 pub use vocab::Grammars;

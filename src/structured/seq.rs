@@ -7,6 +7,7 @@
 //! sequence is complete ([`Step::Complete`]) and the scheduler ends it without spending a
 //! token on the end marker.
 
+use super::bounds::JsonBounds;
 use llguidance::toktrie::SimpleVob;
 use llguidance::Matcher;
 use std::time::{Duration, Instant};
@@ -32,6 +33,8 @@ pub enum Step {
 /// A sequence's matcher and its current mask.
 pub struct SeqConstraint {
     matcher: Matcher,
+    /// Narrows each mask so JSON numbers and whitespace runs end ([`super::bounds`]).
+    bounds: Option<JsonBounds>,
     mask: Option<SimpleVob>,
     /// The mask could not be computed; the sequence must end.
     failed: Option<String>,
@@ -52,6 +55,7 @@ impl Clone for SeqConstraint {
     fn clone(&self) -> Self {
         SeqConstraint {
             matcher: self.matcher.deep_clone(),
+            bounds: self.bounds.clone(),
             mask: self.mask.clone(),
             failed: self.failed.clone(),
             stats: MaskStats::default(),
@@ -60,9 +64,16 @@ impl Clone for SeqConstraint {
 }
 
 impl SeqConstraint {
+    /// The grammar alone (no bounds on JSON runs).
     pub fn new(matcher: Matcher) -> SeqConstraint {
+        SeqConstraint::with_bounds(matcher, None)
+    }
+
+    /// The grammar, each mask narrowed by `bounds`.
+    pub fn with_bounds(matcher: Matcher, bounds: Option<JsonBounds>) -> SeqConstraint {
         SeqConstraint {
             matcher,
+            bounds,
             mask: None,
             failed: None,
             stats: MaskStats::default(),
@@ -81,10 +92,22 @@ impl SeqConstraint {
             return;
         }
         let t0 = Instant::now();
-        match self.matcher.compute_mask() {
-            Ok(m) if m.num_set() > 0 => self.mask = Some(m),
-            Ok(_) => self.failed = Some("the grammar allows no token here".to_string()),
-            Err(e) => self.failed = Some(e.to_string()),
+        // A panic in the grammar engine fails this sequence only: the mask thread that runs
+        // this outlives it (the matcher is not used again once `failed` is set).
+        let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut m = self.matcher.compute_mask().map_err(|e| e.to_string())?;
+            if m.num_set() > 0 {
+                if let Some(b) = &self.bounds {
+                    b.narrow(&mut m);
+                }
+            }
+            Ok::<_, String>(m)
+        }));
+        match computed {
+            Ok(Ok(m)) if m.num_set() > 0 => self.mask = Some(m),
+            Ok(Ok(_)) => self.failed = Some("the grammar allows no token here".to_string()),
+            Ok(Err(e)) => self.failed = Some(e),
+            Err(_) => self.failed = Some("the grammar engine panicked".to_string()),
         }
         self.stats.masks += 1;
         self.stats.time += t0.elapsed();
@@ -110,6 +133,9 @@ impl SeqConstraint {
         }
         if let Err(e) = self.matcher.consume_token(id) {
             return Step::Failed(e.to_string());
+        }
+        if let Some(b) = &mut self.bounds {
+            b.commit(id);
         }
         if self.matcher.is_stopped() {
             Step::Complete

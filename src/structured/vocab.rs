@@ -1,6 +1,7 @@
 //! kiln's tokenizer seen through llguidance's `toktrie`: the token trie and the tokenizer
 //! environment one [`Grammars`] factory shares among all requests of a model.
 
+use super::bounds::TokenBytes;
 use crate::tokenizer::{attr, Tokenizer};
 use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::ParserFactory;
@@ -62,6 +63,8 @@ pub fn token_words(tok: &Tokenizer) -> Vec<Vec<u8>> {
 /// of the vocabulary precomputed once). Build once per model, share in an `Arc`.
 pub struct Grammars {
     factory: ParserFactory,
+    /// Each token's bytes, for the bounds on JSON runs.
+    bytes: Arc<TokenBytes>,
     n_vocab: usize,
     /// The ids ending a generation (a grammar allows them only where it may end).
     eog: Vec<u32>,
@@ -70,7 +73,7 @@ pub struct Grammars {
 impl Grammars {
     /// Builds the trie and the factory (a few hundred milliseconds for a 50k vocabulary: call
     /// it at start-up, off the async runtime).
-    pub fn new(tok: Arc<Tokenizer>) -> Result<Grammars, super::ConstraintError> {
+    pub fn new(tok: Arc<Tokenizer>) -> Result<Grammars, super::error::ConstraintError> {
         let words = token_words(&tok);
         let eog: Vec<u32> = tok.eog_ids().to_vec();
         let eos = tok.eos().or_else(|| eog.first().copied()).unwrap_or(0);
@@ -82,12 +85,14 @@ impl Grammars {
             trie = trie.with_eos_tokens(&eog);
         }
         let n_vocab = words.len();
+        let bytes = Arc::new(TokenBytes::new(words.clone()));
         let env: TokEnv = Arc::new(KilnTokEnv { tok, trie });
         let mut factory = ParserFactory::new_simple(&env)
-            .map_err(|e| super::ConstraintError::Setup(e.to_string()))?;
+            .map_err(|e| super::error::ConstraintError::Setup(e.to_string()))?;
         factory.quiet();
         Ok(Grammars {
             factory,
+            bytes,
             n_vocab,
             eog,
         })
@@ -95,6 +100,10 @@ impl Grammars {
 
     pub(crate) fn factory(&self) -> &ParserFactory {
         &self.factory
+    }
+
+    pub(crate) fn token_bytes(&self) -> &Arc<TokenBytes> {
+        &self.bytes
     }
 
     pub fn n_vocab(&self) -> usize {

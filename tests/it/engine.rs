@@ -202,3 +202,47 @@ fn bad_batches_are_named_errors() {
     ));
     assert!(matches!(runner.forward(&[]), Err(EngineError::EmptyInput)));
 }
+
+/// From `LONG_FROM` on, attention runs the long-context order: tiled over a prefill chunk's
+/// tokens, split over KV for a lone decode token. The logits of a long sequence stay
+/// bit-identical whatever the chunking.
+#[test]
+fn long_context_logits_ignore_chunking() {
+    use kiln::engine::attention::LONG_FROM;
+    let limits = BatchLimits {
+        max_tokens: 512,
+        max_seqs: 1,
+        max_logit_rows: 64,
+    };
+    let n = LONG_FROM + 24;
+    let tail = 40;
+    let mut runner = Runner::new(model(), limits, n + 16).expect("runner");
+    let tokens = prompt(n, 11);
+    let mut run = |head_chunk: usize, tail_chunk: usize| {
+        let mut t = runner.new_seq();
+        let head = &tokens[..n - tail];
+        runner
+            .feed(&mut t, 0, head, head_chunk, LogitsWanted::None, |_, _| {})
+            .expect("head");
+        let mut rows = Vec::new();
+        runner
+            .feed(
+                &mut t,
+                n - tail,
+                &tokens[n - tail..],
+                tail_chunk,
+                LogitsWanted::All,
+                |_, r| rows.push(r.to_vec()),
+            )
+            .expect("tail");
+        rows
+    };
+    // A 40-token chunk across LONG_FROM (short tokens, then tiles), against the same positions
+    // one token at a time (split-K decode) after a differently chunked head.
+    let tiled = run(512, tail);
+    let single = run(300, 1);
+    assert_eq!(tiled.len(), tail);
+    for (i, (a, b)) in tiled.iter().zip(&single).enumerate() {
+        assert_bits_eq(a, b, &format!("position {}", n - tail + i));
+    }
+}

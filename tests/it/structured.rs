@@ -98,7 +98,7 @@ fn random_logits_under_the_mask_always_give_valid_json() {
     let mut rng = Rng::new(7);
     let mut scratch = SampleScratch::new();
     for sample in 0..20 {
-        let mut seq = SeqConstraint::new(c.start());
+        let mut seq = c.sequence();
         let mut sampler = Sampler::new(&Default::default(), sample, &[]);
         let mut out = Vec::new();
         let done = loop {
@@ -129,6 +129,122 @@ fn random_logits_under_the_mask_always_give_valid_json() {
         let text = tok.decode(&out);
         let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
         check_person(&v);
+    }
+}
+
+/// Samples under `seq` from random logits that favour `favoured` tokens by `bias` (a model
+/// stuck on digits or blank space); the text, or None when no end came in `budget` tokens.
+fn biased_walk(
+    mut seq: SeqConstraint,
+    favoured: &dyn Fn(&[u8]) -> bool,
+    bias: f32,
+    seed: u64,
+    budget: usize,
+) -> Option<String> {
+    let tok = tokenizer();
+    let words = kiln::structured::vocab::token_words(&tok);
+    let mut rng = Rng::new(seed);
+    let mut scratch = SampleScratch::new();
+    let mut sampler = Sampler::new(&Default::default(), seed, &[]);
+    let mut out = Vec::new();
+    while out.len() < budget {
+        seq.compute_mask();
+        let logits: Vec<f32> = (0..tok.n_vocab())
+            .map(|i| rng.next_f64() as f32 * 2.0 + if favoured(&words[i]) { bias } else { 0.0 })
+            .collect();
+        let id = sampler
+            .sample_masked(&logits, seq.allowed(), &mut scratch)
+            .expect("the mask leaves a candidate")
+            .id;
+        if tok.is_eog(id) {
+            return Some(tok.decode(&out));
+        }
+        out.push(id);
+        match seq.commit(id) {
+            Step::Continue => {}
+            Step::Complete => return Some(tok.decode(&out)),
+            Step::Failed(e) => panic!("{e}"),
+        }
+    }
+    None
+}
+
+/// The numbers of a JSON text as written (outside strings).
+fn json_numbers(text: &str) -> Vec<String> {
+    let (mut out, mut cur, mut in_str, mut esc) = (Vec::new(), String::new(), false, false);
+    for c in text.chars() {
+        if in_str {
+            (in_str, esc) = match (esc, c) {
+                (true, _) => (true, false),
+                (false, '\\') => (true, true),
+                (false, '"') => (false, false),
+                _ => (true, false),
+            };
+            continue;
+        }
+        if c.is_ascii_digit() || "-+.eE".contains(c) {
+            cur.push(c);
+            continue;
+        }
+        if !cur.is_empty() {
+            out.push(std::mem::take(&mut cur));
+        }
+        in_str = c == '"';
+    }
+    out.extend((!cur.is_empty()).then_some(cur));
+    out
+}
+
+/// Issue 21: at temperature 1.0 a reply could run to max_tokens inside one number or one run
+/// of blank space. Under the bounds a sampler that prefers digits (or whitespace) still ends
+/// within a few dozen tokens, every number round-trips through f64, and the grammar alone
+/// (no bounds) shows the runaway the bounds prevent.
+#[test]
+fn numbers_and_blank_runs_end_under_the_bounds() {
+    let g = grammars();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "x": {"type": "number"},
+            "n": {"type": "integer"},
+            "note": {"type": "string", "maxLength": 40},
+            "xs": {"type": "array", "items": {"type": "number"}, "maxItems": 3}
+        },
+        "required": ["x", "n", "note", "xs"],
+        "additionalProperties": false
+    });
+    let c = Constraint::json_schema(g, &schema, "response_format", "nums").unwrap();
+    let digits = |w: &[u8]| !w.is_empty() && w.iter().all(u8::is_ascii_digit);
+    let blank = |w: &[u8]| !w.is_empty() && w.iter().all(|b| matches!(b, b' ' | b'\n' | b'\t'));
+    for seed in 0..6 {
+        let unbounded = biased_walk(SeqConstraint::new(c.start()), &digits, 12.0, seed, 150);
+        assert!(
+            unbounded.is_none(),
+            "the grammar alone ended: {unbounded:?}"
+        );
+        for favoured in [&digits as &dyn Fn(&[u8]) -> bool, &blank] {
+            let text = biased_walk(c.sequence(), favoured, 12.0, seed, 150)
+                .unwrap_or_else(|| panic!("seed {seed}: no end in 150 tokens"));
+            let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert!(v.is_object(), "{text}");
+            for num in json_numbers(&text) {
+                let (mantissa, exp) = num.split_once(['e', 'E']).unwrap_or((num.as_str(), ""));
+                let sig = mantissa
+                    .chars()
+                    .filter(char::is_ascii_digit)
+                    .skip_while(|&d| d == '0')
+                    .count();
+                assert!(sig <= 17, "{num} in {text}");
+                assert!(
+                    exp.chars().filter(char::is_ascii_digit).count() <= 3,
+                    "{num}"
+                );
+            }
+            assert!(
+                !text.contains(&" ".repeat(33)) && !text.contains(&"\\n".repeat(33)),
+                "{text}"
+            );
+        }
     }
 }
 
@@ -253,7 +369,7 @@ fn scheduler_constrained_sampling_is_valid_invariant_and_reproducible() {
 /// an end-of-generation token allowed).
 fn accepts(c: &Constraint, text: &str) -> bool {
     let tok = tokenizer();
-    let mut seq = SeqConstraint::new(c.start());
+    let mut seq = c.sequence();
     let ids = tok.encode(text, false, false);
     for (i, &id) in ids.iter().enumerate() {
         seq.compute_mask();
@@ -426,17 +542,18 @@ fn compile(c: kiln::structured::tools::native::ForcedCall) -> Constraint {
     use kiln::structured::tools::native::ForcedCall;
     match c {
         ForcedCall::Schema(s) => Constraint::json_schema(grammars(), &s, "tools", "f").unwrap(),
-        ForcedCall::Lark(l) => {
-            Constraint::lark(grammars(), &l, "tools", "f").unwrap_or_else(|e| panic!("{e}\n{l}"))
-        }
+        ForcedCall::Lark(l) => Constraint::lark(grammars(), &l, "tools", "f", true)
+            .unwrap_or_else(|e| panic!("{e}\n{l}")),
     }
 }
 
-const NATIVE: [(kiln::structured::tools::ToolFormat, &str); 4] = [
+const NATIVE: [(kiln::structured::tools::ToolFormat, &str); 6] = [
     (kiln::structured::tools::ToolFormat::Hermes, ""),
     (kiln::structured::tools::ToolFormat::Llama3, ""),
     (kiln::structured::tools::ToolFormat::Mistral, ""),
     (kiln::structured::tools::ToolFormat::Mistral, "[ARGS]"),
+    (kiln::structured::tools::ToolFormat::Phi4, ""),
+    (kiln::structured::tools::ToolFormat::Granite, ""),
 ];
 
 #[test]
@@ -475,6 +592,12 @@ fn book_call(format: kiln::structured::tools::ToolFormat, template: &str) -> &'s
             "[TOOL_CALLS][{\"name\": \"book\", \"arguments\": {\"ok\": true}}]"
         }
         (ToolFormat::Mistral, _) => "[TOOL_CALLS]book[ARGS]{\"ok\": true}",
+        (ToolFormat::Phi4, _) => {
+            "<|tool_call|>{\"name\": \"book\", \"arguments\": {\"ok\": true}}<|/tool_call|>"
+        }
+        (ToolFormat::Granite, _) => {
+            "<|tool_call|>[{\"name\": \"book\", \"arguments\": {\"ok\": true}}]"
+        }
         (ToolFormat::Generic, _) => unreachable!("no native syntax"),
     }
 }
@@ -482,7 +605,7 @@ fn book_call(format: kiln::structured::tools::ToolFormat, template: &str) -> &'s
 /// The text up to and including where a call starts in `call` (its opening tag, or Llama 3's
 /// opening brace).
 fn call_opening(call: &str) -> &str {
-    let end = ["<tool_call>", "[TOOL_CALLS]"]
+    let end = ["<tool_call>", "[TOOL_CALLS]", "<|tool_call|>"]
         .iter()
         .find_map(|t| call.find(t).map(|i| i + t.len()))
         .unwrap_or(1);
@@ -497,7 +620,7 @@ fn walk_after(c: &Constraint, prefix: &str, seed: u64) -> String {
 fn walk_after_with(tok: &Tokenizer, c: &Constraint, prefix: &str, seed: u64) -> String {
     let mut rng = Rng::new(seed);
     let mut scratch = SampleScratch::new();
-    let mut seq = SeqConstraint::new(c.start());
+    let mut seq = c.sequence();
     let mut sampler = Sampler::new(&Default::default(), seed, &[]);
     let mut out = tok.encode(prefix, false, false);
     for &id in &out {
@@ -553,7 +676,9 @@ fn auto_allows_an_answer_or_calls_and_a_started_call_is_valid() {
             }
             assert_eq!(
                 accepts(&c, &format!("{call}{call}")),
-                parallel && (format == ToolFormat::Hermes || !template.is_empty()),
+                parallel
+                    && (matches!(format, ToolFormat::Hermes | ToolFormat::Phi4)
+                        || !template.is_empty()),
                 "{what}"
             );
             // Once a call starts, whatever is sampled is a valid call.
@@ -628,7 +753,7 @@ fn free_text_ends_at_a_control_token_tag() {
         .expect("SmolLM2 has <|im_start|>");
     assert!(tok.is_control(open));
     let grammar = tagged_grammar(&Tag::Control(open), r#""call" "!""#, 2, false, None);
-    let c = Constraint::lark(grammars(), &grammar, "tools", "t")
+    let c = Constraint::lark(grammars(), &grammar, "tools", "t", false)
         .unwrap_or_else(|e| panic!("{e}\n{grammar}"));
     let accepts_special = |text: &str| {
         let mut seq = SeqConstraint::new(c.start());
@@ -659,4 +784,59 @@ fn free_text_ends_at_a_control_token_tag() {
     assert!(!accepts_special(
         "<|im_start|>call!<|im_start|>call!<|im_start|>call!"
     ));
+}
+
+/// The worker's mask thread: one OS thread for many steps, each step's constraints back in
+/// order with their masks, and a step that panicked in its forward pass (its batch never
+/// collected) does not hand its stale batch to the next step.
+#[test]
+fn one_mask_thread_serves_every_step_and_survives_a_panicking_forward_pass() {
+    use kiln::scheduler::constrain::{MaskThread, Pending};
+    use kiln::scheduler::state::SeqId;
+    let c = Constraint::json_schema(grammars(), &person_schema(), "response_format", "p").unwrap();
+    let fresh = |n: u64| -> Pending { (0..n).map(|i| (i as SeqId, c.sequence())).collect() };
+    let mut masks = MaskThread::new("kiln-masks-test".to_string());
+    assert!(!masks.is_running(), "started on first use");
+    let mut empty: Pending = Vec::new();
+    let (r, work) = masks.overlapped(&mut empty, || 7);
+    assert_eq!((r, work.masks), (7, 0));
+    assert!(!masks.is_running(), "nothing pending: no thread");
+    let mut threads = Vec::new();
+    for step in 0..20u64 {
+        let mut pending = fresh(3);
+        let (caller, work) = masks.overlapped(&mut pending, || std::thread::current().id());
+        assert_eq!(
+            caller,
+            std::thread::current().id(),
+            "the forward pass runs on the caller"
+        );
+        threads.push(masks.thread_id().expect("the mask thread runs"));
+        assert_eq!(work.masks, 3, "step {step}");
+        let ids: Vec<u64> = pending.iter().map(|(s, _)| *s).collect();
+        assert_eq!(ids, vec![0, 1, 2], "order kept");
+        assert!(
+            pending.iter().all(|(_, s)| s.allowed().is_some()),
+            "masks computed"
+        );
+        assert!(masks.is_running());
+    }
+    // One mask thread for all 20 steps, not the caller's.
+    assert!(threads.iter().all(|t| *t == threads[0]));
+    assert_ne!(threads[0], std::thread::current().id());
+    // A forward pass that panics leaves its batch with the thread; the next step gets its own.
+    let mut pending = fresh(2);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        masks.overlapped(&mut pending, || panic!("injected forward panic"))
+    }));
+    assert!(caught.is_err());
+    let mut next = fresh(5);
+    let (_, work) = masks.overlapped(&mut next, || ());
+    assert_eq!((work.masks, next.len()), (5, 5));
+    assert!(next.iter().all(|(_, s)| s.allowed().is_some()));
+    assert_eq!(
+        masks.thread_id(),
+        Some(threads[0]),
+        "the same thread after the panic"
+    );
+    drop(masks); // joins the thread
 }

@@ -253,11 +253,15 @@ ASK_WEATHER = [{"role": "user", "content": "What is the weather like in Paris to
 SCHEMA_OF = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 
-def check_calls(calls, names):
+def check_calls(calls, names, cut=False):
+    """Calls of `names` whose arguments validate; `cut` (finish_reason "length"): the last
+    one may be partial, as far as max_tokens let it get."""
     assert calls, "no tool calls"
-    for c in calls:
+    for i, c in enumerate(calls):
         assert c.type == "function" and c.id.startswith("call_")
         assert c.function.name in names
+        if cut and i == len(calls) - 1:
+            continue
         jsonschema.validate(json.loads(c.function.arguments), SCHEMA_OF[c.function.name])
 
 
@@ -363,7 +367,7 @@ def test_auto_answers_or_calls_validly(client, model_id):
         # every call returned is still whole and valid.
         assert c.finish_reason in ("tool_calls", "stop", "length"), c
         if c.message.tool_calls:
-            check_calls(c.message.tool_calls, set(SCHEMA_OF))
+            check_calls(c.message.tool_calls, set(SCHEMA_OF), cut=c.finish_reason == "length")
             assert c.finish_reason in ("tool_calls", "length")
             kinds.add("call")
         else:
@@ -456,7 +460,7 @@ def test_unsupported_schema_features_and_malformed_tools_are_400s(client, model_
     err = bad(client, model_id, tools=[WEATHER, {"type": "function", "function": {"name": "f", "parameters": "nope"}}])
     assert err["param"] == "tools[1].function.parameters"
     err = bad(client, model_id, tools=[{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"a": {"type": "string"}}, "dependentSchemas": {"a": {"required": ["b"]}}}}}])
+        "type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}}}])
     assert err["param"] == "tools[0].function.parameters"
     err = bad(client, model_id, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}})
     assert err["param"] == "tool_choice.function.name"
@@ -468,19 +472,33 @@ def test_unsupported_schema_features_and_malformed_tools_are_400s(client, model_
     assert err["param"].startswith("tools")
 
 
-@pytest.fixture(scope="module")
-def hermes_client(tmp_path_factory):
-    """A kiln serving the default model under Qwen2.5's chat template (Hermes tool syntax):
-    the tiny model does not know the syntax, so only forced calls are meaningful here."""
+def template_server(tmp_path_factory, template_name):
+    """A kiln serving the default model under a conformance chat template (its tool syntax):
+    the tiny model does not know the syntax, so only forced calls are meaningful there."""
     from conftest import ROOT, TEST_CONFIG, client_for, start_kiln  # noqa: F401
     import os
     shared = Path(os.environ.get("KILN_SHARED", ROOT.parent / "shared"))
-    template = shared / "conformance/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"
+    template = shared / "conformance/chat-templates" / template_name
     assert template.is_file(), f"{template} is missing (set KILN_SHARED)"
     cfg = {section: dict(keys) for section, keys in TEST_CONFIG.items()}
     cfg["model"] = {"chat_template": str(template)}
-    server = start_kiln(config=cfg, log_dir=tmp_path_factory.mktemp("kiln-hermes"))
-    yield client_for(server.base_url)
+    server = start_kiln(config=cfg, log_dir=tmp_path_factory.mktemp("kiln-template"))
+    return server, client_for(server.base_url)
+
+
+@pytest.fixture(scope="module")
+def hermes_client(tmp_path_factory):
+    """Qwen2.5's chat template: the Hermes syntax (`<tool_call>...</tool_call>`)."""
+    server, client = template_server(tmp_path_factory, "Qwen-Qwen2.5-7B-Instruct.jinja")
+    yield client
+    assert server.stop() == 0, server.log_tail()
+
+
+@pytest.fixture(scope="module")
+def llama3_client(tmp_path_factory):
+    """Llama 3.3's chat template: a call is the reply's one JSON object."""
+    server, client = template_server(tmp_path_factory, "meta-llama-Llama-3.3-70B-Instruct.jinja")
+    yield client
     assert server.stop() == 0, server.log_tail()
 
 
@@ -506,7 +524,8 @@ def test_native_hermes_syntax_forced_calls_whole_and_streamed(hermes_client):
     # max_tokens; every call returned is whole and valid either way.
     r = hermes_client.chat.completions.create(tool_choice="required", seed=4, **kw)
     assert r.choices[0].finish_reason in ("tool_calls", "length")
-    check_calls(r.choices[0].message.tool_calls, set(SCHEMA_OF))
+    check_calls(r.choices[0].message.tool_calls, set(SCHEMA_OF),
+                cut=r.choices[0].finish_reason == "length")
 
 
 def test_native_hermes_auto_answers_or_calls_validly(hermes_client):
@@ -524,3 +543,88 @@ def test_native_hermes_auto_answers_or_calls_validly(hermes_client):
         content, calls, finish = stream_reply(
             hermes_client, seed=seed, response_format=schema_format("a", ANSWER_SCHEMA), **kw)
         check_answer_or_calls(content, [(x["name"], x["arguments"]) for x in calls], finish)
+
+
+# Cases ported from llama.cpp's server tests (tools/server/tests/unit/test_tool_call.py: its
+# PYTHON_TOOL and TEST_TOOL, the coding-assistant prompt, tool_choice "required" with
+# parallel_tool_calls false), pointed at kiln with max_tokens cutting the call short.
+PYTHON_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "python",
+        "description": "Runs code in an ipython interpreter and returns the result of the execution after 60 seconds.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The code to run in the ipython interpreter."}},
+            "required": ["code"],
+        },
+    },
+}
+TEST_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "test",
+        "description": "",
+        "parameters": {
+            "type": "object",
+            "properties": {"success": {"type": "boolean", "const": True}},
+            "required": ["success"],
+        },
+    },
+}
+CODING = [
+    {"role": "system", "content": "You are a coding assistant."},
+    {"role": "user", "content": "Write an example"},
+]
+FORMAT_CLIENTS = {"generic": "client", "hermes": "hermes_client", "llama3": "llama3_client"}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMAT_CLIENTS))
+def test_a_required_call_cut_short_is_a_partial_call_whole_and_streamed(request, fmt):
+    """Issue 21: a reply max_tokens cuts inside a required call is the partial call in
+    `tool_calls` with finish_reason "length", never call syntax in `content`, and the streamed
+    reply says exactly what the whole one says (greedy, so each cut is a prefix of the full
+    call)."""
+    cl = request.getfixturevalue(FORMAT_CLIENTS[fmt])
+    kw = dict(model="SmolLM2-135M-Instruct.Q4_1", messages=CODING, tool_choice="required",
+              parallel_tool_calls=False, temperature=0.0)
+    full = cl.chat.completions.create(tools=[TEST_TOOL], max_tokens=64, **kw).choices[0]
+    assert full.finish_reason == "tool_calls" and not full.message.content, full
+    # TEST_TOOL allows other keys beside `success` (it does not forbid them).
+    assert [(t.function.name, json.loads(t.function.arguments)["success"])
+            for t in full.message.tool_calls] == [("test", True)]
+    r = cl.chat.completions.create(tools=[PYTHON_TOOL], max_tokens=256, **kw)
+    whole_args = r.choices[0].message.tool_calls[0].function.arguments if r.choices[0].message.tool_calls else ""
+    n = r.usage.completion_tokens
+    partial = 0
+    for max_tokens in sorted({1, 2, 4, 8, 12, 16, 20, 24, 32, 48, 64, n - 1} - {0}):
+        if max_tokens >= n:
+            continue
+        c = cl.chat.completions.create(tools=[PYTHON_TOOL], max_tokens=max_tokens, **kw).choices[0]
+        assert c.finish_reason == "length", c
+        assert not c.message.content, f"call syntax as content at max_tokens={max_tokens}: {c.message}"
+        got = [(t.function.name, t.function.arguments) for t in c.message.tool_calls or []]
+        content, calls, finish = stream_reply(cl, tools=[PYTHON_TOOL], max_tokens=max_tokens, **kw)
+        assert (finish, content) == ("length", ""), (max_tokens, content)
+        assert [(x["name"], x["arguments"]) for x in calls] == got, max_tokens
+        if got:
+            assert len(got) == 1 and got[0][0] == "python"
+            assert whole_args.startswith(got[0][1]), (got, whole_args)
+            partial += 1
+    assert partial >= 3, "max_tokens never cut inside the call's arguments"
+
+
+def test_hermes_closing_tag_inside_a_string_is_part_of_the_string(hermes_client):
+    code = "print('</tool_call>')\n# done"
+    tool = {"type": "function", "function": {"name": "python", "parameters": {
+        "type": "object", "properties": {"code": {"const": code}}, "required": ["code"],
+        "additionalProperties": False}}}
+    kw = dict(model="SmolLM2-135M-Instruct.Q4_1", messages=CODING, tools=[tool],
+              tool_choice="required", parallel_tool_calls=False, temperature=1.0, seed=3,
+              max_tokens=128)
+    c = hermes_client.chat.completions.create(**kw).choices[0]
+    assert c.finish_reason == "tool_calls" and not c.message.content, c
+    assert json.loads(c.message.tool_calls[0].function.arguments) == {"code": code}
+    content, calls, finish = stream_reply(hermes_client, **kw)
+    assert (finish, content) == ("tool_calls", "")
+    assert [(x["name"], json.loads(x["arguments"])) for x in calls] == [("python", {"code": code})]

@@ -115,11 +115,18 @@ pub(super) fn attend_group(
 /// twin's query and accumulator, the SIMD twins' f16-rounded queries (up to four heads a pass).
 pub(super) const SCRATCH_HEADS: usize = 4;
 
+/// Head sizes the SIMD twins handle (their accumulators live in registers): 64, 96, 128, 192
+/// and 256, the sizes of the model families kiln runs. Past the last multiple of 64 (96's last
+/// 32 values) the reference sums the products in f64, as [`score`] does.
+fn simd_head_dim(d: usize) -> bool {
+    matches!(d, 64 | 96 | 128 | 192 | 256)
+}
+
 /// True when [`attend_group_avx512`] handles heads of `d` values in blocks of `bs` positions:
-/// `d` a multiple of 64 up to 256 (its accumulators live in registers), `bs` a multiple of 16
-/// (it scores 16 positions of a K tile at once).
+/// `d` one of [`simd_head_dim`]'s, `bs` a multiple of 16 (it scores 16 positions of a K tile
+/// at once).
 pub(super) fn avx512_covers(d: usize, bs: usize) -> bool {
-    d > 0 && d.is_multiple_of(LANES * PARTS) && d <= 256 && bs > 0 && bs.is_multiple_of(LANES)
+    simd_head_dim(d) && bs > 0 && bs.is_multiple_of(LANES)
 }
 
 /// Query heads of one GQA group attended together by the AVX-512 twin (their K/V tiles are
@@ -164,6 +171,7 @@ pub(super) unsafe fn attend_group_avx512(
                     match ((g - j0).min(HEADS), d / LANES) {
                         $(
                             ($g, 4) => heads_avx512::<$g, 4>(view, qs, os, scale, scratch),
+                            ($g, 6) => heads_avx512::<$g, 6>(view, qs, os, scale, scratch),
                             ($g, 8) => heads_avx512::<$g, 8>(view, qs, os, scale, scratch),
                             ($g, 12) => heads_avx512::<$g, 12>(view, qs, os, scale, scratch),
                             ($g, _) => heads_avx512::<$g, 16>(view, qs, os, scale, scratch),
@@ -195,6 +203,7 @@ unsafe fn heads_avx512<const G: usize, const C: usize>(
     use std::arch::x86_64::*;
     let (d, bs) = (view.head_dim, view.block_size);
     debug_assert_eq!(d, C * LANES);
+    let full = d - d % (LANES * PARTS);
     #[inline(always)]
     fn round16(x: __m512) -> __m512 {
         // SAFETY: callers run with AVX-512F enabled.
@@ -219,7 +228,7 @@ unsafe fn heads_avx512<const G: usize, const C: usize>(
             let mut s = [[_mm512_setzero_ps(); LANES]; G];
             for lane in 0..LANES {
                 let mut parts = [[_mm512_setzero_ps(); PARTS]; G];
-                for base in (0..d).step_by(LANES * PARTS) {
+                for base in (0..full).step_by(LANES * PARTS) {
                     for pj in 0..PARTS {
                         let i = base + pj * LANES + lane;
                         // SAFETY: i * bs + t + 16 <= (d - 1) * bs + bs = k.len().
@@ -246,6 +255,45 @@ unsafe fn heads_avx512<const G: usize, const C: usize>(
                     }
                     w /= 2;
                 }
+            }
+            if full < d {
+                // The reference's tail: the tree's sum widened to f64, then each f32 product
+                // added in f64, in order; 16 positions as two vectors of 8 f64.
+                let mut wide = [[_mm512_setzero_pd(); 2]; G];
+                for j in 0..G {
+                    let x = s[j][0];
+                    wide[j] = [
+                        _mm512_cvtps_pd(_mm512_castps512_ps256(x)),
+                        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                            _mm512_castps_pd(x),
+                        ))),
+                    ];
+                }
+                for i in full..d {
+                    // SAFETY: as for the tree above (i < d).
+                    let kk = unsafe {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(k.as_ptr().add(i * bs + t).cast()))
+                    };
+                    for j in 0..G {
+                        // SAFETY: j < G and i < d, and `qh` holds G * d values.
+                        let qi = unsafe { *qh.get_unchecked(j * d + i) };
+                        let p = _mm512_mul_ps(_mm512_set1_ps(qi), kk);
+                        let hi = _mm512_extractf64x4_pd::<1>(_mm512_castps_pd(p));
+                        wide[j][0] =
+                            _mm512_add_pd(wide[j][0], _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
+                        wide[j][1] =
+                            _mm512_add_pd(wide[j][1], _mm512_cvtps_pd(_mm256_castpd_ps(hi)));
+                    }
+                }
+                for j in 0..G {
+                    let lo = _mm512_castps256_ps512(_mm512_cvtpd_ps(wide[j][0]));
+                    s[j][0] = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                        _mm512_castps_pd(lo),
+                        _mm256_castps_pd(_mm512_cvtpd_ps(wide[j][1])),
+                    ));
+                }
+            }
+            for j in 0..G {
                 // SAFETY: `scores[j]` holds 16 f32.
                 unsafe { _mm512_storeu_ps(scores[j].as_mut_ptr(), s[j][0]) };
             }
@@ -319,10 +367,10 @@ unsafe fn heads_avx512<const G: usize, const C: usize>(
 const AVX2_POS: usize = 8;
 
 /// True when [`attend_group_avx2`] handles heads of `d` values in blocks of `bs` positions:
-/// `d` a multiple of 64 up to 256 (as for AVX-512), `bs` a multiple of 8 (it scores 8
+/// `d` as for AVX-512, `bs` a multiple of 8 (it scores 8
 /// positions of a K tile at once).
 pub(super) fn avx2_covers(d: usize, bs: usize) -> bool {
-    d > 0 && d.is_multiple_of(LANES * PARTS) && d <= 256 && bs > 0 && bs.is_multiple_of(AVX2_POS)
+    simd_head_dim(d) && bs > 0 && bs.is_multiple_of(AVX2_POS)
 }
 
 /// Query heads of one GQA group attended together by the AVX2 twin: three heads' 4 partial
@@ -370,6 +418,7 @@ pub(super) unsafe fn attend_group_avx2(
                     match ((g - j0).min(HEADS_AVX2), d / AVX2_POS) {
                         $(
                             ($g, 8) => heads_avx2::<$g, 8>(view, qs, os, scale, scratch),
+                            ($g, 12) => heads_avx2::<$g, 12>(view, qs, os, scale, scratch),
                             ($g, 16) => heads_avx2::<$g, 16>(view, qs, os, scale, scratch),
                             ($g, 24) => heads_avx2::<$g, 24>(view, qs, os, scale, scratch),
                             ($g, _) => heads_avx2::<$g, 32>(view, qs, os, scale, scratch),
@@ -401,6 +450,7 @@ unsafe fn heads_avx2<const G: usize, const C: usize>(
     use std::arch::x86_64::*;
     let (d, bs) = (view.head_dim, view.block_size);
     debug_assert_eq!(d, C * AVX2_POS);
+    let full = d - d % (LANES * PARTS);
     #[inline(always)]
     fn round16(x: __m256) -> __m256 {
         // SAFETY: callers run with F16C enabled.
@@ -421,7 +471,7 @@ unsafe fn heads_avx2<const G: usize, const C: usize>(
             let mut s = [[_mm256_setzero_ps(); LANES]; G];
             for lane in 0..LANES {
                 let mut parts = [[_mm256_setzero_ps(); PARTS]; G];
-                for base in (0..d).step_by(LANES * PARTS) {
+                for base in (0..full).step_by(LANES * PARTS) {
                     for pj in 0..PARTS {
                         let i = base + pj * LANES + lane;
                         // SAFETY: t is a multiple of 8 below n <= bs and bs is a multiple of
@@ -449,6 +499,41 @@ unsafe fn heads_avx2<const G: usize, const C: usize>(
                     }
                     w /= 2;
                 }
+            }
+            if full < d {
+                // The reference's f64 tail (see `heads_avx512`), 8 positions as two vectors of
+                // 4 f64.
+                let mut wide = [[_mm256_setzero_pd(); 2]; G];
+                for j in 0..G {
+                    let x = s[j][0];
+                    wide[j] = [
+                        _mm256_cvtps_pd(_mm256_castps256_ps128(x)),
+                        _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x)),
+                    ];
+                }
+                for i in full..d {
+                    // SAFETY: as for the tree above (i < d).
+                    let kk = unsafe {
+                        _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(i * bs + t).cast()))
+                    };
+                    for j in 0..G {
+                        // SAFETY: j < G and i < d, and `qh` holds G * d values.
+                        let qi = unsafe { *qh.get_unchecked(j * d + i) };
+                        let p = _mm256_mul_ps(_mm256_set1_ps(qi), kk);
+                        wide[j][0] =
+                            _mm256_add_pd(wide[j][0], _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
+                        wide[j][1] = _mm256_add_pd(
+                            wide[j][1],
+                            _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(p)),
+                        );
+                    }
+                }
+                for j in 0..G {
+                    s[j][0] =
+                        _mm256_set_m128(_mm256_cvtpd_ps(wide[j][1]), _mm256_cvtpd_ps(wide[j][0]));
+                }
+            }
+            for j in 0..G {
                 // SAFETY: `scores[j]` holds 8 f32.
                 unsafe { _mm256_storeu_ps(scores[j].as_mut_ptr(), s[j][0]) };
             }

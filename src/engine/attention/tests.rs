@@ -134,16 +134,18 @@ fn bits(x: &[f32]) -> Vec<u32> {
 
 /// (n_head_kv, group, head_dim, block_size): the default model's shape first, then shapes that
 /// exercise every head count and accumulator width of the SIMD kernels (groups of 1..=4 heads
-/// per AVX-512 pass and 1..=3 per AVX2 pass, in groups of up to 8; head_dim 64, 128, 192, 256),
+/// per AVX-512 pass and 1..=3 per AVX2 pass, in groups of up to 8; head_dim 64, 96 (its last 32
+/// values summed in f64), 128, 192, 256),
 /// then a block size only AVX2 and scalar cover (8), then shapes only the scalar twin covers
 /// (head_dim 24, blocks of 5 or of 1).
-const SHAPES: [(usize, usize, usize, usize); 10] = [
+const SHAPES: [(usize, usize, usize, usize); 11] = [
     (3, 3, 64, 16),
     (2, 4, 128, 32),
     (1, 1, 64, 16),
     (4, 8, 64, 16),
     (2, 6, 192, 16),
     (1, 5, 256, 32),
+    (2, 5, 96, 16),
     (2, 5, 128, 8),
     (2, 2, 24, 5),
     (2, 2, 64, 1),
@@ -248,7 +250,12 @@ fn avx2_kernel_is_bit_identical_to_its_scalar_twin() {
 fn simd_kernels_are_bit_identical_over_long_contexts() {
     // Past 900 positions the running max has settled and most exps are tiny: the regime of
     // the long golden prompt. The default model's shape, a 128-wide head and 8-position blocks.
-    let shapes = [(3, 3, 64, 16), (2, 4, 128, 32), (1, 3, 64, 8)];
+    let shapes = [
+        (3, 3, 64, 16),
+        (2, 4, 128, 32),
+        (1, 3, 64, 8),
+        (1, 4, 96, 16),
+    ];
     for isa in [AttnIsa::Avx512, AttnIsa::Avx2] {
         if runs(isa) {
             let want = shapes.iter().filter(|s| isa.covers(s.2, s.3)).count();
@@ -359,10 +366,10 @@ fn uncovered_shapes_run_the_scalar_twin() {
         s.force_isa(AttnIsa::Avx2);
         assert_eq!(s.isa(), AttnIsa::Scalar);
     }
-    for (d, bs) in [(64, 16), (128, 32), (192, 16), (256, 48)] {
+    for (d, bs) in [(64, 16), (96, 16), (128, 32), (192, 16), (256, 48)] {
         assert!(AttnIsa::Avx512.covers(d, bs), "({d}, {bs})");
     }
-    for (d, bs) in [(64, 8), (128, 16), (192, 24), (256, 48)] {
+    for (d, bs) in [(64, 8), (96, 8), (128, 16), (192, 24), (256, 48)] {
         assert!(AttnIsa::Avx2.covers(d, bs), "({d}, {bs})");
     }
 }
@@ -494,3 +501,5 @@ fn scratch_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<AttnScratch>();
 }
+
+mod long;

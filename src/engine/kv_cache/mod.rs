@@ -153,14 +153,23 @@ pub struct KvCache {
 }
 
 /// Allocates `len` zeroed f16 values plus slack, returning the store and the offset of the first
-/// 64-byte aligned value. Touches every page now so the decode step never faults one in.
+/// 64-byte aligned value. The memory comes zeroed from the allocator (`calloc`: fresh pages
+/// from the OS for a pool this big) and is not touched here: a page is mapped when a sequence
+/// first writes to it, so start-up and RSS do not pay for the whole KV budget up front (writing
+/// 2 GiB of zeros took 1-17 s of `kiln serve`'s start-up).
 fn alloc_array(len: usize) -> Result<(Vec<f16>, usize), KvCacheError> {
     let bytes = len.saturating_mul(size_of::<f16>());
     let total = len.checked_add(LINE).ok_or(KvCacheError::Alloc { bytes })?;
-    let mut v: Vec<f16> = Vec::new();
-    v.try_reserve_exact(total)
-        .map_err(|_| KvCacheError::Alloc { bytes })?;
-    v.resize(total, f16::ZERO);
+    let layout =
+        std::alloc::Layout::array::<f16>(total).map_err(|_| KvCacheError::Alloc { bytes })?;
+    // SAFETY: `layout` has a non-zero size (total >= LINE > 0).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut f16;
+    if p.is_null() {
+        return Err(KvCacheError::Alloc { bytes });
+    }
+    // SAFETY: `p` was allocated by the global allocator with the layout of `total` f16 values
+    // (so capacity `total`), and all-zero bytes are a valid f16 (0.0) for every element.
+    let v = unsafe { Vec::from_raw_parts(p, total, total) };
     let misalign = (v.as_ptr() as usize % 64) / size_of::<f16>();
     let off = (LINE - misalign) % LINE;
     Ok((v, off))

@@ -9,7 +9,7 @@
 //! outputs are bit-identical per token whatever the batch (see `matmul`), so a sequence's
 //! logits never depend on the batch it runs in nor on how its prompt was chunked.
 
-use crate::engine::attention::{attend, AttnScratch};
+use crate::engine::attention::{attend_batch, AttnBatch};
 use crate::engine::batch::{Logits, LogitsWanted, SeqInput};
 use crate::engine::error::EngineError;
 use crate::engine::kv_cache::{KvCache, KvCacheConfig, KvCacheError};
@@ -22,7 +22,7 @@ use crate::engine::scratch::{BatchLimits, ForwardScratch};
 use crate::engine::weights::LlamaWeights;
 use crate::gguf::GgufFile;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Row-wise work on fewer tokens than this stays on the calling thread.
 const PAR_ROWS_MIN: usize = 16;
@@ -31,15 +31,6 @@ const PAR_ROWS_MIN: usize = 16;
 /// `[n_tokens][width]` for the whole batch (`layer` is None for non-layer tensors).
 #[cfg(feature = "trace")]
 pub type TraceHook = Box<dyn Fn(&str, Option<usize>, &[f32]) + Send + Sync>;
-
-/// What attention reads besides the cache: the batch layout and the roped queries.
-#[derive(Clone, Copy)]
-struct AttnInputs<'a> {
-    seqs: &'a [SeqInput<'a>],
-    tok_seq: &'a [u32],
-    tok_pos: &'a [u32],
-    q: &'a [f32],
-}
 
 /// A loaded llama-family model and the thread pool it computes on.
 pub struct LlamaModel {
@@ -341,13 +332,22 @@ impl LlamaModel {
                 let (kr, vr) = (&s.k[t * nkv..(t + 1) * nkv], &s.v[t * nkv..(t + 1) * nkv]);
                 kv.write(l, q.table, tok_pos[t] as usize, kr, vr)?;
             }
-            let at = AttnInputs {
-                seqs,
+            let table_of = |i: usize| seqs[i].table;
+            let batch = AttnBatch {
                 tok_seq,
                 tok_pos,
+                table: &table_of,
                 q: &s.q,
             };
-            self.attention(l, &at, kv, &s.attn_scratch, &mut s.attn[..n_tok * nq])?;
+            attend_batch(
+                &self.pool,
+                kv,
+                l,
+                &batch,
+                &mut s.attn[..n_tok * nq],
+                &s.attn_scratch,
+                &mut s.attn_plan,
+            )?;
             self.trace("attn_out", lt, &s.attn[..n_tok * nq]);
             matmul(
                 &self.pool,
@@ -428,53 +428,5 @@ impl LlamaModel {
             self.trace("result_output", None, &s.logits[..n_rows * c.n_vocab]);
         }
         Ok(())
-    }
-
-    /// Attention of every new token over its sequence's cached positions `0..=pos`, one
-    /// token per task.
-    fn attention(
-        &self,
-        layer: usize,
-        at: &AttnInputs<'_>,
-        kv: &KvCache,
-        scratches: &[Mutex<AttnScratch>],
-        out: &mut [f32],
-    ) -> Result<(), KvCacheError> {
-        let nq = self.cfg.n_head * self.cfg.head_dim;
-        let n_tok = at.tok_seq.len();
-        let AttnInputs {
-            seqs,
-            tok_seq,
-            tok_pos,
-            q,
-        } = *at;
-        let one = |t: usize, worker: usize, out: &mut [f32]| {
-            let i = worker % scratches.len();
-            let mut sc = scratches[i].lock().unwrap_or_else(|e| e.into_inner());
-            let table = seqs[tok_seq[t] as usize].table;
-            let qt = &q[t * nq..(t + 1) * nq];
-            attend(kv, layer, table, tok_pos[t] as usize, qt, out, &mut sc)
-        };
-        if n_tok == 1 {
-            return one(0, 0, out);
-        }
-        // Later tokens attend over more positions: hand them out first so the tail balances.
-        let first_err: Mutex<Option<KvCacheError>> = Mutex::new(None);
-        let base = SendPtr(out.as_mut_ptr());
-        self.pool.run(n_tok, &|task, worker| {
-            let t = n_tok - 1 - task;
-            // SAFETY: row t of `out` (n_tok rows of nq) belongs to this task alone.
-            let row = unsafe { std::slice::from_raw_parts_mut(base.get().add(t * nq), nq) };
-            if let Err(e) = one(t, worker, row) {
-                first_err
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_or_insert(e);
-            }
-        });
-        match first_err.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
     }
 }

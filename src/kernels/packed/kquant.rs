@@ -131,3 +131,59 @@ pub(super) fn pack(l: &PanelLayout, rows: &[u8], n_rows: usize) -> Option<Vec<Li
     }
     Some(lines)
 }
+
+/// Bytes of a Q8_K block: f32 d, 256 i8 quants at 4, 16 i16 group sums at [`Q8K_BSUMS`].
+pub const Q8K_BYTES: usize = 292;
+/// Where a Q8_K block's group sums start.
+pub const Q8K_BSUMS: usize = 4 + QK_K;
+
+/// Per (token, block) activation terms of the K-quant panel GEMMs, computed once per call and
+/// shared by all panels: the Q8_K scale `dy` and group-sum pairs as i16 pairs (`lo | hi << 16`,
+/// what `vpmaddwd`/`vpdpwssd` take): Q4_K/Q5_K pair `i < 4` = the 32-value sums of sub-blocks
+/// `2i, 2i + 1`; Q6_K pair `m < 8` = the 16-value sums of groups `2m, 2m + 1`.
+pub struct ActTable<const N: usize> {
+    pub dy: [f32; N],
+    pub pair: [[i32; 8]; N],
+}
+
+impl<const N: usize> ActTable<N> {
+    pub fn new() -> Self {
+        ActTable {
+            dy: [0.0; N],
+            pair: [[0; 8]; N],
+        }
+    }
+
+    /// Fills entries `t * nb + b` for the `n` Q8_K rows of `a` (`ar` bytes apart, `nb` blocks
+    /// each). Panics if `n * nb > N` or `a` is short.
+    pub fn fill(&mut self, dtype: DType, a: &[u8], ar: usize, n: usize, nb: usize) {
+        assert!(n * nb <= N, "activation table of {N} entries");
+        for t in 0..n {
+            for b in 0..nb {
+                let y = &a[t * ar + b * Q8K_BYTES..][..Q8K_BYTES];
+                let bs = |g: usize| {
+                    i16::from_le_bytes([y[Q8K_BSUMS + 2 * g], y[Q8K_BSUMS + 2 * g + 1]]) as i32
+                };
+                let e = t * nb + b;
+                self.dy[e] = f32::from_le_bytes(y[0..4].try_into().expect("4 bytes"));
+                let pack = |lo: i32, hi: i32| (lo & 0xFFFF) | (hi << 16);
+                if dtype == DType::Q6_K {
+                    for m in 0..8 {
+                        self.pair[e][m] = pack(bs(2 * m), bs(2 * m + 1));
+                    }
+                } else {
+                    let s = |j: usize| bs(2 * j) + bs(2 * j + 1);
+                    for i in 0..4 {
+                        self.pair[e][i] = pack(s(2 * i), s(2 * i + 1));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<const N: usize> Default for ActTable<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,24 +1,23 @@
-//! Scalar twins of the K-quant panel GEMMs (`x86/avx512/packed_k.rs`, `x86/avx2/packed_k.rs`),
-//! read from the panel bytes of `packed/kquant.rs`.
+//! Scalar twin of the K-quant panel GEMMs (`x86/avx512/packed_k.rs`, `x86/avx2/packed_k.rs`,
+//! `aarch64/neon/packed_k.rs`), read from the panel bytes of `packed/kquant.rs`.
 //!
-//! The float order is that of the same ISA's GGUF-row K-quant `gemm` (`x86/*/kquants.rs`), so
-//! a panel GEMM equals the row `gemm` bit for bit. Those keep `lanes` f32 accumulators per
-//! output (16 on AVX-512, 8 on AVX2); per 256-value block, with `u` the block's dwords
-//! (values `4u..4u+4`) and `g = u / 4` their 16-value group:
+//! Every ISA computes the same bits, in the order of llama.cpp's repacked K-quant GEMV
+//! (`ggml_gemv_q4_K_8x8_q8_K`): per output, two f32 sums over the 256-value blocks `b`,
 //!
 //! ```text
-//! isum[u % lanes] += scale_g * sum(w * q)              exact i32 (w unsigned, offset left out)
-//! isum[l] += off * (scale_2l * bsum_2l + scale_2l+1 * bsum_2l+1)        l < 8 (Q6_K: off -32)
-//! acc[l] = fma(d_a * d, isum[l], acc[l])                                every lane
-//! acc[l] = fma(-(d_a * dmin), min_2l * bsum_2l + min_2l+1 * bsum_2l+1, acc[l])   l < 8
+//! isum_b = sum_g scale_g * sum_{v in g} w_v * q_v   (+ Q6_K: -32 * sum_g scale_g * bsum_g)
+//! msum_b = sum_j min_j * (bsum_2j + bsum_2j+1)       (Q4_K / Q5_K: the 8 sub-blocks' mins)
+//! A = fma(d_a * d, isum_b, A)          M = fma(d_a * dmin, msum_b, M)       block after block
+//! out = A - M                          (Q6_K: out = A)
 //! ```
 //!
-//! the mins step only for Q4_K/Q5_K (AVX-512 skips it for a row whose dmin is 0), and at the
-//! end the lanes are summed by halving (`acc[l] + acc[l + lanes/2]`, ...), as
-//! `_mm512_reduce_add_ps` and AVX2's `hsum_f32` do.
+//! `w` the unsigned quants (Q6_K's offset left out), `q` the Q8_K quants, `g` a sub-block (32
+//! values for Q4_K/Q5_K, 16 for Q6_K). The integer sums are exact in i32 (at most
+//! 256 * 63 * 128 * 128 in magnitude), so SIMD kernels may form them in any order; only the
+//! float steps above are fixed. One accumulator per output, no lanes: the same on every ISA.
 
 use crate::kernels::blocks::f16_to_f32_at;
-use crate::kernels::packed::kquant::{scale_at, QH_AT, QK_K};
+use crate::kernels::packed::kquant::{scale_at, QH_AT};
 use crate::kernels::packed::{PanelLayout, PANEL};
 use crate::kernels::DType;
 
@@ -64,10 +63,9 @@ fn group(dt: DType, sc: &[u8], r: usize, g: usize) -> (i32, i32) {
 }
 
 /// One output: row `r` of `panel` times the Q8_K activation row `a`.
-fn dot(l: &PanelLayout, lanes: usize, panel: &[u8], r: usize, a: &[u8]) -> f32 {
+fn dot(l: &PanelLayout, panel: &[u8], r: usize, a: &[u8]) -> f32 {
     let dt = l.dtype;
-    let off = if dt == DType::Q6_K { -32 } else { 0 };
-    let mut acc = [0f32; 16];
+    let (mut acc, mut accm) = (0f32, 0f32);
     for b in 0..l.nb {
         let y = &a[b * Q8K_BYTES..(b + 1) * Q8K_BYTES];
         let dy = f32::from_le_bytes(y[0..4].try_into().expect("4 bytes"));
@@ -75,49 +73,40 @@ fn dot(l: &PanelLayout, lanes: usize, panel: &[u8], r: usize, a: &[u8]) -> f32 {
         let bs = |g: usize| i16::from_le_bytes([y[260 + 2 * g], y[261 + 2 * g]]) as i32;
         let q = &panel[b * l.quant_bytes..(b + 1) * l.quant_bytes];
         let sc = &panel[l.scales_at(b)..l.scales_at(b) + l.scale_bytes];
-        let mut isum = [0i32; 16];
-        for u in 0..QK_K / 4 {
-            let s: i32 = (4 * u..4 * u + 4).map(|v| value(dt, q, r, v) * qa(v)).sum();
-            isum[u % lanes] += group(dt, sc, r, u / 4).0 * s;
-        }
-        for (i, is) in isum.iter_mut().enumerate().take(8) {
-            *is += off * (group(dt, sc, r, 2 * i).0 * bs(2 * i))
-                + off * (group(dt, sc, r, 2 * i + 1).0 * bs(2 * i + 1));
-        }
-        let d = f16_to_f32_at(sc, scale_at::D + 2 * r);
-        for (a, &is) in acc.iter_mut().zip(&isum).take(lanes) {
-            *a = (dy * d).mul_add(is as f32, *a);
-        }
-        if dt != DType::Q6_K {
-            let dmin = f16_to_f32_at(sc, scale_at::DMIN + 2 * r);
-            if lanes == 8 || dmin != 0.0 {
-                for (i, a) in acc.iter_mut().enumerate().take(8) {
-                    let m = group(dt, sc, r, 2 * i).1 * bs(2 * i)
-                        + group(dt, sc, r, 2 * i + 1).1 * bs(2 * i + 1);
-                    *a = (-(dy * dmin)).mul_add(m as f32, *a);
-                }
+        let (mut isum, mut msum) = (0i32, 0i32);
+        for g in 0..16 {
+            let s: i32 = (16 * g..16 * g + 16)
+                .map(|v| value(dt, q, r, v) * qa(v))
+                .sum();
+            let (scale, min) = group(dt, sc, r, g);
+            isum += scale * s;
+            if dt == DType::Q6_K {
+                isum -= 32 * scale * bs(g);
+            } else {
+                msum += min * bs(g);
             }
         }
-    }
-    let mut n = lanes;
-    while n > 1 {
-        n /= 2;
-        for i in 0..n {
-            acc[i] += acc[i + n];
+        let d = f16_to_f32_at(sc, scale_at::D + 2 * r);
+        acc = (dy * d).mul_add(isum as f32, acc);
+        if dt != DType::Q6_K {
+            let dmin = f16_to_f32_at(sc, scale_at::DMIN + 2 * r);
+            accm = (dy * dmin).mul_add(msum as f32, accm);
         }
     }
-    acc[0]
+    if dt == DType::Q6_K {
+        acc
+    } else {
+        acc - accm
+    }
 }
 
 /// K-quant panel GEMM, scalar: `out[t * out_stride + r] = dot(row r, activation row t)` for
-/// `r < n_rows`, `t < n_tok`, in the float order of the ISA whose row kernels keep `lanes`
-/// accumulators (16: AVX-512, 8: AVX2). `packed` holds the 64-byte aligned panels of rows
-/// `0..n_rows` of `dtype` (Q4_K, Q5_K or Q6_K), `a` Q8_K rows. Panics on lengths that don't
-/// fit (a caller bug), a dtype without a K panel layout, or other `lanes`.
+/// `r < n_rows`, `t < n_tok`, in the float order of the module docs. `packed` holds the
+/// 64-byte aligned panels of rows `0..n_rows` of `dtype` (Q4_K, Q5_K or Q6_K), `a` Q8_K rows.
+/// Panics on lengths that don't fit (a caller bug) or a dtype without a K panel layout.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_packed_k(
     dtype: DType,
-    lanes: usize,
     k: usize,
     packed: &[u8],
     n_rows: usize,
@@ -126,7 +115,6 @@ pub fn gemm_packed_k(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    assert!(lanes == 8 || lanes == 16, "lanes: {lanes}");
     let l = PanelLayout::new(dtype, k).expect("dtype with a panel layout");
     assert!(
         crate::kernels::packed::kquant::is_kquant(dtype),
@@ -137,7 +125,7 @@ pub fn gemm_packed_k(
         let at = &a[t * ar..(t + 1) * ar];
         for r in 0..n_rows {
             let panel = &packed[r / PANEL * l.panel_bytes..][..l.panel_bytes];
-            out[t * out_stride + r] = dot(&l, lanes, panel, r % PANEL, at);
+            out[t * out_stride + r] = dot(&l, panel, r % PANEL, at);
         }
     }
 }

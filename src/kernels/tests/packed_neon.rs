@@ -1,7 +1,8 @@
 //! NEON panel GEMMs (Q4_0, Q4_1, Q8_0): the `sdot` and the `smmla` variant, each called directly (whichever the
 //! table installed), equal the scalar twin bit for bit on ragged panels, token counts 1..=20
 //! and past a token group (64+), several row lengths, and write only their cells. The Q4_K
-//! `sdot` panel GEMM equals the NEON row gemm (`check_k`, run by `packed_k.rs` on its cases).
+//! `sdot` panel GEMM is installed where it exists (`check_k_installed`; `packed_k.rs` compares
+//! it with the scalar twin on its cases).
 //!
 //! `make neon-test` runs qemu with `-cpu max` and sets `KILN_EXPECT_DOTPROD=1` and
 //! `KILN_EXPECT_I8MM=1`, so a missing feature fails instead of skipping a variant silently.
@@ -9,7 +10,7 @@
 use super::util::{quantize, quantize_act};
 use crate::kernels::aarch64::neon::{self, packed};
 use crate::kernels::legacy_kind::{Q4_0, Q4_1, Q8_0};
-use crate::kernels::packed::{pack, PackedWeights};
+use crate::kernels::packed::pack;
 use crate::kernels::scalar::packed::gemm_packed;
 use crate::kernels::{kernels_for, DType, Isa};
 
@@ -159,18 +160,9 @@ fn neon_panel_gemms_equal_the_scalar_twin() {
     }
 }
 
-/// The K-quant panel GEMMs on NEON (Q4_K with dotprod; none for Q5_K/Q6_K): installed exactly
-/// then, and equal to the NEON row `gemm` bit for bit, from row 0 and from row 16, writing only
-/// their cells. `w` holds `n_rows` GGUF rows, `act` Q8_K rows for the largest of `tokens`.
-pub(super) fn check_k(
-    dt: DType,
-    k: usize,
-    n_rows: usize,
-    tokens: &[usize],
-    w: &[u8],
-    act: &[u8],
-    pw: &PackedWeights,
-) {
+/// The K-quant panel GEMMs on NEON (Q4_K with dotprod; none for Q5_K/Q6_K) are installed
+/// exactly then (`packed_k.rs` checks them against the scalar twin bit for bit).
+pub(super) fn check_k_installed(dt: DType) {
     let kern = kernels_for(dt, Isa::Neon).unwrap();
     let want_packed = dt == DType::Q4_K && neon::has_dotprod();
     assert_eq!(
@@ -181,37 +173,7 @@ pub(super) fn check_k(
     if expected("KILN_EXPECT_DOTPROD") && dt == DType::Q4_K {
         assert!(kern.packed.is_some(), "Q4_K sdot panel GEMM not installed");
     }
-    let Some(pk) = kern.packed else {
-        if dt == DType::Q4_K {
-            crate::test_skip::skip("no dotprod on this CPU: the Q4_K panel GEMM is not tested");
-        }
-        return;
-    };
-    let ar = act.len() / tokens.iter().max().unwrap();
-    for &n_tok in tokens {
-        let a = &act[..n_tok * ar];
-        let os = n_rows + 3;
-        let len = (n_tok - 1) * os + n_rows;
-        let mut row = vec![0f32; len];
-        (kern.gemm)(k, w, n_rows, a, n_tok, &mut row, os);
-        let mut got = vec![f32::NAN; len];
-        (pk.gemm)(k, pw.bytes(), n_rows, a, n_tok, &mut got, os);
-        let mut part = vec![f32::NAN; len - 16];
-        (pk.gemm)(k, pw.from_row(16), n_rows - 16, a, n_tok, &mut part, os);
-        for t in 0..n_tok {
-            let ctx = format!("neon {dt} k{k} rows{n_rows} tok{n_tok} t{t}");
-            let s = t * os..t * os + n_rows;
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&got[s.clone()]), bits(&row[s]), "{ctx}");
-            assert_eq!(
-                bits(&part[t * os..t * os + n_rows - 16]),
-                bits(&row[t * os + 16..t * os + n_rows]),
-                "from row 16 {ctx}"
-            );
-            if t + 1 < n_tok {
-                let gap = &got[t * os + n_rows..(t + 1) * os];
-                assert!(gap.iter().all(|x| x.is_nan()), "wrote a gap {ctx}");
-            }
-        }
+    if dt == DType::Q4_K && kern.packed.is_none() {
+        crate::test_skip::skip("no dotprod on this CPU: the Q4_K panel GEMM is not tested");
     }
 }

@@ -4,6 +4,11 @@
 //! block with [`LANES`] independent accumulators so the compiler can vectorize the loops on the
 //! baseline instruction set (no `unsafe`, no run-time dispatch). The summation order is fixed
 //! by the code alone, so a given row always gives the same bits on any machine and thread.
+//!
+//! The row passes over every entry ([`block_max`], [`exp_sum`], [`fill_weights`]) are compiled
+//! three times, for the baseline, AVX2 and AVX-512, and the copy of the kernel instruction set
+//! ([`crate::kernels::isa()`], which `KILN_ISA` steers) runs: wider registers, the same
+//! operations (Rust never fuses a multiply and an add on its own), so the same bits.
 
 /// Entries per block: the unit of the block maxima (candidate thresholds) and block sums (draw).
 pub const BLOCK: usize = 64;
@@ -100,9 +105,70 @@ fn lane_max(xs: &[f32]) -> f32 {
         .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m })
 }
 
+/// Defines `pub fn $name` running `$imp` compiled for the kernel instruction set's width.
+macro_rules! multiversion {
+    ($(#[$doc:meta])* pub fn $name:ident($($a:ident: $t:ty),*) -> $r:ty = $imp:ident;) => {
+        $(#[$doc])*
+        pub fn $name($($a: $t),*) -> $r {
+            #[cfg(target_arch = "x86_64")]
+            {
+                use crate::kernels::isa::Isa;
+                /// # Safety
+                /// The CPU must support AVX-512F.
+                #[target_feature(enable = "avx512f")]
+                unsafe fn w512($($a: $t),*) -> $r {
+                    $imp($($a),*)
+                }
+                /// # Safety
+                /// The CPU must support AVX2.
+                #[target_feature(enable = "avx2")]
+                unsafe fn w256($($a: $t),*) -> $r {
+                    $imp($($a),*)
+                }
+                match crate::kernels::isa() {
+                    // SAFETY: `kernels::isa()` names an instruction set this CPU supports
+                    // (AVX-512 includes AVX-512F).
+                    Isa::Avx512 => return unsafe { w512($($a),*) },
+                    // SAFETY: as above; AVX-VNNI CPUs have AVX2.
+                    Isa::Avx2 | Isa::AvxVnni => return unsafe { w256($($a),*) },
+                    _ => {}
+                }
+            }
+            $imp($($a),*)
+        }
+    };
+}
+
+multiversion! {
+    /// Fills `block_max` with the maximum of each [`BLOCK`] of `row` and returns the row's
+    /// maximum (NaN ignored; `-inf` for an empty or all-NaN/`-inf` row).
+    pub fn block_max(row: &[f32], block_max: &mut Vec<f32>) -> f32 = block_max_impl;
+}
+
+multiversion! {
+    /// `sum(weight(v))` over the row, block by block: the same bits as the matching total of
+    /// [`fill_weights`].
+    pub fn exp_sum(row: &[f32], max: f32, scale: f32, floor: f32) -> f64 = exp_sum_impl;
+}
+
+multiversion! {
+    /// Writes `weight(v)` for every entry into `weights` (grown to the row's length if needed;
+    /// entries beyond it are left alone) and the sum of each block into `block_sums`; returns
+    /// the totals (sums of the block sums in order).
+    pub fn fill_weights(
+        row: &[f32],
+        max: f32,
+        scale: f32,
+        floor: f32,
+        weights: &mut Vec<f32>,
+        block_sums: &mut Vec<f64>
+    ) -> Totals = fill_weights_impl;
+}
+
 /// Fills `block_max` with the maximum of each [`BLOCK`] of `row` and returns the row's maximum
 /// (NaN ignored; `-inf` for an empty or all-NaN/`-inf` row).
-pub fn block_max(row: &[f32], block_max: &mut Vec<f32>) -> f32 {
+#[inline(always)]
+fn block_max_impl(row: &[f32], block_max: &mut Vec<f32>) -> f32 {
     block_max.clear();
     block_max.extend(row.chunks(BLOCK).map(lane_max));
     block_max
@@ -125,7 +191,8 @@ pub fn first_index_of(row: &[f32], block_max: &[f32], max: f32) -> usize {
 
 /// `sum(weight(v))` over the row, block by block: the same bits as the matching total of
 /// [`fill_weights`].
-pub fn exp_sum(row: &[f32], max: f32, scale: f32, floor: f32) -> f64 {
+#[inline(always)]
+fn exp_sum_impl(row: &[f32], max: f32, scale: f32, floor: f32) -> f64 {
     let mut buf = [0f32; BLOCK];
     let mut total = 0.0;
     for block in row.chunks(BLOCK) {
@@ -148,7 +215,8 @@ pub struct Totals {
 /// Writes `weight(v)` for every entry into `weights` (grown to the row's length if needed;
 /// entries beyond it are left alone) and the sum of each block into `block_sums`; returns
 /// the totals (sums of the block sums in order).
-pub fn fill_weights(
+#[inline(always)]
+fn fill_weights_impl(
     row: &[f32],
     max: f32,
     scale: f32,
@@ -246,6 +314,35 @@ pub fn apply_mask(row: &mut [f32], allowed: &[u32]) {
 mod tests {
     use super::*;
     use crate::engine::token_choice::argmax;
+
+    #[test]
+    fn wide_copies_give_the_baseline_bits() {
+        // The dispatched passes (AVX-512 or AVX2 here, per `kernels::isa()`) against the
+        // baseline build of the same code, on a row with a ragged last block, NaN and -inf.
+        let mut rng = crate::engine::token_choice::Rng::new(5);
+        let mut row: Vec<f32> = (0..4_999)
+            .map(|_| rng.next_f64() as f32 * 30.0 - 20.0)
+            .collect();
+        row[7] = f32::NAN;
+        row[100] = f32::NEG_INFINITY;
+        let (mut bm, mut bm0) = (vec![], vec![]);
+        let max = block_max(&row, &mut bm);
+        assert_eq!(max.to_bits(), block_max_impl(&row, &mut bm0).to_bits());
+        assert_eq!(bm, bm0);
+        for (scale, floor) in [(1.0, f32::NEG_INFINITY), (1.7, max - 9.0)] {
+            let a = exp_sum(&row, max, scale, floor);
+            assert_eq!(a.to_bits(), exp_sum_impl(&row, max, scale, floor).to_bits());
+            let (mut w, mut s, mut w0, mut s0) = (vec![], vec![], vec![], vec![]);
+            let t = fill_weights(&row, max, scale, floor, &mut w, &mut s);
+            let t0 = fill_weights_impl(&row, max, scale, floor, &mut w0, &mut s0);
+            assert_eq!(t, t0);
+            assert_eq!(
+                w.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                w0.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
+            assert_eq!(s, s0);
+        }
+    }
 
     #[test]
     fn exp_is_within_two_ulp_of_f64() {

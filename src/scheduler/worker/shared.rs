@@ -1,6 +1,5 @@
 //! What a worker publishes for the handles (routing, load, health) without a round trip.
 
-use super::output::SeqOut;
 use crate::scheduler::state::Scheduler;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
@@ -71,7 +70,7 @@ impl WorkerShared {
 
     /// Publishes `sched`'s load; returns (used by sequences, cached only, total) blocks so a
     /// step's stats reuse them.
-    pub(super) fn publish_load(&self, sched: &Scheduler<SeqOut>) -> (usize, usize, usize) {
+    pub(super) fn publish_load<T>(&self, sched: &Scheduler<T>) -> (usize, usize, usize) {
         let (used, total) = sched.kv_blocks();
         let cached = sched.kv_cached_evictable();
         self.running.store(sched.n_running(), Ordering::Relaxed);

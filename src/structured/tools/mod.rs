@@ -9,19 +9,23 @@
 //!   (optionally after `<|python_tag|>`);
 //! - **Mistral**: `[TOOL_CALLS]` then a JSON array of `{"name", "arguments"}` (Nemo), or
 //!   `[TOOL_CALLS]name[ARGS]{...}` (Small 3.2 and later);
+//! - **Phi-4-mini**: `<|tool_call|>{"name": ..., "arguments": {...}}<|/tool_call|>` (a list of
+//!   calls inside the tags is read too);
+//! - **Granite 3.x**: `<|tool_call|>` then a JSON list of `{"name", "arguments"}`;
 //! - **Generic** (any template without tool support, the default SmolLM2 among them): kiln
 //!   describes the tools in a system message and constrains the reply to a JSON envelope,
 //!   `{"tool_calls": [{"name": ..., "arguments": {...}}]}` or `{"response": "..."}`
 //!   ([`generic`]).
 
+pub mod call_json;
 pub mod generic;
-pub mod json_scan;
+pub mod json_stream;
 pub mod native;
-pub mod parse;
+pub mod reader;
 pub mod stream;
 
-pub use parse::{parse_reply, PartialCall, Reply};
-pub use stream::{ToolDelta, ToolStream};
+pub use reader::Reader;
+pub use stream::ToolStream;
 
 use serde_json::Value;
 
@@ -57,6 +61,63 @@ pub enum ToolFormat {
     Hermes,
     Llama3,
     Mistral,
+    Phi4,
+    Granite,
+}
+
+/// How a reply is read for calls: its syntax, and whether it can only be calls
+/// (`tool_choice` "required" or a named function: then nothing in it is content).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallReading {
+    pub format: ToolFormat,
+    pub forced: bool,
+}
+
+/// What a delta adds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolDelta {
+    Content(String),
+    /// A call begins (index in the reply, function name).
+    CallStart {
+        index: usize,
+        name: String,
+    },
+    /// More of call `index`'s arguments (raw JSON text).
+    Arguments {
+        index: usize,
+        fragment: String,
+    },
+}
+
+/// A call as far as it has arrived.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartialCall {
+    /// Known once its string is complete.
+    pub name: Option<String>,
+    /// The arguments' JSON text so far (raw, as the model wrote it).
+    pub arguments: String,
+    /// Its object (and its syntax around it) is complete.
+    pub complete: bool,
+}
+
+/// What a reply holds so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reply {
+    /// Text for `message.content` (text that may still turn into call syntax is held back
+    /// until it is known; call syntax never is content).
+    pub content: String,
+    pub calls: Vec<PartialCall>,
+}
+
+/// Reads a whole reply (or, with `done` false, a reply still arriving) in `format`: what a
+/// [`Reader`] fed the text at once has sent.
+pub fn parse_reply(format: ToolFormat, text: &str, done: bool) -> Reply {
+    let mut r = Reader::new(format, false);
+    r.push(text);
+    if done {
+        r.finish();
+    }
+    r.reply()
 }
 
 impl ToolFormat {
@@ -66,7 +127,14 @@ impl ToolFormat {
         if !template.contains("tools") && !template.contains("tool_calls") {
             return ToolFormat::Generic;
         }
-        if template.contains("<tool_call>") {
+        if template.contains("<|tool_call|>") {
+            // Phi-4-mini closes its calls; Granite writes one list after the tag.
+            if template.contains("<|/tool_call|>") {
+                ToolFormat::Phi4
+            } else {
+                ToolFormat::Granite
+            }
+        } else if template.contains("<tool_call>") {
             ToolFormat::Hermes
         } else if template.contains("[TOOL_CALLS]") {
             ToolFormat::Mistral
@@ -92,6 +160,8 @@ impl ToolFormat {
             ToolFormat::Mistral => &["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"],
             ToolFormat::Llama3 => &["<|python_tag|>"],
             ToolFormat::Hermes => &["<tool_call>", "</tool_call>"],
+            ToolFormat::Phi4 => &["<|tool_call|>", "<|/tool_call|>"],
+            ToolFormat::Granite => &["<|tool_call|>"],
             ToolFormat::Generic => &[],
         }
     }
@@ -102,6 +172,8 @@ impl ToolFormat {
             ToolFormat::Hermes => "hermes",
             ToolFormat::Llama3 => "llama3",
             ToolFormat::Mistral => "mistral",
+            ToolFormat::Phi4 => "phi4",
+            ToolFormat::Granite => "granite",
         }
     }
 }

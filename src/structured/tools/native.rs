@@ -5,7 +5,7 @@
 //!   against `response_format`'s schema) or calls; a call the model starts is constrained
 //!   from its opening tag on, so its arguments validate too.
 //!
-//! Hermes and Mistral need tags around the JSON, so their grammars are Lark (with the JSON
+//! Hermes, Mistral, Phi-4-mini and Granite need tags around the JSON, so their grammars are Lark (with the JSON
 //! parts as embedded schemas); Llama 3's call is plain JSON. A tag that is a control token in
 //! the vocabulary is named by id (`<[id]>`), since grammar text never produces one.
 
@@ -115,6 +115,21 @@ fn tagged_call(
                 tag(tok, "</tool_call>")
             );
             Some((Tag::of(tok, "<tool_call>"), after, most))
+        }
+        ToolFormat::Phi4 => {
+            let body = with_layout(call_schema(tools, "arguments"));
+            let after = format!("%json {body} {}", tag(tok, "<|/tool_call|>"));
+            Some((Tag::of(tok, "<|tool_call|>"), after, most))
+        }
+        ToolFormat::Granite => {
+            // One tagged JSON list holds all the calls.
+            let list = with_layout(json!({
+                "type": "array",
+                "items": call_schema(tools, "arguments"),
+                "minItems": 1,
+                "maxItems": most,
+            }));
+            Some((Tag::of(tok, "<|tool_call|>"), format!("%json {list}"), 1))
         }
         ToolFormat::Mistral if template.contains("[ARGS]") => {
             // Small 3.2: [TOOL_CALLS]name[ARGS]{...} per call.

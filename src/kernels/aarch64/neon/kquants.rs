@@ -16,8 +16,8 @@ use crate::kernels::blocks::kquants::{
     scales_mins_k4, scales_q3k, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KBlock,
     QK_K,
 };
+use crate::kernels::row::Table;
 use crate::kernels::shape::check_vec_dot;
-use crate::kernels::table::Table;
 use crate::kernels::DType;
 
 /// One block's 256 unsigned values, 16 per register, in value order.

@@ -7,7 +7,7 @@ pub(crate) mod packed;
 mod packed_k;
 
 use crate::kernels::legacy_kind::{Q4_0, Q4_1, Q8_0};
-use crate::kernels::table::{PackedGemmFn, PackedKernels, Table};
+use crate::kernels::row::{PackedGemmFn, PackedKernels, Table};
 use crate::kernels::DType;
 
 /// Whether the CPU has the dot-product extension (`sdot`), which the panel GEMMs need.

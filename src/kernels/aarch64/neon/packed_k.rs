@@ -1,17 +1,16 @@
 //! NEON `sdot` panel GEMM of Q4_K x Q8_K over load-time repacked weights
-//! (`packed/kquant.rs`), bit-identical to the NEON row kernel (`kquants.rs`, itself the scalar
-//! `vec_dot_q4_k_q8_k`'s twin).
+//! (`packed/kquant.rs`), the twin of `scalar/packed_k.rs` (and so bit-identical to the x86
+//! panel GEMMs).
 //!
-//! That row kernel sums each block exactly in i32, `isum = sum_j scale_j * sum_{v in j} u_v
-//! q_v` over the 8 sub-blocks `j` of 32 values, and `m = sum_j min_j * (bsum_2j +
-//! bsum_2j+1)`, then adds `(d_a * d) * isum - (d_a * dmin) * m` to its f32 sum, block after
-//! block. Here the same integers come from the panel: a 16-byte quarter `g` of quant chunk `c`
+//! Each block is summed exactly in i32, `isum = sum_j scale_j * sum_{v in j} u_v q_v` over the
+//! 8 sub-blocks `j` of 32 values, and `m = sum_j min_j * (bsum_2j + bsum_2j+1)`; then
+//! `A = fma(d_a * d, isum, A)` and `M = fma(d_a * dmin, m, M)`, and the output is `A - M`.
+//! Here the integers come from the panel: a 16-byte quarter `g` of quant chunk `c`
 //! holds dword `c` of rows 4g..4g+4 (`qs` bytes 4c..4c+4: low nibbles are values
 //! `64 (c / 8) + 4 (c % 8)..+4` of sub-block `2 (c / 8)`, high nibbles the same 32 values on, of
 //! sub-block `2 (c / 8) + 1`), so `sdot` by element with the activation dword of those values
 //! adds 16 products into 4 rows' i32 lanes; the rows' sub-block scales (one byte per row in
-//! the scale lines) multiply the lanes exactly. Integer sums are exact in any order, and the
-//! float steps are the row kernel's, so the outputs are its bits.
+//! the scale lines) multiply the lanes exactly.
 
 use std::arch::aarch64::*;
 
@@ -76,6 +75,7 @@ unsafe fn tile<const TT: usize>(
     valid: usize,
 ) {
     let mut acc = [[vdupq_n_f32(0.0); 4]; TT];
+    let mut accm = [[vdupq_n_f32(0.0); 4]; TT];
     for b in 0..l.nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
         let sc = panel.wrapping_add(l.scales_at(b));
@@ -139,15 +139,15 @@ unsafe fn tile<const TT: usize>(
                 for j in 0..8 {
                     m = vmlaq_n_s32(m, mins[j], bs[t][2 * j] + bs[t][2 * j + 1]);
                 }
-                let pos = vmulq_f32(vmulq_n_f32(d, dy[t]), vcvtq_f32_s32(isum[t]));
-                let neg = vmulq_f32(vmulq_n_f32(dmin, dy[t]), vcvtq_f32_s32(m));
-                acc[t][g] = vaddq_f32(acc[t][g], vsubq_f32(pos, neg));
+                acc[t][g] = vfmaq_f32(acc[t][g], vmulq_n_f32(d, dy[t]), vcvtq_f32_s32(isum[t]));
+                accm[t][g] = vfmaq_f32(accm[t][g], vmulq_n_f32(dmin, dy[t]), vcvtq_f32_s32(m));
             }
         }
     }
     for t in 0..TT {
+        let r: [float32x4_t; 4] = std::array::from_fn(|g| vsubq_f32(acc[t][g], accm[t][g]));
         // SAFETY: `valid <= 16` cells of token row t (caller contract).
-        unsafe { super::packed::store(&acc[t], out.add(t * os), valid) };
+        unsafe { super::packed::store(&r, out.add(t * os), valid) };
     }
 }
 

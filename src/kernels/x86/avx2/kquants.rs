@@ -19,9 +19,9 @@ use std::mem::offset_of;
 use crate::kernels::blocks::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KBlock, QK_K,
 };
+use crate::kernels::row::Table;
 use crate::kernels::scalar::kquants as scalar;
 use crate::kernels::shape::{check_gemm, check_vec_dot};
-use crate::kernels::table::Table;
 use crate::kernels::DType;
 
 /// Eight registers holding one block's 256 unsigned values in value order.

@@ -1,18 +1,18 @@
 //! AVX2 panel GEMMs of the K-quants (Q4_K, Q5_K, Q6_K x Q8_K) over load-time repacked
-//! weights (`packed/kquant.rs`); twins of `scalar/packed_k.rs` with `lanes = 8`, and so
-//! bit-identical to this ISA's GGUF-row `gemm` (`kquants.rs`).
+//! weights (`packed/kquant.rs`); twins of `scalar/packed_k.rs`, so bit-identical to the
+//! AVX-512 and NEON versions (one exact i32 sum per block and output, then one `fma`).
 //!
-//! That row kernel keeps one ymm of 8 f32 partial sums per output, lane `m` fed by the dwords
-//! `u` with `u % 8 == m`. Here a ymm holds 8 rows (half a panel: bytes `32h..32h + 32` of each
-//! 64-byte chunk), so the same sums are 8 registers `acc[m]` per token. A weight dword is one
-//! aligned load (plus masking); `vpmaddubsw` with the broadcast activation dword gives two
-//! i16 pair sums per row (at most 2 * 63 * 128 = 16128: no saturation, even for a -128
-//! activation), `vpmaddwd` by the row's group scale (held twice, as an i16 pair) sums them
-//! into the row's i32 lane, exactly as the row kernel's `scaled_sum`.
+//! A ymm holds 8 rows (half a panel: bytes `32h..32h + 32` of each 64-byte chunk), lane `r` 4
+//! quants of row `8h + r`. `vpmaddubsw` of a weight dword with the broadcast activation dword
+//! gives two i16 pair sums per row (at most 2 * 63 * 128 = 16128); as many of those are added
+//! in i16 as cannot overflow (8 for Q4_K, 4 for Q5_K, 2 for Q6_K), then one `vpmaddwd` by the
+//! rows' scale (held twice, as an i16 pair) turns them into the exact i32 sub-block term. The
+//! mins (Q4_K/Q5_K) and Q6_K's `-32` offset are `vpmaddwd` of the rows' scale/min pairs with
+//! the token's group-sum pairs from the per-call table.
 
 use std::arch::x86_64::*;
 
-use crate::kernels::packed::kquant::{scale_at, QH_AT};
+use crate::kernels::packed::kquant::{scale_at, ActTable, Q8K_BYTES, QH_AT};
 use crate::kernels::packed::{PanelLayout, PANEL};
 use crate::kernels::DType;
 
@@ -31,174 +31,321 @@ fn dtype(t: u8) -> DType {
 
 /// First qh chunk of a block (Q5_K, Q6_K).
 const QH: usize = QH_AT / 64;
-/// Q8_K block: f32 d, 256 i8 quants at 4, 16 i16 group sums at 260.
-const Q8K_BYTES: usize = 292;
 /// Tokens whose activations stay in cache while a call's panels stream past (prefill).
 const TOKEN_GROUP: usize = 64;
 /// Tokens sharing one unpacked weight dword.
 const TT: usize = 2;
+/// Activation table entries (token x block) of decode-sized calls, and of the others.
+const SMALL: usize = 128;
+const LARGE: usize = 1024;
 
-/// Per-block weight terms of one half panel shared by all tokens: each group's scale twice
-/// per i32 lane (an i16 pair for `vpmaddwd`), and per lane `m` the min pair (Q4_K/Q5_K) or
-/// scale pair (Q6_K) of groups `2m, 2m + 1`.
-struct BlockTerms {
-    scale: [__m256i; 16],
-    pair: [__m256i; 8],
-    d: __m256,
-    dmin: __m256,
-}
-
+/// Integer sums of one Q4_K/Q5_K block (half panel) for `N` tokens: `isum` and `msum`.
+///
 /// # Safety
-/// CPU features as enabled; `sc` is a block's scale area of kind `T`, `h` the half panel.
+/// CPU features as enabled; `q` is a block's quants plus `32h` (32-byte aligned), `sc` its
+/// scale area plus `8h`, `x[t]` token t's Q8_K quants of that block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)]
-unsafe fn block_terms<const T: u8>(sc: *const u8, h: usize) -> BlockTerms {
-    let line = |at: usize| {
-        // SAFETY: 8 bytes of a 16-byte line inside the block's scale area (caller contract).
-        unsafe { _mm_loadl_epi64(sc.add(at + 8 * h) as *const __m128i) }
-    };
-    let f16s = |at: usize| {
-        // SAFETY: 8 f16 of the 16 at `at` inside the scale area.
-        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sc.add(at + 16 * h) as *const __m128i) })
-    };
-    let twice = |x: __m256i| _mm256_or_si256(x, _mm256_slli_epi32::<16>(x));
-    let lo16 = _mm256_set1_epi32(0xFFFF);
-    let mut t = BlockTerms {
-        scale: [_mm256_setzero_si256(); 16],
-        pair: [_mm256_setzero_si256(); 8],
-        d: f16s(scale_at::D),
-        dmin: _mm256_setzero_ps(),
-    };
-    if T == Q6K {
-        let mut low = [_mm256_setzero_si256(); 16];
-        for g in 0..16 {
-            low[g] = _mm256_and_si256(_mm256_cvtepi8_epi32(line(scale_at::SC_Q6 + 16 * g)), lo16);
-            t.scale[g] = twice(low[g]);
+unsafe fn block_k4<const T: u8, const N: usize>(
+    q: *const u8,
+    sc: *const u8,
+    x: &[*const u8; N],
+    pairs: &[&[i32; 8]; N],
+    isum: &mut [__m256i; N],
+    msum: &mut [__m256i; N],
+) {
+    // SAFETY: (whole body) every load is inside the block's quants / scale area or the
+    // tokens' Q8_K blocks (caller contract); the rest is register arithmetic.
+    unsafe {
+        let nib = _mm256_set1_epi8(0x0F);
+        let bit4 = _mm256_set1_epi8(0x10);
+        let chunk = |c: usize| _mm256_load_si256(q.add(64 * c) as *const __m256i);
+        let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
+        // 8 rows' bytes of a scale line as i32 lanes, each value twice (an i16 pair).
+        let line = |at: usize| {
+            let v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(sc.add(at) as *const __m128i));
+            _mm256_or_si256(v, _mm256_slli_epi32::<16>(v))
+        };
+        for kk in 0..4 {
+            // Two i16 chains (even / odd dwords) per sub-block and token.
+            let mut lo = [[_mm256_setzero_si256(); 2]; N];
+            let mut hi = [[_mm256_setzero_si256(); 2]; N];
+            for m in 0..8 {
+                let w = chunk(8 * kk + m);
+                let mut wl = _mm256_and_si256(w, nib);
+                let mut wh = _mm256_and_si256(_mm256_srli_epi16::<4>(w), nib);
+                if T == Q5K {
+                    let h = chunk(QH + m);
+                    let hl = _mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * kk as i32));
+                    let hh = _mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * kk as i32 + 1));
+                    wl = _mm256_or_si256(wl, _mm256_and_si256(_mm256_slli_epi16::<4>(hl), bit4));
+                    wh = _mm256_or_si256(wh, _mm256_and_si256(_mm256_slli_epi16::<4>(hh), bit4));
+                }
+                for t in 0..N {
+                    let xl = bcast(x[t].add(64 * kk + 4 * m));
+                    let xh = bcast(x[t].add(64 * kk + 32 + 4 * m));
+                    let c = m % 2;
+                    lo[t][c] = _mm256_add_epi16(lo[t][c], _mm256_maddubs_epi16(wl, xl));
+                    hi[t][c] = _mm256_add_epi16(hi[t][c], _mm256_maddubs_epi16(wh, xh));
+                }
+            }
+            let sl = line(scale_at::SC_K4 + 16 * (2 * kk));
+            let sh = line(scale_at::SC_K4 + 16 * (2 * kk + 1));
+            for t in 0..N {
+                let s = if T == Q4K {
+                    // 8 x 3840 fits in i16.
+                    let l = _mm256_madd_epi16(_mm256_add_epi16(lo[t][0], lo[t][1]), sl);
+                    let h = _mm256_madd_epi16(_mm256_add_epi16(hi[t][0], hi[t][1]), sh);
+                    _mm256_add_epi32(l, h)
+                } else {
+                    // Q5_K: 4 x 7936 per chain fits, the chains' sum may not.
+                    let l = _mm256_add_epi32(
+                        _mm256_madd_epi16(lo[t][0], sl),
+                        _mm256_madd_epi16(lo[t][1], sl),
+                    );
+                    let h = _mm256_add_epi32(
+                        _mm256_madd_epi16(hi[t][0], sh),
+                        _mm256_madd_epi16(hi[t][1], sh),
+                    );
+                    _mm256_add_epi32(l, h)
+                };
+                isum[t] = _mm256_add_epi32(isum[t], s);
+            }
         }
-        for m in 0..8 {
-            t.pair[m] = _mm256_or_si256(low[2 * m], _mm256_slli_epi32::<16>(low[2 * m + 1]));
+        for i in 0..4 {
+            let me = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                sc.add(scale_at::MIN_K4 + 16 * (2 * i)) as *const __m128i
+            ));
+            let mo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                sc.add(scale_at::MIN_K4 + 16 * (2 * i + 1)) as *const __m128i,
+            ));
+            let mp = _mm256_or_si256(me, _mm256_slli_epi32::<16>(mo));
+            for t in 0..N {
+                let p = _mm256_madd_epi16(mp, _mm256_set1_epi32(pairs[t][i]));
+                msum[t] = _mm256_add_epi32(msum[t], p);
+            }
         }
-    } else {
-        for j in 0..8 {
-            let s = twice(_mm256_cvtepu8_epi32(line(scale_at::SC_K4 + 16 * j)));
-            t.scale[2 * j] = s;
-            t.scale[2 * j + 1] = s;
-            t.pair[j] = twice(_mm256_cvtepu8_epi32(line(scale_at::MIN_K4 + 16 * j)));
-        }
-        t.dmin = f16s(scale_at::DMIN);
     }
-    t
 }
 
-/// Weight dword `u = m + 8i` of 8 rows (`q` = the block's quants plus `32h`), unsigned.
+/// Integer sum of one Q6_K block (half panel) for `N` tokens, the `-32` offset included.
 ///
 /// # Safety
-/// CPU features as enabled; `q` is 32-byte aligned inside a block's quants of kind `T`.
+/// As [`block_k4`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn weight<const T: u8>(q: *const u8, m: usize, i: usize) -> __m256i {
-    // SAFETY: every chunk index below is inside the kind's quant area (see packed/kquant.rs).
-    let chunk = |c: usize| unsafe { _mm256_load_si256(q.add(64 * c) as *const __m256i) };
-    let nib = _mm256_set1_epi8(0x0F);
-    let nibble = |x: __m256i, high: bool| {
-        let x = if high { _mm256_srli_epi16::<4>(x) } else { x };
-        _mm256_and_si256(x, nib)
-    };
-    if T == Q6K {
-        let (h, qt) = (i / 4, i % 4);
-        let lo = nibble(chunk(16 * h + 8 * (qt % 2) + m), qt >= 2);
-        let hb = _mm256_srl_epi16(chunk(QH + 8 * h + m), _mm_cvtsi32_si128(2 * qt as i32));
-        let hb = _mm256_and_si256(hb, _mm256_set1_epi8(3));
-        _mm256_or_si256(lo, _mm256_slli_epi16::<4>(hb))
-    } else {
-        let lo = nibble(chunk(8 * (i / 2) + m), i % 2 == 1);
-        if T == Q4K {
-            return lo;
+#[allow(clippy::needless_range_loop)]
+unsafe fn block_q6<const N: usize>(
+    q: *const u8,
+    sc: *const u8,
+    x: &[*const u8; N],
+    pairs: &[&[i32; 8]; N],
+    isum: &mut [__m256i; N],
+) {
+    // SAFETY: (whole body) as in `block_k4`.
+    unsafe {
+        let nib = _mm256_set1_epi8(0x0F);
+        let two = _mm256_set1_epi8(0x30);
+        let lo16 = _mm256_set1_epi32(0xFFFF);
+        let chunk = |c: usize| _mm256_load_si256(q.add(64 * c) as *const __m256i);
+        let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
+        // 8 rows' signed scales of group g as i32 lanes (sign-extended).
+        let line = |g: usize| {
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                sc.add(scale_at::SC_Q6 + 16 * g) as *const __m128i
+            ))
+        };
+        let twice =
+            |v: __m256i| _mm256_or_si256(_mm256_and_si256(v, lo16), _mm256_slli_epi32::<16>(v));
+        for h in 0..2 {
+            for half in 0..2 {
+                // Groups 8h + 2qt + half (qt = 0..4): values 128h + 32qt + 16half .. + 16.
+                let mut p = [[_mm256_setzero_si256(); 4]; N];
+                for jj in 0..4 {
+                    let j = 4 * half + jj;
+                    let a = chunk(16 * h + j);
+                    let b = chunk(16 * h + 8 + j);
+                    let hb = chunk(QH + 8 * h + j);
+                    let w = [
+                        _mm256_or_si256(
+                            _mm256_and_si256(a, nib),
+                            _mm256_and_si256(_mm256_slli_epi16::<4>(hb), two),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(b, nib),
+                            _mm256_and_si256(_mm256_slli_epi16::<2>(hb), two),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(a), nib),
+                            _mm256_and_si256(hb, two),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(b), nib),
+                            _mm256_and_si256(_mm256_srli_epi16::<2>(hb), two),
+                        ),
+                    ];
+                    for (qt, wq) in w.iter().enumerate() {
+                        for t in 0..N {
+                            let xa = bcast(x[t].add(4 * (32 * h + 8 * qt + j)));
+                            p[t][qt] = _mm256_add_epi16(p[t][qt], _mm256_maddubs_epi16(*wq, xa));
+                        }
+                    }
+                    if jj % 2 == 1 {
+                        // Two 16128-bounded pair sums fit in i16; fold them into i32 now.
+                        for qt in 0..4 {
+                            let sg = twice(line(8 * h + 2 * qt + half));
+                            for t in 0..N {
+                                let s = _mm256_madd_epi16(p[t][qt], sg);
+                                isum[t] = _mm256_add_epi32(isum[t], s);
+                                p[t][qt] = _mm256_setzero_si256();
+                            }
+                        }
+                    }
+                }
+            }
         }
-        let hb = _mm256_srl_epi16(chunk(QH + m), _mm_cvtsi32_si128(i as i32));
-        let hb = _mm256_and_si256(hb, _mm256_set1_epi8(1));
-        _mm256_or_si256(lo, _mm256_slli_epi16::<4>(hb))
+        let mut corr = [_mm256_setzero_si256(); N];
+        for m in 0..8 {
+            let sp = _mm256_or_si256(
+                _mm256_and_si256(line(2 * m), lo16),
+                _mm256_slli_epi32::<16>(line(2 * m + 1)),
+            );
+            for t in 0..N {
+                let c = _mm256_madd_epi16(sp, _mm256_set1_epi32(pairs[t][m]));
+                corr[t] = _mm256_add_epi32(corr[t], c);
+            }
+        }
+        for t in 0..N {
+            isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32::<5>(corr[t]));
+        }
     }
 }
 
 /// Half panel `h` x `N` tokens over all blocks; token `t`'s Q8_K row at `a + t * ar`, its
-/// outputs at `out + t * os` (`valid` <= 8 of them, rows `8h..`).
+/// table entries from `tab0 + t * nb`, its outputs at `out + t * os` (`valid` <= 8 of them,
+/// rows `8h..`).
 ///
 /// # Safety
 /// CPU features as enabled; `panel` is a whole aligned panel of `l` (kind `T`), the `N`
-/// activation rows and output cells are in range.
+/// activation rows, table entries and output cells are in range.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-unsafe fn tile<const T: u8, const N: usize>(
+unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     l: &PanelLayout,
     panel: *const u8,
     h: usize,
     a: *const u8,
     ar: usize,
+    tab: &ActTable<E>,
+    tab0: usize,
     out: *mut f32,
     os: usize,
     valid: usize,
 ) {
-    let mut acc = [[_mm256_setzero_ps(); 8]; N];
-    for b in 0..l.nb {
+    let nb = l.nb;
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut accm = [_mm256_setzero_ps(); N];
+    for b in 0..nb {
         let q = panel.wrapping_add(b * l.quant_bytes + 32 * h);
-        // SAFETY: block b's scale area lies inside the panel.
-        let bt = unsafe { block_terms::<T>(panel.add(l.scales_at(b)), h) };
-        let mut dyd = [_mm256_setzero_ps(); N];
-        let mut dym = [_mm256_setzero_ps(); N];
-        for t in 0..N {
-            // SAFETY: token t's block b starts with its f32 d.
-            let dy = unsafe { (a.add(t * ar + b * Q8K_BYTES) as *const f32).read_unaligned() };
-            dyd[t] = _mm256_mul_ps(_mm256_set1_ps(dy), bt.d);
-            dym[t] = _mm256_mul_ps(_mm256_set1_ps(dy), bt.dmin);
-        }
-        for m in 0..8 {
-            let mut isum = [_mm256_setzero_si256(); N];
-            for i in 0..8 {
-                // SAFETY: q is 32-byte aligned inside block b's quants.
-                let w = unsafe { weight::<T>(q, m, i) };
-                let u = m + 8 * i;
-                for t in 0..N {
-                    let qa = a.wrapping_add(t * ar + b * Q8K_BYTES + 4 + 4 * u);
-                    // SAFETY: dword u of token t's block b quants.
-                    let x = _mm256_set1_epi32(unsafe { (qa as *const i32).read_unaligned() });
-                    let p = _mm256_maddubs_epi16(w, x);
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, bt.scale[u / 4]));
-                }
+        let sc = panel.wrapping_add(l.scales_at(b));
+        let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
+        let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
+        let mut isum = [_mm256_setzero_si256(); N];
+        let mut msum = [_mm256_setzero_si256(); N];
+        // SAFETY: block b's quants (half h) and scales lie in the panel; x[t] are the tokens'
+        // block b quants (caller contract).
+        unsafe {
+            if T == Q6K {
+                block_q6::<N>(q, sc.add(8 * h), &x, &pairs, &mut isum);
+            } else {
+                block_k4::<T, N>(q, sc.add(8 * h), &x, &pairs, &mut isum, &mut msum);
             }
+        }
+        let f16s = |at: usize| {
+            // SAFETY: 8 f16 of the 16 at `at` inside the scale area.
+            _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sc.add(at + 16 * h) as *const __m128i) })
+        };
+        let d = f16s(scale_at::D);
+        for t in 0..N {
+            let dyd = _mm256_mul_ps(d, _mm256_set1_ps(tab.dy[tab0 + t * nb + b]));
+            acc[t] = _mm256_fmadd_ps(dyd, _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        }
+        if T != Q6K {
+            let dmin = f16s(scale_at::DMIN);
             for t in 0..N {
-                let bsp = a.wrapping_add(t * ar + b * Q8K_BYTES + 260 + 4 * m);
-                // SAFETY: group sums 2m, 2m + 1 of token t's block b.
-                let bs = _mm256_set1_epi32(unsafe { (bsp as *const i32).read_unaligned() });
-                let mut s = isum[t];
-                if T == Q6K {
-                    let corr = _mm256_madd_epi16(bs, bt.pair[m]);
-                    s = _mm256_sub_epi32(s, _mm256_slli_epi32::<5>(corr));
-                }
-                acc[t][m] = _mm256_fmadd_ps(dyd[t], _mm256_cvtepi32_ps(s), acc[t][m]);
-                if T != Q6K {
-                    let mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, bt.pair[m]));
-                    acc[t][m] = _mm256_fnmadd_ps(dym[t], mins, acc[t][m]);
-                }
+                let dym = _mm256_mul_ps(dmin, _mm256_set1_ps(tab.dy[tab0 + t * nb + b]));
+                accm[t] = _mm256_fmadd_ps(dym, _mm256_cvtepi32_ps(msum[t]), accm[t]);
             }
         }
     }
     for t in 0..N {
-        let mut s = acc[t];
-        let mut n = 8;
-        while n > 1 {
-            n /= 2;
-            for i in 0..n {
-                s[i] = _mm256_add_ps(s[i], s[i + n]);
-            }
-        }
+        let r = if T == Q6K {
+            acc[t]
+        } else {
+            _mm256_sub_ps(acc[t], accm[t])
+        };
         let mut v = [0f32; 8];
-        // SAFETY: `v` holds the 8 f32s the store writes.
-        unsafe { _mm256_storeu_ps(v.as_mut_ptr(), s[0]) };
+        // SAFETY: `v` is 8 f32, the 32 bytes the store writes.
+        unsafe { _mm256_storeu_ps(v.as_mut_ptr(), r) };
         // SAFETY: `valid` cells of token row t (caller contract).
         unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * os), valid) };
+    }
+}
+
+/// The GEMM with an `E`-entry activation table.
+///
+/// # Safety
+/// As [`gemm_packed_k`], lengths checked, `nb <= E`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_tab<const T: u8, const E: usize>(
+    l: &PanelLayout,
+    pp: *const u8,
+    n_rows: usize,
+    ap: *const u8,
+    ar: usize,
+    n_tok: usize,
+    op: *mut f32,
+    os: usize,
+) {
+    let nb = l.nb;
+    let mut tab = ActTable::<E>::new();
+    let group = (E / nb).min(TOKEN_GROUP);
+    for g0 in (0..n_tok).step_by(group) {
+        let gn = group.min(n_tok - g0);
+        // SAFETY: the caller checked `a` holds n_tok rows of `ar` bytes.
+        let rows = unsafe { std::slice::from_raw_parts(ap.add(g0 * ar), gn * ar) };
+        tab.fill(dtype(T), rows, ar, gn, nb);
+        for p in 0..PanelLayout::panels(n_rows) {
+            let panel = pp.wrapping_add(p * l.panel_bytes);
+            for h in 0..2 {
+                let r0 = p * PANEL + 8 * h;
+                if r0 >= n_rows {
+                    break;
+                }
+                let valid = 8.min(n_rows - r0);
+                let mut t0 = 0;
+                while t0 < gn {
+                    let n = TT.min(gn - t0);
+                    let tok = g0 + t0;
+                    // SAFETY: panel p, rows r0.., tokens tok..tok + n, their table entries
+                    // and output cells are in range (checked by the caller).
+                    unsafe {
+                        let (a, o) = (ap.add(tok * ar), op.add(tok * os + r0));
+                        let e = t0 * nb;
+                        if n == 1 {
+                            tile::<T, 1, E>(l, panel, h, a, ar, &tab, e, o, os, valid)
+                        } else {
+                            tile::<T, TT, E>(l, panel, h, a, ar, &tab, e, o, os, valid)
+                        }
+                    }
+                    t0 += n;
+                }
+            }
+        }
     }
 }
 
@@ -225,43 +372,25 @@ pub(crate) unsafe fn gemm_packed_k<const T: u8>(
         return;
     }
     let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
-        let g1 = (g0 + TOKEN_GROUP).min(n_tok);
-        for p in 0..PanelLayout::panels(n_rows) {
-            let panel = pp.wrapping_add(p * l.panel_bytes);
-            for h in 0..2 {
-                let r0 = p * PANEL + 8 * h;
-                if r0 >= n_rows {
-                    break;
-                }
-                let valid = 8.min(n_rows - r0);
-                let mut t0 = g0;
-                while t0 < g1 {
-                    let n = TT.min(g1 - t0);
-                    // SAFETY: lengths checked above; panel p, rows r0.., tokens t0..t0 + n
-                    // are in range.
-                    unsafe {
-                        let (a, o) = (ap.add(t0 * ar), op.add(t0 * os + r0));
-                        if n == 1 {
-                            tile::<T, 1>(&l, panel, h, a, ar, o, os, valid)
-                        } else {
-                            tile::<T, TT>(&l, panel, h, a, ar, o, os, valid)
-                        }
-                    }
-                    t0 += n;
-                }
-            }
+    // SAFETY: lengths checked above; nb <= MAX_K / 256 <= LARGE.
+    unsafe {
+        if n_tok * l.nb <= SMALL {
+            gemm_tab::<T, SMALL>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+        } else {
+            gemm_tab::<T, LARGE>(&l, pp, n_rows, ap, ar, n_tok, op, os)
         }
     }
 }
+
+const _: () = assert!(crate::kernels::packed::MAX_K / 256 <= LARGE);
 
 /// Sets the K-quant rows' `packed` GEMMs in `t`.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C: the installed safe wrappers call the
 /// `#[target_feature]` GEMMs without re-checking.
-pub(crate) unsafe fn install(t: &mut crate::kernels::table::Table) {
-    use crate::kernels::table::PackedKernels;
+pub(crate) unsafe fn install(t: &mut crate::kernels::row::Table) {
+    use crate::kernels::row::PackedKernels;
     macro_rules! set {
         ($($dt:ident: $kind:ident),*) => {$(
             if let Some(row) = t[DType::$dt as usize].as_mut() {

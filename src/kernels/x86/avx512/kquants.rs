@@ -12,7 +12,7 @@
 //! and dequantization use the AVX2 / scalar versions.
 
 use crate::kernels::isa::has_avx512_vnni;
-use crate::kernels::table::Table;
+use crate::kernels::row::Table;
 use crate::kernels::DType;
 
 /// Installs the AVX-512 K-quant dot products and gemms in `t` (the VNNI versions when the CPU

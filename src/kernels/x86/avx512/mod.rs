@@ -7,7 +7,7 @@ mod packed;
 mod packed_k;
 mod q4_1_ggml;
 
-use crate::kernels::table::{PackedKernels, Table};
+use crate::kernels::row::{PackedKernels, Table};
 use crate::kernels::DType;
 
 macro_rules! install_fns {

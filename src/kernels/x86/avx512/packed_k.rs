@@ -1,19 +1,20 @@
 //! AVX-512 VNNI panel GEMMs of the K-quants (Q4_K, Q5_K, Q6_K x Q8_K) over load-time repacked
-//! weights (`packed/kquant.rs`); twins of `scalar/packed_k.rs` with `lanes = 16`, and so
-//! bit-identical to this ISA's GGUF-row `gemm` (`kquants.rs`).
+//! weights (`packed/kquant.rs`); twins of `scalar/packed_k.rs` (llama.cpp's repacked order:
+//! one exact i32 sum per block and output, then one `fma`), bit-identical on every ISA.
 //!
-//! That row kernel keeps one zmm of 16 f32 partial sums per output, lane `l` fed by the
-//! dwords `u` (4 values each) with `u % 16 == l`. Here lane `r` of a register is row `r` of
-//! the panel, so the same sums are 16 registers `acc[l]` per token: a block's dword `u` is one
-//! aligned load (plus nibble/bit-plane masking), one `vpdpbusd` against the broadcast
-//! activation dword and one `vpdpwssd` by the per-row group scale into the integer lane
-//! `u % 16`; each lane then gets the row kernel's `fma` (and masked `fnmadd` for the mins),
-//! and the 16 registers are summed by the halving tree of `_mm512_reduce_add_ps`. No unpack
-//! shuffles, no per-row horizontal sums: that is the gain over the row kernel.
+//! Lane `r` of a register is row `r` of the panel. A block's quant chunk `c` is one aligned
+//! load holding dword `c` of all 16 rows; after nibble (and high-bit) masking, one `vpdpbusd`
+//! with the broadcast activation dword adds 64 products. Each sub-block's dwords are summed in
+//! i32 chains (values stay far below 2^31), multiplied by the rows' sub-block scales with one
+//! `vpmulld` per sub-block, and the mins (Q4_K/Q5_K) or the `-32` offset (Q6_K) come from
+//! `vpdpwssd` of the rows' scale/min pairs with the token's group-sum pairs, computed once
+//! per call into a table. Per block and token the float work is one convert and one `fma`
+//! (two with mins), so the kernel keeps up with memory at one token and with `vpdpbusd` at
+//! many.
 
 use std::arch::x86_64::*;
 
-use crate::kernels::packed::kquant::{scale_at, QH_AT};
+use crate::kernels::packed::kquant::{scale_at, ActTable, Q8K_BYTES, QH_AT};
 use crate::kernels::packed::{PanelLayout, PANEL};
 use crate::kernels::DType;
 
@@ -32,12 +33,13 @@ fn dtype(t: u8) -> DType {
 
 /// First qh chunk of a block (Q5_K, Q6_K).
 const QH: usize = QH_AT / 64;
-/// Q8_K block: f32 d, 256 i8 quants at 4, 16 i16 group sums at 260.
-const Q8K_BYTES: usize = 292;
 /// Tokens whose activations stay in cache while a call's panels stream past (prefill).
 const TOKEN_GROUP: usize = 64;
-/// Tokens sharing one unpacked weight dword (their 16 accumulators each live on the stack).
+/// Tokens sharing one unpacked weight chunk.
 const TT: usize = 4;
+/// Activation table entries (token x block) of decode-sized calls, and of the others.
+const SMALL: usize = 128;
+const LARGE: usize = 1024;
 
 #[inline(always)]
 fn mask(valid: usize) -> __mmask16 {
@@ -48,170 +50,281 @@ fn mask(valid: usize) -> __mmask16 {
     }
 }
 
-/// Per-block weight terms shared by all tokens: group scales as i32 lanes (scale in the low
-/// 16 bits, zero above, as `vpdpwssd` wants them), and per lane `m < 8` the min pair
-/// (Q4_K/Q5_K) or scale pair (Q6_K) of groups `2m, 2m + 1` as two i16 for `vpmaddwd`.
-struct BlockTerms {
-    scale: [__m512i; 16],
-    pair: [__m512i; 8],
-    d: __m512,
-    dmin: __m512,
-    has_min: __mmask16,
-}
-
-/// # Safety
-/// CPU features as enabled; `sc` is a block's scale area of kind `T`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn block_terms<const T: u8>(sc: *const u8) -> BlockTerms {
-    let line = |at: usize| {
-        // SAFETY: every line read lies inside the block's scale area (caller contract).
-        unsafe { _mm_loadu_si128(sc.add(at) as *const __m128i) }
-    };
-    let lo16 = _mm512_set1_epi32(0xFFFF);
-    let mut t = BlockTerms {
-        scale: [_mm512_setzero_si512(); 16],
-        pair: [_mm512_setzero_si512(); 8],
-        // SAFETY: d (and dmin) are 16 f16 inside the scale area.
-        d: _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(sc.add(scale_at::D) as *const __m256i) }),
-        dmin: _mm512_setzero_ps(),
-        has_min: 0,
-    };
-    if T == Q6K {
-        for g in 0..16 {
-            let s = _mm512_cvtepi8_epi32(line(scale_at::SC_Q6 + 16 * g));
-            t.scale[g] = _mm512_and_si512(s, lo16);
-        }
-        for m in 0..8 {
-            t.pair[m] =
-                _mm512_or_si512(t.scale[2 * m], _mm512_slli_epi32::<16>(t.scale[2 * m + 1]));
-        }
-    } else {
-        for j in 0..8 {
-            let s = _mm512_cvtepu8_epi32(line(scale_at::SC_K4 + 16 * j));
-            t.scale[2 * j] = s;
-            t.scale[2 * j + 1] = s;
-            let m = _mm512_cvtepu8_epi32(line(scale_at::MIN_K4 + 16 * j));
-            t.pair[j] = _mm512_or_si512(m, _mm512_slli_epi32::<16>(m));
-        }
-        // SAFETY: as for d.
-        let dmin = unsafe { _mm256_loadu_si256(sc.add(scale_at::DMIN) as *const __m256i) };
-        t.dmin = _mm512_cvtph_ps(dmin);
-        // The row kernel skips a block's mins when dmin == 0 (NaN compares unequal).
-        t.has_min = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(t.dmin, _mm512_setzero_ps());
-    }
-    t
-}
-
-/// Weight dword `u = m + 8i` of the block at `q` (16 rows), unsigned (offset left out).
+/// Integer sums of one Q4_K/Q5_K block for `N` tokens: `isum` and the mins term `msum`.
 ///
 /// # Safety
-/// CPU features as enabled; `q` is a block's 64-byte aligned quants of kind `T`.
+/// CPU features as enabled; `q` / `sc` are a block's aligned quants / scale area of kind
+/// `T`, `x[t]` token t's Q8_K quants of that block.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn weight<const T: u8>(q: *const u8, m: usize, i: usize) -> __m512i {
-    // SAFETY: every chunk index below is inside the kind's quant area (see packed/kquant.rs).
-    let chunk = |c: usize| unsafe { _mm512_load_si512(q.add(64 * c) as *const __m512i) };
-    let nib = _mm512_set1_epi8(0x0F);
-    let nibble = |x: __m512i, high: bool| {
-        let x = if high { _mm512_srli_epi16::<4>(x) } else { x };
-        _mm512_and_si512(x, nib)
-    };
-    if T == Q6K {
-        // u = 32h + 8qt + m: ql byte 64h + 32(qt % 2) + 4m.., nibble qt / 2; qh byte 32h + 4m..
-        let (h, qt) = (i / 4, i % 4);
-        let lo = nibble(chunk(16 * h + 8 * (qt % 2) + m), qt >= 2);
-        let hb = _mm512_srlv_epi16(chunk(QH + 8 * h + m), _mm512_set1_epi16(2 * qt as i16));
-        let hb = _mm512_and_si512(hb, _mm512_set1_epi8(3));
-        _mm512_or_si512(lo, _mm512_slli_epi16::<4>(hb))
-    } else {
-        // u = 16k + l, l = m + 8(i % 2): qs dword 8k + m, high nibbles for odd i.
-        let lo = nibble(chunk(8 * (i / 2) + m), i % 2 == 1);
-        if T == Q4K {
-            return lo;
+#[allow(clippy::needless_range_loop)]
+unsafe fn block_k4<const T: u8, const N: usize>(
+    q: *const u8,
+    sc: *const u8,
+    x: &[*const u8; N],
+    pairs: &[&[i32; 8]; N],
+    isum: &mut [__m512i; N],
+    msum: &mut [__m512i; N],
+) {
+    // Two chains per sub-block when one token cannot hide the vpdpbusd latency.
+    const fn chains(n: usize) -> usize {
+        if n == 1 {
+            2
+        } else {
+            1
         }
-        let hb = _mm512_srlv_epi16(chunk(QH + m), _mm512_set1_epi16(i as i16));
-        let hb = _mm512_and_si512(hb, _mm512_set1_epi8(1));
-        _mm512_or_si512(lo, _mm512_slli_epi16::<4>(hb))
+    }
+    // SAFETY: (whole body) every load is inside the block's quants / scale area or the
+    // tokens' Q8_K blocks (caller contract); the rest is register arithmetic.
+    unsafe {
+        let nib = _mm512_set1_epi8(0x0F);
+        let bit4 = _mm512_set1_epi8(0x10);
+        let chunk = |c: usize| _mm512_load_si512(q.add(64 * c) as *const __m512i);
+        let bcast = |p: *const u8| _mm512_set1_epi32((p as *const i32).read_unaligned());
+        let line = |at: usize| _mm512_cvtepu8_epi32(_mm_loadu_si128(sc.add(at) as *const __m128i));
+        for kk in 0..4 {
+            let mut lo = [[_mm512_setzero_si512(); 2]; N];
+            let mut hi = [[_mm512_setzero_si512(); 2]; N];
+            for m in 0..8 {
+                let w = chunk(8 * kk + m);
+                let mut wl = _mm512_and_si512(w, nib);
+                let mut wh = _mm512_and_si512(_mm512_srli_epi16::<4>(w), nib);
+                if T == Q5K {
+                    // Bit 2kk (2kk + 1) of each qh byte is bit 4 of sub-block 2kk's (2kk + 1's)
+                    // value in that byte.
+                    let h = chunk(QH + m);
+                    let hl = _mm512_srlv_epi16(h, _mm512_set1_epi16(2 * kk as i16));
+                    let hh = _mm512_srlv_epi16(h, _mm512_set1_epi16(2 * kk as i16 + 1));
+                    wl = _mm512_or_si512(wl, _mm512_and_si512(_mm512_slli_epi16::<4>(hl), bit4));
+                    wh = _mm512_or_si512(wh, _mm512_and_si512(_mm512_slli_epi16::<4>(hh), bit4));
+                }
+                let c = m % chains(N);
+                for t in 0..N {
+                    let xl = bcast(x[t].add(64 * kk + 4 * m));
+                    let xh = bcast(x[t].add(64 * kk + 32 + 4 * m));
+                    lo[t][c] = _mm512_dpbusd_epi32(lo[t][c], wl, xl);
+                    hi[t][c] = _mm512_dpbusd_epi32(hi[t][c], wh, xh);
+                }
+            }
+            let sl = line(scale_at::SC_K4 + 16 * (2 * kk));
+            let sh = line(scale_at::SC_K4 + 16 * (2 * kk + 1));
+            for t in 0..N {
+                let (l, h) = if chains(N) == 1 {
+                    (lo[t][0], hi[t][0])
+                } else {
+                    (
+                        _mm512_add_epi32(lo[t][0], lo[t][1]),
+                        _mm512_add_epi32(hi[t][0], hi[t][1]),
+                    )
+                };
+                let s = _mm512_add_epi32(_mm512_mullo_epi32(l, sl), _mm512_mullo_epi32(h, sh));
+                isum[t] = _mm512_add_epi32(isum[t], s);
+            }
+        }
+        for i in 0..4 {
+            let me = line(scale_at::MIN_K4 + 16 * (2 * i));
+            let mo = line(scale_at::MIN_K4 + 16 * (2 * i + 1));
+            let mp = _mm512_or_si512(me, _mm512_slli_epi32::<16>(mo));
+            for t in 0..N {
+                msum[t] = _mm512_dpwssd_epi32(msum[t], mp, _mm512_set1_epi32(pairs[t][i]));
+            }
+        }
+    }
+}
+
+/// Integer sum of one Q6_K block for `N` tokens, the `-32` offset included.
+///
+/// # Safety
+/// As [`block_k4`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)]
+unsafe fn block_q6<const N: usize>(
+    q: *const u8,
+    sc: *const u8,
+    x: &[*const u8; N],
+    pairs: &[&[i32; 8]; N],
+    isum: &mut [__m512i; N],
+) {
+    // SAFETY: (whole body) as in `block_k4`.
+    unsafe {
+        let nib = _mm512_set1_epi8(0x0F);
+        let two = _mm512_set1_epi8(0x30);
+        let chunk = |c: usize| _mm512_load_si512(q.add(64 * c) as *const __m512i);
+        let bcast = |p: *const u8| _mm512_set1_epi32((p as *const i32).read_unaligned());
+        let line = |at: usize| _mm512_cvtepi8_epi32(_mm_loadu_si128(sc.add(at) as *const __m128i));
+        for h in 0..2 {
+            for half in 0..2 {
+                // Groups 8h + 2qt + half (qt = 0..4): values 128h + 32qt + 16half .. + 16.
+                let mut s = [[_mm512_setzero_si512(); 4]; N];
+                for jj in 0..4 {
+                    let j = 4 * half + jj;
+                    let a = chunk(16 * h + j);
+                    let b = chunk(16 * h + 8 + j);
+                    let hb = chunk(QH + 8 * h + j);
+                    let w = [
+                        _mm512_or_si512(
+                            _mm512_and_si512(a, nib),
+                            _mm512_and_si512(_mm512_slli_epi16::<4>(hb), two),
+                        ),
+                        _mm512_or_si512(
+                            _mm512_and_si512(b, nib),
+                            _mm512_and_si512(_mm512_slli_epi16::<2>(hb), two),
+                        ),
+                        _mm512_or_si512(
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(a), nib),
+                            _mm512_and_si512(hb, two),
+                        ),
+                        _mm512_or_si512(
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(b), nib),
+                            _mm512_and_si512(_mm512_srli_epi16::<2>(hb), two),
+                        ),
+                    ];
+                    for (qt, wq) in w.iter().enumerate() {
+                        for t in 0..N {
+                            let xa = bcast(x[t].add(4 * (32 * h + 8 * qt + j)));
+                            s[t][qt] = _mm512_dpbusd_epi32(s[t][qt], *wq, xa);
+                        }
+                    }
+                }
+                for qt in 0..4 {
+                    let sg = line(scale_at::SC_Q6 + 16 * (8 * h + 2 * qt + half));
+                    for t in 0..N {
+                        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t][qt], sg));
+                    }
+                }
+            }
+        }
+        let lo16 = _mm512_set1_epi32(0xFFFF);
+        let mut corr = [_mm512_setzero_si512(); N];
+        for m in 0..8 {
+            let se = _mm512_and_si512(line(scale_at::SC_Q6 + 16 * (2 * m)), lo16);
+            let so = line(scale_at::SC_Q6 + 16 * (2 * m + 1));
+            let sp = _mm512_or_si512(se, _mm512_slli_epi32::<16>(so));
+            for t in 0..N {
+                corr[t] = _mm512_dpwssd_epi32(corr[t], sp, _mm512_set1_epi32(pairs[t][m]));
+            }
+        }
+        for t in 0..N {
+            isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32::<5>(corr[t]));
+        }
     }
 }
 
 /// One panel x `N` tokens (`N <= TT`) over all blocks; token `t`'s Q8_K row at `a + t * ar`,
-/// its outputs at `out + t * os` (`valid` of them).
+/// its table entries from `tab0 + t * nb`, its outputs at `out + t * os` (`valid` of them).
 ///
 /// # Safety
 /// CPU features as enabled; `panel` is a whole aligned panel of `l` (kind `T`), the `N`
-/// activation rows and output cells are in range.
+/// activation rows, table entries and output cells are in range.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-unsafe fn tile<const T: u8, const N: usize>(
+unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     l: &PanelLayout,
     panel: *const u8,
     a: *const u8,
     ar: usize,
+    tab: &ActTable<E>,
+    tab0: usize,
     out: *mut f32,
     os: usize,
     valid: usize,
 ) {
-    let mut acc = [[_mm512_setzero_ps(); 16]; N];
-    for b in 0..l.nb {
+    let nb = l.nb;
+    let mut acc = [_mm512_setzero_ps(); N];
+    let mut accm = [_mm512_setzero_ps(); N];
+    for b in 0..nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
-        // SAFETY: block b's scale area lies inside the panel.
-        let bt = unsafe { block_terms::<T>(panel.add(l.scales_at(b))) };
-        let mut dyd = [_mm512_setzero_ps(); N];
-        let mut dym = [_mm512_setzero_ps(); N];
-        for t in 0..N {
-            // SAFETY: token t's block b starts with its f32 d.
-            let dy = unsafe { (a.add(t * ar + b * Q8K_BYTES) as *const f32).read_unaligned() };
-            dyd[t] = _mm512_mul_ps(_mm512_set1_ps(dy), bt.d);
-            dym[t] = _mm512_mul_ps(_mm512_set1_ps(dy), bt.dmin);
-        }
-        for m in 0..8 {
-            // isum[t][0] is lane m, isum[t][1] lane m + 8.
-            let mut isum = [[_mm512_setzero_si512(); 2]; N];
-            for i in 0..8 {
-                // SAFETY: q is block b's aligned quants.
-                let w = unsafe { weight::<T>(q, m, i) };
-                let u = m + 8 * i;
-                for t in 0..N {
-                    let qa = a.wrapping_add(t * ar + b * Q8K_BYTES + 4 + 4 * u);
-                    // SAFETY: dword u of token t's block b quants.
-                    let x = _mm512_set1_epi32(unsafe { (qa as *const i32).read_unaligned() });
-                    let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
-                    isum[t][i % 2] = _mm512_dpwssd_epi32(isum[t][i % 2], dot, bt.scale[u / 4]);
-                }
+        let sc = panel.wrapping_add(l.scales_at(b));
+        let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
+        let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
+        let mut isum = [_mm512_setzero_si512(); N];
+        let mut msum = [_mm512_setzero_si512(); N];
+        // SAFETY: block b's quants and scales lie in the panel; x[t] are the tokens' block b
+        // quants (caller contract).
+        unsafe {
+            if T == Q6K {
+                block_q6::<N>(q, sc, &x, &pairs, &mut isum);
+            } else {
+                block_k4::<T, N>(q, sc, &x, &pairs, &mut isum, &mut msum);
             }
+        }
+        // SAFETY: d and dmin are 16 f16 each inside the scale area.
+        let d =
+            _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(sc.add(scale_at::D) as *const __m256i) });
+        for t in 0..N {
+            let dyd = _mm512_mul_ps(d, _mm512_set1_ps(tab.dy[tab0 + t * nb + b]));
+            acc[t] = _mm512_fmadd_ps(dyd, _mm512_cvtepi32_ps(isum[t]), acc[t]);
+        }
+        if T != Q6K {
+            // SAFETY: as for d.
+            let dmin = unsafe { _mm256_loadu_si256(sc.add(scale_at::DMIN) as *const __m256i) };
+            let dmin = _mm512_cvtph_ps(dmin);
             for t in 0..N {
-                let bsp = a.wrapping_add(t * ar + b * Q8K_BYTES + 260 + 4 * m);
-                // SAFETY: group sums 2m, 2m + 1 of token t's block b.
-                let bs = _mm512_set1_epi32(unsafe { (bsp as *const i32).read_unaligned() });
-                let mut lo = isum[t][0];
-                if T == Q6K {
-                    let corr = _mm512_madd_epi16(bs, bt.pair[m]);
-                    lo = _mm512_sub_epi32(lo, _mm512_slli_epi32::<5>(corr));
-                }
-                acc[t][m] = _mm512_fmadd_ps(dyd[t], _mm512_cvtepi32_ps(lo), acc[t][m]);
-                acc[t][m + 8] =
-                    _mm512_fmadd_ps(dyd[t], _mm512_cvtepi32_ps(isum[t][1]), acc[t][m + 8]);
-                if T != Q6K {
-                    let mins = _mm512_cvtepi32_ps(_mm512_madd_epi16(bs, bt.pair[m]));
-                    acc[t][m] = _mm512_mask3_fnmadd_ps(dym[t], mins, acc[t][m], bt.has_min);
-                }
+                let dym = _mm512_mul_ps(dmin, _mm512_set1_ps(tab.dy[tab0 + t * nb + b]));
+                accm[t] = _mm512_fmadd_ps(dym, _mm512_cvtepi32_ps(msum[t]), accm[t]);
             }
         }
     }
     for t in 0..N {
-        let mut s = acc[t];
-        let mut n = 16;
-        while n > 1 {
-            n /= 2;
-            for i in 0..n {
-                s[i] = _mm512_add_ps(s[i], s[i + n]);
+        let r = if T == Q6K {
+            acc[t]
+        } else {
+            _mm512_sub_ps(acc[t], accm[t])
+        };
+        // SAFETY: `valid` cells of token row t (caller contract).
+        unsafe { _mm512_mask_storeu_ps(out.add(t * os), mask(valid), r) };
+    }
+}
+
+/// The GEMM with an `E`-entry activation table.
+///
+/// # Safety
+/// As [`gemm_packed_k`], lengths checked, `nb <= E`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_tab<const T: u8, const E: usize>(
+    l: &PanelLayout,
+    pp: *const u8,
+    n_rows: usize,
+    ap: *const u8,
+    ar: usize,
+    n_tok: usize,
+    op: *mut f32,
+    os: usize,
+) {
+    let nb = l.nb;
+    let mut tab = ActTable::<E>::new();
+    let group = (E / nb).min(TOKEN_GROUP);
+    for g0 in (0..n_tok).step_by(group) {
+        let gn = group.min(n_tok - g0);
+        // SAFETY: the caller checked `a` holds n_tok rows of `ar` bytes.
+        let rows = unsafe { std::slice::from_raw_parts(ap.add(g0 * ar), gn * ar) };
+        tab.fill(dtype(T), rows, ar, gn, nb);
+        for p in 0..PanelLayout::panels(n_rows) {
+            let valid = PANEL.min(n_rows - p * PANEL);
+            let panel = pp.wrapping_add(p * l.panel_bytes);
+            let mut t0 = 0;
+            while t0 < gn {
+                let n = TT.min(gn - t0);
+                let tok = g0 + t0;
+                // SAFETY: panel p, tokens tok..tok + n, their table entries and output cells
+                // are in range (checked by the caller).
+                unsafe {
+                    let (a, o) = (ap.add(tok * ar), op.add(tok * os + p * PANEL));
+                    let e = t0 * nb;
+                    match n {
+                        1 => tile::<T, 1, E>(l, panel, a, ar, &tab, e, o, os, valid),
+                        2 => tile::<T, 2, E>(l, panel, a, ar, &tab, e, o, os, valid),
+                        3 => tile::<T, 3, E>(l, panel, a, ar, &tab, e, o, os, valid),
+                        _ => tile::<T, TT, E>(l, panel, a, ar, &tab, e, o, os, valid),
+                    }
+                }
+                t0 += n;
             }
         }
-        // SAFETY: `valid` cells of token row t (caller contract).
-        unsafe { _mm512_mask_storeu_ps(out.add(t * os), mask(valid), s[0]) };
     }
 }
 
@@ -238,44 +351,34 @@ pub(crate) unsafe fn gemm_packed_k<const T: u8>(
         return;
     }
     let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
-        let g1 = (g0 + TOKEN_GROUP).min(n_tok);
-        for p in 0..PanelLayout::panels(n_rows) {
-            let valid = PANEL.min(n_rows - p * PANEL);
-            let panel = pp.wrapping_add(p * l.panel_bytes);
-            let mut t0 = g0;
-            while t0 < g1 {
-                let n = TT.min(g1 - t0);
-                // SAFETY: lengths checked above; panel p and tokens t0..t0 + n are in range.
-                unsafe {
-                    let (a, o) = (ap.add(t0 * ar), op.add(t0 * os + p * PANEL));
-                    match n {
-                        1 => tile::<T, 1>(&l, panel, a, ar, o, os, valid),
-                        2 => tile::<T, 2>(&l, panel, a, ar, o, os, valid),
-                        3 => tile::<T, 3>(&l, panel, a, ar, o, os, valid),
-                        _ => tile::<T, TT>(&l, panel, a, ar, o, os, valid),
-                    }
-                }
-                t0 += n;
-            }
+    // SAFETY: lengths checked above; nb <= MAX_K / 256 <= LARGE.
+    unsafe {
+        if n_tok * l.nb <= SMALL {
+            gemm_tab::<T, SMALL>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+        } else {
+            gemm_tab::<T, LARGE>(&l, pp, n_rows, ap, ar, n_tok, op, os)
         }
     }
 }
 
-/// Sets the K-quant rows' `packed` GEMMs in `t` (over the AVX2 ones, whose float order is
-/// not this ISA's row kernels'): the VNNI versions, or none without VNNI.
+const _: () = assert!(crate::kernels::packed::MAX_K / 256 <= LARGE);
+
+/// Sets the K-quant rows' `packed` GEMMs in `t` (over the AVX2 ones, same results): the VNNI
+/// versions, or the AVX2 ones stay without VNNI.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL plus AVX2/FMA/F16C (VNNI is checked here): the
 /// installed safe wrappers call the `#[target_feature]` GEMMs without re-checking.
-pub(crate) unsafe fn install(t: &mut crate::kernels::table::Table) {
-    use crate::kernels::table::PackedKernels;
-    let vnni = crate::kernels::isa::has_avx512_vnni();
+pub(crate) unsafe fn install(t: &mut crate::kernels::row::Table) {
+    use crate::kernels::row::PackedKernels;
+    if !crate::kernels::isa::has_avx512_vnni() {
+        return;
+    }
     macro_rules! set {
         ($($dt:ident: $kind:ident),*) => {$(
             if let Some(row) = t[DType::$dt as usize].as_mut() {
-                row.packed = vnni.then_some(PackedKernels {
-                    // SAFETY: `install`'s caller verified the CPU features.
+                row.packed = Some(PackedKernels {
+                    // SAFETY: `install`'s caller verified the CPU features, VNNI checked above.
                     gemm: |k, p, n, a, nt, o, os| unsafe { gemm_packed_k::<$kind>(k, p, n, a, nt, o, os) },
                 });
             }

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Random-weight GGUF files of real model shapes, for speed measurements at the sizes people run.
+
+Speed depends on shapes, not on values: each file has the tensor shapes and hyperparameters of
+a real model (Llama-3.2-1B, ...), random weights, and the default model's vocabulary (its
+tokenizer metadata copied from models/SmolLM2-135M-Instruct.Q4_1.gguf, so the embedding and LM
+head are 49,152 rows). The script writes an F16 file with the PyPI `gguf` package, then
+llama-quantize (the reference build, ../shared/tools/llama-cpp-reference.sh) makes each
+quantized type from it; the F16 source is deleted afterwards unless --keep-f16. Files are
+cached outside the repository (KILN_MODELS_CACHE, default ~/.cache/kiln-models) and made only
+when missing.
+
+    scripts/bench_models.py paths --sizes llama-1b,llama-3b --types Q4_K_M,Q4_0
+        -> makes what is missing, prints one path per line
+    scripts/bench_models.py list  -> the known sizes and types
+
+A new family: add a `Family` (architecture name, metadata, tensor list) and its sizes to
+SIZES below; `tensors` yields (name, shape in ggml order: row length first).
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+VOCAB_SOURCE = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+CACHE = Path(os.environ.get("KILN_MODELS_CACHE", Path.home() / ".cache" / "kiln-models"))
+TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q4_0", "Q8_0"]
+
+
+@dataclass
+class Shape:
+    """Hyperparameters of one model size (names as in the GGUF `{arch}.` keys)."""
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    tied: bool = True
+    rope_theta: float = 500000.0
+    norm_eps: float = 1e-5
+    ctx: int = 131072
+
+
+@dataclass
+class Family:
+    """How a family's files look: its architecture name, metadata and tensors."""
+    arch: str
+    metadata: Callable[["Shape"], dict]
+    tensors: Callable[["Shape", int], Iterator[tuple]]
+
+
+def llama_metadata(s: Shape) -> dict:
+    return {
+        "context_length": s.ctx,
+        "embedding_length": s.n_embd,
+        "block_count": s.n_layer,
+        "feed_forward_length": s.n_ff,
+        "attention.head_count": s.n_head,
+        "attention.head_count_kv": s.n_head_kv,
+        "attention.key_length": s.head_dim,
+        "attention.value_length": s.head_dim,
+        "rope.dimension_count": s.head_dim,
+        "rope.freq_base": s.rope_theta,
+        "attention.layer_norm_rms_epsilon": s.norm_eps,
+    }
+
+
+def llama_tensors(s: Shape, n_vocab: int):
+    q, kv = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+    yield "token_embd.weight", (s.n_embd, n_vocab)
+    for i in range(s.n_layer):
+        b = f"blk.{i}."
+        yield b + "attn_norm.weight", (s.n_embd,)
+        yield b + "attn_q.weight", (s.n_embd, q)
+        yield b + "attn_k.weight", (s.n_embd, kv)
+        yield b + "attn_v.weight", (s.n_embd, kv)
+        yield b + "attn_output.weight", (q, s.n_embd)
+        yield b + "ffn_norm.weight", (s.n_embd,)
+        yield b + "ffn_gate.weight", (s.n_embd, s.n_ff)
+        yield b + "ffn_up.weight", (s.n_embd, s.n_ff)
+        yield b + "ffn_down.weight", (s.n_ff, s.n_embd)
+    yield "output_norm.weight", (s.n_embd,)
+    if not s.tied:
+        yield "output.weight", (s.n_embd, n_vocab)
+
+
+LLAMA = Family("llama", llama_metadata, llama_tensors)
+
+# name -> (family, shape, in the default run). Qwen3 sizes are written as llama-arch files with
+# Qwen3's shapes (no q/k norms) until kiln has the qwen3 architecture.
+SIZES = {
+    "llama-1b": (LLAMA, Shape(2048, 16, 32, 8, 64, 8192), True),
+    "llama-3b": (LLAMA, Shape(3072, 28, 24, 8, 128, 8192), True),
+    "qwen3-1.7b": (LLAMA, Shape(2048, 28, 16, 8, 128, 6144, rope_theta=1e6, norm_eps=1e-6,
+                                ctx=40960), True),
+    "qwen3-4b": (LLAMA, Shape(2560, 36, 32, 8, 128, 9728, rope_theta=1e6, norm_eps=1e-6,
+                              ctx=40960), True),
+    "llama-8b": (LLAMA, Shape(4096, 32, 32, 8, 128, 14336, tied=False), False),
+}
+
+
+def log(msg):
+    print(f"bench_models: {msg}", file=sys.stderr, flush=True)
+
+
+def reference_bin() -> Path:
+    shared = Path(os.environ.get("KILN_SHARED", ROOT.parent / "shared"))
+    out = subprocess.run(["bash", str(shared / "tools/llama-cpp-reference.sh")],
+                         check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def write_f16(name: str, path: Path):
+    import gguf
+    import numpy as np
+
+    family, shape, _ = SIZES[name]
+    src = gguf.GGUFReader(str(VOCAB_SOURCE))
+    tmp = path.with_suffix(".partial")
+    w = gguf.GGUFWriter(str(tmp), family.arch)
+    w.add_name(f"kiln bench {name} (random weights)")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    n_vocab = 0
+    for key, f in src.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vt = f.types[0]
+        if vt == gguf.GGUFValueType.ARRAY:
+            vals = f.contents()
+            n_vocab = max(n_vocab, len(vals)) if key == "tokenizer.ggml.tokens" else n_vocab
+            w.add_key_value(key, vals, vt, sub_type=f.types[1])
+        else:
+            w.add_key_value(key, f.contents(), vt)
+    for k, v in family.metadata(shape).items():
+        full = f"{family.arch}.{k}"
+        if isinstance(v, float):
+            w.add_float32(full, v)
+        else:
+            w.add_uint32(full, v)
+    w.add_uint32(f"{family.arch}.vocab_size", n_vocab)
+    tensors = list(family.tensors(shape, n_vocab))
+    for tname, dims in tensors:
+        n = int(np.prod(dims))
+        is_vec = len(dims) == 1
+        dt = np.float32 if is_vec else np.float16
+        # gguf-py takes numpy's shape order (outermost first), the reverse of ggml's.
+        w.add_tensor_info(tname, tuple(reversed(dims)), np.dtype(dt), n * np.dtype(dt).itemsize)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    # One pool of normal(0, 0.02) values; each tensor is a slice of it from its own offset
+    # (values repeat across tensors, which no speed figure can see).
+    rng = np.random.default_rng(0)
+    pool = (rng.standard_normal(1 << 24, dtype=np.float32) * 0.02).astype(np.float16)
+    for i, (tname, dims) in enumerate(tensors):
+        n = int(np.prod(dims))
+        if len(dims) == 1:
+            w.write_tensor_data(np.ones(n, dtype=np.float32))
+            continue
+        off = int(rng.integers(0, pool.size))
+        data = np.resize(np.roll(pool, -off), n)
+        w.write_tensor_data(data)
+    w.close()
+    tmp.rename(path)
+
+
+def make(name: str, qtype: str, keep_f16: bool, bin_dir) -> Path:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    out = CACHE / f"{name}.{qtype}.gguf"
+    if out.is_file():
+        return out
+    f16 = CACHE / f"{name}.F16.gguf"
+    if not f16.is_file():
+        t = time.time()
+        log(f"writing {f16.name}")
+        write_f16(name, f16)
+        log(f"wrote {f16.name} ({f16.stat().st_size / 1e9:.2f} GB) in {time.time() - t:.0f} s")
+    if bin_dir[0] is None:
+        bin_dir[0] = reference_bin()
+    b = bin_dir[0]
+    t = time.time()
+    log(f"quantizing {out.name}")
+    tmp = out.with_suffix(".partial")
+    res = subprocess.run([str(b / "llama-quantize"), str(f16), str(tmp), qtype],
+                         env=dict(os.environ, LD_LIBRARY_PATH=str(b)),
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        sys.exit(f"bench_models: llama-quantize {qtype} failed:\n{res.stderr[-2000:]}")
+    tmp.rename(out)
+    log(f"quantized {out.name} ({out.stat().st_size / 1e9:.2f} GB) in {time.time() - t:.0f} s")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("paths", help="make the files that are missing, print their paths")
+    p.add_argument("--sizes", default="default",
+                   help="comma-separated names, 'default' (the sizes marked so) or 'all'")
+    p.add_argument("--types", default=",".join(TYPES))
+    p.add_argument("--keep-f16", action="store_true")
+    sub.add_parser("list")
+    a = ap.parse_args()
+    if a.cmd == "list":
+        for name, (fam, s, default) in SIZES.items():
+            print(f"{name}\t{fam.arch}\t{'default' if default else 'extra'}\t{s}")
+        print("types:", ",".join(TYPES))
+        return
+    if a.sizes == "default":
+        names = [n for n, (_, _, d) in SIZES.items() if d]
+    elif a.sizes == "all":
+        names = list(SIZES)
+    else:
+        names = [n for n in a.sizes.split(",") if n]
+    types = [t for t in a.types.split(",") if t]
+    for n in names:
+        if n not in SIZES:
+            sys.exit(f"bench_models: unknown size {n!r} (known: {', '.join(SIZES)})")
+    bin_dir = [None]
+    for n in names:
+        for t in types:
+            print(make(n, t, a.keep_f16, bin_dir))
+        f16 = CACHE / f"{n}.F16.gguf"
+        if not a.keep_f16 and f16.is_file():
+            f16.unlink()
+            log(f"removed {f16.name}")
+
+
+if __name__ == "__main__":
+    main()

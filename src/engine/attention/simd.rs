@@ -1,0 +1,275 @@
+//! The vector operations the long-context attention kernels are written against, once for
+//! every x86 width: [`Avx512`] (16 f32 lanes) and [`Avx2`] (8 lanes). A kernel is one generic
+//! body over [`Simd`], marked `#[inline(always)]` and called from a thin
+//! `#[target_feature]` wrapper per width, so each instantiation compiles with its width's
+//! instructions. Every operation is lane-wise (or an exact maximum), so a kernel computes the
+//! same bits whatever the width: only how many positions one register holds changes.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// One x86 vector width. Every method is `unsafe`: the CPU must support the width's features
+/// (AVX-512F + FMA + F16C, or AVX2 + FMA + F16C), and pointers must be valid for
+/// [`Simd::LANES`] values.
+pub(super) trait Simd: Copy {
+    /// A register of [`Simd::LANES`] f32.
+    type V: Copy;
+    /// f32 lanes per register.
+    const LANES: usize;
+    /// Query rows whose four partial score sums stay in registers at once.
+    const SCORE_ROWS: usize;
+    /// Query rows, and registers per row, of the weighted-V accumulation kept in registers.
+    const V_ROWS: usize;
+    const V_W: usize;
+
+    unsafe fn zero() -> Self::V;
+    unsafe fn set1(x: f32) -> Self::V;
+    unsafe fn load(p: *const f32) -> Self::V;
+    unsafe fn store(p: *mut f32, v: Self::V);
+    /// [`Simd::LANES`] f16 values widened to f32.
+    unsafe fn load_f16(p: *const half::f16) -> Self::V;
+    /// `a * b + c`, rounded once.
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
+    /// Lanes outside `a..b` set to negative infinity.
+    unsafe fn mask_outside(x: Self::V, a: usize, b: usize) -> Self::V;
+    /// The largest lane (`-inf` when all are).
+    unsafe fn hmax(x: Self::V) -> f32;
+    /// [`super::exp_fast::exp_fast`] lane by lane, bit-identical to it.
+    unsafe fn exp_fast(x: Self::V) -> Self::V;
+}
+
+/// AVX-512F with FMA and F16C: 16 lanes.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+pub(super) struct Avx512;
+
+#[cfg(target_arch = "x86_64")]
+impl Simd for Avx512 {
+    type V = __m512;
+    const LANES: usize = 16;
+    const SCORE_ROWS: usize = 6;
+    const V_ROWS: usize = 4;
+    const V_W: usize = 4;
+
+    #[inline(always)]
+    unsafe fn zero() -> __m512 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm512_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn set1(x: f32) -> __m512 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm512_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m512 {
+        // SAFETY: the caller passes 16 readable f32.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m512) {
+        // SAFETY: the caller passes 16 writable f32.
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn load_f16(p: *const half::f16) -> __m512 {
+        // SAFETY: the caller passes 16 readable f16.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m512, b: __m512) -> __m512 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm512_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm512_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m512, b: __m512) -> __m512 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm512_sub_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mask_outside(x: __m512, a: usize, b: usize) -> __m512 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe {
+            let hi = if b >= 16 { u16::MAX } else { (1u16 << b) - 1 };
+            let lo = if a >= 16 { u16::MAX } else { (1u16 << a) - 1 };
+            _mm512_mask_blend_ps(hi & !lo, _mm512_set1_ps(f32::NEG_INFINITY), x)
+        }
+    }
+    #[inline(always)]
+    unsafe fn hmax(x: __m512) -> f32 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm512_reduce_max_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn exp_fast(x: __m512) -> __m512 {
+        use super::exp_fast::*;
+        // SAFETY: AVX-512F (this impl's contract).
+        unsafe {
+            let c = _mm512_set1_ps;
+            let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, c(FLOOR));
+            let xc =
+                _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, c(FLOOR)), c(FLOOR), x);
+            let xc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(xc, c(0.0)), c(0.0), xc);
+            let z = _mm512_add_ps(_mm512_mul_ps(xc, c(LOG2E)), c(ROUND));
+            let n = _mm512_sub_ps(z, c(ROUND));
+            let r = _mm512_sub_ps(
+                _mm512_sub_ps(xc, _mm512_mul_ps(n, c(LN2_HI))),
+                _mm512_mul_ps(n, c(LN2_LO)),
+            );
+            let mut p = c(P[0]);
+            for &k in &P[1..] {
+                p = _mm512_add_ps(_mm512_mul_ps(p, r), c(k));
+            }
+            p = _mm512_add_ps(_mm512_mul_ps(p, r), c(0.5));
+            let y = _mm512_add_ps(
+                _mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
+                c(1.0),
+            );
+            let e = _mm512_sub_epi32(
+                _mm512_castps_si512(z),
+                _mm512_set1_epi32(ROUND.to_bits() as i32),
+            );
+            let pow2n = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
+                e,
+                _mm512_set1_epi32(127),
+            )));
+            _mm512_maskz_mov_ps(keep, _mm512_mul_ps(y, pow2n))
+        }
+    }
+}
+
+/// AVX2 with FMA and F16C: 8 lanes.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+pub(super) struct Avx2;
+
+#[cfg(target_arch = "x86_64")]
+impl Simd for Avx2 {
+    type V = __m256;
+    const LANES: usize = 8;
+    const SCORE_ROWS: usize = 3;
+    const V_ROWS: usize = 3;
+    const V_W: usize = 3;
+
+    #[inline(always)]
+    unsafe fn zero() -> __m256 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm256_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn set1(x: f32) -> __m256 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm256_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m256 {
+        // SAFETY: the caller passes 8 readable f32.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m256) {
+        // SAFETY: the caller passes 8 writable f32.
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn load_f16(p: *const half::f16) -> __m256 {
+        // SAFETY: the caller passes 8 readable f16.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m256, b: __m256) -> __m256 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm256_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m256, b: __m256) -> __m256 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe { _mm256_sub_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mask_outside(x: __m256, a: usize, b: usize) -> __m256 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe {
+            let idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let (a, b) = (a.min(8) as i32, b.min(8) as i32);
+            // Lane i is inside when a <= i < b, i.e. i > a - 1 and b > i.
+            let inside = _mm256_and_si256(
+                _mm256_cmpgt_epi32(idx, _mm256_set1_epi32(a - 1)),
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(b), idx),
+            );
+            _mm256_blendv_ps(
+                _mm256_set1_ps(f32::NEG_INFINITY),
+                x,
+                _mm256_castsi256_ps(inside),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn hmax(x: __m256) -> f32 {
+        // SAFETY: the features of this width (the trait's contract).
+        unsafe {
+            let m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            let m = _mm_max_ss(m, _mm_shuffle_ps::<0b01>(m, m));
+            _mm_cvtss_f32(m)
+        }
+    }
+    #[inline(always)]
+    unsafe fn exp_fast(x: __m256) -> __m256 {
+        use super::exp_fast::*;
+        // SAFETY: AVX2 (this impl's contract).
+        unsafe {
+            let c = _mm256_set1_ps;
+            let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(x, c(FLOOR));
+            let xc = _mm256_blendv_ps(c(FLOOR), x, _mm256_cmp_ps::<_CMP_GT_OQ>(x, c(FLOOR)));
+            let xc = _mm256_blendv_ps(c(0.0), xc, _mm256_cmp_ps::<_CMP_LT_OQ>(xc, c(0.0)));
+            let z = _mm256_add_ps(_mm256_mul_ps(xc, c(LOG2E)), c(ROUND));
+            let n = _mm256_sub_ps(z, c(ROUND));
+            let r = _mm256_sub_ps(
+                _mm256_sub_ps(xc, _mm256_mul_ps(n, c(LN2_HI))),
+                _mm256_mul_ps(n, c(LN2_LO)),
+            );
+            let mut p = c(P[0]);
+            for &k in &P[1..] {
+                p = _mm256_add_ps(_mm256_mul_ps(p, r), c(k));
+            }
+            p = _mm256_add_ps(_mm256_mul_ps(p, r), c(0.5));
+            let y = _mm256_add_ps(
+                _mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r),
+                c(1.0),
+            );
+            let e = _mm256_sub_epi32(
+                _mm256_castps_si256(z),
+                _mm256_set1_epi32(ROUND.to_bits() as i32),
+            );
+            let pow2n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+                e,
+                _mm256_set1_epi32(127),
+            )));
+            _mm256_and_ps(keep, _mm256_mul_ps(y, pow2n))
+        }
+    }
+}

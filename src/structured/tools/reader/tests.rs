@@ -1,0 +1,383 @@
+use super::*;
+use crate::structured::tools::json_stream::bytes_scanned;
+use crate::structured::tools::parse_reply;
+
+fn call(name: &str, args: &str) -> PartialCall {
+    PartialCall {
+        name: Some(name.to_string()),
+        arguments: args.to_string(),
+        complete: true,
+    }
+}
+
+fn cut(name: &str, args: &str) -> PartialCall {
+    PartialCall {
+        complete: false,
+        ..call(name, args)
+    }
+}
+
+/// Reads `text` delta by delta (cut at every `step` characters), returning the deltas' sum
+/// (content, and per call its header and arguments) next to the reader's reply.
+fn streamed(format: ToolFormat, forced: bool, text: &str, step: usize) -> (Reply, Reply) {
+    let mut r = Reader::new(format, forced);
+    let mut deltas = Vec::new();
+    let chars: Vec<char> = text.chars().collect();
+    for piece in chars.chunks(step.max(1)) {
+        deltas.extend(r.push(&piece.iter().collect::<String>()));
+    }
+    deltas.extend(r.finish());
+    let mut sum = Reply::default();
+    for d in deltas {
+        match d {
+            ToolDelta::Content(t) => sum.content.push_str(&t),
+            ToolDelta::CallStart { index, name } => {
+                assert_eq!(index, sum.calls.len(), "headers come in order");
+                sum.calls.push(PartialCall {
+                    name: Some(name),
+                    ..Default::default()
+                });
+            }
+            ToolDelta::Arguments { index, fragment } => {
+                sum.calls[index].arguments.push_str(&fragment)
+            }
+        }
+    }
+    let reply = r.reply();
+    for (a, b) in sum.calls.iter_mut().zip(&reply.calls) {
+        a.complete = b.complete;
+    }
+    (sum, reply)
+}
+
+/// The reply, checked to be the same whole and in deltas of every size up to 7.
+fn read(format: ToolFormat, forced: bool, text: &str) -> Reply {
+    let (_, whole) = streamed(format, forced, text, usize::MAX);
+    for step in 1..8 {
+        let (sum, reply) = streamed(format, forced, text, step);
+        assert_eq!(sum, reply, "{format:?} step {step}: deltas vs reply");
+        assert_eq!(reply, whole, "{format:?} step {step}: {text:?}");
+    }
+    whole
+}
+
+#[test]
+fn each_format_reads_its_calls() {
+    let r = read(
+        ToolFormat::Generic,
+        false,
+        r#"{"tool_calls": [{"name": "f", "arguments": {"x": 1}}, {"name": "g", "arguments": {}}]}"#,
+    );
+    assert_eq!(r.calls, vec![call("f", r#"{"x": 1}"#), call("g", "{}")]);
+    assert_eq!(r.content, "");
+    let r = read(ToolFormat::Generic, false, r#"{"response": "hi \"you\""}"#);
+    assert_eq!((r.content.as_str(), r.calls.len()), ("hi \"you\"", 0));
+    let r = read(ToolFormat::Generic, false, r#"{"response": {"a": [1, 2]}}"#);
+    assert_eq!(r.content, r#"{"a": [1, 2]}"#);
+    let r = read(
+        ToolFormat::Hermes,
+        false,
+        "Let me look.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>\n<tool_call>\n{\"arguments\": {}, \"name\": \"g\"}\n</tool_call>",
+    );
+    assert_eq!(r.content, "Let me look.");
+    assert_eq!(r.calls, vec![call("f", r#"{"x": 1}"#), call("g", "{}")]);
+    let r = read(
+        ToolFormat::Llama3,
+        false,
+        r#"<|python_tag|>{"name": "f", "parameters": {"x": 1}}"#,
+    );
+    assert_eq!(r.calls, vec![call("f", r#"{"x": 1}"#)]);
+    let r = read(ToolFormat::Llama3, false, "The answer is 4.");
+    assert_eq!((r.content.as_str(), r.calls.len()), ("The answer is 4.", 0));
+    let r = read(ToolFormat::Llama3, false, r#"{"name": "Ann", "age": 3}"#);
+    assert_eq!(
+        (r.content.as_str(), r.calls.len()),
+        (r#"{"name": "Ann", "age": 3}"#, 0)
+    );
+    let r = read(
+        ToolFormat::Mistral,
+        false,
+        r#"[TOOL_CALLS][{"name": "f", "arguments": {"x": 1}}]"#,
+    );
+    assert_eq!(r.calls, vec![call("f", r#"{"x": 1}"#)]);
+    let r = read(
+        ToolFormat::Mistral,
+        false,
+        r#"[TOOL_CALLS]f[ARGS]{"x": 1}[TOOL_CALLS]g[ARGS]{}"#,
+    );
+    assert_eq!(r.calls, vec![call("f", r#"{"x": 1}"#), call("g", "{}")]);
+    let r = read(
+        ToolFormat::Phi4,
+        false,
+        r#"Sure.<|tool_call|>{"name": "f", "arguments": {"x": 1}}<|/tool_call|><|tool_call|>[{"name": "g", "arguments": {}}]<|/tool_call|>"#,
+    );
+    assert_eq!(r.content, "Sure.");
+    assert_eq!(r.calls, vec![call("f", r#"{"x": 1}"#), call("g", "{}")]);
+    let r = read(
+        ToolFormat::Granite,
+        false,
+        r#"<|tool_call|>[{"name": "f", "arguments": {"x": 1}}, {"name": "g", "arguments": {}}]"#,
+    );
+    assert_eq!(r.calls, vec![call("f", r#"{"x": 1}"#), call("g", "{}")]);
+}
+
+#[test]
+fn a_closing_tag_inside_a_string_is_part_of_the_string() {
+    let args = r#"{"code": "print('</tool_call>')", "note": "<|/tool_call|> [TOOL_CALLS]"}"#;
+    let r = read(
+        ToolFormat::Hermes,
+        false,
+        &format!(
+            "<tool_call>\n{{\"name\": \"python\", \"arguments\": {args}}}\n</tool_call>\nDone."
+        ),
+    );
+    assert_eq!(r.calls, vec![call("python", args)]);
+    assert_eq!(r.content, "Done.");
+    let r = read(
+        ToolFormat::Phi4,
+        false,
+        &format!("<|tool_call|>{{\"name\": \"python\", \"arguments\": {args}}}<|/tool_call|>"),
+    );
+    assert_eq!(
+        (r.calls, r.content.as_str()),
+        (vec![call("python", args)], "")
+    );
+    let r = read(
+        ToolFormat::Mistral,
+        false,
+        &format!("[TOOL_CALLS]python[ARGS]{args}"),
+    );
+    assert_eq!(r.calls, vec![call("python", args)]);
+}
+
+/// Replies `max_tokens` cut inside a call: the partial call is a call, never content, in every
+/// format, forced or not.
+#[test]
+fn a_call_cut_short_stays_a_call() {
+    let cases = [
+        (
+            ToolFormat::Generic,
+            r#"{"tool_calls": [{"name": "python", "arguments": {"code": "print(1)\nfor i in"#,
+        ),
+        (
+            ToolFormat::Hermes,
+            "<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"print(1)\\nfor i in",
+        ),
+        (
+            ToolFormat::Llama3,
+            r#"{"name": "python", "parameters": {"code": "print(1)\nfor i in"#,
+        ),
+        (
+            ToolFormat::Mistral,
+            r#"[TOOL_CALLS][{"name": "python", "arguments": {"code": "print(1)\nfor i in"#,
+        ),
+        (
+            ToolFormat::Mistral,
+            r#"[TOOL_CALLS]python[ARGS]{"code": "print(1)\nfor i in"#,
+        ),
+        (
+            ToolFormat::Phi4,
+            r#"<|tool_call|>{"name": "python", "arguments": {"code": "print(1)\nfor i in"#,
+        ),
+        (
+            ToolFormat::Granite,
+            r#"<|tool_call|>[{"name": "python", "arguments": {"code": "print(1)\nfor i in"#,
+        ),
+    ];
+    for (format, text) in cases {
+        for forced in [false, true] {
+            let r = read(format, forced, text);
+            assert_eq!(
+                r.calls,
+                vec![cut("python", r#"{"code": "print(1)\nfor i in"#)],
+                "{format:?} forced={forced}"
+            );
+            assert_eq!(r.content, "", "{format:?} forced={forced}");
+        }
+    }
+    // Cut before the name is complete: no call to show, and still no call syntax as content.
+    for (format, text) in [
+        (ToolFormat::Generic, r#"{"tool_calls": [{"name": "pyt"#),
+        (ToolFormat::Hermes, "<tool_call>\n{\"name\": \"pyt"),
+        (ToolFormat::Llama3, r#"{"name": "pyt"#),
+        (ToolFormat::Llama3, r#"{"na"#),
+    ] {
+        for forced in [false, true] {
+            let r = read(format, forced, text);
+            assert_eq!(r, Reply::default(), "{format:?} forced={forced} {text:?}");
+        }
+    }
+    // Forced: the name alone already makes a call.
+    let r = read(ToolFormat::Llama3, true, r#"{"name": "python", "param"#);
+    assert_eq!(r.calls, vec![cut("python", "")]);
+}
+
+#[test]
+fn whitespace_around_calls_is_layout_and_text_is_kept() {
+    let r = read(
+        ToolFormat::Hermes,
+        false,
+        "A  \n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n\nB \n",
+    );
+    assert_eq!(r.content, "A\n\nB");
+    let r = read(
+        ToolFormat::Hermes,
+        false,
+        "Plain text with < and <tool but no call.\n",
+    );
+    assert_eq!(r.content, "Plain text with < and <tool but no call.\n");
+    let r = read(ToolFormat::Hermes, false, "Half a tag at the end <tool_ca");
+    assert_eq!(r.content, "Half a tag at the end <tool_ca");
+    // Text that is not call syntax after an opening tag is dropped, not shown.
+    let r = read(
+        ToolFormat::Hermes,
+        false,
+        "x<tool_call>oops</tool_call>y<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+    );
+    assert_eq!((r.content.as_str(), r.calls.len()), ("xy", 1));
+}
+
+#[test]
+fn prefixes_give_prefixes() {
+    let cases = [
+        (
+            ToolFormat::Generic,
+            r#"{"tool_calls": [{"name": "f", "arguments": {"x": "a\"}"}}, {"name": "g", "arguments": {}}]}"#,
+        ),
+        (ToolFormat::Generic, r#"{"response": "Tea \u00e9 \n done"}"#),
+        (
+            ToolFormat::Hermes,
+            "Sure <tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>",
+        ),
+        (
+            ToolFormat::Llama3,
+            r#"{"name": "f", "parameters": {"x": [1, 2]}}"#,
+        ),
+        (
+            ToolFormat::Mistral,
+            r#"[TOOL_CALLS][{"name": "f", "arguments": {"x": 1}}]"#,
+        ),
+    ];
+    for (f, text) in cases {
+        let whole = parse_reply(f, text, true);
+        let mut prev = Reply::default();
+        for cut in (0..=text.len()).filter(|&c| text.is_char_boundary(c)) {
+            let r = parse_reply(f, &text[..cut], false);
+            assert!(
+                r.content.starts_with(&prev.content),
+                "{f:?} at {cut}: {r:?}"
+            );
+            assert!(
+                whole.content.starts_with(&r.content),
+                "{f:?} at {cut}: {r:?}"
+            );
+            assert!(r.calls.len() >= prev.calls.len(), "{f:?} at {cut}");
+            for (a, b) in prev.calls.iter().zip(&r.calls) {
+                assert!(
+                    b.arguments.starts_with(&a.arguments),
+                    "{f:?} at {cut}: {r:?}"
+                );
+                assert_eq!(a.name, b.name);
+            }
+            prev = r;
+        }
+    }
+}
+
+/// A 4,000-token call streamed token by token is read in linear time: the bytes the reader
+/// looks at stay within a small multiple of the reply's length (re-reading the reply at each
+/// delta, as kiln once did, looks at ~n²/2: 40 million bytes here).
+#[test]
+fn a_long_call_streamed_costs_linear_work() {
+    let body: String = (0..4000).map(|i| format!("x{} ", i % 10)).collect();
+    for (format, text) in [
+        (
+            ToolFormat::Hermes,
+            format!("<tool_call>\n{{\"name\": \"python\", \"arguments\": {{\"code\": \"{body}\"}}}}\n</tool_call>"),
+        ),
+        (
+            ToolFormat::Generic,
+            format!("{{\"tool_calls\": [{{\"name\": \"python\", \"arguments\": {{\"code\": \"{body}\"}}}}]}}"),
+        ),
+        (
+            ToolFormat::Llama3,
+            format!("{{\"name\": \"python\", \"parameters\": {{\"code\": \"{body}\"}}}}"),
+        ),
+        (ToolFormat::Mistral, format!("[TOOL_CALLS]python[ARGS]{{\"code\": \"{body}\"}}")),
+        (ToolFormat::Generic, format!("{{\"response\": \"{body}\"}}")),
+        (ToolFormat::Hermes, body.clone()),
+    ] {
+        let tokens: Vec<&str> = text.split_inclusive(' ').collect();
+        assert!(tokens.len() >= 4000);
+        let before = bytes_scanned();
+        let mut r = Reader::new(format, false);
+        let mut sent = 0;
+        for t in &tokens {
+            sent += r.push(t).len();
+        }
+        r.finish();
+        let work = bytes_scanned() - before;
+        assert!(sent >= 4000, "{format:?}: a delta per token ({sent})");
+        assert!(
+            work <= 3 * text.len() as u64,
+            "{format:?}: {work} bytes looked at for a {}-byte reply",
+            text.len()
+        );
+    }
+}
+
+/// Pieces a reply is made of, good and broken: every sequence of them must read without a
+/// panic, the same whole and in deltas, with content and calls that only grow.
+fn pieces() -> impl proptest::strategy::Strategy<Value = Vec<&'static str>> {
+    let p = proptest::sample::select(vec![
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"",
+        ":",
+        ", ",
+        "name",
+        "arguments",
+        "parameters",
+        "response",
+        "tool_calls",
+        "<tool_call>",
+        "</tool_call>",
+        "<|tool_call|>",
+        "<|/tool_call|>",
+        "[TOOL_CALLS]",
+        "[ARGS]",
+        "<|python_tag|>",
+        "\\u00e9",
+        "\\ud83d",
+        "\\",
+        "1",
+        "-2.5e3",
+        "true",
+        "null",
+        "é",
+        " ",
+        "\n",
+        "<",
+        "tool",
+    ]);
+    proptest::collection::vec(p, 0..40)
+}
+
+proptest::proptest! {
+    #[test]
+    fn any_text_reads_without_panic_the_same_in_deltas(ps in pieces()) {
+        let text: String = ps.concat();
+        for f in [ToolFormat::Generic, ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral, ToolFormat::Phi4, ToolFormat::Granite] {
+            for forced in [false, true] {
+                let (_, whole) = streamed(f, forced, &text, usize::MAX);
+                for step in [1, 2, 5] {
+                    let (sum, reply) = streamed(f, forced, &text, step);
+                    proptest::prop_assert_eq!(&sum, &reply);
+                    proptest::prop_assert_eq!(&reply, &whole, "{:?} {:?} step {}", f, text, step);
+                }
+            }
+        }
+    }
+}
