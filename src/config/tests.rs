@@ -78,7 +78,10 @@ fn degenerate_settings_are_errors_naming_the_key() {
             "[server]\nmax_body_bytes = \"8MiB\"\nmax_body_bytes_in_flight = \"4MiB\"\n",
             "server.max_body_bytes_in_flight",
         ),
-        ("[server]\nmax_in_flight_requests = 0\n", "server.max_in_flight_requests"),
+        (
+            "[server]\nmax_in_flight_requests = 0\n",
+            "server.max_in_flight_requests",
+        ),
         (
             "[server]\ncors_allowed_origins = [\"*\", \"https://a.example\"]\n",
             "server.cors_allowed_origins",

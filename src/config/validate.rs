@@ -189,14 +189,12 @@ fn cors_origins(origins: Vec<String>) -> Result<Vec<String>, ConfigError> {
         return Ok(origins);
     }
     for o in &origins {
-        let ok = o
-            .split_once("://")
-            .is_some_and(|(scheme, rest)| {
-                matches!(scheme, "http" | "https")
-                    && !rest.is_empty()
-                    && !rest.contains('/')
-                    && rest.bytes().all(|b| b.is_ascii_graphic())
-            });
+        let ok = o.split_once("://").is_some_and(|(scheme, rest)| {
+            matches!(scheme, "http" | "https")
+                && !rest.is_empty()
+                && !rest.contains('/')
+                && rest.bytes().all(|b| b.is_ascii_graphic())
+        });
         if !ok {
             return Err(invalid(
                 KEY,

@@ -61,19 +61,19 @@ impl RateMeter {
         self.count[i].fetch_add(n, Ordering::AcqRel);
     }
 
-    /// Events per second over the last full seconds (up to [`WINDOW`]; fewer right after
-    /// start); None before a full second has passed.
+    /// Events per second over the last [`WINDOW`] full seconds (seconds before the meter
+    /// started count as empty, so a young meter errs toward a low rate and a long wait); None
+    /// before the first full second.
     pub fn rate(&self) -> Option<f64> {
         self.rate_at(Instant::now())
     }
 
     fn rate_at(&self, now: Instant) -> Option<f64> {
         let cur = self.now_second(now);
-        let full = (cur as usize).min(WINDOW);
-        if full == 0 {
+        if cur == 0 {
             return None;
         }
-        let total: u64 = (1..=full as u64)
+        let total: u64 = (1..=cur.min(WINDOW as u64))
             .map(|back| {
                 let s = cur - back;
                 let i = (s % (WINDOW as u64 + 1)) as usize;
@@ -84,7 +84,7 @@ impl RateMeter {
                 }
             })
             .sum();
-        Some(total as f64 / full as f64)
+        Some(total as f64 / WINDOW as f64)
     }
 
     /// How long until `ahead` more events have happened at the measured rate, between 1 s and
@@ -101,37 +101,6 @@ impl RateMeter {
             }
             _ => Duration::from_secs(WINDOW as u64),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rate_and_retry_after_follow_what_drained() {
-        let m = RateMeter::new();
-        let t0 = m.start;
-        let at = |s: f64| t0 + Duration::from_secs_f64(s);
-        // Nothing measured yet: the whole window.
-        assert_eq!(m.retry_after_at(at(0.5), 1), Duration::from_secs(10));
-        // 4 events a second for 5 seconds.
-        for s in 0..5 {
-            for k in 0..4 {
-                m.record_at(at(s as f64 + 0.1 * k as f64), 1);
-            }
-        }
-        assert_eq!(m.rate_at(at(5.5)), Some(4.0));
-        // 10 places ahead at 4/s: 2.5 s.
-        assert_eq!(m.retry_after_at(at(5.5), 10), Duration::from_secs_f64(2.5));
-        // One place ahead: the floor of 1 s.
-        assert_eq!(m.retry_after_at(at(5.5), 1), Duration::from_secs(1));
-        // 1000 places: the ceiling.
-        assert_eq!(m.retry_after_at(at(5.5), 1000), Duration::from_secs(60));
-        // The window slides: at 12.5 s only seconds 2..=4 remain in it (12 events over 10 s).
-        assert_eq!(m.rate_at(at(12.5)), Some(1.2));
-        // Long after, nothing drains: the whole window again.
-        assert_eq!(m.retry_after_at(at(100.0), 1), Duration::from_secs(10));
     }
 }
 
@@ -189,5 +158,43 @@ impl WaitQueue {
     /// queue, at its measured drain rate, has room for it.
     pub fn retry_after(&self, taken: usize, max: usize) -> Duration {
         self.drained.retry_after(taken + 1 - max.min(taken))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_and_retry_after_follow_what_drained() {
+        let m = RateMeter::new();
+        let t0 = m.start;
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        // Nothing measured yet: the whole window.
+        assert_eq!(m.retry_after_at(at(0.5), 1), Duration::from_secs(10));
+        // 4 events a second for 5 seconds: 20 over the 10-second window.
+        for s in 0..5 {
+            for k in 0..4 {
+                m.record_at(at(s as f64 + 0.1 * k as f64), 1);
+            }
+        }
+        assert_eq!(m.rate_at(at(5.5)), Some(2.0));
+        // 10 places ahead at 2/s: 5 s.
+        assert_eq!(m.retry_after_at(at(5.5), 10), Duration::from_secs(5));
+        // One place ahead: the floor of 1 s.
+        assert_eq!(m.retry_after_at(at(5.5), 1), Duration::from_secs(1));
+        // 1000 places: the ceiling.
+        assert_eq!(m.retry_after_at(at(5.5), 1000), Duration::from_secs(60));
+        // The window slides: at 12.5 s only seconds 2..=4 remain in it (12 events over 10 s).
+        assert_eq!(m.rate_at(at(12.5)), Some(1.2));
+        // One event in the window: a place frees every 10 s.
+        let one = RateMeter::new();
+        one.record_at(one.start + Duration::from_millis(300), 1);
+        assert_eq!(
+            one.retry_after_at(one.start + Duration::from_millis(1500), 1),
+            Duration::from_secs(10)
+        );
+        // Long after, nothing drains: the whole window again.
+        assert_eq!(m.retry_after_at(at(100.0), 1), Duration::from_secs(10));
     }
 }

@@ -7,8 +7,8 @@
 use crate::engine::kv_cache::{KvCache, KvCacheConfig};
 use crate::engine::{BatchLimits, EngineError, ForwardScratch, LlamaModel, LogitsWanted, SeqInput};
 use crate::scheduler::constrain::{MaskThread, MaskWork, Pending};
-use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::drain::WaitQueue;
+use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::fault::{FaultStage, Faults};
 use crate::scheduler::observer::{Observer, StepKind, StepStats};
 use crate::scheduler::request::{Event, FinishReason, GenerationRequest};

@@ -123,6 +123,7 @@ impl Admission {
 }
 
 /// One request's place among those in flight; given back when its response body ends.
+#[derive(Debug)]
 struct Slot(Arc<Admission>);
 
 impl Drop for Slot {
@@ -235,7 +236,13 @@ pub async fn limit(State(state): State<AppState>, req: Request, next: Next) -> R
     // The handler returned: its body bytes and an unused queue place are given back.
     drop(held);
     let (parts, body) = resp.into_parts();
-    Response::from_parts(parts, Body::new(WithSlot { inner: body, _slot: slot }))
+    Response::from_parts(
+        parts,
+        Body::new(WithSlot {
+            inner: body,
+            _slot: slot,
+        }),
+    )
 }
 
 /// The queue place of a generating route; see the module docs.
@@ -249,7 +256,11 @@ pub async fn reserve(State(state): State<AppState>, req: Request, next: Next) ->
             with_held(move |h| h.reservation = Some(r));
             next.run(req).await
         }
-        Err(e) => refuse(&state, req, ApiError::from_submit(e, "messages", "max_tokens")),
+        Err(e) => refuse(
+            &state,
+            req,
+            ApiError::from_submit(e, "messages", "max_tokens"),
+        ),
     }
 }
 

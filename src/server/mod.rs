@@ -128,12 +128,13 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             auth::require_key,
         ))
-        // Outside the key check: a browser's preflight carries no key.
-        .layer(tower::util::option_layer(cors))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             admission::limit,
         ))
+        // Outside the key check (a browser's preflight carries no key) and the in-flight limit
+        // (a page reads its 401 or 429 like any other answer).
+        .layer(tower::util::option_layer(cors))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::track,
