@@ -9,8 +9,8 @@
 //!    free place in its waiting queue (`scheduler.max_waiting`); the place is taken there and
 //!    then ([`crate::scheduler::handle::Reservation`]), so the work that follows is never
 //!    refused for capacity. [`take_reservation`] hands it to the submission.
-//! 3. [`ByteBudget`] (in the JSON body reader): the body's bytes beyond its first
-//!    [`SMALL_BODY`] must fit what is left of `server.max_body_bytes_in_flight` (all bodies
+//! 3. [`ByteBudget`](crate::server::capacity::ByteBudget) (in the JSON body reader): the body's bytes beyond its first
+//!    [`SMALL_BODY`](crate::server::capacity::SMALL_BODY) must fit what is left of `server.max_body_bytes_in_flight` (all bodies
 //!    being read and parsed); they are held until the handler returns. Ordinary requests are
 //!    smaller than that: a flood of large bodies never crowds them out (their memory is bounded
 //!    by the in-flight limit instead: 512 x 64 KiB = 32 MiB by default).
@@ -21,8 +21,8 @@
 //! time after the response ([`linger`], as nginx's `lingering_close`), and the connection is
 //! then closed.
 
-use crate::scheduler::drain::RateMeter;
 use crate::scheduler::handle::Reservation;
+use crate::server::capacity::{BytesHeld, Slot};
 use crate::server::error::ApiError;
 use crate::server::state::AppState;
 use axum::body::{Body, Bytes, HttpBody};
@@ -32,7 +32,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -41,157 +40,10 @@ use std::time::Duration;
 /// from the client while doing so.
 const LINGER_TIME: Duration = Duration::from_secs(10);
 const LINGER_IDLE: Duration = Duration::from_secs(2);
-/// Connections lingering at once; past it a refused connection is closed at once.
-const MAX_LINGERING: usize = 256;
-
-/// The part of every body the byte budget does not count (see the module docs).
-pub const SMALL_BODY: usize = 64 << 10;
 
 /// Routes outside the limits: probes and monitoring must answer under any load.
 fn exempt(path: &str) -> bool {
     matches!(path, "/health" | "/ready" | "/metrics" | "/stats")
-}
-
-/// The server's capacity counters; see the module docs.
-#[derive(Debug)]
-pub struct Admission {
-    max_in_flight: usize,
-    in_flight: AtomicUsize,
-    /// HTTP requests finished per second: when a refused one should retry.
-    finished: RateMeter,
-    bytes: Arc<ByteBudget>,
-    lingering: AtomicUsize,
-}
-
-impl Admission {
-    pub fn new(max_in_flight: usize, max_body_bytes_in_flight: usize) -> Admission {
-        Admission {
-            max_in_flight,
-            in_flight: AtomicUsize::new(0),
-            finished: RateMeter::new(),
-            bytes: Arc::new(ByteBudget {
-                limit: max_body_bytes_in_flight,
-                used: AtomicUsize::new(0),
-            }),
-            lingering: AtomicUsize::new(0),
-        }
-    }
-
-    /// Requests being handled now.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Acquire)
-    }
-
-    pub fn bytes(&self) -> &Arc<ByteBudget> {
-        &self.bytes
-    }
-
-    /// Body bytes being read or parsed now.
-    pub fn bytes_in_flight(&self) -> usize {
-        self.bytes.used.load(Ordering::Acquire)
-    }
-
-    /// When a request refused for capacity should retry: when `ahead` more requests have
-    /// finished, at the measured rate.
-    pub fn retry_after(&self, ahead: usize) -> Duration {
-        self.finished.retry_after(ahead)
-    }
-
-    fn enter(self: &Arc<Self>) -> Result<Slot, ApiError> {
-        let mut cur = self.in_flight.load(Ordering::Acquire);
-        loop {
-            if cur >= self.max_in_flight {
-                return Err(ApiError::Overloaded {
-                    message: format!(
-                        "the server is handling {cur} requests, its limit \
-                         (server.max_in_flight_requests); retry later"
-                    ),
-                    retry_after: self.retry_after(cur + 1 - self.max_in_flight),
-                });
-            }
-            match self.in_flight.compare_exchange_weak(
-                cur,
-                cur + 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Ok(Slot(Arc::clone(self))),
-                Err(now) => cur = now,
-            }
-        }
-    }
-}
-
-/// One request's place among those in flight; given back when its response body ends.
-#[derive(Debug)]
-struct Slot(Arc<Admission>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.finished.record(1);
-    }
-}
-
-/// Body bytes being read and parsed, over all requests, bounded by
-/// `server.max_body_bytes_in_flight`.
-#[derive(Debug)]
-pub struct ByteBudget {
-    limit: usize,
-    used: AtomicUsize,
-}
-
-impl ByteBudget {
-    /// Takes a body of `n` bytes (its part beyond [`SMALL_BODY`] counts), or None when it
-    /// does not fit.
-    pub fn take(self: &Arc<Self>, n: usize) -> Option<BytesHeld> {
-        let mut held = BytesHeld {
-            budget: Arc::clone(self),
-            len: 0,
-            counted: 0,
-        };
-        held.grow(n).then_some(held)
-    }
-}
-
-/// A body's bytes in the [`ByteBudget`], given back on drop.
-#[derive(Debug)]
-pub struct BytesHeld {
-    budget: Arc<ByteBudget>,
-    /// The body's length so far, and the part of it the budget counts.
-    len: usize,
-    counted: usize,
-}
-
-impl BytesHeld {
-    /// The body grew by `more` bytes; false (nothing taken) when they do not fit.
-    pub fn grow(&mut self, more: usize) -> bool {
-        let len = self.len.saturating_add(more);
-        let charge = len.saturating_sub(SMALL_BODY) - self.counted;
-        let b = &self.budget;
-        let mut cur = b.used.load(Ordering::Acquire);
-        while charge > 0 {
-            let Some(next) = cur.checked_add(charge).filter(|&v| v <= b.limit) else {
-                return false;
-            };
-            match b
-                .used
-                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => break,
-                Err(now) => cur = now,
-            }
-        }
-        self.len = len;
-        self.counted += charge;
-        true
-    }
-}
-
-impl Drop for BytesHeld {
-    fn drop(&mut self) {
-        self.budget.used.fetch_sub(self.counted, Ordering::AcqRel);
-    }
 }
 
 /// What a request holds while its handler runs: its queue place until it is submitted, and
@@ -282,8 +134,7 @@ pub fn refuse(state: &AppState, req: Request, e: ApiError) -> Response {
 /// read the refusal instead of a connection reset; the connection then closes.
 pub fn linger(state: &AppState, body: Body) {
     let adm = Arc::clone(state.admission());
-    if adm.lingering.fetch_add(1, Ordering::AcqRel) >= MAX_LINGERING {
-        adm.lingering.fetch_sub(1, Ordering::AcqRel);
+    if !adm.start_lingering() {
         return;
     }
     tokio::spawn(async move {
@@ -292,7 +143,7 @@ pub fn linger(state: &AppState, body: Body) {
             while let Ok(Some(Ok(_))) = tokio::time::timeout(LINGER_IDLE, data.next()).await {}
         })
         .await;
-        adm.lingering.fetch_sub(1, Ordering::AcqRel);
+        adm.end_lingering();
     });
 }
 
@@ -319,45 +170,5 @@ impl HttpBody for WithSlot {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_byte_budget_bounds_what_is_held() {
-        let adm = Arc::new(Admission::new(2, 100));
-        let b = adm.bytes();
-        let big = |n: usize| SMALL_BODY + n;
-        let a = b.take(big(60)).unwrap();
-        assert!(b.take(big(50)).is_none(), "60 + 50 > 100");
-        let mut c = b.take(big(40)).unwrap();
-        assert!(!c.grow(1));
-        assert_eq!(adm.bytes_in_flight(), 100);
-        // Small bodies are not counted: they pass a full budget.
-        let mut small = b.take(SMALL_BODY).unwrap();
-        assert!(!small.grow(1), "past SMALL_BODY it counts");
-        drop(a);
-        assert!(c.grow(60));
-        // A body read in chunks counts from its first byte past SMALL_BODY.
-        let mut d = b.take(0).unwrap();
-        assert!(d.grow(SMALL_BODY));
-        assert_eq!(adm.bytes_in_flight(), 100);
-        drop((c, d, small));
-        assert_eq!(adm.bytes_in_flight(), 0);
-    }
-
-    #[test]
-    fn in_flight_places_are_bounded_and_given_back() {
-        let adm = Arc::new(Admission::new(2, 100));
-        let s1 = adm.enter().unwrap();
-        let _s2 = adm.enter().unwrap();
-        let e = adm.enter().unwrap_err();
-        assert!(matches!(e, ApiError::Overloaded { .. }), "{e:?}");
-        drop(s1);
-        assert_eq!(adm.in_flight(), 1);
-        assert!(adm.enter().is_ok());
     }
 }

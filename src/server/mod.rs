@@ -19,6 +19,7 @@ pub mod access;
 pub mod admission;
 mod auth;
 mod body;
+pub mod capacity;
 pub mod chat;
 pub mod completions;
 pub mod error;

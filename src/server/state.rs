@@ -9,7 +9,7 @@ use crate::metrics::Metrics;
 use crate::scheduler::observer::Fanout;
 use crate::scheduler::setup::Loaded;
 use crate::scheduler::{EngineHandle, Observer};
-use crate::server::admission::Admission;
+use crate::server::capacity::Admission;
 use crate::server::error::ApiError;
 use crate::structured::tools::ToolFormat;
 use crate::structured::Grammars;
