@@ -108,22 +108,34 @@ impl Session {
     }
 
     /// Renders and tokenizes `messages` for `shape` (tools are described to the model and
-    /// their grammar compiled), on the blocking pool.
+    /// their grammar compiled), on the blocking pool. With `prefill`, the reply starts with
+    /// that text (Anthropic's last assistant turn): after the generation prompt come its
+    /// tokens, as plain text.
     pub async fn chat_prompt(
         &self,
         messages: Vec<ChatMessage>,
         shape: Shape,
         add_generation_prompt: bool,
+        prefill: Option<String>,
     ) -> Result<ChatPrompt, ApiError> {
         let rt = Arc::clone(&self.rt);
         blocking(move || {
             let p = shapes::prepare_chat(&rt, messages, &shape)?;
-            let ids = prompt::chat_prompt_with_tools(
+            let mut ids = prompt::chat_prompt_with_tools(
                 &rt,
                 &p.messages,
                 add_generation_prompt,
                 p.template_tools.as_ref(),
             )?;
+            if let Some(text) = prefill.filter(|t| !t.is_empty()) {
+                if text.contains('\0') {
+                    return Err(ApiError::bad(
+                        "messages",
+                        "message content must not contain NUL characters",
+                    ));
+                }
+                ids.extend(rt.tokenizer.encode(&text, false, false));
+            }
             Ok(ChatPrompt {
                 ids,
                 constraint: p.constraint,

@@ -25,6 +25,7 @@ pub mod completions;
 pub mod error;
 pub mod generate;
 mod logprobs;
+pub mod messages;
 pub mod metrics;
 pub mod models;
 pub mod openapi;
@@ -32,6 +33,7 @@ pub mod output_constraint;
 pub mod params;
 pub mod probes;
 pub mod prompt;
+mod reply;
 pub mod request_id;
 mod run;
 mod sse;
@@ -106,6 +108,7 @@ pub fn router(state: AppState) -> Router {
     let generating = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/messages", post(messages::messages))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             admission::reserve,
@@ -113,6 +116,7 @@ pub fn router(state: AppState) -> Router {
     let cors = cors_layer(&state.settings().cors_allowed_origins);
     Router::new()
         .merge(generating)
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/models", get(models::list_models))
         // Ids may hold a slash (`org/model`).
         .route("/v1/models/{*id}", get(models::get_model))
@@ -133,6 +137,8 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             admission::limit,
         ))
+        // Outside the in-flight limit: its 429 on an Anthropic route gets Anthropic's shape.
+        .layer(axum::middleware::from_fn(error::reshape))
         // Outside the key check (a browser's preflight carries no key) and the in-flight limit
         // (a page reads its 401 or 429 like any other answer).
         .layer(tower::util::option_layer(cors))
