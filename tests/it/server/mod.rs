@@ -4,6 +4,7 @@
 
 mod api;
 mod faults;
+mod gemma;
 mod harness;
 mod http;
 mod lifecycle;
