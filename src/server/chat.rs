@@ -68,7 +68,7 @@ pub async fn chat_completions(
     let messages = std::mem::take(&mut req.messages);
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
     let prompt = session
-        .chat_prompt(messages, shape, add_generation_prompt)
+        .chat_prompt(messages, shape, add_generation_prompt, None)
         .await?;
     let read_calls = prompt.read_calls;
     let (n, logprobs) = (plan.n, plan.logprobs);

@@ -1,11 +1,16 @@
 //! The one place errors become HTTP responses: every failure a client can see is an
 //! [`ApiError`], rendered as OpenAI's envelope `{"error": {"message", "type", "param", "code"}}`
-//! with the status code that goes with it. Bad input is always a 4xx; a 500 comes only from an
+//! with the status code that goes with it, or on Anthropic's routes (`/v1/messages`) as
+//! Anthropic's `{"type": "error", "error": {"type", "message"}}` ([`reshape`]). Bad input is always a 4xx; a 500 comes only from an
 //! engine fault.
 
+use crate::scheduler::state::AdmitError;
 use crate::scheduler::SubmitError;
+use crate::server::types::messages::{AnthropicErrorBody, AnthropicErrorResponse};
 use crate::server::types::{ErrorBody, ErrorResponse};
+use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::time::Duration;
 
@@ -21,11 +26,17 @@ pub enum ApiError {
         code: Option<&'static str>,
     },
     /// 401: no API key, or not one of the configured keys.
-    #[error("invalid or missing API key: send `Authorization: Bearer <key>`")]
+    #[error(
+        "invalid or missing API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`"
+    )]
     Unauthorized,
-    /// 404: the request names a model this server does not serve.
-    #[error("the model `{0}` does not exist")]
-    ModelNotFound(String),
+    /// 404: the request names a model this server does not serve; `available` lists the
+    /// ids it does.
+    #[error("the model `{model}` does not exist; this server serves: {}", available.join(", "))]
+    ModelNotFound {
+        model: String,
+        available: Vec<String>,
+    },
     /// 404: no such route.
     #[error("unknown route: {method} {path}")]
     RouteNotFound { method: String, path: String },
@@ -74,11 +85,42 @@ impl ApiError {
         }
     }
 
+    /// A 400 `context_length_exceeded` in OpenAI's words (LiteLLM and LangChain recognize
+    /// the error by this text, not only by `code`): the prompt alone (`completion` None) or
+    /// the prompt plus `completion` tokens are over the `n_ctx` tokens of the context.
+    /// `prompt_param` (`messages`, `prompt`, `input`) names the prompt in the message.
+    pub fn context_overflow(
+        prompt_param: &str,
+        n_ctx: usize,
+        prompt: usize,
+        completion: Option<usize>,
+    ) -> ApiError {
+        let message = match completion {
+            None => format!(
+                "This model's maximum context length is {n_ctx} tokens. However, your \
+                 {prompt_param} resulted in {prompt} tokens. Please reduce the length of the \
+                 {prompt_param}."
+            ),
+            Some(c) => format!(
+                "This model's maximum context length is {n_ctx} tokens. However, you requested \
+                 {} tokens ({prompt} in the {prompt_param}, {c} in the completion). Please \
+                 reduce the length of the {prompt_param} or completion.",
+                prompt.saturating_add(c)
+            ),
+        };
+        ApiError::context_length(prompt_param, message)
+    }
+
     /// Maps an engine refusal. `prompt_param` names the prompt field of the endpoint
     /// (`messages` or `prompt`), `max_tokens_param` the field the limit came from.
     pub fn from_submit(e: SubmitError, prompt_param: &str, max_tokens_param: &str) -> ApiError {
         let message = e.to_string();
         match e {
+            SubmitError::ContextLength(AdmitError::ContextLength {
+                prompt,
+                max_tokens,
+                n_ctx,
+            }) => ApiError::context_overflow(prompt_param, n_ctx, prompt, Some(max_tokens)),
             SubmitError::ContextLength(_) | SubmitError::KvCapacity(_) => {
                 ApiError::context_length(prompt_param, message)
             }
@@ -103,7 +145,9 @@ impl ApiError {
         match self {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::ModelNotFound(_) | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -129,7 +173,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest { code, .. } => *code,
             ApiError::Unauthorized => Some("invalid_api_key"),
-            ApiError::ModelNotFound(_) => Some("model_not_found"),
+            ApiError::ModelNotFound { .. } => Some("model_not_found"),
             ApiError::RouteNotFound { .. } => Some("unknown_route"),
             ApiError::MethodNotAllowed { .. } => Some("method_not_allowed"),
             ApiError::PayloadTooLarge { .. } => Some("request_too_large"),
@@ -144,7 +188,7 @@ impl ApiError {
     fn param(&self) -> Option<String> {
         match self {
             ApiError::BadRequest { param, .. } => param.clone(),
-            ApiError::ModelNotFound(_) => Some("model".to_string()),
+            ApiError::ModelNotFound { .. } => Some("model".to_string()),
             _ => None,
         }
     }
@@ -178,14 +222,69 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
+        // For routes whose API has another error shape (see `reshape`).
+        resp.extensions_mut().insert(self);
         resp
     }
+}
+
+/// The routes whose errors use Anthropic's envelope.
+pub fn is_anthropic_route(path: &str) -> bool {
+    path == "/v1/messages" || path.starts_with("/v1/messages/")
+}
+
+impl ApiError {
+    /// Anthropic's error `type` (the status code stays the same).
+    fn anthropic_kind(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "authentication_error",
+            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => "not_found_error",
+            ApiError::PayloadTooLarge { .. } => "request_too_large",
+            ApiError::Overloaded { .. } => "rate_limit_error",
+            ApiError::Timeout(_) => "timeout_error",
+            ApiError::Unavailable(_) => "overloaded_error",
+            ApiError::Internal(_) => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// Anthropic's envelope: `{"type": "error", "error": {"type", "message"}}`.
+    pub fn anthropic_envelope(&self) -> AnthropicErrorResponse {
+        AnthropicErrorResponse {
+            kind: "error".to_string(),
+            error: AnthropicErrorBody {
+                kind: self.anthropic_kind().to_string(),
+                message: self.to_string(),
+            },
+        }
+    }
+}
+
+/// The middleware that gives each route its API's error shape: a response made from an
+/// [`ApiError`] (by a handler, a body extractor, the key check or a fallback) on an Anthropic
+/// route is rendered again in Anthropic's envelope, keeping its status and headers.
+pub async fn reshape(req: Request, next: Next) -> Response {
+    let anthropic = is_anthropic_route(req.uri().path());
+    let resp = next.run(req).await;
+    if !anthropic {
+        return resp;
+    }
+    let Some(e) = resp.extensions().get::<ApiError>().cloned() else {
+        return resp;
+    };
+    let (mut parts, _) = resp.into_parts();
+    let body = serde_json::to_vec(&e.anthropic_envelope()).unwrap_or_default();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::state::AdmitError;
 
     #[test]
     fn submit_errors_map_to_statuses_and_params() {
@@ -199,7 +298,21 @@ mod tests {
         let env = e.envelope().error;
         assert_eq!(env.code.as_deref(), Some("context_length_exceeded"));
         assert_eq!(env.param.as_deref(), Some("prompt"));
-        assert!(env.message.contains("9000") && env.message.contains("8192"));
+        // OpenAI's words, which LiteLLM and LangChain match on.
+        assert_eq!(
+            env.message,
+            "This model's maximum context length is 8192 tokens. However, you requested 9010 \
+             tokens (9000 in the prompt, 10 in the completion). Please reduce the length of the \
+             prompt or completion."
+        );
+        let env = ApiError::context_overflow("messages", 8192, 9000, None)
+            .envelope()
+            .error;
+        assert_eq!(
+            env.message,
+            "This model's maximum context length is 8192 tokens. However, your messages \
+             resulted in 9000 tokens. Please reduce the length of the messages."
+        );
         let e = ApiError::from_submit(
             SubmitError::Overloaded {
                 waiting: 3,

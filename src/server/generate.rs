@@ -19,6 +19,7 @@
 
 use crate::random::random_id;
 use crate::scheduler::{EngineInfo, GenerationRequest, RequestStream};
+use crate::server::admission;
 use crate::server::error::ApiError;
 use crate::server::output_constraint::{self as shapes, Shape};
 use crate::server::params::SamplingPlan;
@@ -107,22 +108,34 @@ impl Session {
     }
 
     /// Renders and tokenizes `messages` for `shape` (tools are described to the model and
-    /// their grammar compiled), on the blocking pool.
+    /// their grammar compiled), on the blocking pool. With `prefill`, the reply starts with
+    /// that text (Anthropic's last assistant turn): after the generation prompt come its
+    /// tokens, as plain text.
     pub async fn chat_prompt(
         &self,
         messages: Vec<ChatMessage>,
         shape: Shape,
         add_generation_prompt: bool,
+        prefill: Option<String>,
     ) -> Result<ChatPrompt, ApiError> {
         let rt = Arc::clone(&self.rt);
         blocking(move || {
             let p = shapes::prepare_chat(&rt, messages, &shape)?;
-            let ids = prompt::chat_prompt_with_tools(
+            let mut ids = prompt::chat_prompt_with_tools(
                 &rt,
                 &p.messages,
                 add_generation_prompt,
                 p.template_tools.as_ref(),
             )?;
+            if let Some(text) = prefill.filter(|t| !t.is_empty()) {
+                if text.contains('\0') {
+                    return Err(ApiError::bad(
+                        "messages",
+                        "message content must not contain NUL characters",
+                    ));
+                }
+                ids.extend(rt.tokenizer.encode(&text, false, false));
+            }
             Ok(ChatPrompt {
                 ids,
                 constraint: p.constraint,
@@ -148,12 +161,18 @@ impl Session {
     /// Queues every prompt of `job`; see the module docs.
     pub fn submit(self, job: Job) -> Result<Submitted, ApiError> {
         let mut streams = Vec::with_capacity(job.prompts.len());
+        // The queue place taken before the body was read goes to the first prompt.
+        let mut reserved = admission::take_reservation();
         for prompt in &job.prompts {
             let gen = self.request(&job, prompt.clone())?;
             // On a refusal the streams already queued are dropped, which aborts them.
-            let stream = self.rt.engine.submit(gen).map_err(|e| {
-                ApiError::from_submit(e, job.prompt_param, job.plan.max_tokens_param)
-            })?;
+            let stream = self
+                .rt
+                .engine
+                .submit_reserved(gen, reserved.take())
+                .map_err(|e| {
+                    ApiError::from_submit(e, job.prompt_param, job.plan.max_tokens_param)
+                })?;
             streams.push(stream);
         }
         Ok(Submitted {

@@ -9,6 +9,7 @@ use crate::metrics::Metrics;
 use crate::scheduler::observer::Fanout;
 use crate::scheduler::setup::Loaded;
 use crate::scheduler::{EngineHandle, Observer};
+use crate::server::capacity::Admission;
 use crate::server::error::ApiError;
 use crate::structured::tools::ToolFormat;
 use crate::structured::Grammars;
@@ -190,6 +191,7 @@ pub struct AppState {
 }
 
 struct Shared {
+    admission: Arc<Admission>,
     settings: ServerSettings,
     metrics: Arc<Metrics>,
     stats: Arc<StatsWindow>,
@@ -213,6 +215,10 @@ impl AppState {
     ) -> Self {
         AppState {
             inner: Arc::new(Shared {
+                admission: Arc::new(Admission::new(
+                    settings.max_in_flight_requests,
+                    settings.max_body_bytes_in_flight,
+                )),
                 settings,
                 metrics,
                 stats: Arc::new(StatsWindow::new()),
@@ -228,6 +234,11 @@ impl AppState {
 
     pub fn settings(&self) -> &ServerSettings {
         &self.inner.settings
+    }
+
+    /// The capacity limits requests pass before any work is done for them.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.inner.admission
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -314,7 +325,10 @@ impl AppState {
     pub fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
         match model {
             Some(m) if !self.inner.model_ids.iter().any(|id| id == m) => {
-                Err(ApiError::ModelNotFound(m.to_string()))
+                Err(ApiError::ModelNotFound {
+                    model: m.to_string(),
+                    available: self.inner.model_ids.clone(),
+                })
             }
             _ => Ok(()),
         }
