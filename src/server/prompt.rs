@@ -37,6 +37,9 @@ pub fn chat_prompt_with_tools(
     add_generation_prompt: bool,
     tools: Option<&serde_json::Value>,
 ) -> Result<Vec<u32>, ApiError> {
+    if let Some(why) = &rt.chat_refusal {
+        return Err(ApiError::bad("messages", why.clone()));
+    }
     if messages.is_empty() {
         return Err(ApiError::bad("messages", "messages must not be empty"));
     }
