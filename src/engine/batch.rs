@@ -46,6 +46,10 @@ pub struct Logits<'s> {
     /// `row_start[i]..row_start[i + 1]` are sequence i's rows.
     pub(crate) row_start: &'s [usize],
     pub(crate) n_vocab: usize,
+    /// The same rows' hidden states after the final norm (what the LM head reads), each
+    /// `n_embd` long: the embeddings pooling reads them.
+    pub(crate) hidden: &'s [f32],
+    pub(crate) n_embd: usize,
 }
 
 impl<'s> Logits<'s> {
@@ -77,5 +81,15 @@ impl<'s> Logits<'s> {
     /// All rows, contiguous.
     pub fn as_slice(&self) -> &'s [f32] {
         self.data
+    }
+
+    pub fn n_embd(&self) -> usize {
+        self.n_embd
+    }
+
+    /// The rows' final hidden states (after the output norm), contiguous, in the same order
+    /// as the logits rows.
+    pub fn hidden(&self) -> &'s [f32] {
+        self.hidden
     }
 }

@@ -24,6 +24,8 @@ use std::time::Instant;
 pub struct EngineInfo {
     pub n_ctx: usize,
     pub n_vocab: usize,
+    /// The width of the model's hidden states (an embedding's length).
+    pub n_embd: usize,
     pub workers: usize,
     pub threads_per_worker: usize,
     pub kv_positions_per_worker: usize,
@@ -99,6 +101,7 @@ impl EngineHandle {
         let workers = cfg.workers.max(1);
         let mut limits = cfg.limits;
         let model_ctx = model.config().n_ctx_train;
+        let n_embd = model.config().n_embd;
         limits.n_ctx = if limits.n_ctx == 0 {
             model_ctx
         } else {
@@ -148,6 +151,7 @@ impl EngineHandle {
         let info = EngineInfo {
             n_ctx: limits.n_ctx,
             n_vocab: tokenizer.n_vocab(),
+            n_embd,
             workers,
             threads_per_worker: threads,
             // Positions of every layer (a windowed model's local layers keep fewer: longer

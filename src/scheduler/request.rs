@@ -47,6 +47,22 @@ pub enum PromptOutput {
     /// with the `top` most likely alternatives: one [`Event::PromptLogprobs`] before any
     /// delta. `max_tokens` may be 0 (score the prompt only).
     Logprobs { top: usize },
+    /// The prompt's embedding: the final hidden states (after the output norm) of its
+    /// positions pooled as `pooling` says and L2-normalized, one [`Event::Embedding`]; the
+    /// request generates nothing (`max_tokens` must be 0).
+    Embedding { pooling: Pooling },
+}
+
+/// How an embedding pools the prompt's hidden states.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Pooling {
+    /// The mean over every position.
+    #[default]
+    Mean,
+    /// The first position (BERT's CLS).
+    Cls,
+    /// The last position (decoder embedders: the only one that saw the whole input).
+    Last,
 }
 
 impl PromptOutput {
@@ -174,6 +190,9 @@ pub enum Event {
     /// The prompt's logprobs (see [`PromptOutput::Logprobs`]): entry `i` is prompt token
     /// `i + 1`'s (the first prompt token has none). Sent once, before any delta.
     PromptLogprobs { logprobs: Vec<TokenLogprob> },
+    /// The prompt's embedding (see [`PromptOutput::Embedding`]), unit length. Sent once,
+    /// before the request's Finished and Done.
+    Embedding { embedding: Vec<f32> },
     /// A choice ended; no more deltas for it. `stop` is the stop string that ended it, if
     /// one did.
     Finished {

@@ -66,6 +66,8 @@ pub(crate) struct Worker {
     sample_scratch: Vec<Mutex<SampleScratch>>,
     /// The step's logits rows, copied out of the scratch.
     rows: Vec<f32>,
+    /// The same rows' final hidden states (for embeddings), copied out of the scratch.
+    hidden: Vec<f32>,
     /// Steps run, counted across rebuilds.
     steps: u64,
     /// Where a rebuild starts from.
@@ -178,6 +180,7 @@ impl Worker {
             outputs,
             sample_scratch,
             rows: Vec::new(),
+            hidden: Vec::new(),
             steps: 0,
             cfg: cfg.clone(),
             limits,
@@ -283,6 +286,7 @@ impl Worker {
         self.sched = state.sched;
         self.sample_scratch = state.sample_scratch;
         self.rows = Vec::new();
+        self.hidden = Vec::new();
         Ok(())
     }
 
@@ -388,6 +392,7 @@ impl Worker {
             scratch,
             sched,
             rows,
+            hidden,
             faults,
             masks,
             ..
@@ -422,7 +427,9 @@ impl Worker {
             let logits = model.forward(&inputs, kv, scratch)?;
             rows.clear();
             rows.extend_from_slice(logits.as_slice());
-            Ok::<usize, EngineError>(logits.n_vocab())
+            hidden.clear();
+            hidden.extend_from_slice(logits.hidden());
+            Ok::<(usize, usize), EngineError>((logits.n_vocab(), logits.n_embd()))
         });
         drop(inputs);
         if pending.len() != constrained {
@@ -434,8 +441,9 @@ impl Worker {
                 s.payload.constraint = Some(c);
             }
         }
-        let n_vocab = out?;
+        let (n_vocab, n_embd) = out?;
         let rows = std::mem::take(&mut self.rows);
+        let hidden = std::mem::take(&mut self.hidden);
         let row = |k: usize| &rows[k * n_vocab..(k + 1) * n_vocab];
         // Sequences whose first token forks the other choices go one by one; the rest are
         // sampled in parallel on the worker team, then emitted in plan order.
@@ -446,7 +454,27 @@ impl Worker {
             let first_row = next_row;
             next_row += it.logit_rows();
             if it.rows {
-                self.score_prompt(it, &rows[first_row * n_vocab..next_row * n_vocab], n_vocab);
+                match self
+                    .outputs
+                    .get(req_of(it.seq))
+                    .map(|r| r.req.prompt_output)
+                {
+                    Some(PromptOutput::Embedding { .. }) => {
+                        let h = &hidden[first_row * n_embd..next_row * n_embd];
+                        self.outputs.add_hidden(
+                            &mut self.sched,
+                            req_of(it.seq),
+                            it.start,
+                            h,
+                            n_embd,
+                        );
+                    }
+                    _ => self.score_prompt(
+                        it,
+                        &rows[first_row * n_vocab..next_row * n_vocab],
+                        n_vocab,
+                    ),
+                }
             }
             if it.logits {
                 let k = next_row - 1;
@@ -462,6 +490,7 @@ impl Worker {
             self.outputs.emit(&mut self.sched, sid, d);
         }
         self.rows = rows;
+        self.hidden = hidden;
         Ok(masks)
     }
 
@@ -475,7 +504,7 @@ impl Worker {
         let prompt = &r.req.prompt;
         let top = match r.req.prompt_output {
             PromptOutput::Logprobs { top } => top,
-            PromptOutput::None => 0,
+            _ => 0,
         };
         let from = self.outputs.next_scored(req);
         let mut sc = self.sample_scratch[0]

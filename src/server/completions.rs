@@ -34,14 +34,19 @@ fn fields(r: &CompletionRequest) -> Fields<'_> {
 }
 
 /// A prompt's token ids and its text (for `echo`).
-struct Tokenized {
-    ids: Vec<u32>,
-    text: String,
+pub(crate) struct Tokenized {
+    pub ids: Vec<u32>,
+    pub text: String,
 }
 
 /// Tokenizes (text: with BOS as the vocabulary asks and control tokens parsed, since the
 /// whole prompt is the client's own) or checks the ids against the vocabulary.
-fn tokenize(tok: &Tokenizer, prompts: Vec<OnePrompt>) -> Result<Vec<Tokenized>, ApiError> {
+/// `param` names the request field in errors.
+pub(crate) fn tokenize(
+    tok: &Tokenizer,
+    prompts: Vec<OnePrompt>,
+    param: &'static str,
+) -> Result<Vec<Tokenized>, ApiError> {
     let n_vocab = tok.n_vocab();
     prompts
         .into_iter()
@@ -49,7 +54,7 @@ fn tokenize(tok: &Tokenizer, prompts: Vec<OnePrompt>) -> Result<Vec<Tokenized>, 
         .map(|(i, p)| match p {
             OnePrompt::Text(text) => {
                 if text.contains('\0') {
-                    return Err(ApiError::bad("prompt", "the prompt must not contain NUL characters"));
+                    return Err(ApiError::bad(param, format!("the {param} must not contain NUL characters")));
                 }
                 Ok(Tokenized {
                     ids: tok.encode(&text, true, true),
@@ -63,8 +68,8 @@ fn tokenize(tok: &Tokenizer, prompts: Vec<OnePrompt>) -> Result<Vec<Tokenized>, 
                         Ok(id) if (id as usize) < n_vocab => ids.push(id),
                         _ => {
                             return Err(ApiError::bad(
-                                "prompt",
-                                format!("prompt {i}: token id {v} is outside the vocabulary of {n_vocab} tokens"),
+                                param,
+                                format!("{param} {i}: token id {v} is outside the vocabulary of {n_vocab} tokens"),
                             ))
                         }
                     }
@@ -151,7 +156,7 @@ pub async fn completions(
         let rt = Arc::clone(&session.rt);
         blocking(move || {
             let c = crate::server::output_constraint::compile_json(&rt, &shape)?;
-            Ok((tokenize(&rt.tokenizer, prompts)?, c))
+            Ok((tokenize(&rt.tokenizer, prompts, "prompt")?, c))
         })
         .await?
     };

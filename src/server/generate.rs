@@ -201,6 +201,8 @@ pub struct Collected {
     pub choices: Vec<ChoiceOutput>,
     /// Per prompt, its prompt logprobs when the job asked ([`Job::prompt_output`]).
     pub prompt_logprobs: Vec<Vec<TokenLogprob>>,
+    /// Per prompt, its embedding when the job asked.
+    pub embeddings: Vec<Vec<f32>>,
     pub usage: UsageBody,
 }
 
@@ -212,6 +214,7 @@ impl Submitted {
             session: self.session,
             choices: out.choices,
             prompt_logprobs: out.prompt_logprobs,
+            embeddings: out.embeddings,
             usage: out.usage,
         })
     }

@@ -22,6 +22,7 @@ mod body;
 pub mod capacity;
 pub mod chat;
 pub mod completions;
+pub mod embeddings;
 pub mod error;
 pub mod generate;
 mod logprobs;
@@ -108,6 +109,7 @@ pub fn router(state: AppState) -> Router {
     let generating = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/messages", post(messages::messages))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -6,7 +6,7 @@ use crate::server::types::messages::{
     MessagesResponse,
 };
 use crate::server::types::*;
-use crate::server::{chat, completions, messages, metrics, models, probes, tokenize};
+use crate::server::{chat, completions, embeddings, messages, metrics, models, probes, tokenize};
 use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -21,6 +21,7 @@ use utoipa::{Modify, OpenApi};
     paths(
         chat::chat_completions,
         completions::completions,
+        embeddings::embeddings,
         messages::messages,
         messages::count_tokens,
         models::list_models,
@@ -47,6 +48,10 @@ use utoipa::{Modify, OpenApi};
         ChatDelta,
         CompletionRequest,
         PromptInput,
+        EmbeddingRequest,
+        EmbeddingResponse,
+        EmbeddingData,
+        EmbeddingUsage,
         CompletionResponse,
         CompletionChoice,
         StopSpec,

@@ -296,6 +296,7 @@ mod tests {
         EngineInfo {
             n_ctx: 2048,
             n_vocab: 1000,
+            n_embd: 64,
             workers: 1,
             threads_per_worker: 1,
             kv_positions_per_worker: 4096,

@@ -56,6 +56,8 @@ pub struct Outputs {
     pub choices: Vec<ChoiceOutput>,
     /// Per prompt, its prompt logprobs when asked (entry `i` is token `i + 1`'s).
     pub prompt_logprobs: Vec<Vec<TokenLogprob>>,
+    /// Per prompt, its embedding when asked.
+    pub embeddings: Vec<Vec<f32>>,
     pub usage: UsageBody,
 }
 
@@ -69,6 +71,7 @@ pub async fn collect(
     let mut remaining = streams.len();
     let mut outs = vec![ChoiceOutput::default(); remaining * n];
     let mut prompt_logprobs = vec![Vec::new(); remaining];
+    let mut embeddings = vec![Vec::new(); remaining];
     let mut usage = UsageBody::default();
     let mut merged = merge(streams);
     let note = access::current();
@@ -112,12 +115,18 @@ pub async fn collect(
                     *slot = logprobs;
                 }
             }
+            Event::Embedding { embedding } => {
+                if let Some(slot) = embeddings.get_mut(p) {
+                    *slot = embedding;
+                }
+            }
             Event::Error { message } => return Err(ApiError::Internal(message)),
         }
     }
     Ok(Outputs {
         choices: outs,
         prompt_logprobs,
+        embeddings,
         usage,
     })
 }

@@ -186,6 +186,8 @@ impl<W: ChunkWriter> Driver<W> {
                     let events = self.writer.prompt_logprobs(p, &logprobs);
                     self.outbox.extend(events);
                 }
+                // No streamed route asks for an embedding.
+                (_, Event::Embedding { .. }) => {}
                 (_, Event::Error { message }) => self.fail(ApiError::Internal(message)),
             }
         }

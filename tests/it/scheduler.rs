@@ -52,7 +52,7 @@ pub(crate) fn collect(mut s: RequestStream, n: usize) -> (Vec<Out>, kiln::schedu
             }
             Event::Finished { choice, reason, .. } => outs[choice].finish = Some(reason),
             Event::Done { usage, .. } => return (outs, usage),
-            Event::PromptLogprobs { .. } => {}
+            Event::PromptLogprobs { .. } | Event::Embedding { .. } => {}
             Event::Error { message } => panic!("engine error: {message}"),
         }
     }
@@ -469,7 +469,9 @@ fn prompt_logprobs_equal_the_logprobs_of_generation() {
     loop {
         match s.blocking_recv().expect("Done") {
             Event::PromptLogprobs { logprobs } => scores = Some(logprobs),
-            Event::Delta { .. } => panic!("max_tokens 0 generates nothing"),
+            Event::Delta { .. } | Event::Embedding { .. } => {
+                panic!("max_tokens 0 scoring generates nothing")
+            }
             Event::Finished { reason, .. } => finish = Some(reason),
             Event::Done { usage, .. } => {
                 assert_eq!(usage.completion_tokens, 0);

@@ -299,7 +299,7 @@ fn run(s: RequestStream) -> (String, Vec<u32>, FinishReason) {
             }
             Event::Finished { reason: r, .. } => reason = Some(r),
             Event::Done { .. } => break,
-            Event::PromptLogprobs { .. } => {}
+            Event::PromptLogprobs { .. } | Event::Embedding { .. } => {}
             Event::Error { message } => panic!("{message}"),
         }
     }
@@ -351,7 +351,6 @@ fn scheduler_constrained_sampling_is_valid_invariant_and_reproducible() {
         match ev {
             Event::Delta { choice, text, .. } => texts[choice].push_str(&text),
             Event::Done { .. } => break,
-            Event::PromptLogprobs { .. } => {}
             Event::Error { message } => panic!("{message}"),
             _ => {}
         }

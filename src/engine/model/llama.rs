@@ -168,6 +168,8 @@ impl LlamaModel {
             data: &s.logits[..n_rows * self.cfg.n_vocab],
             row_start: &s.row_start[..n_seq + 1],
             n_vocab: self.cfg.n_vocab,
+            hidden: &s.out_norm[..n_rows * self.cfg.n_embd],
+            n_embd: self.cfg.n_embd,
         })
     }
 

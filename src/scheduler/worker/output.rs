@@ -13,7 +13,7 @@ use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::fault::{FaultStage, Faults};
 use crate::scheduler::observer::{Observer, RequestStats};
 use crate::scheduler::request::{
-    Event, FinishReason, GenerationRequest, Timings, TokenLogprob, Usage,
+    Event, FinishReason, GenerationRequest, Pooling, PromptOutput, Timings, TokenLogprob, Usage,
 };
 use crate::scheduler::sampling::{Sampled, Sampler};
 use crate::scheduler::state::{Scheduler, SeqId};
@@ -109,8 +109,11 @@ pub(super) struct Req {
     error: Option<String>,
     /// Prompt logprobs scored so far: entry `i` is prompt token `i + 1`'s.
     prompt_scores: Vec<TokenLogprob>,
-    /// The prompt logprobs were sent.
+    /// The prompt logprobs (or the embedding) were sent.
     prompt_sent: bool,
+    /// An embedding's pooled hidden states so far, and the next prompt position to pool.
+    pooled: Vec<f64>,
+    pooled_upto: usize,
 }
 
 impl Req {
@@ -140,6 +143,8 @@ impl Req {
             error: None,
             prompt_scores: Vec::new(),
             prompt_sent: false,
+            pooled: Vec::new(),
+            pooled_upto: 0,
         }
     }
 
@@ -324,6 +329,68 @@ impl Outputs {
         } else if !generates {
             self.abort_request(sched, id, FinishReason::Length);
         }
+    }
+
+    /// Pools the final hidden states `hidden` (rows of `n_embd`, positions `start..`) into
+    /// request `id`'s embedding (positions pooled before, e.g. before a preemption made them
+    /// run again, are skipped). Once every prompt position is pooled, sends the L2-normalized
+    /// embedding ([`Event::Embedding`]) and ends the request (`length`: it generates nothing).
+    pub fn add_hidden(
+        &mut self,
+        sched: &mut Scheduler<SeqOut>,
+        id: u64,
+        start: usize,
+        hidden: &[f32],
+        n_embd: usize,
+    ) {
+        let Some(r) = self.reqs.get_mut(&id) else {
+            return;
+        };
+        let PromptOutput::Embedding { pooling } = r.req.prompt_output else {
+            return;
+        };
+        if r.prompt_sent || n_embd == 0 {
+            return;
+        }
+        let len = r.req.prompt.len();
+        if r.pooled.len() != n_embd {
+            r.pooled = vec![0.0; n_embd];
+        }
+        for (j, row) in hidden.chunks_exact(n_embd).enumerate() {
+            let pos = start + j;
+            if pos != r.pooled_upto {
+                continue;
+            }
+            r.pooled_upto += 1;
+            let take = match pooling {
+                Pooling::Mean => true,
+                Pooling::Cls => pos == 0,
+                Pooling::Last => pos + 1 == len,
+            };
+            if take {
+                for (p, &v) in r.pooled.iter_mut().zip(row) {
+                    *p += f64::from(v);
+                }
+            }
+        }
+        if r.pooled_upto < len {
+            return;
+        }
+        r.prompt_sent = true;
+        let norm = r.pooled.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let scale = if norm > 0.0 && norm.is_finite() {
+            1.0 / norm
+        } else {
+            0.0
+        };
+        let embedding: Vec<f32> = r.pooled.iter().map(|v| (v * scale) as f32).collect();
+        r.pooled = Vec::new();
+        let reason = if r.send(Event::Embedding { embedding }) {
+            FinishReason::Length
+        } else {
+            FinishReason::Abort
+        };
+        self.abort_request(sched, id, reason);
     }
 
     /// Ends choice `c` of request `id` (sequence `sid`, which may not exist yet for a choice

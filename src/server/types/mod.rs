@@ -10,6 +10,7 @@
 pub mod chat;
 pub mod common;
 pub mod completions;
+pub mod embeddings;
 pub mod messages;
 pub mod models;
 pub mod sampling;
@@ -19,6 +20,7 @@ pub mod tools;
 pub use chat::*;
 pub use common::*;
 pub use completions::*;
+pub use embeddings::*;
 pub use models::*;
 pub use sampling::SamplingFields;
 pub use tokenize::*;

@@ -1,0 +1,172 @@
+//! `POST /v1/embeddings`: each input (text or token ids) runs as a prefill-only engine
+//! request in the same batches as generation ([`PromptOutput::Embedding`]: the final hidden
+//! states of every position, mean-pooled and L2-normalized; no KV kept after), answered in
+//! OpenAI's shape, floats or base64.
+
+use crate::scheduler::{Pooling, PromptOutput};
+use crate::server::blocking;
+use crate::server::body::JsonBody;
+use crate::server::completions::{tokenize, MAX_PROMPTS};
+use crate::server::error::ApiError;
+use crate::server::generate::{Job, Session};
+use crate::server::params::{Fields, SamplingPlan};
+use crate::server::state::AppState;
+use crate::server::types::{
+    EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, ErrorResponse,
+};
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::sync::Arc;
+
+/// How embeddings pool a prompt: the mean over its positions (llama-server's default for a
+/// model whose GGUF names no pooling).
+pub const POOLING: Pooling = Pooling::Mean;
+
+/// Creates an embedding for each input.
+#[utoipa::path(
+    post,
+    path = "/v1/embeddings",
+    tag = "openai",
+    request_body(content = EmbeddingRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "One embedding per input, in input order", body = EmbeddingResponse),
+        (status = 400, description = "Invalid request (`param` names the field)", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong API key", body = ErrorResponse),
+        (status = 404, description = "Unknown model", body = ErrorResponse),
+        (status = 408, description = "The request ran past the server's time limit", body = ErrorResponse),
+        (status = 413, description = "Body too large", body = ErrorResponse),
+        (status = 415, description = "Body is not JSON", body = ErrorResponse),
+        (status = 429, description = "Queue full; see Retry-After", body = ErrorResponse),
+        (status = 500, description = "Engine fault", body = ErrorResponse),
+        (status = 503, description = "Loading, draining or engine down", body = ErrorResponse),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn embeddings(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<EmbeddingRequest>,
+) -> Result<Response, ApiError> {
+    let session = Session::open(&state, req.model.as_deref()).await?;
+    let base64 = match req.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(ApiError::bad(
+                "encoding_format",
+                format!("encoding_format must be \"float\" or \"base64\", got {other:?}"),
+            ))
+        }
+    };
+    let n_embd = session.info().n_embd;
+    if let Some(d) = req.dimensions.filter(|&d| d != n_embd as i64) {
+        return Err(ApiError::bad(
+            "dimensions",
+            format!(
+                "this model's embeddings have {n_embd} dimensions and cannot be shortened, got {d}"
+            ),
+        ));
+    }
+    let prompts = req.input.into_prompts();
+    if prompts.is_empty() || prompts.len() > MAX_PROMPTS {
+        return Err(ApiError::bad(
+            "input",
+            format!(
+                "input must hold 1 to {MAX_PROMPTS} items, got {}",
+                prompts.len()
+            ),
+        ));
+    }
+    let rt = Arc::clone(&session.rt);
+    let ids: Vec<Vec<u32>> = blocking(move || tokenize(&rt.tokenizer, prompts, "input"))
+        .await?
+        .into_iter()
+        .map(|t| t.ids)
+        .collect();
+    let fields = Fields {
+        max_tokens: Some(0),
+        max_tokens_param: "input",
+        zero_max_tokens: true,
+        ..Fields::default()
+    };
+    let plan = SamplingPlan::new(&fields, state.settings(), session.info())?;
+    let model = session.model.clone();
+    let out = session
+        .submit(Job {
+            plan,
+            prompts: ids,
+            prompt_param: "input",
+            constraint: None,
+            chat: false,
+            prompt_output: PromptOutput::Embedding { pooling: POOLING },
+        })?
+        .collect()
+        .await?;
+    let data = out
+        .embeddings
+        .into_iter()
+        .enumerate()
+        .map(|(index, e)| {
+            if e.len() != n_embd {
+                return Err(ApiError::Internal(format!(
+                    "input {index}: the engine returned no embedding"
+                )));
+            }
+            let embedding = if base64 {
+                serde_json::Value::String(encode_base64(&e))
+            } else {
+                serde_json::Value::from(e)
+            };
+            Ok(EmbeddingData {
+                object: "embedding".to_string(),
+                index,
+                embedding,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let prompt_tokens = out.usage.prompt_tokens;
+    Ok(Json(EmbeddingResponse {
+        object: "list".to_string(),
+        data,
+        model,
+        usage: EmbeddingUsage {
+            prompt_tokens,
+            total_tokens: prompt_tokens,
+        },
+    })
+    .into_response())
+}
+
+/// The vector's little-endian f32 bytes in standard base64 with padding (what OpenAI's
+/// clients decode for `encoding_format: "base64"`).
+fn encode_base64(v: &[f32]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for (k, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if k <= c.len() {
+                out.push(char::from(ABC[(n >> shift) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::encode_base64;
+
+    #[test]
+    fn base64_matches_the_standard_alphabet_and_padding() {
+        // 1.0f32 = 00 00 80 3f; two floats = 8 bytes (one padding character).
+        assert_eq!(encode_base64(&[1.0]), "AACAPw==");
+        assert_eq!(encode_base64(&[1.0, -2.0]), "AACAPwAAAMA=");
+        assert_eq!(encode_base64(&[]), "");
+    }
+}
