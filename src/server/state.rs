@@ -39,6 +39,9 @@ pub struct Runtime {
     /// (it tells variants of a format apart).
     pub tool_format: ToolFormat,
     pub template_text: String,
+    /// The template writes `<think>` blocks: replies are split into `reasoning_content` and
+    /// `content` ([`crate::structured::reasoning`]).
+    pub reasoning: bool,
 }
 
 /// Why a model could not be made ready to serve.
@@ -87,6 +90,8 @@ impl Runtime {
             }
         };
         tracing::info!(tool_format = tool_format.as_str(), "tool calling");
+        let reasoning = template_text.contains(crate::structured::reasoning::OPEN)
+            && template_text.contains(crate::structured::reasoning::CLOSE);
         Ok(Runtime {
             engine: loaded.engine,
             tokenizer: loaded.tokenizer,
@@ -99,6 +104,7 @@ impl Runtime {
             grammars,
             tool_format,
             template_text,
+            reasoning,
         })
     }
 }
