@@ -13,7 +13,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kiln::engine::attention::{attend, AttnIsa, AttnScratch};
-use kiln::engine::kv_cache::{KvCache, KvCacheConfig};
+use kiln::engine::kv_cache::{KvCache, KvCacheConfig, LayerWindows};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,7 @@ fn bench(c: &mut Criterion) {
             head_dim: HEAD_DIM,
             block_size: 16,
             n_blocks: 2048 / 16,
+            windows: LayerWindows::NONE,
         };
         let mut cache = KvCache::new(cfg).expect("cache");
         let mut table = cache.new_table();
@@ -126,6 +127,7 @@ fn bench(c: &mut Criterion) {
         head_dim: HEAD_DIM,
         block_size: 16,
         n_blocks: n_max / 16,
+        windows: LayerWindows::NONE,
     };
     let mut cache = KvCache::new(cfg).expect("cache");
     let mut table = cache.new_table();

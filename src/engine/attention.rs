@@ -30,7 +30,7 @@ pub use batch::{attend_batch, AttnBatch, AttnPlan};
 use long::{LongKernel, LongScratch};
 pub use long::{LONG_FROM, SPAN};
 
-use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig, KvCacheError};
+use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig, KvCacheError, RELEASED};
 use crate::kernels::isa::Isa;
 use half::f16;
 
@@ -208,7 +208,8 @@ struct HeadView<'a> {
     /// The layer's V values, `[block][kv_head][block_size][head_dim]`.
     v: &'a [f16],
     blocks: &'a [u32],
-    /// Positions attended: `0..n_pos`.
+    /// Positions attended: `start..n_pos` (`start` > 0 under a sliding window).
+    start: usize,
     n_pos: usize,
     block_size: usize,
     head_dim: usize,
@@ -218,9 +219,40 @@ struct HeadView<'a> {
 }
 
 impl<'a> HeadView<'a> {
-    /// Number of blocks holding positions `0..n_pos`.
+    /// KV head `h` of `layer` along `table` (the layer's own blocks: a windowed layer's table
+    /// may have released some), positions `start..n_pos`.
+    fn new(
+        cache: &'a KvCache,
+        layer: usize,
+        table: &'a BlockTable,
+        h: usize,
+        start: usize,
+        n_pos: usize,
+    ) -> Self {
+        let cfg = cache.config();
+        let (d, hk, bs) = (cfg.head_dim, cfg.n_head_kv, cfg.block_size);
+        HeadView {
+            k: cache.layer_k(layer),
+            v: cache.layer_v(layer),
+            blocks: cache.layer_blocks(layer, table),
+            start,
+            n_pos,
+            block_size: bs,
+            head_dim: d,
+            head_off: h * bs * d,
+            block_stride: hk * bs * d,
+        }
+    }
+
+    /// Number of blocks holding positions `0..n_pos` (the attended ones are
+    /// `first_block()..n_blocks()`).
     fn n_blocks(&self) -> usize {
         self.n_pos.div_ceil(self.block_size)
+    }
+
+    /// The logical block holding `start`.
+    fn first_block(&self) -> usize {
+        self.start / self.block_size
     }
 
     /// Logical block `i`: its whole K tile and V tile (`block_size * head_dim` values each).
@@ -231,31 +263,56 @@ impl<'a> HeadView<'a> {
     }
 
     /// Logical block `i`: its K tile, V tile (each `block_size * head_dim` values) and the
-    /// number of attended positions in it.
-    fn block(&self, i: usize) -> (&'a [f16], &'a [f16], usize) {
-        let tile = self.block_size * self.head_dim;
-        let base = self.blocks[i] as usize * self.block_stride + self.head_off;
-        let n = self.block_size.min(self.n_pos - i * self.block_size);
-        (&self.k[base..][..tile], &self.v[base..][..tile], n)
+    /// attended positions in it, `lo..n` within the block.
+    fn block(&self, i: usize) -> (&'a [f16], &'a [f16], usize, usize) {
+        let (k, v) = self.tile(i);
+        let first = i * self.block_size;
+        let n = self.block_size.min(self.n_pos - first);
+        let lo = self.start.saturating_sub(first).min(n);
+        (k, v, lo, n)
+    }
+}
+
+/// How one layer attends, beyond the cache's shape: the score scale, logit softcapping and
+/// sliding window of the model description.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnParams {
+    /// Scores are `q·k * scale` (`1/sqrt(head_dim)` for most models; 1 when the queries were
+    /// pre-scaled).
+    pub scale: f32,
+    /// Scores become `cap * tanh(score / cap)` (gemma2).
+    pub softcap: Option<f32>,
+    /// A query at `pos` attends to `pos - window + 1 ..= pos` only.
+    pub window: Option<usize>,
+}
+
+impl AttnParams {
+    /// Full causal attention scaled by `1/sqrt(head_dim)`.
+    pub fn standard(head_dim: usize) -> AttnParams {
+        AttnParams {
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: None,
+            window: None,
+        }
+    }
+
+    /// The first position a query at `pos` attends.
+    fn start(&self, pos: usize) -> usize {
+        self.window
+            .map_or(0, |w| (pos + 1).saturating_sub(w.max(1)))
+    }
+
+    /// Whether a query at `pos` runs the long-context order: from [`LONG_FROM`] on, for a
+    /// layer without softcapping that attends every position (a windowed or soft-capped
+    /// layer keeps llama.cpp's one-row order at every position; a window bounds its cost).
+    fn long_at(&self, pos: usize) -> bool {
+        pos >= LONG_FROM && self.softcap.is_none() && self.start(pos) == 0
     }
 }
 
 /// Causal attention of ONE query token at position `pos` over the positions `0..=pos` that
-/// `table` holds in `cache`, for `layer`.
-///
-/// `q` is `[n_head][head_dim]` f32 (RoPE applied), `n_head` a multiple of `n_head_kv`
-/// (query head `i` reads KV head `i / (n_head / n_head_kv)`); `out` receives
-/// `[n_head][head_dim]`. Scale is `1/sqrt(head_dim)`. Online softmax, never a full score
-/// matrix; the query heads of one KV head are processed together so each K/V tile is read
-/// once. Below [`LONG_FROM`] the order is llama.cpp's one-row order (position by position,
-/// `attention/ggml_order.rs`); from [`LONG_FROM`] on, the long-context order over spans of
-/// [`SPAN`] positions (`attention/long.rs`). Deterministic: the result depends only on `q`,
-/// `pos` and the cached values at `0..=pos`, never on the physical block ids, on other
-/// sequences, on positions after `pos` nor on how a batch is scheduled ([`attend_batch`]
-/// computes exactly this for every token). Allocation-free.
-///
-/// Errors: `layer`, `table` (foreign to `cache`) or `pos` (beyond the table) out of range, `q`
-/// or `out` of the wrong length, or a scratch made for another cache shape.
+/// `table` holds in `cache`, for `layer`, scaled by `1/sqrt(head_dim)`: [`attend_with`] with
+/// [`AttnParams::standard`].
 pub fn attend(
     cache: &KvCache,
     layer: usize,
@@ -265,24 +322,70 @@ pub fn attend(
     out: &mut [f32],
     scratch: &mut AttnScratch,
 ) -> Result<(), KvCacheError> {
-    let n_head = check(cache, layer, table, pos, q.len(), out.len(), scratch)?;
+    let p = AttnParams::standard(cache.config().head_dim);
+    attend_with(cache, layer, table, pos, q, out, scratch, &p)
+}
+
+/// Causal attention of ONE query token at position `pos` over the positions that `table`
+/// holds in `cache` for `layer`, with the layer's [`AttnParams`]: the score scale, softcapping
+/// (as ggml's flash attention: the scale divided by the cap, then `cap * tanh`), and a sliding
+/// window (positions before `pos - window + 1` are not visited; the cache may no longer hold
+/// them).
+///
+/// `q` is `[n_head][head_dim]` f32 (RoPE applied), `n_head` a multiple of `n_head_kv`
+/// (query head `i` reads KV head `i / (n_head / n_head_kv)`); `out` receives
+/// `[n_head][head_dim]`. Online softmax, never a full score matrix; the query heads of one KV
+/// head are processed together so each K/V tile is read once. Below [`LONG_FROM`] (and on
+/// windowed or soft-capped layers) the order is llama.cpp's one-row order (position by
+/// position, `attention/ggml_order.rs`); otherwise the long-context order over spans of
+/// [`SPAN`] positions (`attention/long.rs`). Deterministic: the result depends only on `q`,
+/// `pos` and the cached values it attends, never on the physical block ids, on other
+/// sequences, on positions after `pos` nor on how a batch is scheduled ([`attend_batch`]
+/// computes exactly this for every token). Allocation-free.
+///
+/// Errors: `layer`, `table` (foreign to `cache`) or `pos` (beyond the table) out of range, `q`
+/// or `out` of the wrong length, a scratch made for another cache shape, or a position in the
+/// window whose block was released.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_with(
+    cache: &KvCache,
+    layer: usize,
+    table: &BlockTable,
+    pos: usize,
+    q: &[f32],
+    out: &mut [f32],
+    scratch: &mut AttnScratch,
+    params: &AttnParams,
+) -> Result<(), KvCacheError> {
+    let n_head = check(
+        cache,
+        layer,
+        table,
+        pos,
+        q.len(),
+        out.len(),
+        scratch,
+        params,
+    )?;
     let cfg = cache.config();
     let (d, hk) = (cfg.head_dim, cfg.n_head_kv);
     let group = n_head / hk;
+    let start = params.start(pos);
     for h in 0..hk {
-        let view = HeadView::new(cache, layer, table, h, pos + 1);
+        let view = HeadView::new(cache, layer, table, h, start, pos + 1);
         let span = h * group * d..(h + 1) * group * d;
         let (qg, og) = (&q[span.clone()], &mut out[span]);
-        if pos >= LONG_FROM {
-            attend_long(&view, qg, og, 0, pos + 1, scratch);
+        if params.long_at(pos) {
+            attend_long(&view, qg, og, 0, pos + 1, params.scale, scratch);
         } else {
-            attend_short(&view, qg, og, scratch);
+            attend_short(&view, qg, og, params, scratch);
         }
     }
     Ok(())
 }
 
-/// Checks one query's arguments (see [`attend`]); returns the number of query heads.
+/// Checks one query's arguments (see [`attend_with`]); returns the number of query heads.
+#[allow(clippy::too_many_arguments)]
 fn check(
     cache: &KvCache,
     layer: usize,
@@ -291,6 +394,7 @@ fn check(
     q_len: usize,
     out_len: usize,
     scratch: &AttnScratch,
+    params: &AttnParams,
 ) -> Result<usize, KvCacheError> {
     cache.locate(layer, table, pos)?;
     let cfg = cache.config();
@@ -324,36 +428,38 @@ fn check(
             got: scratch.block_size,
         });
     }
+    let start = params.start(pos);
+    let blocks = cache.layer_blocks(layer, table);
+    if let Some(b) = blocks[start / bs..=pos / bs]
+        .iter()
+        .position(|&b| b == RELEASED)
+    {
+        return Err(KvCacheError::Released {
+            layer,
+            pos: (start / bs + b) * bs,
+        });
+    }
     Ok(n_head)
 }
 
-impl<'a> HeadView<'a> {
-    /// KV head `h` of `layer` along `table`, positions `0..n_pos`.
-    fn new(
-        cache: &'a KvCache,
-        layer: usize,
-        table: &'a BlockTable,
-        h: usize,
-        n_pos: usize,
-    ) -> Self {
-        let cfg = cache.config();
-        let (d, hk, bs) = (cfg.head_dim, cfg.n_head_kv, cfg.block_size);
-        HeadView {
-            k: cache.layer_k(layer),
-            v: cache.layer_v(layer),
-            blocks: table.blocks(),
-            n_pos,
-            block_size: bs,
-            head_dim: d,
-            head_off: h * bs * d,
-            block_stride: hk * bs * d,
-        }
-    }
-}
-
-/// The one-row order for the query heads `q` of one KV head (see [`attend`]).
-fn attend_short(view: &HeadView, q: &[f32], out: &mut [f32], scratch: &mut AttnScratch) {
-    let scale = 1.0 / (view.head_dim as f32).sqrt();
+/// The one-row order for the query heads `q` of one KV head (see [`attend_with`]).
+fn attend_short(
+    view: &HeadView,
+    q: &[f32],
+    out: &mut [f32],
+    params: &AttnParams,
+    scratch: &mut AttnScratch,
+) {
+    let scale = match params.softcap {
+        Some(cap) => ggml_order::Scores {
+            scale: params.scale / cap,
+            cap,
+        },
+        None => ggml_order::Scores {
+            scale: params.scale,
+            cap: 0.0,
+        },
+    };
     match scratch.isa {
         AttnIsa::Scalar => ggml_order::attend_group(view, q, out, scale, &mut scratch.buf),
         // SAFETY: `force_isa` keeps Avx2 only when `supported()` detected AVX2, FMA and F16C
@@ -374,17 +480,18 @@ fn attend_short(view: &HeadView, q: &[f32], out: &mut [f32], scratch: &mut AttnS
 }
 
 /// The long-context order for the query heads `q` of one KV head, each attending positions
-/// `lo..hi` (see [`attend`]): the heads in sets of at most `long::MAX_ROWS`.
+/// `lo..hi` with scores scaled by `scale` (see [`attend_with`]): the heads in sets of at most
+/// `long::MAX_ROWS`.
 fn attend_long(
     view: &HeadView,
     q: &[f32],
     out: &mut [f32],
     lo: usize,
     hi: usize,
+    scale: f32,
     scratch: &mut AttnScratch,
 ) {
     let d = view.head_dim;
-    let scale = 1.0 / (d as f32).sqrt();
     let sc = &mut scratch.long_scratch;
     for (qs, os) in q
         .chunks(long::MAX_ROWS * d)

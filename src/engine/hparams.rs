@@ -1,77 +1,62 @@
 //! The model description: architecture hyper-parameters read from GGUF metadata and checked
 //! against each other and against the tensor shapes, so the forward pass can trust them.
 //!
-//! Keys are `{arch}.…` as written by llama.cpp's converter. Mistral-style files use arch
-//! `llama`; Qwen2 differs by q/k/v biases and NeoX-style (half-split) RoPE.
+//! Keys are `{arch}.…` as written by llama.cpp's converter, and so are the defaults: where a key
+//! is absent, the value llama.cpp uses (`llama-model.cpp`, `models/*.cpp`). How each family
+//! differs from llama is one row of [`arch::Arch::rules`]; this module turns those rules and the
+//! file's keys into the plain values the one forward pass reads (scales, caps, windows, norms).
+
+mod arch;
+mod rope;
+
+pub use arch::{Arch, ArchRules, QueryScale, RopeStyle, SwaRule, ARCHS};
+pub use rope::{RopeScaling, RopeScalingKind};
 
 use crate::gguf::{GgufError, GgufFile};
+use crate::gguf::{MetaArray, MetaValue};
+use serde::Serialize;
 use std::fmt;
 
 /// Most transformer blocks accepted (the largest public models have ~130).
 pub const MAX_LAYERS: u32 = 1024;
 
-/// Supported architectures (`general.architecture`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arch {
-    Llama,
-    Qwen2,
+/// The gated activation of the feed-forward block: `act(gate) * up`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Activation {
+    /// `silu(x) = x / (1 + e^-x)` (llama.cpp's SwiGLU).
+    Silu,
+    /// Tanh-approximated GELU through ggml's f16 table (llama.cpp's GEGLU).
+    Gelu,
 }
 
-impl Arch {
-    pub fn from_name(name: &str) -> Option<Arch> {
-        match name {
-            "llama" => Some(Arch::Llama),
-            "qwen2" => Some(Arch::Qwen2),
-            _ => None,
-        }
-    }
-
-    /// The key prefix and `general.architecture` value.
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-        }
-    }
+/// Sliding-window attention: which layers are local and how far back they see.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SlidingWindow {
+    /// A local layer's query at position `p` attends to positions `p - size + 1 ..= p`.
+    pub size: u32,
+    /// Per layer: true when local (windowed), false when global (full attention).
+    pub local: Vec<bool>,
+    /// RoPE base of the local layers (`rope.freq_base_swa`); their frequency scale is 1.
+    pub rope_freq_base: f32,
 }
 
-impl fmt::Display for Arch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+impl SlidingWindow {
+    /// Local layers.
+    pub fn n_local(&self) -> usize {
+        self.local.iter().filter(|&&l| l).count()
     }
 }
 
-/// How RoPE pairs dimensions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum RopeStyle {
-    /// Adjacent pairs `(2i, 2i+1)` (llama.cpp `LLAMA_ROPE_TYPE_NORM`; llama, mistral).
-    Normal,
-    /// Halves `(i, i + rope_dim/2)` (llama.cpp `LLAMA_ROPE_TYPE_NEOX`; qwen2).
-    NeoX,
+/// Mistral3's position-dependent query temperature: queries at position `p` are multiplied by
+/// `ln(floor(p / floor_len) + 1) * scale + 1`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct AttnTemperature {
+    pub scale: f32,
+    pub floor_len: u32,
 }
 
-/// `{arch}.rope.scaling.type`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RopeScalingKind {
-    None,
-    Linear,
-    Yarn,
-}
-
-/// RoPE context scaling: positions are divided by `factor` (linear) or YaRN-interpolated.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct RopeScaling {
-    pub kind: RopeScalingKind,
-    /// 1.0 when `kind` is `None`.
-    pub factor: f32,
-    /// `{arch}.rope.scaling.original_context_length`, if given.
-    pub original_ctx: Option<u32>,
-}
-
-/// The hyper-parameters of a llama-family model.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+/// The hyper-parameters of a model, and how its forward pass differs from llama's.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct HParams {
     pub arch: Arch,
     /// Transformer blocks.
@@ -87,18 +72,46 @@ pub struct HParams {
     /// Width of one head (`{arch}.attention.key_length`, default `n_embd / n_head`).
     pub head_dim: u32,
     pub rope_freq_base: f32,
-    /// Rotated dimensions per head (even, <= `head_dim`).
+    /// Rotated dimensions per head (even, <= `head_dim`); the rest pass through unrotated.
     pub rope_dim: u32,
     pub rope_scaling: RopeScaling,
     pub rope_style: RopeStyle,
+    /// Per layer: true when RoPE is applied (false on SmolLM3's NoPE layers).
+    pub rope_layers: Vec<bool>,
     pub rms_eps: f32,
     /// Context length the model was trained with.
     pub n_ctx_train: u32,
     pub n_vocab: u32,
-    /// No `output.weight`: the output projection reuses `token_embd.weight`.
+    /// The output projection reuses `token_embd.weight` (no `output.weight`, or the family
+    /// always ties them).
     pub tied_embeddings: bool,
-    /// q/k/v projections have biases (`blk.N.attn_q.bias`; qwen2).
+    /// q/k/v projections have biases (`blk.N.attn_q.bias` or `attn_qkv.bias`; qwen2).
     pub has_qkv_bias: bool,
+    /// Q, K and V come from one fused matrix `attn_qkv.weight` (phi3), split at load.
+    pub fused_qkv: bool,
+    /// Gate and up come from one fused matrix `ffn_up.weight` (phi3), split at load.
+    pub fused_gate_up: bool,
+    /// Per-head RMSNorm of q and k before RoPE.
+    pub qk_norm: bool,
+    /// RMSNorm of the attention and FFN outputs before the residual adds.
+    pub post_norms: bool,
+    pub activation: Activation,
+    /// Token embeddings are multiplied by this (gemma: `sqrt(n_embd)`; granite).
+    pub embd_scale: Option<f32>,
+    /// Queries are multiplied by this after RoPE (gemma, phi3); attention then scales by 1.
+    pub q_scale: Option<f32>,
+    /// Attention's score scale (`1/sqrt(head_dim)`, `attention.scale`, or 1 after `q_scale`).
+    pub kq_scale: f32,
+    /// Scores become `cap * tanh(score / cap)` (gemma2).
+    pub attn_softcap: Option<f32>,
+    /// Logits become `cap * tanh(logit / cap)` (gemma2, gemma3 when set).
+    pub final_softcap: Option<f32>,
+    /// Attention and FFN outputs are multiplied by this before their residual adds (granite).
+    pub residual_scale: Option<f32>,
+    /// Logits are multiplied by `1 / logit_scale` (granite).
+    pub logit_scale: Option<f32>,
+    pub attn_temperature: Option<AttnTemperature>,
+    pub sliding_window: Option<SlidingWindow>,
 }
 
 /// Why a file's model description is unusable.
@@ -108,8 +121,8 @@ pub enum HParamsError {
     Gguf(#[from] GgufError),
     #[error("missing metadata key {key}")]
     Missing { key: String },
-    #[error("unsupported architecture {arch:?} (kiln runs llama and qwen2)")]
-    UnsupportedArch { arch: String },
+    #[error("unsupported architecture {arch:?} (kiln runs {supported})")]
+    UnsupportedArch { arch: String, supported: String },
     #[error("metadata key {key} = {value} is invalid: {why}")]
     Invalid {
         key: String,
@@ -123,22 +136,22 @@ pub enum HParamsError {
 }
 
 /// Reads `{arch}.*` keys with the key name in every error.
-struct Keys<'a> {
-    f: &'a GgufFile,
-    arch: Arch,
+pub(crate) struct Keys<'a> {
+    pub f: &'a GgufFile,
+    pub arch: Arch,
 }
 
 impl Keys<'_> {
-    fn key(&self, suffix: &str) -> String {
+    pub fn key(&self, suffix: &str) -> String {
         format!("{}.{suffix}", self.arch)
     }
 
-    fn u32_opt(&self, suffix: &str) -> Result<Option<u32>, HParamsError> {
+    pub fn u32_opt(&self, suffix: &str) -> Result<Option<u32>, HParamsError> {
         Ok(self.f.get_u32(&self.key(suffix))?)
     }
 
     /// A required positive integer.
-    fn u32_pos(&self, suffix: &str) -> Result<u32, HParamsError> {
+    pub fn u32_pos(&self, suffix: &str) -> Result<u32, HParamsError> {
         let key = self.key(suffix);
         match self.f.get_u32(&key)? {
             None => Err(HParamsError::Missing { key }),
@@ -148,7 +161,7 @@ impl Keys<'_> {
     }
 
     /// A positive finite float, `default` when absent (`None` = required).
-    fn f32_pos(&self, suffix: &str, default: Option<f32>) -> Result<f32, HParamsError> {
+    pub fn f32_pos(&self, suffix: &str, default: Option<f32>) -> Result<f32, HParamsError> {
         let key = self.key(suffix);
         let v = match (self.f.get_f32(&key)?, default) {
             (Some(v), _) => v,
@@ -161,9 +174,20 @@ impl Keys<'_> {
             Err(invalid(key, v, "must be a positive finite number"))
         }
     }
+
+    /// A finite float or `None`; llama.cpp treats 0 as "not set" for these multipliers.
+    pub fn f32_nonzero(&self, suffix: &str) -> Result<Option<f32>, HParamsError> {
+        let key = self.key(suffix);
+        match self.f.get_f32(&key)? {
+            None => Ok(None),
+            Some(0.0) => Ok(None),
+            Some(v) if v.is_finite() => Ok(Some(v)),
+            Some(v) => Err(invalid(key, v, "must be a finite number")),
+        }
+    }
 }
 
-fn invalid(key: String, value: impl fmt::Display, why: &'static str) -> HParamsError {
+pub(crate) fn invalid(key: String, value: impl fmt::Display, why: &'static str) -> HParamsError {
     HParamsError::Invalid {
         key,
         value: value.to_string(),
@@ -184,7 +208,9 @@ impl HParams {
         })?;
         let arch = Arch::from_name(arch_name).ok_or_else(|| HParamsError::UnsupportedArch {
             arch: arch_name.to_string(),
+            supported: Arch::supported_list(),
         })?;
+        let rules = arch.rules();
         let k = Keys { f, arch };
 
         let n_layer = k.u32_pos("block_count")?;
@@ -242,11 +268,67 @@ impl HParams {
             ));
         }
         let rope_freq_base = k.f32_pos("rope.freq_base", Some(10_000.0))?;
-        let rope_scaling = rope_scaling(&k)?;
+        let rope_scaling = RopeScaling::from_keys(&k, rules.mistral3_keys)?;
         let rms_eps = k.f32_pos("attention.layer_norm_rms_epsilon", None)?;
         let n_ctx_train = k.u32_pos("context_length")?;
-
         let n_vocab = vocab_size(&k)?;
+
+        // RoPE on or off per layer.
+        let rope_on = if rules.granite_scales {
+            f.get_bool(&k.key("rope.scaling.finetuned"))?
+                .unwrap_or(true)
+        } else {
+            true
+        };
+        let rope_layers = (0..n_layer)
+            .map(|il| rope_on && rules.nope_every.is_none_or(|n| (il + 1) % n != 0))
+            .collect();
+
+        let q_scale = query_prescale(rules.query_scale, arch, n_layer, n_embd, n_head, head_dim);
+        let kq_scale = match (q_scale, rules.reads_attention_scale) {
+            (Some(_), _) => 1.0,
+            (None, true) => k
+                .f32_nonzero("attention.scale")?
+                .unwrap_or(1.0 / (head_dim as f32).sqrt()),
+            (None, false) => 1.0 / (head_dim as f32).sqrt(),
+        };
+        let attn_softcap = match rules.attn_softcap_default {
+            Some(d) => Some(k.f32_pos("attn_logit_softcapping", Some(d))?),
+            None => None,
+        };
+        let final_softcap = match rules.final_softcap_default {
+            Some(d) => Some(k.f32_pos("final_logit_softcapping", Some(d))?),
+            None => k.f32_nonzero("final_logit_softcapping")?,
+        };
+        let (embd_scale, residual_scale, logit_scale) = if rules.granite_scales {
+            let logit = k.f32_nonzero("logit_scale")?.ok_or(HParamsError::Missing {
+                key: k.key("logit_scale"),
+            })?;
+            (
+                k.f32_nonzero("embedding_scale")?,
+                k.f32_nonzero("residual_scale")?,
+                Some(logit),
+            )
+        } else if rules.embd_scale_sqrt {
+            (Some((n_embd as f32).sqrt()), None, None)
+        } else {
+            (None, None, None)
+        };
+        let attn_temperature = if rules.mistral3_keys {
+            k.f32_nonzero("attention.temperature_scale")?
+                .map(|scale| AttnTemperature {
+                    scale,
+                    floor_len: rope_scaling.original_ctx.unwrap_or(n_ctx_train),
+                })
+        } else {
+            None
+        };
+        let sliding_window = sliding_window(&k, rules.swa, n_layer, rope_freq_base)?;
+
+        let tied_embeddings = rules.always_tied || f.tensor("output.weight").is_none();
+        let fused_qkv = f.tensor("blk.0.attn_qkv.weight").is_some();
+        let has_qkv_bias =
+            f.tensor("blk.0.attn_q.bias").is_some() || f.tensor("blk.0.attn_qkv.bias").is_some();
         let hp = HParams {
             arch,
             n_layer,
@@ -258,15 +340,31 @@ impl HParams {
             rope_freq_base,
             rope_dim,
             rope_scaling,
-            rope_style: match arch {
-                Arch::Llama => RopeStyle::Normal,
-                Arch::Qwen2 => RopeStyle::NeoX,
-            },
+            rope_style: rules.rope_style,
+            rope_layers,
             rms_eps,
             n_ctx_train,
             n_vocab,
-            tied_embeddings: f.tensor("output.weight").is_none(),
-            has_qkv_bias: f.tensor("blk.0.attn_q.bias").is_some(),
+            tied_embeddings,
+            has_qkv_bias,
+            fused_qkv,
+            fused_gate_up: rules.fused_gate_up,
+            qk_norm: rules.qk_norm,
+            post_norms: rules.post_norms,
+            activation: if rules.gelu {
+                Activation::Gelu
+            } else {
+                Activation::Silu
+            },
+            embd_scale,
+            q_scale,
+            kq_scale,
+            attn_softcap,
+            final_softcap,
+            residual_scale,
+            logit_scale,
+            attn_temperature,
+            sliding_window,
         };
         hp.check_tensors(f)?;
         Ok(hp)
@@ -282,14 +380,92 @@ impl HParams {
         u64::from(self.n_head_kv) * u64::from(self.head_dim)
     }
 
-    /// Checks the shapes of the embedding, output and first block's tensors against the
-    /// description, and that blocks `0..n_layer` exist and no block beyond.
+    /// What kiln runs for this file, in one line: the architecture and its variant
+    /// ("gemma3: sliding window 512 on 15 of 18 layers (RoPE base 10000 local, 1000000
+    /// global), q/k norm, post-norms, GELU, ...").
+    pub fn variant(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(w) = &self.sliding_window {
+            parts.push(format!(
+                "sliding window {} on {} of {} layers (RoPE base {} local, {} global)",
+                w.size,
+                w.n_local(),
+                self.n_layer,
+                w.rope_freq_base,
+                self.rope_freq_base
+            ));
+        }
+        let nope = self.rope_layers.iter().filter(|&&r| !r).count();
+        if nope > 0 {
+            parts.push(format!("no RoPE on {nope} of {} layers", self.n_layer));
+        }
+        if self.rope_dim < self.head_dim {
+            parts.push(format!(
+                "partial RoPE {} of {} dims",
+                self.rope_dim, self.head_dim
+            ));
+        }
+        match self.rope_scaling.kind {
+            RopeScalingKind::None => {}
+            kind => parts.push(format!(
+                "{} RoPE scaling x{}",
+                kind.name(),
+                self.rope_scaling.factor
+            )),
+        }
+        if self.rope_scaling.attn_factor != 1.0 {
+            parts.push(format!(
+                "RoPE attn factor {}",
+                self.rope_scaling.attn_factor
+            ));
+        }
+        if self.qk_norm {
+            parts.push("q/k norm".into());
+        }
+        if self.post_norms {
+            parts.push("post-norms".into());
+        }
+        if self.activation == Activation::Gelu {
+            parts.push("GELU".into());
+        }
+        if self.has_qkv_bias {
+            parts.push("q/k/v biases".into());
+        }
+        if self.fused_qkv {
+            parts.push("fused qkv".into());
+        }
+        if self.fused_gate_up {
+            parts.push("fused gate/up".into());
+        }
+        let opt = |name: &str, v: Option<f32>| v.map(|x| format!("{name} {x}"));
+        parts.extend(opt("embedding x", self.embd_scale));
+        parts.extend(opt("query x", self.q_scale));
+        parts.extend(opt("residual x", self.residual_scale));
+        parts.extend(opt("logits /", self.logit_scale));
+        parts.extend(opt("attention softcap", self.attn_softcap));
+        parts.extend(opt("final softcap", self.final_softcap));
+        if let Some(t) = self.attn_temperature {
+            parts.push(format!(
+                "query temperature {} per {} positions",
+                t.scale, t.floor_len
+            ));
+        }
+        if parts.is_empty() {
+            self.arch.to_string()
+        } else {
+            format!("{}: {}", self.arch, parts.join(", "))
+        }
+    }
+
+    /// Checks the shapes of the embedding, output and every block's tensors against the
+    /// description, and that no block lies beyond `n_layer`.
     fn check_tensors(&self, f: &GgufFile) -> Result<(), HParamsError> {
         let (e, v, ff) = (
             u64::from(self.n_embd),
             u64::from(self.n_vocab),
             u64::from(self.n_ff),
         );
+        let (q, kv, hd) = (self.q_dim(), self.kv_dim(), u64::from(self.head_dim));
         let expect = |name: &str, shape: &[u64], required: bool| -> Result<(), HParamsError> {
             match f.tensor(name) {
                 None if required => Err(HParamsError::MissingTensor(name.to_string())),
@@ -303,20 +479,52 @@ impl HParams {
         };
         expect("token_embd.weight", &[e, v], true)?;
         expect("output.weight", &[e, v], false)?;
+        expect("output.bias", &[v], false)?;
         expect("output_norm.weight", &[e], true)?;
-        let last = self.n_layer - 1;
-        expect(&format!("blk.{last}.attn_norm.weight"), &[e], true)?;
-        expect("blk.0.attn_q.weight", &[e, self.q_dim()], true)?;
-        expect("blk.0.attn_k.weight", &[e, self.kv_dim()], true)?;
-        expect("blk.0.attn_v.weight", &[e, self.kv_dim()], true)?;
-        expect("blk.0.attn_output.weight", &[self.q_dim(), e], true)?;
-        expect("blk.0.ffn_gate.weight", &[e, ff], true)?;
-        expect("blk.0.ffn_up.weight", &[e, ff], true)?;
-        expect("blk.0.ffn_down.weight", &[ff, e], true)?;
-        if self.has_qkv_bias {
-            expect("blk.0.attn_q.bias", &[self.q_dim()], true)?;
-            expect("blk.0.attn_k.bias", &[self.kv_dim()], true)?;
-            expect("blk.0.attn_v.bias", &[self.kv_dim()], true)?;
+        for il in 0..self.n_layer {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            expect(&n("attn_norm.weight"), &[e], true)?;
+            if self.fused_qkv {
+                expect(&n("attn_qkv.weight"), &[e, q + 2 * kv], true)?;
+                expect(&n("attn_qkv.bias"), &[q + 2 * kv], false)?;
+            } else {
+                expect(&n("attn_q.weight"), &[e, q], true)?;
+                expect(&n("attn_k.weight"), &[e, kv], true)?;
+                expect(&n("attn_v.weight"), &[e, kv], true)?;
+            }
+            let bias_required = self.has_qkv_bias && !self.fused_qkv;
+            expect(&n("attn_q.bias"), &[q], bias_required)?;
+            expect(&n("attn_k.bias"), &[kv], bias_required)?;
+            expect(&n("attn_v.bias"), &[kv], bias_required)?;
+            expect(&n("attn_output.weight"), &[q, e], true)?;
+            expect(&n("attn_output.bias"), &[e], false)?;
+            if self.qk_norm {
+                expect(&n("attn_q_norm.weight"), &[hd], true)?;
+                expect(&n("attn_k_norm.weight"), &[hd], true)?;
+            }
+            if self.post_norms {
+                expect(&n("post_attention_norm.weight"), &[e], true)?;
+                expect(&n("post_ffw_norm.weight"), &[e], true)?;
+            }
+            expect(&n("ffn_norm.weight"), &[e], true)?;
+            if self.fused_gate_up {
+                expect(&n("ffn_up.weight"), &[e, 2 * ff], true)?;
+            } else {
+                expect(&n("ffn_gate.weight"), &[e, ff], true)?;
+                expect(&n("ffn_up.weight"), &[e, ff], true)?;
+                expect(&n("ffn_gate.bias"), &[ff], false)?;
+                expect(&n("ffn_up.bias"), &[ff], false)?;
+            }
+            expect(&n("ffn_down.weight"), &[ff, e], true)?;
+            expect(&n("ffn_down.bias"), &[e], false)?;
+        }
+        let factors = u64::from(self.rope_dim / 2);
+        for name in [
+            "rope_freqs.weight",
+            "rope_factors_long.weight",
+            "rope_factors_short.weight",
+        ] {
+            expect(name, &[factors], false)?;
         }
         let beyond = format!("blk.{}.", self.n_layer);
         if let Some(t) = f.tensors().iter().find(|t| t.name.starts_with(&beyond)) {
@@ -329,34 +537,85 @@ impl HParams {
     }
 }
 
-fn rope_scaling(k: &Keys<'_>) -> Result<RopeScaling, HParamsError> {
-    let type_key = k.key("rope.scaling.type");
-    let kind = match k.f.get_str(&type_key)? {
-        None | Some("none") => RopeScalingKind::None,
-        Some("linear") => RopeScalingKind::Linear,
-        Some("yarn") => RopeScalingKind::Yarn,
-        Some(other) => {
-            return Err(invalid(type_key, other, "kiln knows none, linear and yarn"));
+/// The factor queries are multiplied by after RoPE, for the families that pre-scale them:
+/// `1/sqrt(head_dim)`, except Gemma's 27B size (62 layers for gemma3, 46 for gemma2, as
+/// llama.cpp recognizes it) which uses `1/sqrt(n_embd / n_head)`.
+fn query_prescale(
+    q: QueryScale,
+    arch: Arch,
+    n_layer: u32,
+    n_embd: u32,
+    n_head: u32,
+    head_dim: u32,
+) -> Option<f32> {
+    let gemma_27b = matches!((arch, n_layer), (Arch::Gemma3, 62) | (Arch::Gemma2, 46));
+    match q {
+        QueryScale::Kernel => None,
+        QueryScale::PreGemma if gemma_27b => Some(1.0 / ((n_embd / n_head) as f32).sqrt()),
+        QueryScale::PreGemma | QueryScale::PrePhi3 => Some(1.0 / (head_dim as f32).sqrt()),
+    }
+}
+
+/// The sliding window of a family with one (see [`SwaRule`]); `None` without.
+fn sliding_window(
+    k: &Keys<'_>,
+    rule: SwaRule,
+    n_layer: u32,
+    rope_freq_base: f32,
+) -> Result<Option<SlidingWindow>, HParamsError> {
+    let window_key = k.key("attention.sliding_window");
+    let (size, default_pattern, default_base) = match rule {
+        SwaRule::None => return Ok(None),
+        SwaRule::IfKey { default_pattern } => match k.f.get_u32(&window_key)? {
+            None | Some(0) => return Ok(None),
+            // Gemma 3 without `rope.freq_base_swa`: llama.cpp's default local base, 10000.
+            Some(w) => (w, default_pattern, 10_000.0),
+        },
+        SwaRule::Always {
+            default_window,
+            default_pattern,
+        } => match k.f.get_u32(&window_key)? {
+            Some(0) => return Err(invalid(window_key, 0, "must be positive")),
+            // Gemma 2's local layers share the global base unless the file says otherwise.
+            w => (w.unwrap_or(default_window), default_pattern, rope_freq_base),
+        },
+    };
+    let pattern_key = k.key("attention.sliding_window_pattern");
+    let local: Vec<bool> = match k.f.get(&pattern_key) {
+        Some(MetaValue::Array(arr)) => {
+            let flags: Option<Vec<bool>> = match arr {
+                MetaArray::Bool(b) => Some(b.clone()),
+                MetaArray::I32(v) => Some(v.iter().map(|&x| x != 0).collect()),
+                MetaArray::U32(v) => Some(v.iter().map(|&x| x != 0).collect()),
+                MetaArray::U8(v) => Some(v.iter().map(|&x| x != 0).collect()),
+                MetaArray::I8(v) => Some(v.iter().map(|&x| x != 0).collect()),
+                _ => None,
+            };
+            match flags {
+                Some(f) if f.len() == n_layer as usize => f,
+                _ => {
+                    return Err(invalid(
+                        pattern_key,
+                        arr.type_desc(),
+                        "must be one boolean per layer",
+                    ))
+                }
+            }
+        }
+        _ => {
+            let n = k
+                .u32_opt("attention.sliding_window_pattern")?
+                .unwrap_or(default_pattern);
+            // llama.cpp's `set_swa_pattern`: 0 = every layer local, else the n-th is global.
+            (0..n_layer).map(|il| n == 0 || il % n < n - 1).collect()
         }
     };
-    // Older files carry only `rope.scale_linear`.
-    let legacy = k.f.get_f32(&k.key("rope.scale_linear"))?;
-    let factor = match (kind, legacy) {
-        (RopeScalingKind::None, Some(f)) if f != 1.0 => {
-            return Ok(RopeScaling {
-                kind: RopeScalingKind::Linear,
-                factor: k.f32_pos("rope.scale_linear", None)?,
-                original_ctx: None,
-            })
-        }
-        (RopeScalingKind::None, _) => 1.0,
-        _ => k.f32_pos("rope.scaling.factor", Some(1.0))?,
-    };
-    Ok(RopeScaling {
-        kind,
-        factor,
-        original_ctx: k.u32_opt("rope.scaling.original_context_length")?,
-    })
+    let rope_freq_base = k.f32_pos("rope.freq_base_swa", Some(default_base))?;
+    Ok(Some(SlidingWindow {
+        size,
+        local,
+        rope_freq_base,
+    }))
 }
 
 /// `{arch}.vocab_size`, else the token list's length, else the embedding's row count.
@@ -387,6 +646,7 @@ fn vocab_size(k: &Keys<'_>) -> Result<u32, HParamsError> {
 impl fmt::Display for HParams {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "architecture      {}", self.arch)?;
+        writeln!(f, "variant           {}", self.variant())?;
         writeln!(f, "blocks            {}", self.n_layer)?;
         writeln!(f, "embedding         {}", self.n_embd)?;
         writeln!(f, "feed-forward      {}", self.n_ff)?;
@@ -411,3 +671,6 @@ impl fmt::Display for HParams {
         write!(f, "qkv bias          {}", self.has_qkv_bias)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,6 +14,7 @@ pub mod pool;
 pub mod quantize;
 pub mod runner;
 pub mod scratch;
+pub mod synth;
 pub mod token_choice;
 pub mod weights;
 

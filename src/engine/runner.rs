@@ -51,7 +51,6 @@ impl<'m> Runner<'m> {
         want: LogitsWanted,
         mut on_logits: impl FnMut(usize, &[f32]),
     ) -> Result<(), EngineError> {
-        table.reserve(start_pos + tokens.len())?;
         let limits = self.scratch.limits();
         // Every position of a chunk needs a logits row only when all are wanted.
         let rows_cap = match want {
@@ -61,6 +60,9 @@ impl<'m> Runner<'m> {
         let chunk = chunk.min(limits.max_tokens).min(rows_cap).max(1);
         let mut pos = start_pos;
         for part in tokens.chunks(chunk) {
+            // Pages of local layers no query from here on can see go back to the pool.
+            table.forget_before(pos);
+            table.reserve(pos + part.len())?;
             let is_last = pos + part.len() == start_pos + tokens.len();
             let logits = match want {
                 LogitsWanted::Last if is_last => LogitsWanted::Last,

@@ -50,7 +50,7 @@ pub struct ForwardScratch {
     pub(crate) proj: Vec<f32>, // [T][d]
     pub(crate) gate: Vec<f32>, // [T][n_ff]
     pub(crate) up: Vec<f32>,   // [T][n_ff]
-    /// RoPE cos/sin per token `[T][n_rot]`.
+    /// RoPE cos/sin per table and token `[n_tables][T][n_rot]`.
     pub(crate) rope: Vec<f32>,
     /// Final-normed rows that want logits `[R][d]`.
     pub(crate) out_norm: Vec<f32>,
@@ -108,7 +108,7 @@ impl ForwardScratch {
             proj: vec![0.0; t * d],
             gate: vec![0.0; t * f],
             up: vec![0.0; t * f],
-            rope: vec![0.0; t * cfg.rope.n_dims],
+            rope: vec![0.0; t * cfg.rope.n_dims * cfg.ropes.len()],
             out_norm: vec![0.0; r * d],
             logits: vec![0.0; r * cfg.n_vocab],
             mm: MatmulScratch::new(t.max(r), max_act_row, max_tmp),

@@ -166,7 +166,10 @@ pub fn vector(name: &str, data: &TensorData, n: usize) -> Result<Vec<f32>, Engin
 }
 
 /// One transformer block's weights. `d` = n_embd, `q` = n_head * head_dim,
-/// `kv` = n_head_kv * head_dim, `f` = n_ff.
+/// `kv` = n_head_kv * head_dim, `f` = n_ff, `h` = head_dim. Optional parts are there when the
+/// file has them (biases) or the family uses them (norms of the model description). A fused
+/// file matrix (phi3's `attn_qkv`, gate+up `ffn_up`) is split into its row ranges here, views of
+/// the same mapped bytes.
 #[derive(Clone, Debug)]
 pub struct LayerWeights {
     pub attn_norm: Vec<f32>,  // (d)
@@ -176,11 +179,22 @@ pub struct LayerWeights {
     pub bq: Option<Vec<f32>>, // (q)   qwen2
     pub bk: Option<Vec<f32>>, // (kv)  qwen2
     pub bv: Option<Vec<f32>>, // (kv)  qwen2
+    /// Per-head RMSNorm weights of q and k (qwen3, gemma3).
+    pub q_norm: Option<Vec<f32>>, // (h)
+    pub k_norm: Option<Vec<f32>>, // (h)
     pub wo: Weight,           // (d, q)
+    pub bo: Option<Vec<f32>>, // (d)
+    /// RMSNorm of the attention output before its residual add (gemma).
+    pub post_attn_norm: Option<Vec<f32>>, // (d)
     pub ffn_norm: Vec<f32>,   // (d)
     pub w_gate: Weight,       // (f, d)
     pub w_up: Weight,         // (f, d)
+    pub b_gate: Option<Vec<f32>>, // (f)
+    pub b_up: Option<Vec<f32>>, // (f)
     pub w_down: Weight,       // (d, f)
+    pub b_down: Option<Vec<f32>>, // (d)
+    /// RMSNorm of the FFN output before its residual add (gemma).
+    pub post_ffn_norm: Option<Vec<f32>>, // (d)
 }
 
 impl LayerWeights {
@@ -198,7 +212,7 @@ impl LayerWeights {
     }
 }
 
-/// All weights of a llama-family model.
+/// All weights of a model.
 #[derive(Clone, Debug)]
 pub struct LlamaWeights {
     pub token_embd: Weight, // (n_vocab, d)
@@ -206,6 +220,8 @@ pub struct LlamaWeights {
     pub output_norm: Vec<f32>, // (d)
     /// The LM head: `output.weight`, or `token_embd` when the model ties them.
     pub output: Weight, // (n_vocab, d)
+    /// `output.bias` (qwen2), added to the logits.
+    pub output_bias: Option<Vec<f32>>, // (n_vocab)
     pub tied_output: bool,
 }
 

@@ -185,6 +185,23 @@ impl TensorData {
         }
     }
 
+    /// A view of rows `r0..r1` of a 2-D tensor (shape `[row_len, r1 - r0]`), sharing the same
+    /// bytes (no copy): how a fused matrix (phi3's `attn_qkv`, gate+up `ffn_up`) is split into
+    /// its parts. `None` unless the tensor is 2-D and `r0 <= r1 <= rows`.
+    pub fn rows(&self, r0: usize, r1: usize) -> Option<TensorData> {
+        if self.shape.len() != 2 || r0 > r1 || r1 > self.n_rows() {
+            return None;
+        }
+        let rb = self.row_bytes();
+        let start = self.range.start + r0 * rb;
+        Some(TensorData {
+            backing: Arc::clone(&self.backing),
+            range: start..start + (r1 - r0) * rb,
+            dtype: self.dtype,
+            shape: vec![self.shape[0], (r1 - r0) as u64],
+        })
+    }
+
     /// The bytes of row `i` (e.g. one token's embedding), `None` past the last row.
     pub fn row(&self, i: usize) -> Option<&[u8]> {
         let rb = self.row_bytes();
@@ -237,5 +254,10 @@ mod tests {
         assert_eq!(q.row(2).unwrap()[0], 68);
         assert!(q.row(3).is_none());
         assert!(q.row(usize::MAX).is_none());
+        let part = q.rows(1, 3).unwrap();
+        assert_eq!(part.shape(), &[32, 2]);
+        assert_eq!(part.bytes(), &q.bytes()[34..102]);
+        assert_eq!(part.row(0).unwrap(), q.row(1).unwrap());
+        assert!(q.rows(2, 4).is_none() && q.rows(2, 1).is_none() && h.rows(0, 1).is_some());
     }
 }

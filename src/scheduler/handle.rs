@@ -2,6 +2,7 @@
 //! requests to the engine workers (OS threads), and the [`RequestStream`] of events each
 //! request gets back. Dropping a stream aborts its request at the next step.
 
+use crate::engine::kv_cache::KvLayout;
 use crate::engine::{EngineError, LlamaModel};
 use crate::random::random_u64;
 use crate::scheduler::engine_config::EngineConfig;
@@ -9,7 +10,7 @@ use crate::scheduler::observer::Observer;
 use crate::scheduler::request::{
     Event, GenerationRequest, SubmitError, MAX_N, MAX_STOPS, MAX_STOP_BYTES,
 };
-use crate::scheduler::state::{check_fits, AdmitError};
+use crate::scheduler::state::{check_fits_layout, AdmitError, PoolShape};
 use crate::scheduler::worker::{Command, Submission, Worker, WorkerShared, WorkerState};
 use crate::tokenizer::Tokenizer;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -55,6 +56,8 @@ struct Inner {
     info: EngineInfo,
     n_ctx: usize,
     kv_blocks: usize,
+    /// How the model's layers share KV pages (sliding windows release local layers' pages).
+    kv_layout: KvLayout,
     next_id: AtomicU64,
     /// Accepted requests not yet running, over all workers.
     waiting: Arc<AtomicUsize>,
@@ -88,6 +91,7 @@ impl EngineHandle {
         } else {
             cfg.threads
         };
+        let kv_layout = model.kv_config(0, cfg.block_size).layout();
         let mut models = Vec::with_capacity(workers);
         for _ in 1..workers {
             models.push(model.replica(threads)?);
@@ -128,7 +132,9 @@ impl EngineHandle {
             n_vocab: tokenizer.n_vocab(),
             workers,
             threads_per_worker: threads,
-            kv_positions_per_worker: kv_blocks * cfg.block_size,
+            // Positions of every layer (a windowed model's local layers keep fewer: longer
+            // sequences fit than this says).
+            kv_positions_per_worker: kv_blocks * cfg.block_size / kv_layout.n_groups().max(1),
             block_size: cfg.block_size,
             max_num_seqs: limits.max_num_seqs,
             max_batch_tokens: limits.max_batch_tokens,
@@ -141,6 +147,7 @@ impl EngineHandle {
                 info,
                 n_ctx: limits.n_ctx,
                 kv_blocks,
+                kv_layout,
                 next_id: AtomicU64::new(1),
                 waiting,
             }),
@@ -239,13 +246,17 @@ impl EngineHandle {
         }
         req.params.validate(n_vocab)?;
         let info = &self.inner.info;
-        check_fits(
+        check_fits_layout(
             req.prompt.len(),
             req.max_tokens,
             req.n,
             self.inner.n_ctx,
-            info.block_size,
-            self.inner.kv_blocks,
+            info.max_batch_tokens,
+            PoolShape {
+                layout: &self.inner.kv_layout,
+                block_size: info.block_size,
+                total: self.inner.kv_blocks,
+            },
         )
         .map_err(|e| match e {
             AdmitError::KvCapacity { .. } => SubmitError::KvCapacity(e),

@@ -6,16 +6,21 @@
 //! - Only blocks whose K/V is fully computed are inserted (the scheduler inserts a block after
 //!   the step that wrote its last position). A lookup therefore never hands out garbage KV
 //!   (TGI once shared prefix blocks freed before they were prefilled).
-//! - The cache holds one reference to each cached block (a one-block [`BlockTable`]), so a
-//!   cached block outlives the sequences that made it. A block only the cache holds is
-//!   evictable; [`PrefixCache::evict`] frees those, least recently used first.
+//! - The cache holds one reference to each page of a cached block (a one-block [`BlockTable`]:
+//!   one page per layer group), so a cached block outlives the sequences that made it. A page
+//!   only the cache holds is evictable; [`PrefixCache::evict`] frees those, least recently
+//!   used first: local layers' pages of a block first (the block stays cached, usable inside a
+//!   longer hit), then whole leaf blocks.
+//! - With sliding windows a hit of `k` blocks is usable only if the local layers' pages of the
+//!   blocks the next query can see (a window before block `k`) are still there; a lookup returns
+//!   the longest usable hit.
 //! - Keys are chained: `hash(parent key, the block's tokens)`. An entry also stores its parent
 //!   key and tokens, and a lookup compares both, so a hash collision can never alias two
 //!   different prefixes.
 //! - Hits are looked up from the first block and stop at the first miss, and a lookup leaves
 //!   at least one prompt token to compute (the sampler needs the last position's logits).
 
-use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError};
+use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError, RELEASED};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 
@@ -114,12 +119,16 @@ impl PrefixCache {
             if e.parent != parent || *e.tokens != *chunk {
                 break;
             }
-            let id = e.holder.blocks()[0];
-            if table.push_shared(id).is_err() {
+            if table.push_pages(&e.holder.block_pages(0)).is_err() {
                 break;
             }
             keys.push(key);
             parent = key;
+        }
+        let usable = self.usable_prefix(table);
+        if usable < keys.len() {
+            table.truncate(usable);
+            keys.truncate(usable);
         }
         // Touch the deepest block first so that it is evicted before its parents.
         for &k in keys.iter().rev() {
@@ -132,6 +141,25 @@ impl PrefixCache {
         keys.len() * bs
     }
 
+    /// The longest prefix of `table`'s blocks a sequence can continue from: every local group
+    /// must hold the blocks the next query's window reaches into.
+    fn usable_prefix(&self, table: &BlockTable) -> usize {
+        let layout = self.alloc.layout();
+        let bs = self.block_size;
+        let mut k = table.n_blocks();
+        'shorter: while k > 0 {
+            for g in 0..layout.n_groups() {
+                let first = layout.first_kept_block(g, k * bs, bs);
+                if table.group(g)[first..k].contains(&RELEASED) {
+                    k -= 1;
+                    continue 'shorter;
+                }
+            }
+            break;
+        }
+        k
+    }
+
     /// Takes back the counts of a lookup whose blocks were returned unused (the sequence could
     /// not be admitted this step and will look up again).
     pub fn forget_lookup(&mut self, hit_tokens: usize) {
@@ -142,11 +170,17 @@ impl PrefixCache {
         }
     }
 
-    /// Records that block `id` holds the fully computed K/V of `tokens` (exactly one block)
+    /// Records that the block made of `pages` (one per layer group, see
+    /// [`BlockTable::block_pages`]) holds the fully computed K/V of `tokens` (exactly one block)
     /// following the prefix keyed `parent`; returns the block's key. A key already cached keeps
     /// its block (the new one stays with its sequence only); a block whose parent is no longer
     /// cached is not cached (it could never be reached).
-    pub fn insert(&mut self, parent: u64, tokens: &[u32], id: u32) -> Result<u64, KvCacheError> {
+    pub fn insert(
+        &mut self,
+        parent: u64,
+        tokens: &[u32],
+        pages: &[u32],
+    ) -> Result<u64, KvCacheError> {
         debug_assert_eq!(tokens.len(), self.block_size);
         let key = block_key(parent, tokens);
         if self.entries.contains_key(&key) {
@@ -159,7 +193,7 @@ impl PrefixCache {
             return Ok(key);
         }
         let mut holder = BlockTable::new(&self.alloc);
-        holder.push_shared(id)?;
+        holder.push_pages(pages)?;
         if let Some(p) = self.entries.get_mut(&parent) {
             p.children += 1;
         }
@@ -178,34 +212,59 @@ impl PrefixCache {
         Ok(key)
     }
 
-    /// Cached blocks that only the cache holds (freed by [`Self::evict`]). O(cached blocks),
-    /// under one lock.
+    /// Pages that only the cache holds (freed by [`Self::evict`]). O(cached pages), under
+    /// one lock.
     pub fn evictable(&self) -> usize {
-        self.alloc
-            .count_exclusive(self.entries.values().map(|e| e.holder.blocks()[0]))
+        self.alloc.count_exclusive(
+            self.entries
+                .values()
+                .flat_map(|e| e.holder.block_pages(0))
+                .filter(|&id| id != RELEASED),
+        )
     }
 
-    /// Frees up to `n` blocks that only the cache holds, least recently used first and leaves
-    /// before their parents; returns how many were freed.
+    /// Whether every page `e` still holds is held by the cache alone.
+    fn all_exclusive(&self, e: &Entry) -> bool {
+        let pages: Vec<u32> = e
+            .holder
+            .block_pages(0)
+            .into_iter()
+            .filter(|&id| id != RELEASED)
+            .collect();
+        self.alloc.count_exclusive(pages.iter().copied()) == pages.len()
+    }
+
+    /// Frees up to `n` pages that only the cache holds, least recently used first: a block's
+    /// local layers' pages (the block stays cached), then whole blocks, leaves before their
+    /// parents; returns how many pages were freed.
     pub fn evict(&mut self, n: usize) -> usize {
         let mut freed = 0;
         while freed < n {
-            let victim = self.lru.iter().find_map(|(&tick, &key)| {
+            let mut victim = None;
+            let order: Vec<(u64, u64)> = self.lru.iter().map(|(&t, &k)| (t, k)).collect();
+            for (tick, key) in order {
+                let e = self.entries.get_mut(&key).expect("LRU names a live entry");
+                freed += e.holder.release_unshared_local(0);
+                if freed >= n {
+                    return freed;
+                }
                 let e = &self.entries[&key];
-                (e.children == 0 && self.alloc.refcount(e.holder.blocks()[0]) == 1)
-                    .then_some((tick, key))
-            });
-            let Some((tick, key)) = victim else {
+                if e.children == 0 && self.all_exclusive(e) {
+                    victim = Some((tick, key, e.holder.pages_held()));
+                    break;
+                }
+            }
+            let Some((tick, key, pages)) = victim else {
                 break;
             };
             self.lru.remove(&tick);
-            // Dropping the entry drops its holder table: the block returns to the pool.
+            // Dropping the entry drops its holder table: its pages return to the pool.
             if let Some(e) = self.entries.remove(&key) {
                 if let Some(p) = self.entries.get_mut(&e.parent) {
                     p.children -= 1;
                 }
             }
-            freed += 1;
+            freed += pages;
         }
         freed
     }
@@ -235,8 +294,12 @@ impl PrefixCache {
             if block_key(e.parent, &e.tokens) != *key {
                 return Err("key is not the hash of parent and tokens".into());
             }
-            if self.alloc.refcount(e.holder.blocks()[0]) == 0 {
-                return Err("cached block is free".into());
+            let pages = e.holder.block_pages(0);
+            if pages
+                .iter()
+                .any(|&id| id != RELEASED && self.alloc.refcount(id) == 0)
+            {
+                return Err("cached page is free".into());
             }
             if e.parent != ROOT && !self.entries.contains_key(&e.parent) {
                 return Err("cached block whose parent was evicted".into());

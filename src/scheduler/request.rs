@@ -150,8 +150,13 @@ pub enum Event {
         text: String,
         logprobs: Vec<TokenLogprob>,
     },
-    /// A choice ended; no more deltas for it.
-    Finished { choice: usize, reason: FinishReason },
+    /// A choice ended; no more deltas for it. `stop` is the stop string that ended it, if
+    /// one did.
+    Finished {
+        choice: usize,
+        reason: FinishReason,
+        stop: Option<String>,
+    },
     /// Every choice ended.
     Done { usage: Usage, timings: Timings },
     /// The engine failed while running the request (a fault in a step).

@@ -138,8 +138,12 @@ pub fn start_with(
     drop(file);
 
     let bs = DEFAULT_BLOCK_SIZE;
-    let block_bytes = model.kv_config(bs, bs).bytes_per_block() as u64;
-    let per_pos = (block_bytes / bs as u64).max(1);
+    // A page holds one block of a group of layers (every layer without sliding windows); one
+    // position of the whole model takes a page's share times the number of groups.
+    let kv_shape = model.kv_config(bs, bs);
+    let block_bytes = kv_shape.bytes_per_block() as u64;
+    let groups = kv_shape.layout().n_groups() as u64;
+    let per_pos = (block_bytes * groups / bs as u64).max(1);
     let budget = cfg.kv_cache.bytes(per_pos, mem_total_bytes());
     let per_worker_blocks = budget / workers as u64 / block_bytes;
     if per_worker_blocks == 0 {

@@ -24,7 +24,7 @@
 //! admitted. A waiting sequence that cannot get its blocks stops admission (first come, first
 //! served: nobody overtakes it).
 
-use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError};
+use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError, KvLayout};
 use crate::scheduler::prefix_cache::{PrefixCache, PrefixStats, ROOT};
 use std::collections::{HashMap, VecDeque};
 
@@ -202,13 +202,17 @@ impl<T> Scheduler<T> {
     /// Checks that a request can ever run: its prompt and `max_tokens` for each of its `n`
     /// choices fit the context and the whole KV pool (the choices share the prompt's blocks).
     pub fn check_fits(&self, prompt: usize, max_tokens: usize, n: usize) -> Result<(), AdmitError> {
-        check_fits(
+        check_fits_layout(
             prompt,
             max_tokens,
             n,
             self.limits.n_ctx,
-            self.block_size(),
-            self.alloc.total_blocks(),
+            self.limits.max_batch_tokens,
+            PoolShape {
+                layout: self.alloc.layout(),
+                block_size: self.block_size(),
+                total: self.alloc.total_blocks(),
+            },
         )
     }
 
@@ -362,7 +366,7 @@ impl<T> Scheduler<T> {
             if self.running_slots + slots > self.limits.max_num_seqs && !self.running.is_empty() {
                 break;
             }
-            if self.seqs[&id].table.blocks().is_empty() && self.limits.prefix_cache {
+            if self.seqs[&id].table.n_blocks() == 0 && self.limits.prefix_cache {
                 let s = self.seqs.get_mut(&id).expect("waiting sequence exists");
                 let hit = self.prefix.lookup(&s.tokens, &mut s.table);
                 s.computed = hit;
@@ -486,15 +490,12 @@ impl<T> Scheduler<T> {
         copies: &mut Vec<(u32, u32)>,
     ) -> Result<(), KvCacheError> {
         let bs = self.block_size();
-        let s = &self.seqs[&id];
+        let s = self.seqs.get_mut(&id).expect("sequence exists");
+        // Local layers' pages out of every query's window from here on go back first.
+        s.table.forget_before(s.computed);
         let first = s.computed / bs;
-        let shared_first = s
-            .table
-            .blocks()
-            .get(first)
-            .is_some_and(|&b| self.alloc.refcount(b) > 1);
-        let need =
-            upto.div_ceil(bs).saturating_sub(s.table.blocks().len()) + usize::from(shared_first);
+        let shared_first = s.table.shared_pages_at(first);
+        let need = s.table.pages_to_reserve(upto) + shared_first;
         let free = self.alloc.free_blocks();
         if need > free {
             self.prefix.evict(need - free);
@@ -506,10 +507,8 @@ impl<T> Scheduler<T> {
             }
         }
         let s = self.seqs.get_mut(&id).expect("sequence exists");
-        if shared_first {
-            if let Some(pair) = s.table.unshare(first)? {
-                copies.push(pair);
-            }
+        if shared_first > 0 {
+            copies.extend(s.table.unshare(first)?);
         }
         s.table.reserve(upto)
     }
@@ -528,7 +527,10 @@ impl<T> Scheduler<T> {
         while (s.registered + 1) * bs <= s.computed {
             let b = s.registered;
             let chunk = &s.tokens[b * bs..(b + 1) * bs];
-            match self.prefix.insert(s.last_key, chunk, s.table.blocks()[b]) {
+            match self
+                .prefix
+                .insert(s.last_key, chunk, &s.table.block_pages(b))
+            {
                 Ok(key) => s.last_key = key,
                 Err(_) => break,
             }
@@ -597,6 +599,55 @@ impl<T> Scheduler<T> {
     pub fn clear_prefix_cache(&mut self) {
         self.prefix.clear();
     }
+}
+
+/// A KV pool as admission sees it: `total` pages of `block_size` positions shared by the
+/// layer groups of `layout`.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolShape<'a> {
+    pub layout: &'a KvLayout,
+    pub block_size: usize,
+    pub total: usize,
+}
+
+/// [`check_fits`] for a pool of `total` pages in `layout`, which may release local layers'
+/// pages (sliding windows): full-attention groups need every block, windowed groups at most a
+/// window plus a step of `max_batch_tokens` for each choice. Without windows it is
+/// [`check_fits`] itself.
+pub fn check_fits_layout(
+    prompt: usize,
+    max_tokens: usize,
+    n: usize,
+    n_ctx: usize,
+    max_batch_tokens: usize,
+    pool: PoolShape<'_>,
+) -> Result<(), AdmitError> {
+    let PoolShape {
+        layout,
+        block_size,
+        total,
+    } = pool;
+    if !layout.has_windows() {
+        return check_fits(prompt, max_tokens, n, n_ctx, block_size, total);
+    }
+    check_fits(prompt, max_tokens, n, n_ctx, 1, usize::MAX)?;
+    let bs = block_size.max(1);
+    let full = prompt.div_ceil(bs) + n.max(1) * (max_tokens.div_ceil(bs) + 1);
+    let pages: usize = (0..layout.n_groups())
+        .map(|g| match layout.window(g) {
+            None => full,
+            Some(w) => full.min(n.max(1) * ((w + max_batch_tokens.max(1)).div_ceil(bs) + 1)),
+        })
+        .sum();
+    if pages > total {
+        // In positions of a whole-model page, as the error reports them.
+        let groups = layout.n_groups();
+        return Err(AdmitError::KvCapacity {
+            needed: pages * bs / groups,
+            capacity: total * bs / groups,
+        });
+    }
+    Ok(())
 }
 
 /// Whether a request can ever run: a non-empty prompt, prompt + `max_tokens` within `n_ctx`,

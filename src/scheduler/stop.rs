@@ -38,6 +38,8 @@ pub struct StopMatcher {
     stops: Vec<String>,
     /// Text received but not yet released.
     held: String,
+    /// The stop string that ended the choice, once one did.
+    matched: Option<String>,
 }
 
 /// What a [`StopMatcher::push`] released.
@@ -55,6 +57,7 @@ impl StopMatcher {
         StopMatcher {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
             held: String::new(),
+            matched: None,
         }
     }
 
@@ -72,9 +75,11 @@ impl StopMatcher {
         let found = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s.len())))
-            .min_by_key(|&(at, len)| (at, std::cmp::Reverse(len)));
-        if let Some((at, _)) = found {
+            .enumerate()
+            .filter_map(|(i, s)| self.held.find(s.as_str()).map(|at| (at, s.len(), i)))
+            .min_by_key(|&(at, len, _)| (at, std::cmp::Reverse(len)));
+        if let Some((at, _, i)) = found {
+            self.matched = Some(self.stops[i].clone());
             let mut text = std::mem::take(&mut self.held);
             text.truncate(at);
             return Released {
@@ -89,6 +94,11 @@ impl StopMatcher {
             text,
             stopped: false,
         }
+    }
+
+    /// The stop string that ended the choice (None while none has).
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     /// Releases the held text at the end of the choice (no stop string followed it).
@@ -126,6 +136,7 @@ mod tests {
             let r = m.push(d);
             out.push_str(&r.text);
             if r.stopped {
+                assert!(m.matched().is_some_and(|s| stops.iter().any(|t| t == s)));
                 return (out, true);
             }
         }

@@ -1,5 +1,6 @@
 //! API keys: with keys configured, every route but `/health`, `/ready` (and `/metrics` and
-//! `/stats` when `server.metrics_public`) needs `Authorization: Bearer <key>`. Keys are compared in
+//! `/stats` when `server.metrics_public`) needs `Authorization: Bearer <key>` or (as
+//! Anthropic's clients send it) `x-api-key: <key>`. Keys are compared in
 //! constant time over every configured key, and exactly (a key with another case is wrong).
 
 use crate::server::error::ApiError;
@@ -29,6 +30,11 @@ pub fn authorized(header_value: Option<&[u8]>, keys: &[String]) -> bool {
     else {
         return false;
     };
+    key_matches(token, keys)
+}
+
+/// Whether `token` is one of `keys` (constant time over every key).
+fn key_matches(token: &[u8], keys: &[String]) -> bool {
     let mut ok = 0u8;
     for k in keys {
         ok |= token.ct_eq(k.as_bytes()).unwrap_u8();
@@ -46,7 +52,8 @@ pub async fn require_key(State(state): State<AppState>, req: Request, next: Next
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes());
-    if authorized(value, keys) {
+    let api_key = req.headers().get("x-api-key").map(|v| v.as_bytes());
+    if authorized(value, keys) || api_key.is_some_and(|k| key_matches(k.trim_ascii(), keys)) {
         next.run(req).await
     } else {
         ApiError::Unauthorized.into_response()
@@ -68,6 +75,7 @@ mod tests {
         assert!(!authorized(Some(b"Basic sk-Alpha"), &keys));
         assert!(!authorized(Some(b"sk-Alpha"), &keys));
         assert!(!authorized(None, &keys));
+        assert!(key_matches(b"sk-beta", &keys) && !key_matches(b"sk-Beta", &keys));
         assert!(is_public("/health", false) && is_public("/ready", false));
         assert!(!is_public("/metrics", false) && is_public("/metrics", true));
         assert!(!is_public("/health/", false) && !is_public("/v1/models", false));

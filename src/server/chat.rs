@@ -71,7 +71,7 @@ pub async fn chat_completions(
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
     let kwargs = req.chat_template_kwargs.take();
     let prompt = session
-        .chat_prompt_with(messages, shape, add_generation_prompt, kwargs)
+        .chat_prompt_with(messages, shape, add_generation_prompt, None, kwargs)
         .await?;
     let read_calls = prompt.read_calls;
     let think = prompt.think;

@@ -1,11 +1,15 @@
 //! The one place errors become HTTP responses: every failure a client can see is an
 //! [`ApiError`], rendered as OpenAI's envelope `{"error": {"message", "type", "param", "code"}}`
-//! with the status code that goes with it. Bad input is always a 4xx; a 500 comes only from an
+//! with the status code that goes with it, or on Anthropic's routes (`/v1/messages`) as
+//! Anthropic's `{"type": "error", "error": {"type", "message"}}` ([`reshape`]). Bad input is always a 4xx; a 500 comes only from an
 //! engine fault.
 
 use crate::scheduler::SubmitError;
+use crate::server::types::messages::{AnthropicErrorBody, AnthropicErrorResponse};
 use crate::server::types::{ErrorBody, ErrorResponse};
+use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::time::Duration;
 
@@ -21,11 +25,17 @@ pub enum ApiError {
         code: Option<&'static str>,
     },
     /// 401: no API key, or not one of the configured keys.
-    #[error("invalid or missing API key: send `Authorization: Bearer <key>`")]
+    #[error(
+        "invalid or missing API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`"
+    )]
     Unauthorized,
-    /// 404: the request names a model this server does not serve.
-    #[error("the model `{0}` does not exist")]
-    ModelNotFound(String),
+    /// 404: the request names a model this server does not serve; `available` lists the
+    /// ids it does.
+    #[error("the model `{model}` does not exist; this server serves: {}", available.join(", "))]
+    ModelNotFound {
+        model: String,
+        available: Vec<String>,
+    },
     /// 404: no such route.
     #[error("unknown route: {method} {path}")]
     RouteNotFound { method: String, path: String },
@@ -103,7 +113,9 @@ impl ApiError {
         match self {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::ModelNotFound(_) | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -129,7 +141,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest { code, .. } => *code,
             ApiError::Unauthorized => Some("invalid_api_key"),
-            ApiError::ModelNotFound(_) => Some("model_not_found"),
+            ApiError::ModelNotFound { .. } => Some("model_not_found"),
             ApiError::RouteNotFound { .. } => Some("unknown_route"),
             ApiError::MethodNotAllowed { .. } => Some("method_not_allowed"),
             ApiError::PayloadTooLarge { .. } => Some("request_too_large"),
@@ -144,7 +156,7 @@ impl ApiError {
     fn param(&self) -> Option<String> {
         match self {
             ApiError::BadRequest { param, .. } => param.clone(),
-            ApiError::ModelNotFound(_) => Some("model".to_string()),
+            ApiError::ModelNotFound { .. } => Some("model".to_string()),
             _ => None,
         }
     }
@@ -178,8 +190,64 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
+        // For routes whose API has another error shape (see `reshape`).
+        resp.extensions_mut().insert(self);
         resp
     }
+}
+
+/// The routes whose errors use Anthropic's envelope.
+pub fn is_anthropic_route(path: &str) -> bool {
+    path == "/v1/messages" || path.starts_with("/v1/messages/")
+}
+
+impl ApiError {
+    /// Anthropic's error `type` (the status code stays the same).
+    fn anthropic_kind(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "authentication_error",
+            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => "not_found_error",
+            ApiError::PayloadTooLarge { .. } => "request_too_large",
+            ApiError::Overloaded { .. } => "rate_limit_error",
+            ApiError::Timeout(_) => "timeout_error",
+            ApiError::Unavailable(_) => "overloaded_error",
+            ApiError::Internal(_) => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// Anthropic's envelope: `{"type": "error", "error": {"type", "message"}}`.
+    pub fn anthropic_envelope(&self) -> AnthropicErrorResponse {
+        AnthropicErrorResponse {
+            kind: "error".to_string(),
+            error: AnthropicErrorBody {
+                kind: self.anthropic_kind().to_string(),
+                message: self.to_string(),
+            },
+        }
+    }
+}
+
+/// The middleware that gives each route its API's error shape: a response made from an
+/// [`ApiError`] (by a handler, a body extractor, the key check or a fallback) on an Anthropic
+/// route is rendered again in Anthropic's envelope, keeping its status and headers.
+pub async fn reshape(req: Request, next: Next) -> Response {
+    let anthropic = is_anthropic_route(req.uri().path());
+    let resp = next.run(req).await;
+    if !anthropic {
+        return resp;
+    }
+    let Some(e) = resp.extensions().get::<ApiError>().cloned() else {
+        return resp;
+    };
+    let (mut parts, _) = resp.into_parts();
+    let body = serde_json::to_vec(&e.anthropic_envelope()).unwrap_or_default();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 #[cfg(test)]

@@ -110,14 +110,17 @@ impl Session {
     }
 
     /// Renders and tokenizes `messages` for `shape` (tools are described to the model and
-    /// their grammar compiled), on the blocking pool.
+    /// their grammar compiled), on the blocking pool. With `prefill`, the reply starts with
+    /// that text (Anthropic's last assistant turn): after the generation prompt come its
+    /// tokens, as plain text.
     pub async fn chat_prompt(
         &self,
         messages: Vec<ChatMessage>,
         shape: Shape,
         add_generation_prompt: bool,
+        prefill: Option<String>,
     ) -> Result<ChatPrompt, ApiError> {
-        self.chat_prompt_with(messages, shape, add_generation_prompt, None)
+        self.chat_prompt_with(messages, shape, add_generation_prompt, prefill, None)
             .await
     }
 
@@ -127,6 +130,7 @@ impl Session {
         messages: Vec<ChatMessage>,
         shape: Shape,
         add_generation_prompt: bool,
+        prefill: Option<String>,
         kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Result<ChatPrompt, ApiError> {
         let rt = Arc::clone(&self.rt);
@@ -139,8 +143,18 @@ impl Session {
                 p.template_tools.as_ref(),
                 kwargs.as_ref(),
             )?;
+            let mut ids = rendered.ids;
+            if let Some(text) = prefill.filter(|t| !t.is_empty()) {
+                if text.contains('\0') {
+                    return Err(ApiError::bad(
+                        "messages",
+                        "message content must not contain NUL characters",
+                    ));
+                }
+                ids.extend(rt.tokenizer.encode(&text, false, false));
+            }
             Ok(ChatPrompt {
-                ids: rendered.ids,
+                ids,
                 constraint: p.constraint,
                 read_calls: p.read_calls,
                 think: rendered.think,

@@ -23,6 +23,7 @@ pub mod completions;
 pub mod error;
 pub mod generate;
 mod logprobs;
+pub mod messages;
 pub mod metrics;
 pub mod models;
 pub mod openapi;
@@ -30,6 +31,7 @@ pub mod output_constraint;
 pub mod params;
 pub mod probes;
 pub mod prompt;
+mod reply;
 pub mod request_id;
 mod run;
 mod sse;
@@ -102,6 +104,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/models", get(models::list_models))
         // Ids may hold a slash (`org/model`).
         .route("/v1/models/{*id}", get(models::get_model))
@@ -118,6 +122,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             auth::require_key,
         ))
+        .layer(axum::middleware::from_fn(error::reshape))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::track,

@@ -45,6 +45,8 @@ pub struct ChoiceOutput {
     pub ids: Vec<u32>,
     pub logprobs: Vec<TokenLogprob>,
     pub finish: Option<FinishReason>,
+    /// The stop string that ended the choice, if one did.
+    pub stop: Option<String>,
 }
 
 /// Reads `streams` to their end: the outputs of the `streams.len() * n` choices and the usage.
@@ -78,10 +80,15 @@ pub async fn collect(
                     o.logprobs.extend(logprobs);
                 }
             }
-            Event::Finished { choice, reason } => {
+            Event::Finished {
+                choice,
+                reason,
+                stop,
+            } => {
                 note.finished(reason);
                 if let Some(o) = outs.get_mut(p * n + choice) {
                     o.finish = Some(reason);
+                    o.stop = stop;
                 }
             }
             Event::Done { usage: u, timings } => {

@@ -54,6 +54,9 @@ pub trait ChunkWriter: Send + 'static {
     fn finish_chunks(&mut self, choice: usize, reason: FinishReason) -> Vec<SseEvent> {
         vec![self.finished(choice, reason)]
     }
+    /// Told, before the choice's closing events, which stop string ended it (Anthropic
+    /// reports it). By default nothing.
+    fn stopped_by(&mut self, _choice: usize, _stop: &str) {}
     /// The events after every choice ended, given the request's usage and kiln's timings
     /// (OpenAI's chunk streams: the usage chunk, `choices: []`, when the client asked).
     fn closing(&mut self, usage: UsageBody, timings: TimingsBody) -> Vec<SseEvent>;
@@ -153,8 +156,18 @@ impl<W: ChunkWriter> Driver<W> {
                         ..
                     },
                 ) => {}
-                (p, Event::Finished { choice, reason }) => {
+                (
+                    p,
+                    Event::Finished {
+                        choice,
+                        reason,
+                        stop,
+                    },
+                ) => {
                     self.note.finished(reason);
+                    if let Some(stop) = stop {
+                        self.writer.stopped_by(p * self.n + choice, &stop);
+                    }
                     let chunks = self.writer.finish_chunks(p * self.n + choice, reason);
                     self.outbox.extend(chunks);
                 }

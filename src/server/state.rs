@@ -295,7 +295,10 @@ impl AppState {
     pub fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
         match model {
             Some(m) if !self.inner.model_ids.iter().any(|id| id == m) => {
-                Err(ApiError::ModelNotFound(m.to_string()))
+                Err(ApiError::ModelNotFound {
+                    model: m.to_string(),
+                    available: self.inner.model_ids.clone(),
+                })
             }
             _ => Ok(()),
         }

@@ -1,6 +1,7 @@
 //! kiln's integration tests, built as one binary. They use the real default model and the
 //! reference data in ../shared (override with KILN_SHARED); a missing file fails loudly.
 
+mod arch_proof;
 mod chat_templates;
 mod common;
 mod engine;

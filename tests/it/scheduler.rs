@@ -50,7 +50,7 @@ pub(crate) fn collect(mut s: RequestStream, n: usize) -> (Vec<Out>, kiln::schedu
                 outs[choice].ids.extend(ids);
                 outs[choice].text.push_str(&text);
             }
-            Event::Finished { choice, reason } => outs[choice].finish = Some(reason),
+            Event::Finished { choice, reason, .. } => outs[choice].finish = Some(reason),
             Event::Done { usage, .. } => return (outs, usage),
             Event::Error { message } => panic!("engine error: {message}"),
         }

@@ -1,16 +1,17 @@
 //! Attention of every token of a ragged batch on the worker team, each token's result exactly
-//! what [`attend`] gives for it alone.
+//! what [`attend_with`] gives for it alone (with the layer's [`AttnParams`]).
 //!
-//! The work is cut by cost: a token below [`LONG_FROM`] is one task (llama.cpp's one-row
-//! order, all its heads); a run of a sequence's consecutive tokens at [`LONG_FROM`] or later is
+//! The work is cut by cost: a token in llama.cpp's one-row order (below
+//! [`super::LONG_FROM`], or any token of a windowed or soft-capped layer) is one task (llama.cpp's one-row
+//! order, all its heads); a run of a sequence's consecutive tokens in the long order is
 //! tiled, `MAX_ROWS / group` tokens times the query heads of one KV head per task, so each K/V
 //! tile is read once for all of them; a sequence's single long token (decode) is split over KV
 //! instead, one task per (KV head, span) writing span partials, then one merge task per token
 //! folds them in span order. All three compute the same per-row arithmetic (see `long.rs`), so
 //! the cut never changes a result.
 
-use super::long::{self, LONG_FROM, MAX_ROWS, SPAN};
-use super::{attend, check, AttnScratch, HeadView};
+use super::long::{self, MAX_ROWS, SPAN};
+use super::{attend_with, check, AttnParams, AttnScratch, HeadView};
 use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig, KvCacheError};
 use crate::engine::pool::{Pool, SendPtr};
 use std::sync::Mutex;
@@ -26,6 +27,8 @@ pub struct AttnBatch<'a> {
     pub table: &'a (dyn Fn(usize) -> &'a BlockTable + Sync),
     /// `[n_tok][n_head * head_dim]` queries, RoPE applied.
     pub q: &'a [f32],
+    /// How the layer attends (scale, softcapping, window).
+    pub params: &'a AttnParams,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -87,7 +90,7 @@ impl AttnPlan {
 
 /// Attention of every token of `batch` over its sequence's positions `0..=pos` in `layer`,
 /// into `out` (`[n_tok][n_head * head_dim]`), on `pool` with one scratch per worker. Each
-/// token's output is bit-identical to [`attend`]'s for it alone. Errors as [`attend`]'s, or a
+/// token's output is bit-identical to [`attend_with`]'s for it alone. Errors as its, or a
 /// plan made for another shape.
 pub fn attend_batch(
     pool: &Pool,
@@ -113,12 +116,21 @@ pub fn attend_batch(
         let sc = scratches[0].lock().unwrap_or_else(|e| e.into_inner());
         for t in 0..n_tok {
             let table = (batch.table)(batch.tok_seq[t] as usize);
-            check(cache, layer, table, batch.tok_pos[t] as usize, nq, nq, &sc)?;
+            check(
+                cache,
+                layer,
+                table,
+                batch.tok_pos[t] as usize,
+                nq,
+                nq,
+                &sc,
+                batch.params,
+            )?;
         }
     }
     plan_tasks(batch, plan, hk);
     let group = plan.n_head / hk;
-    let scale = 1.0 / (d as f32).sqrt();
+    let scale = batch.params.scale;
     let first_err: Mutex<Option<KvCacheError>> = Mutex::new(None);
     let out_ptr = SendPtr(out.as_mut_ptr());
     let part_ptr = SendPtr(plan.partials.as_mut_ptr());
@@ -136,7 +148,7 @@ pub fn attend_batch(
                 // SAFETY: row t of `out` (n_tok rows of nq) belongs to this task alone.
                 let row = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(t * nq), nq) };
                 let q = &batch.q[t * nq..][..nq];
-                if let Err(e) = attend(
+                if let Err(e) = attend_with(
                     cache,
                     layer,
                     table,
@@ -144,6 +156,7 @@ pub fn attend_batch(
                     q,
                     row,
                     &mut sc,
+                    batch.params,
                 ) {
                     first_err
                         .lock()
@@ -155,7 +168,7 @@ pub fn attend_batch(
                 let (t0, h) = (tok as usize, kvh as usize);
                 let seq = batch.tok_seq[t0] as usize;
                 let last = batch.tok_pos[t0 + n as usize - 1] as usize;
-                let view = HeadView::new(cache, layer, (batch.table)(seq), h, last + 1);
+                let view = HeadView::new(cache, layer, (batch.table)(seq), h, 0, last + 1);
                 let kernel = sc.long;
                 let ls = &mut sc.long_scratch;
                 ls.clear();
@@ -188,7 +201,7 @@ pub fn attend_batch(
                 let (t, h) = (tok as usize, kvh as usize);
                 let pos = batch.tok_pos[t] as usize;
                 let table = (batch.table)(batch.tok_seq[t] as usize);
-                let view = HeadView::new(cache, layer, table, h, pos + 1);
+                let view = HeadView::new(cache, layer, table, h, 0, pos + 1);
                 let kernel = sc.long;
                 let ls = &mut sc.long_scratch;
                 ls.clear();
@@ -250,7 +263,7 @@ fn plan_tasks(batch: &AttnBatch<'_>, plan: &mut AttnPlan, hk: usize) {
     while t < n_tok {
         // A run: consecutive long tokens of one sequence.
         let seq = batch.tok_seq[t];
-        if (batch.tok_pos[t] as usize) < LONG_FROM {
+        if !batch.params.long_at(batch.tok_pos[t] as usize) {
             t += 1;
             continue;
         }
@@ -294,7 +307,7 @@ fn plan_tasks(batch: &AttnBatch<'_>, plan: &mut AttnPlan, hk: usize) {
         t = end;
     }
     for t in (0..n_tok).rev() {
-        if (batch.tok_pos[t] as usize) < LONG_FROM {
+        if !batch.params.long_at(batch.tok_pos[t] as usize) {
             plan.tasks.push(Task::Short { tok: t as u32 });
         }
     }

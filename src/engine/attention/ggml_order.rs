@@ -17,6 +17,27 @@ const LANES: usize = 16;
 /// Partial-sum vectors of the reference's f16 dot product (64 values per step).
 const PARTS: usize = 4;
 
+/// How a raw q·k dot product becomes the softmax argument, as in ggml's flash attention:
+/// `s * scale`, then with logit softcapping (`cap != 0`, `scale` already divided by the cap)
+/// `cap * tanh(s * scale)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Scores {
+    pub scale: f32,
+    pub cap: f32,
+}
+
+impl Scores {
+    #[inline(always)]
+    pub fn apply(self, s: f32) -> f32 {
+        let s = s * self.scale;
+        if self.cap != 0.0 {
+            self.cap * s.tanh()
+        } else {
+            s
+        }
+    }
+}
+
 /// Sums `p` (16 lanes) the way `_mm512_reduce_add_ps` does: halves, then quarters, ...
 fn reduce_lanes(p: &[f32; LANES]) -> f32 {
     let mut v = *p;
@@ -71,7 +92,7 @@ pub(super) fn attend_group(
     view: &HeadView,
     q: &[f32],
     out: &mut [f32],
-    scale: f32,
+    sc: Scores,
     scratch: &mut [f32],
 ) {
     let (d, bs) = (view.head_dim, view.block_size);
@@ -84,10 +105,10 @@ pub(super) fn attend_group(
         // The f16 accumulator, held as f32 values that are always f16-representable.
         acc.fill(0.0);
         let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
-        for bi in 0..view.n_blocks() {
-            let (k, v, n) = view.block(bi);
-            for p in 0..n {
-                let s = score(qh, k, bs, p) * scale;
+        for bi in view.first_block()..view.n_blocks() {
+            let (k, v, lo, n) = view.block(bi);
+            for p in lo..n {
+                let s = sc.apply(score(qh, k, bs, p));
                 let (mut ms, mut vs) = (1.0f32, 1.0f32);
                 if s > m {
                     ms = (m - s).exp();
@@ -151,7 +172,7 @@ pub(super) unsafe fn attend_group_avx512(
     view: &HeadView,
     q: &[f32],
     out: &mut [f32],
-    scale: f32,
+    scale: Scores,
     scratch: &mut [f32],
 ) {
     let (d, bs) = (view.head_dim, view.block_size);
@@ -197,7 +218,7 @@ unsafe fn heads_avx512<const G: usize, const C: usize>(
     view: &HeadView,
     q: &[f32],
     out: &mut [f32],
-    scale: f32,
+    scale: Scores,
     qh: &mut [f32],
 ) {
     use std::arch::x86_64::*;
@@ -220,10 +241,13 @@ unsafe fn heads_avx512<const G: usize, const C: usize>(
     let mut acc = [[_mm512_setzero_ps(); C]; G];
     let (mut m, mut l) = ([f32::NEG_INFINITY; G], [0.0f32; G]);
     let mut scores = [[0f32; LANES]; G];
-    for bi in 0..view.n_blocks() {
-        let (k, v, n) = view.block(bi);
+    for bi in view.first_block()..view.n_blocks() {
+        let (k, v, lo, n) = view.block(bi);
         assert!(k.len() == bs * d && v.len() >= n * d);
-        for t in (0..n).step_by(LANES) {
+        // Scores start at a vector boundary; positions before `lo` (outside a sliding
+        // window) are scored but skipped.
+        for t in (lo - lo % LANES..n).step_by(LANES) {
+            let skip = lo.saturating_sub(t);
             // s[j][lane]: head j's lane-`lane` partial sums, vectorized over 16 positions.
             let mut s = [[_mm512_setzero_ps(); LANES]; G];
             for lane in 0..LANES {
@@ -304,8 +328,8 @@ unsafe fn heads_avx512<const G: usize, const C: usize>(
             let mut e = [[0f32; LANES]; G];
             for j in 0..G {
                 let mut arg = [0f32; LANES];
-                for p in 0..nv {
-                    let sc = scores[j][p] * scale;
+                for p in skip..nv {
+                    let sc = scale.apply(scores[j][p]);
                     if sc > m[j] {
                         arg[p] = m[j] - sc;
                         m[j] = sc;
@@ -320,7 +344,7 @@ unsafe fn heads_avx512<const G: usize, const C: usize>(
                     _mm512_storeu_ps(e[j].as_mut_ptr(), v);
                 }
             }
-            for p in 0..nv {
+            for p in skip..nv {
                 let mut vsv = [_mm512_setzero_ps(); G];
                 for j in 0..G {
                     let (ms, vs) = if grew[j] & (1 << p) != 0 {
@@ -398,7 +422,7 @@ pub(super) unsafe fn attend_group_avx2(
     view: &HeadView,
     q: &[f32],
     out: &mut [f32],
-    scale: f32,
+    scale: Scores,
     scratch: &mut [f32],
 ) {
     let (d, bs) = (view.head_dim, view.block_size);
@@ -444,7 +468,7 @@ unsafe fn heads_avx2<const G: usize, const C: usize>(
     view: &HeadView,
     q: &[f32],
     out: &mut [f32],
-    scale: f32,
+    scale: Scores,
     qh: &mut [f32],
 ) {
     use std::arch::x86_64::*;
@@ -463,10 +487,12 @@ unsafe fn heads_avx2<const G: usize, const C: usize>(
     let mut acc = [[_mm256_setzero_ps(); C]; G];
     let (mut m, mut l) = ([f32::NEG_INFINITY; G], [0.0f32; G]);
     let mut scores = [[0f32; AVX2_POS]; G];
-    for bi in 0..view.n_blocks() {
-        let (k, v, n) = view.block(bi);
+    for bi in view.first_block()..view.n_blocks() {
+        let (k, v, lo, n) = view.block(bi);
         assert!(k.len() == bs * d && v.len() >= n * d);
-        for t in (0..n).step_by(AVX2_POS) {
+        // As in the AVX-512 twin: aligned groups, positions before `lo` skipped.
+        for t in (lo - lo % AVX2_POS..n).step_by(AVX2_POS) {
+            let skip = lo.saturating_sub(t);
             // s[j][lane]: head j's lane-`lane` partial sums, vectorized over 8 positions.
             let mut s = [[_mm256_setzero_ps(); LANES]; G];
             for lane in 0..LANES {
@@ -544,8 +570,8 @@ unsafe fn heads_avx2<const G: usize, const C: usize>(
             let mut e = [[0f32; AVX2_POS]; G];
             for j in 0..G {
                 let mut arg = [0f32; AVX2_POS];
-                for p in 0..nv {
-                    let sc = scores[j][p] * scale;
+                for p in skip..nv {
+                    let sc = scale.apply(scores[j][p]);
                     if sc > m[j] {
                         arg[p] = m[j] - sc;
                         m[j] = sc;
@@ -561,7 +587,7 @@ unsafe fn heads_avx2<const G: usize, const C: usize>(
                     _mm256_storeu_ps(e[j].as_mut_ptr(), v);
                 }
             }
-            for p in 0..nv {
+            for p in skip..nv {
                 let mut vsv = [_mm256_setzero_ps(); G];
                 for j in 0..G {
                     let (ms, vs) = if grew[j] & (1 << p) != 0 {

@@ -3,6 +3,7 @@
 //! batch scheduler relies on.
 
 use super::*;
+use crate::engine::kv_cache::LayerWindows;
 use crate::engine::kv_cache::DEFAULT_BLOCK_SIZE;
 
 /// Small deterministic generator (xorshift64*), values in [-1, 1).
@@ -35,6 +36,7 @@ fn cfg_for(n_head_kv: usize, head_dim: usize, block_size: usize, n_pos: usize) -
         head_dim,
         block_size,
         n_blocks: 64.max(n_pos.div_ceil(block_size) + 16),
+        windows: LayerWindows::NONE,
     }
 }
 
@@ -452,6 +454,7 @@ fn bad_inputs_are_named_errors() {
         head_dim: 64,
         block_size: 16,
         n_blocks: 4,
+        windows: LayerWindows::NONE,
     };
     let cache = KvCache::new(c).unwrap();
     let mut t = cache.new_table();

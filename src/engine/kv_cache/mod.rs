@@ -1,11 +1,20 @@
-//! The paged KV cache: one pool of fixed-size blocks holding K and V in f16 for every layer,
-//! a block allocator (free list + reference counts) and per-sequence block tables.
+//! The paged KV cache: one pool of fixed-size pages holding K and V in f16, a page allocator
+//! (free list + reference counts) and per-sequence block tables.
+//!
+//! # Pages and sliding windows
+//!
+//! A page holds `block_size` positions of K and V for a group of layers (see [`layout`]):
+//! every layer when the model has no sliding window, else layers grouped by the span they
+//! attend over, so that a local (windowed) layer's blocks can be released once they fall out of
+//! the window while the global layers keep theirs. A sequence's [`BlockTable`] has one page list
+//! per group.
 //!
 //! # Storage layout
 //!
 //! K and V are two separate `f16` arrays, allocated once in [`KvCache::new`], both indexed
-//! `[layer][block][kv_head]` and then by a tile of `block_size x head_dim` values (2 KiB for
-//! 16 x 64), contiguous so the query heads of one GQA group stream it once, in order:
+//! `[slot][page][kv_head]` (a slot is a layer's place in its group's pages) and then by a tile
+//! of `block_size x head_dim` values (2 KiB for 16 x 64), contiguous so the query heads of one
+//! GQA group stream it once, in order:
 //! - K tiles are transposed, `[head_dim][pos_in_block]`: 16 positions of one dimension are one
 //!   SIMD vector, so the scores of 16 positions come out of plain FMAs (q broadcast), with no
 //!   horizontal reductions;
@@ -24,9 +33,11 @@
 //! reads it through `KvCache::layer_k`, `KvCache::layer_v` and `KvCache::locate` (crate-only).
 
 mod free_list;
+pub mod layout;
 mod table;
 
-pub use table::{BlockAllocator, BlockTable};
+pub use layout::{KvLayout, LayerWindows};
+pub use table::{BlockAllocator, BlockTable, RELEASED};
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -50,6 +61,10 @@ pub enum KvCacheError {
     Layer { layer: usize, n_layer: usize },
     #[error("position {pos} is beyond the block table's capacity {capacity}")]
     Position { pos: usize, capacity: usize },
+    #[error(
+        "position {pos} of layer {layer} fell out of its sliding window; its page was released"
+    )]
+    Released { layer: usize, pos: usize },
     #[error("{what}: expected {expected} values, got {got}")]
     Shape {
         what: &'static str,
@@ -66,8 +81,10 @@ pub struct KvCacheConfig {
     pub head_dim: usize,
     /// Positions per block.
     pub block_size: usize,
-    /// Blocks in the pool.
+    /// Pages in the pool (each `block_size` positions of `layers_per_page` layers).
     pub n_blocks: usize,
+    /// The local layers and their window ([`LayerWindows::NONE`]: every layer global).
+    pub windows: LayerWindows,
 }
 
 /// Positions per block unless configured otherwise.
@@ -91,6 +108,7 @@ impl KvCacheConfig {
             head_dim,
             block_size,
             n_blocks: 0,
+            windows: LayerWindows::NONE,
         };
         cfg.n_blocks = capacity_bytes
             .checked_div(cfg.bytes_per_block())
@@ -98,11 +116,26 @@ impl KvCacheConfig {
         cfg
     }
 
-    /// Bytes of one block: K and V, all layers, all KV heads (saturating on overflow).
+    /// The page layout of this shape.
+    pub fn layout(&self) -> KvLayout {
+        KvLayout::new(self.n_layer, &self.windows)
+    }
+
+    /// Bytes of one page: K and V of its layers (all of them without sliding windows), all KV
+    /// heads (saturating on overflow).
     pub fn bytes_per_block(&self) -> usize {
-        [self.n_layer, self.n_head_kv, self.block_size, self.head_dim]
+        let per_page = self.layout().layers_per_page();
+        [per_page, self.n_head_kv, self.block_size, self.head_dim]
             .iter()
             .fold(2 * size_of::<f16>(), |acc, &x| acc.saturating_mul(x))
+    }
+
+    /// Bytes of K and V one sequence of `positions` positions holds at most when computed in
+    /// steps of at most `chunk` positions (local layers keep a window plus a chunk).
+    pub fn bytes_for_positions(&self, positions: usize, chunk: usize) -> usize {
+        self.layout()
+            .pages_for(positions, chunk, self.block_size)
+            .saturating_mul(self.bytes_per_block())
     }
 
     /// Bytes of the whole pool.
@@ -128,7 +161,8 @@ impl KvCacheConfig {
         if u32::try_from(self.n_blocks).is_err() {
             return bad("more than 2^32 blocks");
         }
-        [self.n_layer, self.n_blocks, self.n_head_kv, self.block_size]
+        let per_page = self.layout().layers_per_page();
+        [per_page, self.n_blocks, self.n_head_kv, self.block_size]
             .iter()
             .try_fold(self.head_dim, |acc, &x| acc.checked_mul(x))
             .ok_or_else(|| KvCacheError::InvalidConfig("size overflows".to_string()))
@@ -148,8 +182,10 @@ pub struct KvCache {
     v: Vec<f16>,
     k_off: usize,
     v_off: usize,
-    /// f16 values per layer in each array.
+    /// f16 values per slot (a layer's place in its group's pages) in each array.
     layer_len: usize,
+    /// Per layer: its group and slot.
+    place: Vec<(usize, usize)>,
 }
 
 /// Allocates `len` zeroed f16 values plus slack, returning the store and the offset of the first
@@ -181,15 +217,19 @@ impl KvCache {
         let len = cfg.values_per_array()?;
         let (k, k_off) = alloc_array(len)?;
         let (v, v_off) = alloc_array(len)?;
+        let layout = cfg.layout();
+        let place = (0..cfg.n_layer).map(|l| layout.place(l)).collect();
+        let slots = layout.layers_per_page();
         Ok(KvCache {
             cfg,
             // values_per_array checked that n_blocks fits in u32.
-            alloc: BlockAllocator::new(cfg.n_blocks as u32, cfg.block_size),
+            alloc: BlockAllocator::new(cfg.n_blocks as u32, cfg.block_size, layout),
             k,
             v,
             k_off,
             v_off,
-            layer_len: len / cfg.n_layer,
+            layer_len: len / slots,
+            place,
         })
     }
 
@@ -218,8 +258,8 @@ impl KvCache {
         self.cfg.n_blocks
     }
 
-    /// Checks that `layer`, `table` and `pos` address a slot of this cache; returns the physical
-    /// block holding `pos`.
+    /// Checks that `layer`, `table` and `pos` address a slot of this cache; returns the page
+    /// holding `pos` for `layer`.
     pub(crate) fn locate(
         &self,
         layer: usize,
@@ -235,13 +275,22 @@ impl KvCache {
         if !self.alloc.owns(table) {
             return Err(KvCacheError::ForeignTable);
         }
-        match table.blocks().get(pos / self.cfg.block_size) {
+        match self
+            .layer_blocks(layer, table)
+            .get(pos / self.cfg.block_size)
+        {
+            Some(&RELEASED) => Err(KvCacheError::Released { layer, pos }),
             Some(&b) => Ok(b as usize),
             None => Err(KvCacheError::Position {
                 pos,
                 capacity: table.capacity(),
             }),
         }
+    }
+
+    /// The pages of `layer`'s group in `table`, logical order (`RELEASED` where dropped).
+    pub(crate) fn layer_blocks<'t>(&self, layer: usize, table: &'t BlockTable) -> &'t [u32] {
+        table.group(self.place[layer].0)
     }
 
     /// Stores the K and V of one token at position `pos` of the sequence owning `table`, for
@@ -277,10 +326,11 @@ impl KvCache {
             }
         }
         let p = pos % bs;
+        let slot = self.place[layer].1;
         let mut row = [f16::ZERO; MAX_HEAD_DIM];
         let row = &mut row[..d];
         for h in 0..hk {
-            let tile = layer * self.layer_len + (block * hk + h) * bs * d;
+            let tile = slot * self.layer_len + (block * hk + h) * bs * d;
             let src = h * d..(h + 1) * d;
             // K tile is [head_dim][pos]: scatter the converted row down column `p`.
             row.convert_from_f32_slice(&k[src.clone()]);
@@ -293,18 +343,18 @@ impl KvCache {
         Ok(())
     }
 
-    /// Copies the K/V of every layer from block `src` to block `dst` (copy on write, after
-    /// [`BlockTable::unshare`]). Both must be live blocks of this pool.
+    /// Copies the K/V of every slot from page `src` to page `dst` (copy on write, after
+    /// [`BlockTable::unshare`]). Both must be live pages of this pool.
     pub fn copy_block(&mut self, src: u32, dst: u32) -> Result<(), KvCacheError> {
         for id in [src, dst] {
             if id as usize >= self.cfg.n_blocks || self.alloc.refcount(id) == 0 {
                 return Err(KvCacheError::BadBlock { id });
             }
         }
-        // A block's values in one layer are contiguous: `[kv_head][tile]`.
+        // A page's values in one slot are contiguous: `[kv_head][tile]`.
         let span = self.cfg.n_head_kv * self.cfg.block_size * self.cfg.head_dim;
-        for layer in 0..self.cfg.n_layer {
-            let base = layer * self.layer_len;
+        for slot in 0..self.alloc.layout().layers_per_page() {
+            let base = slot * self.layer_len;
             let (s, d) = (base + src as usize * span, base + dst as usize * span);
             self.k
                 .copy_within(self.k_off + s..self.k_off + s + span, self.k_off + d);
@@ -314,14 +364,17 @@ impl KvCache {
         Ok(())
     }
 
-    /// The K values of one layer: `[block][kv_head][head_dim][pos_in_block]`.
+    /// The K values of one layer's slot: `[page][kv_head][head_dim][pos_in_block]` (pages of
+    /// other groups hold other layers there; the layer's table group names its own pages).
     pub(crate) fn layer_k(&self, layer: usize) -> &[f16] {
-        &self.k[self.k_off + layer * self.layer_len..][..self.layer_len]
+        let slot = self.place[layer].1;
+        &self.k[self.k_off + slot * self.layer_len..][..self.layer_len]
     }
 
-    /// The V values of one layer: `[block][kv_head][pos_in_block][head_dim]`.
+    /// The V values of one layer's slot: `[page][kv_head][pos_in_block][head_dim]`.
     pub(crate) fn layer_v(&self, layer: usize) -> &[f16] {
-        &self.v[self.v_off + layer * self.layer_len..][..self.layer_len]
+        let slot = self.place[layer].1;
+        &self.v[self.v_off + slot * self.layer_len..][..self.layer_len]
     }
 }
 

@@ -9,14 +9,19 @@
 //! explicit call on `&mut KvCache` could not be enforced when a sequence is dropped early.
 
 use super::free_list::FreeList;
+use super::layout::KvLayout;
 use super::KvCacheError;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A table entry whose page was released (a local group's block older than its window).
+pub const RELEASED: u32 = u32::MAX;
 
 /// State shared by the allocator handle and every table it made.
 #[derive(Debug)]
 struct Shared {
     /// Positions per block.
     block_size: usize,
+    layout: KvLayout,
     free: Mutex<FreeList>,
 }
 
@@ -28,19 +33,22 @@ impl Shared {
     }
 }
 
-/// Hands out KV blocks: a free list with per-block reference counts. Cheap to clone (a handle);
-/// all clones share one pool. Obtain it from [`super::KvCache::allocator`].
+/// Hands out KV pages (blocks of a group of layers, see [`super::layout`]): a free list with
+/// per-page reference counts. Cheap to clone (a handle); all clones share one pool. Obtain it
+/// from [`super::KvCache::allocator`]. Without sliding windows a page is a block of every
+/// layer, and "block" and "page" are the same thing.
 #[derive(Debug, Clone)]
 pub struct BlockAllocator {
     shared: Arc<Shared>,
 }
 
 impl BlockAllocator {
-    /// A pool of `n_blocks` blocks of `block_size` positions each.
-    pub(crate) fn new(n_blocks: u32, block_size: usize) -> BlockAllocator {
+    /// A pool of `n_blocks` pages of `block_size` positions each, in `layout`.
+    pub(crate) fn new(n_blocks: u32, block_size: usize, layout: KvLayout) -> BlockAllocator {
         BlockAllocator {
             shared: Arc::new(Shared {
                 block_size,
+                layout,
                 free: Mutex::new(FreeList::new(n_blocks)),
             }),
         }
@@ -51,17 +59,22 @@ impl BlockAllocator {
         self.shared.block_size
     }
 
-    /// Blocks not held by any table.
+    /// How layers share pages and how long each group keeps its blocks.
+    pub fn layout(&self) -> &KvLayout {
+        &self.shared.layout
+    }
+
+    /// Pages not held by any table.
     pub fn free_blocks(&self) -> usize {
         self.shared.lock().free_count()
     }
 
-    /// Blocks in the pool.
+    /// Pages in the pool.
     pub fn total_blocks(&self) -> usize {
         self.shared.lock().total()
     }
 
-    /// Reference count of block `id` (0 when free): how many tables hold it.
+    /// Reference count of page `id` (0 when free): how many tables hold it.
     pub fn refcount(&self, id: u32) -> u32 {
         self.shared.lock().refcount(id)
     }
@@ -78,13 +91,15 @@ impl BlockAllocator {
     }
 }
 
-/// A sequence's block table: logical block `i` (positions `i*block_size ..`) lives in physical
-/// block `blocks()[i]`. Grows block by block; every block it holds is released (reference count
-/// decremented, freed at zero) when the table is dropped.
+/// A sequence's block table: for each group of layers, logical block `i` (positions
+/// `i*block_size ..`) lives in page `group(g)[i]`, or was released ([`RELEASED`]) when the
+/// group is local and the block fell out of its window. Grows block by block; every page it
+/// holds is released (reference count decremented, freed at zero) when the table is dropped.
 #[derive(Debug)]
 pub struct BlockTable {
     shared: Arc<Shared>,
-    blocks: Vec<u32>,
+    /// One list per group of the layout, all of the same length.
+    groups: Vec<Vec<u32>>,
 }
 
 impl BlockTable {
@@ -92,45 +107,116 @@ impl BlockTable {
     pub fn new(alloc: &BlockAllocator) -> BlockTable {
         BlockTable {
             shared: Arc::clone(&alloc.shared),
-            blocks: Vec::new(),
+            groups: vec![Vec::new(); alloc.shared.layout.n_groups()],
         }
     }
 
-    /// An empty table with room for `max_positions` positions' block ids, so that growing it up
+    /// An empty table with room for `max_positions` positions' page ids, so that growing it up
     /// to that length never allocates (keeps the decode step allocation-free).
     pub fn with_capacity(alloc: &BlockAllocator, max_positions: usize) -> BlockTable {
         let mut t = BlockTable::new(alloc);
-        t.blocks.reserve(max_positions.div_ceil(alloc.block_size()));
+        for g in &mut t.groups {
+            g.reserve(max_positions.div_ceil(alloc.block_size()));
+        }
         t
     }
 
-    /// Makes room for positions `< n_positions`, allocating the missing blocks all at once.
-    /// On [`KvCacheError::OutOfBlocks`] the table and the pool are unchanged (nothing leaked).
+    /// Logical blocks (in every group).
+    pub fn n_blocks(&self) -> usize {
+        self.groups.first().map_or(0, Vec::len)
+    }
+
+    /// Pages to allocate to cover positions `< n_positions` (one per group and missing block).
+    pub fn pages_to_reserve(&self, n_positions: usize) -> usize {
+        let want = n_positions.div_ceil(self.shared.block_size);
+        want.saturating_sub(self.n_blocks()) * self.groups.len()
+    }
+
+    /// Makes room for positions `< n_positions`, allocating the missing pages of every group
+    /// all at once. On [`KvCacheError::OutOfBlocks`] the table and the pool are unchanged
+    /// (nothing leaked).
     pub fn reserve(&mut self, n_positions: usize) -> Result<(), KvCacheError> {
         let want = n_positions.div_ceil(self.shared.block_size);
-        if want <= self.blocks.len() {
+        let have = self.n_blocks();
+        if want <= have {
             return Ok(());
         }
-        let need = want - self.blocks.len();
-        // Grow the id vector before taking blocks so a failed allocation here cannot strand
-        // blocks; this is a no-op when the table was made `with_capacity`.
-        self.blocks
-            .try_reserve(need)
-            .map_err(|_| KvCacheError::OutOfBlocks {
+        let per_group = want - have;
+        let need = per_group * self.groups.len();
+        // Grow the id vectors before taking pages so a failed allocation here cannot strand
+        // pages; this is a no-op when the table was made `with_capacity`.
+        for g in &mut self.groups {
+            g.try_reserve(per_group)
+                .map_err(|_| KvCacheError::OutOfBlocks {
+                    needed: need,
+                    free: 0,
+                })?;
+        }
+        // Every group's pages or none: the free count is checked once under the lock, then
+        // each group's ids go straight into its (already grown) vector, allocating nothing.
+        let mut fl = self.shared.lock();
+        if need > fl.free_count() {
+            return Err(KvCacheError::OutOfBlocks {
                 needed: need,
-                free: 0,
-            })?;
-        self.shared.lock().alloc_into(need, &mut self.blocks)
+                free: fl.free_count(),
+            });
+        }
+        for g in &mut self.groups {
+            fl.alloc_into(per_group, g)?;
+        }
+        Ok(())
+    }
+
+    /// Releases the pages of local groups' blocks that no query from position `pos` on can
+    /// see (every position in them older than `pos + 1 - window`); returns how many pages this
+    /// table dropped. A no-op without sliding windows.
+    pub fn forget_before(&mut self, pos: usize) -> usize {
+        let layout = &self.shared.layout;
+        if !layout.has_windows() {
+            return 0;
+        }
+        let bs = self.shared.block_size;
+        let mut fl = self.shared.lock();
+        let mut dropped = 0;
+        for (gi, g) in self.groups.iter_mut().enumerate() {
+            let keep = layout.first_kept_block(gi, pos, bs).min(g.len());
+            for id in g[..keep].iter_mut().filter(|id| **id != RELEASED) {
+                let r = fl.release(*id);
+                debug_assert!(r.is_ok(), "releasing page {id} twice");
+                *id = RELEASED;
+                dropped += 1;
+            }
+        }
+        dropped
     }
 
     /// Number of positions the table has room for.
     pub fn capacity(&self) -> usize {
-        self.blocks.len() * self.shared.block_size
+        self.n_blocks() * self.shared.block_size
     }
 
-    /// Physical block ids in logical order.
+    /// The pages of the first group in logical order: every page of a model without sliding
+    /// windows (whose only group is every layer).
     pub fn blocks(&self) -> &[u32] {
-        &self.blocks
+        self.groups.first().map_or(&[], Vec::as_slice)
+    }
+
+    /// Group `g`'s pages in logical order ([`RELEASED`] where a local block was dropped).
+    pub fn group(&self, g: usize) -> &[u32] {
+        &self.groups[g]
+    }
+
+    /// Logical block `b`'s page in every group (`RELEASED` where dropped).
+    pub fn block_pages(&self, b: usize) -> Vec<u32> {
+        self.groups.iter().map(|g| g[b]).collect()
+    }
+
+    /// Pages held (not released), over every group.
+    pub fn pages_held(&self) -> usize {
+        self.groups
+            .iter()
+            .map(|g| g.iter().filter(|&&id| id != RELEASED).count())
+            .sum()
     }
 
     /// Positions per block.
@@ -138,69 +224,151 @@ impl BlockTable {
         self.shared.block_size
     }
 
-    /// Appends the live block `id` (held by another table or a cache) as this table's next
-    /// logical block, adding a reference to it. Used to start a sequence on cached prefix blocks;
-    /// such blocks are read-only for this table ([`super::KvCache::write`] refuses shared blocks).
+    /// Appends the live page `id` (held by another table or a cache) as this table's next
+    /// logical block, adding a reference to it: the single-group form of [`Self::push_pages`].
     pub fn push_shared(&mut self, id: u32) -> Result<(), KvCacheError> {
-        self.blocks
-            .try_reserve(1)
-            .map_err(|_| KvCacheError::OutOfBlocks { needed: 1, free: 0 })?;
-        self.shared.lock().retain(id)?;
-        self.blocks.push(id);
+        self.push_pages(&[id])
+    }
+
+    /// Appends a logical block made of `pages` (one per group; `RELEASED` for a local group's
+    /// dropped page), adding a reference to each live one. Used to start a sequence on cached
+    /// prefix blocks; such pages are read-only for this table ([`super::KvCache::write`] refuses
+    /// shared pages). On error nothing changes.
+    pub fn push_pages(&mut self, pages: &[u32]) -> Result<(), KvCacheError> {
+        if pages.len() != self.groups.len() {
+            return Err(KvCacheError::Shape {
+                what: "pages of one block (one per layer group)",
+                expected: self.groups.len(),
+                got: pages.len(),
+            });
+        }
+        for g in &mut self.groups {
+            g.try_reserve(1)
+                .map_err(|_| KvCacheError::OutOfBlocks { needed: 1, free: 0 })?;
+        }
+        let mut fl = self.shared.lock();
+        for (i, &id) in pages.iter().enumerate().filter(|(_, &id)| id != RELEASED) {
+            if let Err(e) = fl.retain(id) {
+                // Undo the references taken so far.
+                for &done in pages[..i].iter().filter(|&&d| d != RELEASED) {
+                    let _ = fl.release(done);
+                }
+                return Err(e);
+            }
+        }
+        for (g, &id) in self.groups.iter_mut().zip(pages) {
+            g.push(id);
+        }
         Ok(())
     }
 
-    /// Replaces logical block `i` with a fresh block of its own when it is shared (reference
-    /// count above 1): returns `Some((old, new))` so the caller can copy the contents with
-    /// [`super::KvCache::copy_block`] before anything writes either block, or `None` when the
-    /// block was already exclusive. On [`KvCacheError::OutOfBlocks`] nothing changes.
-    pub fn unshare(&mut self, i: usize) -> Result<Option<(u32, u32)>, KvCacheError> {
-        let Some(&old) = self.blocks.get(i) else {
+    /// Drops logical blocks from `n_blocks` on (releasing their pages).
+    pub fn truncate(&mut self, n_blocks: usize) {
+        let mut fl = self.shared.lock();
+        for g in &mut self.groups {
+            for &id in g.iter().skip(n_blocks).filter(|&&id| id != RELEASED) {
+                let r = fl.release(id);
+                debug_assert!(r.is_ok(), "releasing page {id} twice");
+            }
+            g.truncate(n_blocks);
+        }
+    }
+
+    /// Releases the pages of local groups at logical block `b` that nobody else holds
+    /// (reference count 1: a cache's own copy), marking them [`RELEASED`]; returns how many
+    /// pages went back to the pool.
+    pub fn release_unshared_local(&mut self, b: usize) -> usize {
+        let layout = &self.shared.layout;
+        let mut fl = self.shared.lock();
+        let mut freed = 0;
+        for (gi, g) in self.groups.iter_mut().enumerate() {
+            if layout.window(gi).is_none() {
+                continue;
+            }
+            if let Some(id) = g.get_mut(b).filter(|id| **id != RELEASED) {
+                if fl.refcount(*id) == 1 {
+                    let r = fl.release(*id);
+                    debug_assert!(r.is_ok());
+                    *id = RELEASED;
+                    freed += 1;
+                }
+            }
+        }
+        freed
+    }
+
+    /// Pages of logical block `b` shared with another table (reference count above 1).
+    pub fn shared_pages_at(&self, b: usize) -> usize {
+        let fl = self.shared.lock();
+        self.groups
+            .iter()
+            .filter_map(|g| g.get(b))
+            .filter(|&&id| id != RELEASED && fl.refcount(id) > 1)
+            .count()
+    }
+
+    /// Replaces logical block `i`'s pages that are shared (reference count above 1) with fresh
+    /// pages of its own: returns the `(old, new)` pairs so the caller can copy the contents with
+    /// [`super::KvCache::copy_block`] before anything writes either page (empty when every page
+    /// was already exclusive). On [`KvCacheError::OutOfBlocks`] nothing changes.
+    pub fn unshare(&mut self, i: usize) -> Result<Vec<(u32, u32)>, KvCacheError> {
+        if i >= self.n_blocks() {
             return Err(KvCacheError::Position {
                 pos: i * self.shared.block_size,
                 capacity: self.capacity(),
             });
-        };
-        let mut fl = self.shared.lock();
-        if fl.refcount(old) <= 1 {
-            return Ok(None);
         }
-        let mut ids = Vec::with_capacity(1);
-        fl.alloc_into(1, &mut ids)?;
-        let new = ids[0];
-        // `old` had a count of 2 or more, so this release only drops our reference.
-        fl.release(old)?;
-        self.blocks[i] = new;
-        Ok(Some((old, new)))
+        let mut fl = self.shared.lock();
+        let shared: Vec<usize> = (0..self.groups.len())
+            .filter(|&g| {
+                let id = self.groups[g][i];
+                id != RELEASED && fl.refcount(id) > 1
+            })
+            .collect();
+        let mut fresh = Vec::with_capacity(shared.len());
+        fl.alloc_into(shared.len(), &mut fresh)?;
+        let mut pairs = Vec::with_capacity(shared.len());
+        for (g, new) in shared.into_iter().zip(fresh) {
+            let old = self.groups[g][i];
+            // `old` had a count of 2 or more, so this release only drops our reference.
+            let _ = fl.release(old);
+            self.groups[g][i] = new;
+            pairs.push((old, new));
+        }
+        Ok(pairs)
     }
 
-    /// A second table sharing every block of this one (reference counts incremented), e.g. for a
+    /// A second table sharing every page of this one (reference counts incremented), e.g. for a
     /// cached prompt prefix. There is no copy-on-write: writers must only write positions past
-    /// the shared prefix, in blocks they alone hold.
+    /// the shared prefix, in pages they alone hold.
     pub fn fork(&self) -> BlockTable {
         let mut fl = self.shared.lock();
-        for &id in &self.blocks {
-            // Every id in a live table has a count >= 1, so retain cannot fail.
-            let r = fl.retain(id);
-            debug_assert!(r.is_ok(), "forking a table holding a free block {id}");
+        for g in &self.groups {
+            for &id in g.iter().filter(|&&id| id != RELEASED) {
+                // Every id in a live table has a count >= 1, so retain cannot fail.
+                let r = fl.retain(id);
+                debug_assert!(r.is_ok(), "forking a table holding a free page {id}");
+            }
         }
         BlockTable {
             shared: Arc::clone(&self.shared),
-            blocks: self.blocks.clone(),
+            groups: self.groups.clone(),
         }
     }
 }
 
 impl Drop for BlockTable {
     fn drop(&mut self) {
-        if self.blocks.is_empty() {
+        if self.n_blocks() == 0 {
             return;
         }
         let mut fl = self.shared.lock();
-        for &id in &self.blocks {
-            // Each id was allocated or retained for this table exactly once, so its count is >= 1.
-            let r = fl.release(id);
-            debug_assert!(r.is_ok(), "releasing block {id} twice");
+        for g in &self.groups {
+            for &id in g.iter().filter(|&&id| id != RELEASED) {
+                // Each id was allocated or retained for this table exactly once.
+                let r = fl.release(id);
+                debug_assert!(r.is_ok(), "releasing page {id} twice");
+            }
         }
     }
 }
@@ -208,10 +376,11 @@ impl Drop for BlockTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::kv_cache::LayerWindows;
 
     #[test]
     fn reserve_grows_by_blocks() {
-        let a = BlockAllocator::new(4, 16);
+        let a = BlockAllocator::new(4, 16, KvLayout::new(1, &LayerWindows::NONE));
         let mut t = BlockTable::new(&a);
         t.reserve(1).unwrap();
         assert_eq!(t.capacity(), 16);
@@ -226,7 +395,7 @@ mod tests {
 
     #[test]
     fn out_of_blocks_leaves_table_and_pool_unchanged() {
-        let a = BlockAllocator::new(3, 16);
+        let a = BlockAllocator::new(3, 16, KvLayout::new(1, &LayerWindows::NONE));
         let mut t = BlockTable::new(&a);
         t.reserve(20).unwrap();
         let err = t.reserve(100).unwrap_err();
@@ -242,7 +411,7 @@ mod tests {
 
     #[test]
     fn fork_shares_until_last_drop() {
-        let a = BlockAllocator::new(4, 8);
+        let a = BlockAllocator::new(4, 8, KvLayout::new(1, &LayerWindows::NONE));
         let mut t = BlockTable::new(&a);
         t.reserve(16).unwrap();
         let f = t.fork();
@@ -256,8 +425,8 @@ mod tests {
 
     #[test]
     fn ownership_is_checked() {
-        let a = BlockAllocator::new(1, 8);
-        let b = BlockAllocator::new(1, 8);
+        let a = BlockAllocator::new(1, 8, KvLayout::new(1, &LayerWindows::NONE));
+        let b = BlockAllocator::new(1, 8, KvLayout::new(1, &LayerWindows::NONE));
         let t = BlockTable::new(&a);
         assert!(a.owns(&t));
         assert!(!b.owns(&t));
@@ -265,12 +434,12 @@ mod tests {
 
     #[test]
     fn with_capacity_reserves_ids() {
-        let a = BlockAllocator::new(8, 16);
+        let a = BlockAllocator::new(8, 16, KvLayout::new(1, &LayerWindows::NONE));
         let mut t = BlockTable::with_capacity(&a, 100);
-        let cap = t.blocks.capacity();
+        let cap = t.groups[0].capacity();
         assert!(cap >= 7);
         t.reserve(100).unwrap();
-        assert_eq!(t.blocks.capacity(), cap);
+        assert_eq!(t.groups[0].capacity(), cap);
     }
 
     use proptest::prelude::*;
@@ -282,7 +451,7 @@ mod tests {
         fn tables_return_every_block(
             ops in proptest::collection::vec((0u8..3, 0usize..6, 0usize..80), 0..60)
         ) {
-            let a = BlockAllocator::new(16, 8);
+            let a = BlockAllocator::new(16, 8, KvLayout::new(1, &LayerWindows::NONE));
             let mut tables: Vec<Option<BlockTable>> = (0..6).map(|_| None).collect();
             for (kind, slot, n) in ops {
                 match kind {

@@ -10,6 +10,7 @@ fn cfg(n_head_kv: usize, head_dim: usize, block_size: usize, n_blocks: usize) ->
         head_dim,
         block_size,
         n_blocks,
+        windows: LayerWindows::NONE,
     }
 }
 
@@ -149,7 +150,7 @@ fn copy_on_write_gives_a_fork_its_own_copy() {
         cache.write(0, &b, 6, &row(0.0), &row(0.0)),
         Err(KvCacheError::SharedBlock { .. })
     ));
-    let (old, new) = b.unshare(1).unwrap().expect("block 1 was shared");
+    let (old, new) = b.unshare(1).unwrap()[0];
     assert_eq!(old, a.blocks()[1]);
     assert_eq!(b.blocks()[0], a.blocks()[0], "block 0 still shared");
     cache.copy_block(old, new).unwrap();
@@ -162,7 +163,7 @@ fn copy_on_write_gives_a_fork_its_own_copy() {
     }
     // Now both write position 6 independently.
     cache.write(0, &b, 6, &row(1.0), &row(1.0)).unwrap();
-    assert_eq!(a.unshare(1).unwrap(), None, "a holds block 1 alone now");
+    assert_eq!(a.unshare(1).unwrap(), vec![], "a holds block 1 alone now");
     cache.write(0, &a, 6, &row(2.0), &row(2.0)).unwrap();
     assert!(cache.copy_block(99, new).is_err());
     drop((a, b));

@@ -1,16 +1,31 @@
-//! The shape of a llama-family model as the forward pass uses it, derived from the file's
-//! [`HParams`] (which already apply the per-architecture rules: RoPE ordering, biases).
+//! The description the one forward pass reads: the model's shape plus every way its family
+//! differs from llama (norm placement, activation, RoPE per layer, attention window, scales,
+//! softcaps), derived from the file's [`HParams`]. The forward pass branches on these values,
+//! never on the architecture's name.
 
 use crate::engine::error::EngineError;
 pub use crate::engine::hparams::Arch;
-use crate::engine::hparams::{HParams, RopeScalingKind, RopeStyle};
-use crate::engine::ops::{RopeKind, RopeTable};
+use crate::engine::hparams::{
+    Activation, AttnTemperature, HParams, RopeScaling, RopeScalingKind, RopeStyle,
+};
+use crate::engine::ops::{yarn_corr_dims, RopeKind, RopeTable};
 use crate::gguf::GgufFile;
 
-/// Everything the forward pass needs to know about a model's shape.
+/// Per layer: which RoPE table applies and how far back attention sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerConfig {
+    /// Index into [`LlamaConfig::ropes`]; `None` on a layer without RoPE (NoPE).
+    pub rope: Option<usize>,
+    /// Sliding window: a query at position `p` attends to `p - w + 1 ..= p`; `None` = all.
+    pub window: Option<usize>,
+}
+
+/// Everything the forward pass needs to know about a model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaConfig {
     pub arch: Arch,
+    /// The architecture and its variant in words (`HParams::variant`).
+    pub variant: String,
     pub n_layer: usize,
     pub n_embd: usize,
     pub n_head: usize,
@@ -23,23 +38,79 @@ pub struct LlamaConfig {
     pub rms_eps: f32,
     /// Whether Q, K and V have bias vectors (qwen2).
     pub qkv_bias: bool,
+    /// The RoPE of the global layers; `ropes[0]`, kept for callers sizing buffers.
     pub rope: RopeTable,
+    /// The distinct RoPE tables: `[global]` or `[global, local]` (gemma's local layers).
+    pub ropes: Vec<RopeTable>,
+    pub layers: Vec<LayerConfig>,
+    /// The LongRoPE factors (`rope_factors_long` when true, else `_short`) if the file has them:
+    /// chosen, as llama.cpp does, by whether the served context exceeds the original one.
+    pub long_rope_factors: bool,
+    pub qk_norm: bool,
+    pub post_norms: bool,
+    pub activation: Activation,
+    pub embd_scale: Option<f32>,
+    pub q_scale: Option<f32>,
+    pub kq_scale: f32,
+    pub attn_softcap: Option<f32>,
+    pub final_softcap: Option<f32>,
+    pub residual_scale: Option<f32>,
+    pub logit_scale: Option<f32>,
+    pub attn_temperature: Option<AttnTemperature>,
+}
+
+/// One RoPE table with llama.cpp's context-time parameters (`llama-context.cpp`): the
+/// frequency scale, YaRN's extrapolation factor and magnitude (`yarn_attn_factor`), times the
+/// file's `rope.scaling.attn_factor`.
+fn rope_table(
+    kind: RopeKind,
+    n_dims: usize,
+    freq_base: f32,
+    freq_scale: f32,
+    s: &RopeScaling,
+    n_ctx_orig: u32,
+) -> RopeTable {
+    let yarn = s.kind == RopeScalingKind::Yarn;
+    let mut attn_factor = 1.0f32;
+    if yarn {
+        let mscale = |scale: f32, m: f32| {
+            if scale <= 1.0 {
+                1.0
+            } else {
+                (0.1 * m).mul_add(scale.ln(), 1.0)
+            }
+        };
+        let factor = 1.0 / freq_scale;
+        attn_factor = if s.yarn_log_mul != 0.0 {
+            mscale(factor, 1.0) / mscale(factor, s.yarn_log_mul)
+        } else {
+            mscale(factor, 1.0)
+        };
+        // llama.cpp cancels the magnitude its rope kernel applies for YaRN.
+        attn_factor *= 1.0 / 0.1f32.mul_add(factor.ln(), 1.0);
+    }
+    attn_factor *= s.attn_factor;
+    RopeTable {
+        kind,
+        n_dims,
+        freq_base,
+        freq_scale,
+        freq_factors: None,
+        ext_factor: if yarn { 1.0 } else { 0.0 },
+        attn_factor,
+        corr_dims: yarn_corr_dims(
+            n_dims,
+            n_ctx_orig,
+            freq_base,
+            s.yarn_beta_fast,
+            s.yarn_beta_slow,
+        ),
+    }
 }
 
 impl LlamaConfig {
-    /// The forward-pass shape of `hp`. YaRN scaling is refused (not implemented).
+    /// The forward-pass description of `hp`.
     pub fn from_hparams(hp: &HParams) -> Result<LlamaConfig, EngineError> {
-        let freq_scale = match hp.rope_scaling.kind {
-            RopeScalingKind::None => 1.0,
-            RopeScalingKind::Linear if hp.rope_scaling.factor > 0.0 => 1.0 / hp.rope_scaling.factor,
-            RopeScalingKind::Linear => 1.0,
-            RopeScalingKind::Yarn => {
-                return Err(EngineError::BadHParam {
-                    key: "rope.scaling.type",
-                    message: "yarn scaling is not supported (none, linear)".to_string(),
-                })
-            }
-        };
         let rope_dim = hp.rope_dim as usize;
         if rope_dim == 0 || !rope_dim.is_multiple_of(2) || rope_dim > hp.head_dim as usize {
             return Err(EngineError::BadHParam {
@@ -50,8 +121,47 @@ impl LlamaConfig {
                 ),
             });
         }
+        let s = &hp.rope_scaling;
+        // llama.cpp: the scale is 1/factor unless the type is "none".
+        let freq_scale = match s.kind {
+            RopeScalingKind::None => 1.0,
+            _ => 1.0 / s.factor,
+        };
+        let kind = match hp.rope_style {
+            RopeStyle::Normal => RopeKind::Normal,
+            RopeStyle::NeoX => RopeKind::NeoX,
+        };
+        let n_ctx_orig = s.original_ctx.unwrap_or(hp.n_ctx_train);
+        let global = rope_table(kind, rope_dim, hp.rope_freq_base, freq_scale, s, n_ctx_orig);
+        let mut ropes = vec![global.clone()];
+        if let Some(w) = &hp.sliding_window {
+            // Local layers: their own base, no frequency scaling (llama.cpp's
+            // `rope_freq_scale_train_swa` is 1), the same YaRN/magnitude parameters.
+            ropes.push(rope_table(
+                kind,
+                rope_dim,
+                w.rope_freq_base,
+                1.0,
+                s,
+                n_ctx_orig,
+            ));
+        }
+        let layers = (0..hp.n_layer as usize)
+            .map(|il| {
+                let local = hp.sliding_window.as_ref().is_some_and(|w| w.local[il]);
+                LayerConfig {
+                    rope: hp.rope_layers[il].then_some(usize::from(local)),
+                    window: hp
+                        .sliding_window
+                        .as_ref()
+                        .filter(|_| local)
+                        .map(|w| w.size as usize),
+                }
+            })
+            .collect();
         Ok(LlamaConfig {
             arch: hp.arch,
+            variant: hp.variant(),
             n_layer: hp.n_layer as usize,
             n_embd: hp.n_embd as usize,
             n_head: hp.n_head as usize,
@@ -62,21 +172,31 @@ impl LlamaConfig {
             n_ctx_train: hp.n_ctx_train as usize,
             rms_eps: hp.rms_eps,
             qkv_bias: hp.has_qkv_bias,
-            rope: RopeTable {
-                kind: match hp.rope_style {
-                    RopeStyle::Normal => RopeKind::Normal,
-                    RopeStyle::NeoX => RopeKind::NeoX,
-                },
-                n_dims: rope_dim,
-                freq_base: hp.rope_freq_base,
-                freq_scale,
-                freq_factors: None,
-            },
+            rope: global,
+            ropes,
+            layers,
+            long_rope_factors: hp.n_ctx_train > n_ctx_orig,
+            qk_norm: hp.qk_norm,
+            post_norms: hp.post_norms,
+            activation: hp.activation,
+            embd_scale: hp.embd_scale,
+            q_scale: hp.q_scale,
+            kq_scale: hp.kq_scale,
+            attn_softcap: hp.attn_softcap,
+            final_softcap: hp.final_softcap,
+            residual_scale: hp.residual_scale,
+            logit_scale: hp.logit_scale,
+            attn_temperature: hp.attn_temperature,
         })
     }
 
-    /// Reads the hyper-parameters of `file` and derives the shape.
+    /// Reads the hyper-parameters of `file` and derives the description.
     pub fn from_gguf(file: &GgufFile) -> Result<LlamaConfig, EngineError> {
         LlamaConfig::from_hparams(&HParams::from_gguf(file)?)
+    }
+
+    /// The largest sliding window of any layer, `None` when every layer attends to everything.
+    pub fn max_window(&self) -> Option<usize> {
+        self.layers.iter().filter_map(|l| l.window).max()
     }
 }

@@ -1,22 +1,11 @@
-//! The llama-family forward pass over a ragged batch.
-//!
-//! Per layer, for every new token of every sequence at once:
-//! `x += Wo · attn(rope(Wq · n), rope(Wk · n), Wv · n)` with `n = rms_norm(x) * attn_norm`,
-//! then `x += Wdown · (silu(Wgate · m) * (Wup · m))` with `m = rms_norm(x) * ffn_norm`;
-//! finally `logits = Wout · (rms_norm(x) * output_norm)` for the rows asked for.
-//!
-//! Every step is per token (norms, RoPE, activation quantization, attention) or a matmul whose
-//! outputs are bit-identical per token whatever the batch (see `matmul`), so a sequence's
-//! logits never depend on the batch it runs in nor on how its prompt was chunked.
+//! A loaded model: its description, weights and worker team, and the entry point of a forward
+//! call over a ragged batch (validation and layout; the pass itself is `forward.rs`).
 
-use crate::engine::attention::{attend_batch, AttnBatch};
 use crate::engine::batch::{Logits, LogitsWanted, SeqInput};
 use crate::engine::error::EngineError;
-use crate::engine::kv_cache::{KvCache, KvCacheConfig, KvCacheError};
-use crate::engine::matmul::{matmul, MatJob};
+use crate::engine::kv_cache::{KvCache, KvCacheConfig, LayerWindows};
 use crate::engine::model::config::LlamaConfig;
 use crate::engine::model::load::load_weights;
-use crate::engine::ops::{rms_norm, swiglu};
 use crate::engine::pool::{Pool, SendPtr};
 use crate::engine::scratch::{BatchLimits, ForwardScratch};
 use crate::engine::weights::LlamaWeights;
@@ -32,19 +21,19 @@ const PAR_ROWS_MIN: usize = 16;
 #[cfg(feature = "trace")]
 pub type TraceHook = Box<dyn Fn(&str, Option<usize>, &[f32]) + Send + Sync>;
 
-/// A loaded llama-family model and the thread pool it computes on.
+/// A loaded model (any supported architecture) and the thread pool it computes on.
 pub struct LlamaModel {
     cfg: LlamaConfig,
     /// Shared by every replica (see [`LlamaModel::replica`]).
     w: Arc<LlamaWeights>,
-    pool: Pool,
+    pub(super) pool: Pool,
     #[cfg(feature = "trace")]
     trace: Option<TraceHook>,
 }
 
 /// Applies `f(t, row)` to each of the `n` first `width`-long rows of `buf`, over the pool
 /// when there are many (in groups of rows, a few groups per thread).
-fn for_rows(
+pub(super) fn for_rows(
     pool: &Pool,
     buf: &mut [f32],
     width: usize,
@@ -72,7 +61,7 @@ fn for_rows(
     }
 }
 
-fn add_in_place(x: &mut [f32], y: &[f32]) {
+pub(super) fn add_in_place(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
     }
@@ -123,15 +112,19 @@ impl LlamaModel {
         &self.pool
     }
 
-    /// A KV cache shape for this model holding `n_positions` positions in blocks of
-    /// `block_size`.
+    /// A KV cache shape for this model with `n_positions / block_size` pages of `block_size`
+    /// positions (with sliding windows a page holds a group of layers, see
+    /// `kv_cache::layout`: a long sequence takes fewer pages per position).
     pub fn kv_config(&self, n_positions: usize, block_size: usize) -> KvCacheConfig {
+        let local: Vec<bool> = self.cfg.layers.iter().map(|l| l.window.is_some()).collect();
         KvCacheConfig {
             n_layer: self.cfg.n_layer,
             n_head_kv: self.cfg.n_head_kv,
             head_dim: self.cfg.head_dim,
             block_size,
             n_blocks: n_positions.div_ceil(block_size.max(1)),
+            windows: LayerWindows::new(self.cfg.max_window().unwrap_or(0), &local)
+                .unwrap_or(LayerWindows::NONE),
         }
     }
 
@@ -152,7 +145,7 @@ impl LlamaModel {
 
     #[inline]
     #[allow(unused_variables)]
-    fn trace(&self, name: &str, layer: Option<usize>, rows: &[f32]) {
+    pub(super) fn trace(&self, name: &str, layer: Option<usize>, rows: &[f32]) {
         #[cfg(feature = "trace")]
         if let Some(h) = &self.trace {
             h(name, layer, rows);
@@ -240,193 +233,5 @@ impl LlamaModel {
         }
         s.row_start[seqs.len()] = r;
         Ok((n_tok, n_rows))
-    }
-
-    /// The forward pass proper, on the pool.
-    fn run(
-        &self,
-        seqs: &[SeqInput<'_>],
-        n_tok: usize,
-        n_rows: usize,
-        kv: &mut KvCache,
-        s: &mut ForwardScratch,
-    ) -> Result<(), KvCacheError> {
-        let c = &self.cfg;
-        let (d, hd) = (c.n_embd, c.head_dim);
-        let nq = c.n_head * hd;
-        let nkv = c.n_head_kv * hd;
-        let nf = c.n_ff;
-        let n_rot = c.rope.n_dims;
-        let tok_seq = &s.tok_seq[..n_tok];
-        let tok_pos = &s.tok_pos[..n_tok];
-
-        // Token embeddings: the dequantized rows of token_embd.
-        let mut tok_ids = tok_seq.iter().zip(tok_pos).map(|(&sq, &p)| {
-            let q = &seqs[sq as usize];
-            q.tokens[p as usize - q.start_pos]
-        });
-        for row in s.x[..n_tok * d].chunks_mut(d) {
-            let id = tok_ids.next().unwrap_or(0);
-            self.w.token_embd.row_to_f32(id as usize, row);
-        }
-        self.trace("inp_embd", None, &s.x[..n_tok * d]);
-        // RoPE angles, once per token for all layers.
-        let rope = &c.rope;
-        for_rows(&self.pool, &mut s.rope, n_rot, n_tok, |t, row| {
-            rope.fill(tok_pos[t] as usize, row)
-        });
-
-        for (l, lw) in self.w.layers.iter().enumerate() {
-            let lt = Some(l);
-            // Attention block.
-            let x = &s.x;
-            for_rows(&self.pool, &mut s.xn, d, n_tok, |t, row| {
-                rms_norm(&x[t * d..(t + 1) * d], &lw.attn_norm, c.rms_eps, row)
-            });
-            self.trace("attn_norm", lt, &s.xn[..n_tok * d]);
-            matmul(
-                &self.pool,
-                &s.xn,
-                n_tok,
-                &mut [
-                    MatJob {
-                        w: &lw.wq,
-                        out: &mut s.q,
-                    },
-                    MatJob {
-                        w: &lw.wk,
-                        out: &mut s.k,
-                    },
-                    MatJob {
-                        w: &lw.wv,
-                        out: &mut s.v,
-                    },
-                ],
-                &mut s.mm,
-            );
-            self.trace("q_mm", lt, &s.q[..n_tok * nq]);
-            self.trace("k_mm", lt, &s.k[..n_tok * nkv]);
-            let rope_c = &s.rope;
-            for_rows(&self.pool, &mut s.q, nq, n_tok, |t, row| {
-                if let Some(b) = &lw.bq {
-                    add_in_place(row, b);
-                }
-                rope.apply(&rope_c[t * n_rot..(t + 1) * n_rot], row, hd);
-            });
-            for_rows(&self.pool, &mut s.k, nkv, n_tok, |t, row| {
-                if let Some(b) = &lw.bk {
-                    add_in_place(row, b);
-                }
-                rope.apply(&rope_c[t * n_rot..(t + 1) * n_rot], row, hd);
-            });
-            if let Some(b) = &lw.bv {
-                for_rows(&self.pool, &mut s.v, nkv, n_tok, |_, row| {
-                    add_in_place(row, b)
-                });
-            }
-            self.trace("q", lt, &s.q[..n_tok * nq]);
-            self.trace("k", lt, &s.k[..n_tok * nkv]);
-            self.trace("v", lt, &s.v[..n_tok * nkv]);
-            for t in 0..n_tok {
-                let q = &seqs[tok_seq[t] as usize];
-                let (kr, vr) = (&s.k[t * nkv..(t + 1) * nkv], &s.v[t * nkv..(t + 1) * nkv]);
-                kv.write(l, q.table, tok_pos[t] as usize, kr, vr)?;
-            }
-            let table_of = |i: usize| seqs[i].table;
-            let batch = AttnBatch {
-                tok_seq,
-                tok_pos,
-                table: &table_of,
-                q: &s.q,
-            };
-            attend_batch(
-                &self.pool,
-                kv,
-                l,
-                &batch,
-                &mut s.attn[..n_tok * nq],
-                &s.attn_scratch,
-                &mut s.attn_plan,
-            )?;
-            self.trace("attn_out", lt, &s.attn[..n_tok * nq]);
-            matmul(
-                &self.pool,
-                &s.attn,
-                n_tok,
-                &mut [MatJob {
-                    w: &lw.wo,
-                    out: &mut s.proj,
-                }],
-                &mut s.mm,
-            );
-            self.trace("attn_proj", lt, &s.proj[..n_tok * d]);
-            add_in_place(&mut s.x[..n_tok * d], &s.proj[..n_tok * d]);
-            self.trace("ffn_inp", lt, &s.x[..n_tok * d]);
-
-            // Feed-forward block.
-            let x = &s.x;
-            for_rows(&self.pool, &mut s.xn, d, n_tok, |t, row| {
-                rms_norm(&x[t * d..(t + 1) * d], &lw.ffn_norm, c.rms_eps, row)
-            });
-            self.trace("ffn_norm", lt, &s.xn[..n_tok * d]);
-            matmul(
-                &self.pool,
-                &s.xn,
-                n_tok,
-                &mut [
-                    MatJob {
-                        w: &lw.w_gate,
-                        out: &mut s.gate,
-                    },
-                    MatJob {
-                        w: &lw.w_up,
-                        out: &mut s.up,
-                    },
-                ],
-                &mut s.mm,
-            );
-            self.trace("ffn_gate", lt, &s.gate[..n_tok * nf]);
-            self.trace("ffn_up", lt, &s.up[..n_tok * nf]);
-            let (gate, up) = (&s.gate, &s.up);
-            for_rows(&self.pool, &mut s.xn, nf, n_tok, |t, row| {
-                swiglu(&gate[t * nf..(t + 1) * nf], &up[t * nf..(t + 1) * nf], row)
-            });
-            self.trace("ffn_act", lt, &s.xn[..n_tok * nf]);
-            matmul(
-                &self.pool,
-                &s.xn,
-                n_tok,
-                &mut [MatJob {
-                    w: &lw.w_down,
-                    out: &mut s.proj,
-                }],
-                &mut s.mm,
-            );
-            self.trace("ffn_out", lt, &s.proj[..n_tok * d]);
-            add_in_place(&mut s.x[..n_tok * d], &s.proj[..n_tok * d]);
-            self.trace("l_out", lt, &s.x[..n_tok * d]);
-        }
-
-        // Final norm and LM head, only for the rows asked for.
-        if n_rows > 0 {
-            let (x, logit_tok) = (&s.x, &s.logit_tok);
-            for_rows(&self.pool, &mut s.out_norm, d, n_rows, |r, row| {
-                let t = logit_tok[r] as usize;
-                rms_norm(&x[t * d..(t + 1) * d], &self.w.output_norm, c.rms_eps, row)
-            });
-            self.trace("result_norm", None, &s.out_norm[..n_rows * d]);
-            matmul(
-                &self.pool,
-                &s.out_norm,
-                n_rows,
-                &mut [MatJob {
-                    w: &self.w.output,
-                    out: &mut s.logits,
-                }],
-                &mut s.mm,
-            );
-            self.trace("result_output", None, &s.logits[..n_rows * c.n_vocab]);
-        }
-        Ok(())
     }
 }

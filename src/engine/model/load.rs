@@ -1,5 +1,7 @@
 //! Building [`LlamaWeights`] from a GGUF file: every tensor looked up by its llama.cpp name,
-//! its shape checked against the config, its type checked against the kernel table.
+//! its shape checked against the description, its type checked against the kernel table. Fused
+//! matrices (phi3's `attn_qkv.weight`, and `ffn_up.weight` holding gate then up) are split into
+//! row ranges of the same mapped bytes: no copy of the weights.
 
 use crate::engine::error::EngineError;
 use crate::engine::model::LlamaConfig;
@@ -26,44 +28,153 @@ fn opt_vec(file: &GgufFile, name: &str, n: usize) -> Result<Option<Vec<f32>>, En
     }
 }
 
-/// Loads all weights, and the RoPE frequency factors into `cfg` when the file has them.
+/// Splits the `(sum of parts, k)` matrix `name` into consecutive row ranges of `parts` rows.
+fn split_matrix<const N: usize>(
+    file: &GgufFile,
+    name: &str,
+    parts: [usize; N],
+    k: usize,
+) -> Result<[Weight; N], EngineError> {
+    let t = tensor(file, name)?;
+    let total: usize = parts.iter().sum();
+    let want = [k as u64, total as u64];
+    if t.shape() != want {
+        return Err(EngineError::BadShape {
+            name: name.to_string(),
+            got: t.shape().to_vec(),
+            want: want.to_vec(),
+        });
+    }
+    let mut r0 = 0;
+    let mut out = Vec::with_capacity(N);
+    for n in parts {
+        let part = t.rows(r0, r0 + n).ok_or_else(|| EngineError::BadShape {
+            name: name.to_string(),
+            got: t.shape().to_vec(),
+            want: want.to_vec(),
+        })?;
+        out.push(Weight::new(name, part, n, k)?);
+        r0 += n;
+    }
+    Ok(out
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("N parts were pushed")))
+}
+
+/// Splits the vector `name` of `sum(parts)` values into consecutive parts.
+fn split_vec<const N: usize>(
+    file: &GgufFile,
+    name: &str,
+    parts: [usize; N],
+) -> Result<Option<[Vec<f32>; N]>, EngineError> {
+    let Some(all) = opt_vec(file, name, parts.iter().sum())? else {
+        return Ok(None);
+    };
+    let mut r0 = 0;
+    let v: Vec<Vec<f32>> = parts
+        .iter()
+        .map(|&n| {
+            r0 += n;
+            all[r0 - n..r0].to_vec()
+        })
+        .collect();
+    Ok(v.try_into().ok())
+}
+
+/// Loads all weights, and the RoPE frequency factors into `cfg` when the file has them
+/// (`rope_freqs.weight`, else LongRoPE's long or short factors as `cfg` chose).
 pub(crate) fn load_weights(
     file: &GgufFile,
     cfg: &mut LlamaConfig,
 ) -> Result<LlamaWeights, EngineError> {
     let d = cfg.n_embd;
-    let nq = cfg.n_head * cfg.head_dim;
-    let nkv = cfg.n_head_kv * cfg.head_dim;
+    let hd = cfg.head_dim;
+    let nq = cfg.n_head * hd;
+    let nkv = cfg.n_head_kv * hd;
     let f = cfg.n_ff;
     let token_embd = matrix(file, "token_embd.weight", cfg.n_vocab, d)?;
-    let (output, tied_output) = match file.tensor_data("output.weight") {
-        Some(t) => (Weight::new("output.weight", t, cfg.n_vocab, d)?, false),
-        None => (token_embd.clone(), true),
+    let tied = cfg.arch.rules().always_tied || file.tensor_data("output.weight").is_none();
+    let (output, tied_output) = if tied {
+        (token_embd.clone(), true)
+    } else {
+        (matrix(file, "output.weight", cfg.n_vocab, d)?, false)
     };
-    cfg.rope.freq_factors = opt_vec(file, "rope_freqs.weight", cfg.rope.n_dims / 2)?;
+    let n_factors = cfg.rope.n_dims / 2;
+    let long_short = if cfg.long_rope_factors {
+        "rope_factors_long.weight"
+    } else {
+        "rope_factors_short.weight"
+    };
+    let factors = match opt_vec(file, "rope_freqs.weight", n_factors)? {
+        Some(v) => Some(v),
+        None => opt_vec(file, long_short, n_factors)?,
+    };
+    for r in cfg.ropes.iter_mut() {
+        r.freq_factors = factors.clone();
+    }
+    cfg.rope.freq_factors = factors;
     let mut layers = Vec::with_capacity(cfg.n_layer);
     for i in 0..cfg.n_layer {
         let n = |s: &str| format!("blk.{i}.{s}");
-        let bias = |s: &str, len| {
-            if cfg.qkv_bias {
+        let norm = |s: &str, len, used: bool| {
+            if used {
                 vec_of(file, &n(s), len).map(Some)
             } else {
-                opt_vec(file, &n(s), len)
+                Ok(None)
             }
+        };
+        let ([wq, wk, wv], fused_bias) = if file.tensor("blk.0.attn_qkv.weight").is_some() {
+            (
+                split_matrix(file, &n("attn_qkv.weight"), [nq, nkv, nkv], d)?,
+                split_vec(file, &n("attn_qkv.bias"), [nq, nkv, nkv])?,
+            )
+        } else {
+            (
+                [
+                    matrix(file, &n("attn_q.weight"), nq, d)?,
+                    matrix(file, &n("attn_k.weight"), nkv, d)?,
+                    matrix(file, &n("attn_v.weight"), nkv, d)?,
+                ],
+                None,
+            )
+        };
+        let [bq, bk, bv] = match fused_bias {
+            Some([q, k, v]) => [Some(q), Some(k), Some(v)],
+            None => [
+                opt_vec(file, &n("attn_q.bias"), nq)?,
+                opt_vec(file, &n("attn_k.bias"), nkv)?,
+                opt_vec(file, &n("attn_v.bias"), nkv)?,
+            ],
+        };
+        let [w_gate, w_up] = if cfg.arch.rules().fused_gate_up {
+            split_matrix(file, &n("ffn_up.weight"), [f, f], d)?
+        } else {
+            [
+                matrix(file, &n("ffn_gate.weight"), f, d)?,
+                matrix(file, &n("ffn_up.weight"), f, d)?,
+            ]
         };
         layers.push(LayerWeights {
             attn_norm: vec_of(file, &n("attn_norm.weight"), d)?,
-            wq: matrix(file, &n("attn_q.weight"), nq, d)?,
-            wk: matrix(file, &n("attn_k.weight"), nkv, d)?,
-            wv: matrix(file, &n("attn_v.weight"), nkv, d)?,
-            bq: bias("attn_q.bias", nq)?,
-            bk: bias("attn_k.bias", nkv)?,
-            bv: bias("attn_v.bias", nkv)?,
+            wq,
+            wk,
+            wv,
+            bq,
+            bk,
+            bv,
+            q_norm: norm("attn_q_norm.weight", hd, cfg.qk_norm)?,
+            k_norm: norm("attn_k_norm.weight", hd, cfg.qk_norm)?,
             wo: matrix(file, &n("attn_output.weight"), d, nq)?,
+            bo: opt_vec(file, &n("attn_output.bias"), d)?,
+            post_attn_norm: norm("post_attention_norm.weight", d, cfg.post_norms)?,
             ffn_norm: vec_of(file, &n("ffn_norm.weight"), d)?,
-            w_gate: matrix(file, &n("ffn_gate.weight"), f, d)?,
-            w_up: matrix(file, &n("ffn_up.weight"), f, d)?,
+            w_gate,
+            w_up,
+            b_gate: opt_vec(file, &n("ffn_gate.bias"), f)?,
+            b_up: opt_vec(file, &n("ffn_up.bias"), f)?,
             w_down: matrix(file, &n("ffn_down.weight"), d, f)?,
+            b_down: opt_vec(file, &n("ffn_down.bias"), d)?,
+            post_ffn_norm: norm("post_ffw_norm.weight", d, cfg.post_norms)?,
         });
     }
     Ok(LlamaWeights {
@@ -71,6 +182,7 @@ pub(crate) fn load_weights(
         layers,
         output_norm: vec_of(file, "output_norm.weight", d)?,
         output,
+        output_bias: opt_vec(file, "output.bias", cfg.n_vocab)?,
         tied_output,
     })
 }

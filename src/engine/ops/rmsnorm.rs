@@ -13,6 +13,15 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// `x = rms_norm(x) * w` in place (the same arithmetic as [`rms_norm`]).
+pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    assert!(x.len() == w.len(), "rms_norm lengths");
+    let scale = rms_scale(x, eps);
+    for (xi, &wi) in x.iter_mut().zip(w) {
+        *xi = (*xi * scale) * wi;
+    }
+}
+
 /// `1 / sqrt(mean(x^2) + eps)`. Eight f64 partial sums (a fixed order, so the result is
 /// deterministic and the loop vectorizes), combined pairwise.
 fn rms_scale(x: &[f32], eps: f32) -> f32 {

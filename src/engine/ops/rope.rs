@@ -1,41 +1,108 @@
-//! Rotary position embedding, computed as llama.cpp does (`rope_cache_init` + `rope_yarn`
-//! without YaRN extrapolation): for pair `i` of the first `n_dims` dims,
-//! `theta_i = pos * freq_scale * base^(-2i/n_dims) / factor_i`, accumulated in f32 by
-//! repeated multiplication like ggml.
+//! Rotary position embedding, computed as llama.cpp does (`ggml_rope_cache_init` + `rope_yarn`):
+//! for pair `i` of the first `n_dims` dims, `theta_i = pos * base^(-2i/n_dims) / factor_i`
+//! (accumulated in f32 by repeated multiplication like ggml), scaled by `freq_scale`; with YaRN
+//! (`ext_factor` 1) each pair's angle is mixed between the scaled and unscaled one by a ramp over
+//! the correction dims and the magnitude is corrected; cos and sin are multiplied by
+//! `attn_factor`. The dims past `n_dims` pass through unrotated (partial RoPE).
 
 /// Which dims form a rotated pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeKind {
     /// Adjacent pairs `(2i, 2i+1)`: llama files (the converter permutes Q/K rows for it).
     Normal,
-    /// Halves `(i, i + n_dims/2)`: GPT-NeoX style, used by qwen2.
+    /// Halves `(i, i + n_dims/2)`: GPT-NeoX style, used by qwen, gemma, phi3.
     NeoX,
 }
 
-/// RoPE settings of a model.
+/// RoPE settings of a model (or of one kind of layer: gemma's local layers have their own).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopeTable {
     pub kind: RopeKind,
     /// Rotated dims per head (`rope.dimension_count`), even, <= head_dim.
     pub n_dims: usize,
     pub freq_base: f32,
-    /// `1 / linear scaling factor` (1.0 without scaling).
+    /// `1 / scaling factor` (1.0 without scaling).
     pub freq_scale: f32,
-    /// Per-pair frequency divisors (`rope_freqs.weight`, Llama 3.1), `n_dims / 2` long.
+    /// Per-pair frequency divisors (`rope_freqs.weight`, Llama 3.1; phi3's LongRoPE factors),
+    /// `n_dims / 2` long.
     pub freq_factors: Option<Vec<f32>>,
+    /// YaRN's extrapolation mix (llama.cpp's `ext_factor`): 0 off, 1 for YaRN files.
+    pub ext_factor: f32,
+    /// cos and sin are multiplied by this (llama.cpp's `attn_factor`): 1, phi3's
+    /// `rope.scaling.attn_factor`, or YaRN's magnitude correction.
+    pub attn_factor: f32,
+    /// YaRN's correction dims (see [`yarn_corr_dims`]); unused when `ext_factor` is 0.
+    pub corr_dims: [f32; 2],
+}
+
+/// llama.cpp's `ggml_rope_yarn_corr_dim`: the dim whose wavelength makes `n_rot` turns over
+/// `n_ctx_orig` positions.
+fn yarn_corr_dim(n_dims: usize, n_ctx_orig: u32, n_rot: f32, base: f32) -> f32 {
+    n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+        / (2.0 * base.ln())
+}
+
+/// YaRN's ramp bounds over pair indices, as `ggml_rope_yarn_corr_dims` computes them.
+pub fn yarn_corr_dims(
+    n_dims: usize,
+    n_ctx_orig: u32,
+    freq_base: f32,
+    beta_fast: f32,
+    beta_slow: f32,
+) -> [f32; 2] {
+    let start = yarn_corr_dim(n_dims, n_ctx_orig, beta_fast, freq_base).floor();
+    let end = yarn_corr_dim(n_dims, n_ctx_orig, beta_slow, freq_base).ceil();
+    let lo = if 0.0 > start { 0.0 } else { start };
+    let top = (n_dims - 1) as f32;
+    let hi = if top < end { top } else { end };
+    [lo, hi]
+}
+
+/// `rope_yarn_ramp`: 1 below the low correction dim, 0 above the high one, linear between.
+fn yarn_ramp(low: f32, high: f32, pair: usize) -> f32 {
+    let y = (pair as f32 - low) / 0.001f32.max(high - low);
+    1.0 - 1.0f32.min(0.0f32.max(y))
 }
 
 impl RopeTable {
+    /// A plain table: no scaling, no factors, magnitude 1.
+    pub fn new(kind: RopeKind, n_dims: usize, freq_base: f32) -> RopeTable {
+        RopeTable {
+            kind,
+            n_dims,
+            freq_base,
+            freq_scale: 1.0,
+            freq_factors: None,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            corr_dims: [0.0, 0.0],
+        }
+    }
+
     /// Fills `cache` (`n_dims` long) with `cos, sin` of each pair's angle at position `pos`.
     pub fn fill(&self, pos: usize, cache: &mut [f32]) {
         assert_eq!(cache.len(), self.n_dims, "rope cache length");
         let theta_scale = self.freq_base.powf(-2.0 / self.n_dims as f32);
+        // YaRN's magnitude correction is the same for every pair.
+        let mscale = if self.ext_factor != 0.0 {
+            self.attn_factor * 0.1f32.mul_add((1.0 / self.freq_scale).ln(), 1.0)
+        } else {
+            self.attn_factor
+        };
         let mut theta = pos as f32;
         for (i, cs) in cache.chunks_exact_mut(2).enumerate() {
             let ff = self.freq_factors.as_ref().map_or(1.0, |f| f[i]);
-            let angle = self.freq_scale * (theta / ff);
-            cs[0] = angle.cos();
-            cs[1] = angle.sin();
+            let extrap = theta / ff;
+            let interp = self.freq_scale * extrap;
+            let angle = if self.ext_factor != 0.0 {
+                let mix = yarn_ramp(self.corr_dims[0], self.corr_dims[1], i) * self.ext_factor;
+                // GCC fuses the first product of `interp * (1 - mix) + extrap * mix`.
+                interp.mul_add(1.0 - mix, extrap * mix)
+            } else {
+                interp
+            };
+            cs[0] = angle.cos() * mscale;
+            cs[1] = angle.sin() * mscale;
             theta *= theta_scale;
         }
     }
@@ -96,13 +163,7 @@ mod tests {
     use super::*;
 
     fn table(kind: RopeKind) -> RopeTable {
-        RopeTable {
-            kind,
-            n_dims: 8,
-            freq_base: 10000.0,
-            freq_scale: 1.0,
-            freq_factors: None,
-        }
+        RopeTable::new(kind, 8, 10000.0)
     }
 
     #[test]

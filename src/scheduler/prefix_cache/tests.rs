@@ -4,7 +4,8 @@ use proptest::prelude::*;
 const BS: usize = 4;
 
 fn alloc(n: u32) -> BlockAllocator {
-    crate::engine::kv_cache::BlockAllocator::new(n, BS)
+    use crate::engine::kv_cache::{KvLayout, LayerWindows};
+    crate::engine::kv_cache::BlockAllocator::new(n, BS, KvLayout::new(1, &LayerWindows::NONE))
 }
 
 /// A prompt's blocks computed into `table` and inserted, as the scheduler does after each step.
@@ -12,7 +13,7 @@ fn compute_and_insert(cache: &mut PrefixCache, table: &mut BlockTable, tokens: &
     table.reserve(tokens.len()).unwrap();
     let mut parent = ROOT;
     for (i, chunk) in tokens.chunks_exact(BS).enumerate() {
-        parent = cache.insert(parent, chunk, table.blocks()[i]).unwrap();
+        parent = cache.insert(parent, chunk, &table.block_pages(i)).unwrap();
     }
 }
 
@@ -78,8 +79,10 @@ fn colliding_content_is_never_aliased() {
     // The same block of tokens after a different parent is a different key.
     let mut t2 = BlockTable::new(&a);
     t2.reserve(8).unwrap();
-    let k1 = cache.insert(ROOT, &[9, 9, 9, 9], t2.blocks()[0]).unwrap();
-    cache.insert(k1, &[1, 2, 3, 4], t2.blocks()[1]).unwrap();
+    let k1 = cache
+        .insert(ROOT, &[9, 9, 9, 9], &t2.block_pages(0))
+        .unwrap();
+    cache.insert(k1, &[1, 2, 3, 4], &t2.block_pages(1)).unwrap();
     let mut t3 = BlockTable::new(&a);
     assert_eq!(cache.lookup(&[1, 2, 3, 4, 0], &mut t3), 4);
     assert_eq!(t3.blocks(), &t.blocks()[..1]);
@@ -158,7 +161,7 @@ proptest! {
                     content[id as usize] = Some(q.tokens[..end].to_vec());
                     q.computed = end;
                     if end % BS == 0 {
-                        q.parent = cache.insert(q.parent, &q.tokens[end - BS..end], id).unwrap();
+                        q.parent = cache.insert(q.parent, &q.tokens[end - BS..end], &[id]).unwrap();
                     }
                 }
                 Op::Drop(s) => slots[s] = None,
@@ -176,4 +179,123 @@ proptest! {
         cache.clear();
         prop_assert_eq!(a.free_blocks(), n_blocks as usize);
     }
+}
+
+/// A pool of `n` pages for two layers: layer 0 local with a window of `WINDOW` positions,
+/// layer 1 global, so one page holds one layer and a block has a page in each of two groups
+/// (group 0 global, group 1 local).
+fn windowed_alloc(n: u32) -> BlockAllocator {
+    use crate::engine::kv_cache::{KvLayout, LayerWindows};
+    let w = LayerWindows::new(WINDOW, &[true, false]).unwrap();
+    crate::engine::kv_cache::BlockAllocator::new(n, BS, KvLayout::new(2, &w))
+}
+
+const WINDOW: usize = 6;
+
+proptest! {
+    /// The same random workload as above with a sliding window: sequences release their local
+    /// pages as they move on and the cache strips local pages under eviction. After every
+    /// operation: every page a lookup hands out holds exactly its prefix's KV for its group,
+    /// the local pages a continuing sequence's next query can see are all there, a computing
+    /// sequence holds the pages its queries' windows cover, and the pool balances.
+    #[test]
+    fn windowed_cache_never_hands_out_wrong_or_missing_kv(
+        ops in proptest::collection::vec(op(), 1..80)
+    ) {
+        let n_pages = 16u32;
+        let a = windowed_alloc(n_pages);
+        let layout = a.layout().clone();
+        let mut cache = PrefixCache::new(a.clone());
+        // What each page holds: (group, the prefix up to its block's end).
+        let mut content: Vec<Option<(usize, Vec<u32>)>> = vec![None; n_pages as usize];
+        let mut slots: Vec<Option<SimSeq>> = (0..4).map(|_| None).collect();
+        let visible = |table: &BlockTable, from: usize, to_block: usize| -> bool {
+            (0..layout.n_groups()).all(|g| {
+                let first = layout.first_kept_block(g, from, BS);
+                !table.group(g)[first..to_block].contains(&RELEASED)
+            })
+        };
+        for op in ops {
+            match op {
+                Op::Start(s, tokens) => {
+                    let mut table = BlockTable::new(&a);
+                    let hit = cache.lookup(&tokens, &mut table);
+                    prop_assert!(hit < tokens.len());
+                    prop_assert_eq!(table.n_blocks() * BS, hit);
+                    for b in 0..table.n_blocks() {
+                        for (g, &id) in table.block_pages(b).iter().enumerate() {
+                            if id == RELEASED { continue; }
+                            let want = (g, tokens[..(b + 1) * BS].to_vec());
+                            prop_assert_eq!(content[id as usize].as_ref(), Some(&want));
+                        }
+                    }
+                    prop_assert!(visible(&table, hit, table.n_blocks()), "unusable hit");
+                    let mut parent = ROOT;
+                    for chunk in tokens[..hit].chunks_exact(BS) {
+                        parent = block_key(parent, chunk);
+                    }
+                    slots[s] = Some(SimSeq { tokens, table, computed: hit, parent });
+                }
+                Op::Compute(s) => {
+                    let Some(q) = slots[s].as_mut() else { continue };
+                    if q.computed >= q.tokens.len() { continue; }
+                    let end = ((q.computed / BS + 1) * BS).min(q.tokens.len());
+                    q.table.forget_before(q.computed);
+                    let need = q.table.pages_to_reserve(end);
+                    if a.free_blocks() < need {
+                        cache.evict(need - a.free_blocks());
+                    }
+                    if q.table.reserve(end).is_err() { continue; }
+                    let b = q.computed / BS;
+                    // The queries at computed..end see their windows: all there.
+                    prop_assert!(visible(&q.table, q.computed, b + 1), "window not held");
+                    for (g, &id) in q.table.block_pages(b).iter().enumerate() {
+                        prop_assert_eq!(a.refcount(id), 1, "writing a shared page");
+                        content[id as usize] = Some((g, q.tokens[..end].to_vec()));
+                    }
+                    q.computed = end;
+                    if end % BS == 0 {
+                        let pages = q.table.block_pages(b);
+                        q.parent = cache.insert(q.parent, &q.tokens[end - BS..end], &pages).unwrap();
+                    }
+                }
+                Op::Drop(s) => slots[s] = None,
+                Op::Evict(n) => { cache.evict(n); }
+            }
+            cache.check_invariants().map_err(TestCaseError::fail)?;
+            let mut held: Vec<u32> = slots
+                .iter()
+                .flatten()
+                .flat_map(|q| (0..q.table.n_blocks()).flat_map(|b| q.table.block_pages(b)))
+                .chain(cache.entries.values().flat_map(|e| e.holder.block_pages(0)))
+                .filter(|&id| id != RELEASED)
+                .collect();
+            held.sort_unstable();
+            held.dedup();
+            prop_assert_eq!(a.free_blocks() + held.len(), n_pages as usize);
+        }
+        drop(slots);
+        cache.clear();
+        prop_assert_eq!(a.free_blocks(), n_pages as usize);
+    }
+}
+
+#[test]
+fn sequences_keep_only_their_window_on_local_layers() {
+    let a = windowed_alloc(64);
+    let mut t = BlockTable::new(&a);
+    // 40 positions in blocks of 4: 10 global pages, local pages only for the last window.
+    for pos in (0..40).step_by(BS) {
+        t.forget_before(pos);
+        t.reserve(pos + BS).unwrap();
+    }
+    t.forget_before(40);
+    let local = t.group(1).iter().filter(|&&id| id != RELEASED).count();
+    assert_eq!(t.group(0).len(), 10);
+    assert!(!t.group(0).contains(&RELEASED));
+    // Position 40's window starts at 35: blocks 8 and 9 (positions 32..40) stay.
+    assert_eq!(local, 2);
+    assert_eq!(a.free_blocks(), 64 - 12);
+    drop(t);
+    assert_eq!(a.free_blocks(), 64);
 }

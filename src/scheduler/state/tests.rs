@@ -2,6 +2,7 @@
 //! advancing the planned sequences and appending token 7 where logits were asked for.
 
 use super::*;
+use crate::engine::kv_cache::LayerWindows;
 
 const BS: usize = 16;
 
@@ -19,7 +20,10 @@ fn limits() -> Limits {
 }
 
 fn sched(limits: Limits, blocks: u32) -> Scheduler<()> {
-    Scheduler::new(limits, BlockAllocator::new(blocks, BS))
+    Scheduler::new(
+        limits,
+        BlockAllocator::new(blocks, BS, KvLayout::new(1, &LayerWindows::NONE)),
+    )
 }
 
 fn prompt(len: usize, salt: u32) -> Vec<u32> {
@@ -434,4 +438,95 @@ fn random_workloads_never_leak_and_always_finish() {
         prop_assert!(s.is_idle(), "work left after 2000 steps");
         assert_drained(s);
     });
+}
+
+/// Random workloads on a pool whose layout has sliding windows (three layers: two local with
+/// a window of 24 positions, one global): nothing leaks, everything finishes (preemption
+/// included), and every planned item's table holds the pages its queries' windows cover.
+#[test]
+fn windowed_random_workloads_hold_their_windows_and_never_leak() {
+    use crate::engine::kv_cache::RELEASED;
+    use proptest::prelude::*;
+    proptest!(ProptestConfig::with_cases(64), |(
+        reqs in proptest::collection::vec((1usize..120, 1usize..40, 1usize..3, 0u32..3), 1..12),
+        pages in 60u32..160,
+        budget in 8usize..128,
+        aborts in proptest::collection::vec((0usize..40, 0u64..12), 0..4),
+    )| {
+        let lim = Limits { max_batch_tokens: budget, n_ctx: 512, ..limits() };
+        let w = LayerWindows::new(24, &[true, false, true]).unwrap();
+        let alloc = BlockAllocator::new(pages, BS, KvLayout::new(3, &w));
+        let layout = alloc.layout().clone();
+        let mut s: Scheduler<()> = Scheduler::new(lim, alloc);
+        let mut next_id = 100;
+        for (id, &(p, m, n, salt)) in reqs.iter().enumerate() {
+            let _ = s.add(id as u64, prompt(p, salt), m, n, ());
+        }
+        for t in 0..2000 {
+            if s.is_idle() { break; }
+            for &(at, id) in &aborts {
+                if at == t { s.remove(id); }
+            }
+            let plan = s.schedule();
+            prop_assert!(plan.tokens() <= budget);
+            for it in &plan.items {
+                let table = s.seq(it.seq).unwrap().table();
+                let end_block = (it.start + it.len).div_ceil(BS);
+                prop_assert!(table.n_blocks() >= end_block);
+                for g in 0..layout.n_groups() {
+                    let first = layout.first_kept_block(g, it.start, BS);
+                    prop_assert!(
+                        !table.group(g)[first..end_block].contains(&RELEASED),
+                        "group {} lacks a page its window needs", g
+                    );
+                }
+            }
+            for it in &plan.items {
+                s.advance(it.seq, it.len);
+                if it.logits {
+                    let q = s.seq(it.seq).unwrap();
+                    if q.computed() == q.prompt_len && q.slots > 1 {
+                        for _ in 1..q.slots {
+                            s.fork(it.seq, next_id, ());
+                            s.append(next_id, 3);
+                            next_id += 1;
+                        }
+                    }
+                    s.append(it.seq, 7);
+                    let q = s.seq(it.seq).unwrap();
+                    if q.tokens.len() >= q.max_len { s.remove(it.seq); }
+                }
+            }
+            let done: Vec<SeqId> = s.seqs().filter(|q| q.tokens.len() >= q.max_len).map(|q| q.id).collect();
+            for id in done { s.remove(id); }
+        }
+        prop_assert!(s.is_idle(), "work left after 2000 steps");
+        assert_drained(s);
+    });
+}
+
+#[test]
+fn a_long_sequence_holds_only_its_window_on_local_layers() {
+    use crate::engine::kv_cache::RELEASED;
+    let lim = Limits {
+        max_batch_tokens: 16,
+        prefix_cache: false,
+        ..limits()
+    };
+    let w = LayerWindows::new(24, &[true, false]).unwrap();
+    let mut s: Scheduler<()> =
+        Scheduler::new(lim, BlockAllocator::new(64, BS, KvLayout::new(2, &w)));
+    s.add(1, prompt(200, 1), 8, 1, ()).unwrap();
+    while s.seq(1).unwrap().computed() < 200 {
+        step(&mut s);
+    }
+    step(&mut s);
+    let t = s.seq(1).unwrap().table();
+    let local = t.group(1).iter().filter(|&&id| id != RELEASED).count();
+    // 200 positions: 13 global pages; the local group keeps the blocks of the last window
+    // (positions 177.. of the next query at 201: blocks 11..=12).
+    assert_eq!(t.group(0).len(), 13);
+    assert!(local <= 3, "{local} local pages held");
+    assert_eq!(s.kv_blocks().0, 13 + local);
+    assert_drained(s);
 }

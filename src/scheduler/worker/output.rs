@@ -300,6 +300,10 @@ impl Outputs {
             return;
         }
         r.finish[c] = Some(reason);
+        let stop = seq
+            .as_ref()
+            .filter(|_| reason == FinishReason::Stop)
+            .and_then(|s| s.payload.stop.matched().map(str::to_string));
         if let Some(mut s) = seq {
             r.preemptions += s.preemptions;
             // Text held back for a possible stop string is released, unless a stop string or
@@ -318,7 +322,11 @@ impl Outputs {
                 });
             }
         }
-        r.send(Event::Finished { choice: c, reason });
+        r.send(Event::Finished {
+            choice: c,
+            reason,
+            stop,
+        });
         if r.finish.iter().all(Option::is_some) {
             let mut r = self.reqs.remove(&id).expect("request exists");
             let usage = Usage {

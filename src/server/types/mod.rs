@@ -10,6 +10,7 @@
 pub mod chat;
 pub mod common;
 pub mod completions;
+pub mod messages;
 pub mod models;
 pub mod sampling;
 pub mod tokenize;

@@ -59,6 +59,29 @@ fn api_keys_guard_every_route_but_the_probes() {
         assert_eq!(c.get("/v1/models").status, 200, "{key}");
         c.ok("/v1/chat/completions", &chat);
     }
+    // Anthropic's routes: the error in Anthropic's envelope; `x-api-key` works as well.
+    let messages = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
+    let json_ct = ("Content-Type", "application/json");
+    for (headers, status) in [
+        (vec![json_ct], 401),
+        (vec![json_ct, ("x-api-key", "sk-env-one")], 401),
+        (vec![json_ct, ("x-api-key", "sk-Env-One")], 200),
+    ] {
+        let r = anon.request(
+            "POST",
+            "/v1/messages",
+            &headers,
+            messages.to_string().as_bytes(),
+        );
+        assert_eq!(r.status, status, "{headers:?}: {}", r.text());
+        if status == 401 {
+            let j = r.json();
+            assert_eq!(j["type"], "error", "{j}");
+            assert_eq!(j["error"]["type"], "authentication_error", "{j}");
+        }
+    }
+    let r = anon.request("GET", "/v1/models", &[("x-api-key", "sk-from-file")], b"");
+    assert_eq!(r.status, 200);
 }
 
 #[test]

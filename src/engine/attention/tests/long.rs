@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::engine::attention::long::{LONG_FROM, SPAN};
+use crate::engine::kv_cache::LayerWindows;
 use crate::engine::pool::Pool;
 use std::sync::Mutex;
 
@@ -125,11 +126,13 @@ fn run_batch(
     let tok_seq: Vec<u32> = tokens.iter().map(|t| t.0).collect();
     let tok_pos: Vec<u32> = tokens.iter().map(|t| t.1).collect();
     let table_of = |i: usize| &tables[i];
+    let params = AttnParams::standard(c.head_dim);
     let batch = AttnBatch {
         tok_seq: &tok_seq,
         tok_pos: &tok_pos,
         table: &table_of,
         q,
+        params: &params,
     };
     let mut out = vec![f32::NAN; q.len()];
     attend_batch(&pool, cache, 1, &batch, &mut out, &scratches, &mut plan).unwrap();
@@ -149,6 +152,7 @@ fn batched_attention_equals_attend_token_by_token() {
         head_dim: d,
         block_size: bs,
         n_blocks: 4 * n.div_ceil(bs) + 8,
+        windows: LayerWindows::NONE,
     };
     let mut cache = KvCache::new(c).unwrap();
     let mut rng = Rng(0xba7c);

@@ -1,0 +1,223 @@
+//! The architectures kiln runs, in one table, and how each one differs from llama: the rules
+//! llama.cpp applies per architecture (`src/models/*.cpp`, `load_arch_hparams`), turned into the
+//! [`ArchRules`] the description is built from. A new family is a new row here, not a new
+//! forward pass.
+
+use serde::Serialize;
+use std::fmt;
+
+/// A supported architecture (`general.architecture`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    Llama,
+    Qwen2,
+    Qwen3,
+    Gemma2,
+    Gemma3,
+    Phi3,
+    Smollm3,
+    Granite,
+    Mistral3,
+}
+
+/// Every supported architecture with its `general.architecture` name: the one list behind
+/// [`Arch::from_name`], [`Arch::name`] and the "unsupported architecture" error.
+pub const ARCHS: [(Arch, &str); 9] = [
+    (Arch::Llama, "llama"),
+    (Arch::Qwen2, "qwen2"),
+    (Arch::Qwen3, "qwen3"),
+    (Arch::Gemma2, "gemma2"),
+    (Arch::Gemma3, "gemma3"),
+    (Arch::Phi3, "phi3"),
+    (Arch::Smollm3, "smollm3"),
+    (Arch::Granite, "granite"),
+    (Arch::Mistral3, "mistral3"),
+];
+
+/// How RoPE pairs dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(2i, 2i+1)` (llama.cpp `LLAMA_ROPE_TYPE_NORM`; llama, mistral).
+    Normal,
+    /// Halves `(i, i + rope_dim/2)` (llama.cpp `LLAMA_ROPE_TYPE_NEOX`; qwen, gemma, phi3).
+    NeoX,
+}
+
+/// Where the query scale of attention is applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum QueryScale {
+    /// Inside attention, on each score: `1/sqrt(head_dim)` (or `attention.scale` when the
+    /// family reads it).
+    Kernel,
+    /// On the queries after RoPE (`ggml_scale`), attention then scaling by 1: gemma's
+    /// `1/sqrt(key_length)` (Gemma 27B's `1/sqrt(n_embd/n_head)`) and phi3's `1/sqrt(head_dim)`.
+    PreGemma,
+    PrePhi3,
+}
+
+/// Which layers use the sliding window, when the family has one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwaRule {
+    /// No sliding window (phi3's window is ignored, as llama.cpp does).
+    None,
+    /// When `attention.sliding_window` is present and positive: every layer except each
+    /// `pattern`-th (`sliding_window_pattern`, default given) is local.
+    IfKey { default_pattern: u32 },
+    /// Always on: window `attention.sliding_window` (default `default_window`), pattern as above.
+    Always {
+        default_window: u32,
+        default_pattern: u32,
+    },
+}
+
+/// The per-family rules the model description is built from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ArchRules {
+    pub rope_style: RopeStyle,
+    /// Per-head RMSNorm of q and k before RoPE (`attn_q_norm`, `attn_k_norm`).
+    pub qk_norm: bool,
+    /// RMSNorm of the attention and FFN outputs before their residual adds
+    /// (`post_attention_norm`, `post_ffw_norm`).
+    pub post_norms: bool,
+    /// GELU-gated FFN (else SiLU-gated).
+    pub gelu: bool,
+    /// Token embeddings multiplied by `sqrt(n_embd)`.
+    pub embd_scale_sqrt: bool,
+    pub query_scale: QueryScale,
+    pub swa: SwaRule,
+    /// Attention logit softcapping always on, `attn_logit_softcapping` default this.
+    pub attn_softcap_default: Option<f32>,
+    /// Final logit softcapping: `Some(default)` always on, `None` only when the key is present.
+    pub final_softcap_default: Option<f32>,
+    /// The output projection is always the token embedding (an `output.weight` is ignored).
+    pub always_tied: bool,
+    /// Every `n`-th layer (1-based) skips RoPE (SmolLM3's NoPE layers).
+    pub nope_every: Option<u32>,
+    /// Granite's multipliers (`embedding_scale`, `residual_scale`, `logit_scale`,
+    /// `attention.scale`) and its `rope.scaling.finetuned` switch for RoPE.
+    pub granite_scales: bool,
+    /// `attention.scale` replaces `1/sqrt(head_dim)` when present (llama.cpp reads it for granite).
+    pub reads_attention_scale: bool,
+    /// Mistral3's position-dependent query temperature (`attention.temperature_scale`) and its
+    /// YaRN keys (`rope.scaling.yarn_beta_fast/_slow`, `yarn_log_multiplier`).
+    pub mistral3_keys: bool,
+    /// `ffn_up.weight` holds gate then up rows (`2 * n_ff`), there is no `ffn_gate.weight`.
+    pub fused_gate_up: bool,
+}
+
+const LLAMA: ArchRules = ArchRules {
+    rope_style: RopeStyle::Normal,
+    qk_norm: false,
+    post_norms: false,
+    gelu: false,
+    embd_scale_sqrt: false,
+    query_scale: QueryScale::Kernel,
+    swa: SwaRule::None,
+    attn_softcap_default: None,
+    final_softcap_default: None,
+    always_tied: false,
+    nope_every: None,
+    granite_scales: false,
+    reads_attention_scale: false,
+    mistral3_keys: false,
+    fused_gate_up: false,
+};
+
+impl Arch {
+    /// The architecture named `name` in a file's `general.architecture`.
+    pub fn from_name(name: &str) -> Option<Arch> {
+        ARCHS.iter().find(|(_, n)| *n == name).map(|&(a, _)| a)
+    }
+
+    /// The key prefix and `general.architecture` value.
+    pub fn name(self) -> &'static str {
+        ARCHS
+            .iter()
+            .find(|(a, _)| *a == self)
+            .map_or("?", |&(_, n)| n)
+    }
+
+    /// "llama, qwen2, ..." (for errors and `--help`).
+    pub fn supported_list() -> String {
+        ARCHS.map(|(_, n)| n).join(", ")
+    }
+
+    /// How this family differs from llama.
+    pub fn rules(self) -> ArchRules {
+        let neox = ArchRules {
+            rope_style: RopeStyle::NeoX,
+            ..LLAMA
+        };
+        match self {
+            Arch::Llama => LLAMA,
+            Arch::Qwen2 => neox,
+            Arch::Qwen3 => ArchRules {
+                qk_norm: true,
+                ..neox
+            },
+            Arch::Gemma2 => ArchRules {
+                post_norms: true,
+                gelu: true,
+                embd_scale_sqrt: true,
+                query_scale: QueryScale::PreGemma,
+                swa: SwaRule::Always {
+                    default_window: 4096,
+                    default_pattern: 2,
+                },
+                attn_softcap_default: Some(50.0),
+                final_softcap_default: Some(30.0),
+                always_tied: true,
+                ..neox
+            },
+            Arch::Gemma3 => ArchRules {
+                qk_norm: true,
+                post_norms: true,
+                gelu: true,
+                embd_scale_sqrt: true,
+                query_scale: QueryScale::PreGemma,
+                swa: SwaRule::IfKey { default_pattern: 6 },
+                ..neox
+            },
+            Arch::Phi3 => ArchRules {
+                query_scale: QueryScale::PrePhi3,
+                fused_gate_up: true,
+                ..neox
+            },
+            Arch::Smollm3 => ArchRules {
+                nope_every: Some(4),
+                ..LLAMA
+            },
+            Arch::Granite => ArchRules {
+                granite_scales: true,
+                reads_attention_scale: true,
+                ..LLAMA
+            },
+            Arch::Mistral3 => ArchRules {
+                mistral3_keys: true,
+                ..LLAMA
+            },
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_listed() {
+        for (a, n) in ARCHS {
+            assert_eq!(Arch::from_name(n), Some(a));
+            assert_eq!(a.name(), n);
+            assert!(Arch::supported_list().contains(n));
+        }
+        assert_eq!(Arch::from_name("gpt2"), None);
+    }
+}

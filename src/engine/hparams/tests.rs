@@ -1,0 +1,169 @@
+//! The description each family's keys give, on the synthetic proof models (written in memory
+//! with a ten-token vocabulary) and on hand-edited metadata.
+
+use super::*;
+use crate::engine::synth::{build, proof_variants, Quant};
+use crate::gguf::{GgufWriter, MetaArray, StrArray};
+
+/// A vocab-only file of ten tokens.
+fn tiny_vocab() -> GgufFile {
+    let mut w = GgufWriter::new();
+    let mut tokens = StrArray::new();
+    for i in 0..10 {
+        tokens.push(&format!("t{i}"));
+    }
+    w.add_meta(
+        "tokenizer.ggml.tokens",
+        MetaValue::Array(MetaArray::String(tokens)),
+    )
+    .unwrap();
+    GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+}
+
+/// The proof variant `name` with `edit` applied to its metadata.
+fn hparams_of(name: &str, edit: impl FnOnce(&mut Vec<(String, MetaValue)>)) -> HParams {
+    let mut v = proof_variants()
+        .into_iter()
+        .find(|v| v.name == name)
+        .unwrap();
+    edit(&mut v.spec.meta);
+    let w = build(&v.spec, name, &tiny_vocab(), Quant::F16, 1).unwrap();
+    HParams::from_gguf(&GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()).unwrap()
+}
+
+fn set(meta: &mut Vec<(String, MetaValue)>, key: &str, v: MetaValue) {
+    meta.retain(|(k, _)| k != key);
+    meta.push((key.to_string(), v));
+}
+
+#[test]
+fn gemma3_window_pattern_and_scales() {
+    let h = hparams_of("gemma3", |_| {});
+    let w = h.sliding_window.as_ref().unwrap();
+    assert_eq!((w.size, w.rope_freq_base), (64, 10_000.0));
+    // The default pattern 6: every sixth layer is global.
+    assert_eq!(w.local, vec![true, true, true, true, true, false]);
+    assert_eq!(h.q_scale, Some(1.0 / 128f32.sqrt()));
+    assert_eq!(h.kq_scale, 1.0);
+    assert_eq!(h.embd_scale, Some(16.0));
+    assert!(h.qk_norm && h.post_norms && h.activation == Activation::Gelu);
+    assert_eq!(h.final_softcap, None);
+    assert!(h.variant().contains("sliding window 64 on 5 of 6 layers"));
+    // An explicit pattern: a count, or one flag per layer.
+    let h = hparams_of("gemma3", |m| {
+        set(
+            m,
+            "gemma3.attention.sliding_window_pattern",
+            MetaValue::U32(3),
+        )
+    });
+    let local = &h.sliding_window.unwrap().local;
+    assert_eq!(local, &vec![true, true, false, true, true, false]);
+    let flags = vec![false, true, false, true, false, true];
+    let h = hparams_of("gemma3", |m| {
+        set(
+            m,
+            "gemma3.attention.sliding_window_pattern",
+            MetaValue::Array(MetaArray::Bool(flags.clone())),
+        )
+    });
+    assert_eq!(h.sliding_window.unwrap().local, flags);
+    // No window key: no sliding window (llama.cpp's gemma3 without SWA).
+    let h = hparams_of("gemma3", |m| {
+        m.retain(|(k, _)| !k.ends_with("sliding_window"))
+    });
+    assert!(h.sliding_window.is_none());
+}
+
+#[test]
+fn gemma_27b_scales_queries_by_the_width_per_head() {
+    let q = |arch, n_layer| query_prescale(QueryScale::PreGemma, arch, n_layer, 5376, 32, 128);
+    assert_eq!(q(Arch::Gemma3, 62), Some(1.0 / 168f32.sqrt()));
+    assert_eq!(q(Arch::Gemma2, 46), Some(1.0 / 168f32.sqrt()));
+    assert_eq!(q(Arch::Gemma3, 34), Some(1.0 / 128f32.sqrt()));
+    assert_eq!(
+        query_prescale(QueryScale::Kernel, Arch::Llama, 62, 5376, 32, 128),
+        None
+    );
+}
+
+#[test]
+fn gemma2_caps_and_default_window() {
+    let h = hparams_of("gemma2", |m| {
+        m.retain(|(k, _)| !k.ends_with("sliding_window"))
+    });
+    let w = h.sliding_window.unwrap();
+    assert_eq!(w.size, 4096);
+    assert_eq!(w.local, vec![true, false, true, false]);
+    assert_eq!(w.rope_freq_base, h.rope_freq_base);
+    assert_eq!((h.attn_softcap, h.final_softcap), (Some(8.0), Some(30.0)));
+    let h = hparams_of("gemma2", |m| {
+        m.retain(|(k, _)| !k.contains("softcapping"));
+    });
+    assert_eq!((h.attn_softcap, h.final_softcap), (Some(50.0), Some(30.0)));
+    assert!(h.tied_embeddings);
+}
+
+#[test]
+fn smollm3_skips_rope_on_every_fourth_layer() {
+    let h = hparams_of("smollm3", |_| {});
+    assert_eq!(h.rope_layers, vec![true, true, true, false]);
+}
+
+#[test]
+fn granite_multipliers_and_required_logit_scale() {
+    let h = hparams_of("granite", |_| {});
+    assert_eq!(h.embd_scale, Some(12.0));
+    assert_eq!(h.residual_scale, Some(0.22));
+    assert_eq!(h.logit_scale, Some(8.0));
+    assert_eq!(h.kq_scale, 0.02);
+    let mut v = proof_variants()
+        .into_iter()
+        .find(|v| v.name == "granite")
+        .unwrap();
+    v.spec.meta.retain(|(k, _)| !k.ends_with("logit_scale"));
+    let w = build(&v.spec, "granite", &tiny_vocab(), Quant::F16, 1).unwrap();
+    let e = HParams::from_gguf(&GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
+    assert!(matches!(e, Err(HParamsError::Missing { key }) if key == "granite.logit_scale"));
+}
+
+#[test]
+fn phi3_is_fused_with_partial_rope() {
+    let h = hparams_of("phi3", |_| {});
+    assert!(h.fused_qkv && h.fused_gate_up && !h.tied_embeddings);
+    assert_eq!((h.rope_dim, h.head_dim), (96, 128));
+    assert_eq!(h.rope_scaling.attn_factor, 1.19);
+    assert_eq!(h.q_scale, Some(1.0 / 128f32.sqrt()));
+}
+
+#[test]
+fn yarn_and_temperature_of_mistral3() {
+    let h = hparams_of("mistral3", |_| {});
+    let s = h.rope_scaling;
+    assert_eq!(
+        (s.kind, s.factor, s.original_ctx),
+        (RopeScalingKind::Yarn, 4.0, Some(64))
+    );
+    assert_eq!(s.yarn_log_mul, 1.0);
+    let t = h.attn_temperature.unwrap();
+    assert_eq!((t.scale, t.floor_len), (0.1, 64));
+    // qwen2 does not read the mistral3 YaRN keys: the defaults stay.
+    let h = hparams_of("qwen2-yarn", |m| {
+        set(m, "qwen2.rope.scaling.yarn_beta_fast", MetaValue::F32(8.0))
+    });
+    assert_eq!(h.rope_scaling.yarn_beta_fast, 32.0);
+}
+
+#[test]
+fn unsupported_architecture_lists_the_supported_ones() {
+    let mut w = GgufWriter::new();
+    w.add_meta("general.architecture", MetaValue::String("mamba".into()))
+        .unwrap();
+    let e = HParams::from_gguf(&GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"mamba\""), "{e}");
+    for (_, name) in ARCHS {
+        assert!(e.contains(name), "{e} lacks {name}");
+    }
+}

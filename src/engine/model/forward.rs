@@ -1,0 +1,367 @@
+//! The forward pass proper: one transformer, every family, driven by the model description
+//! ([`LlamaConfig`]). Per layer, for every new token of every sequence at once:
+//!
+//! ```text
+//! n = rms_norm(x) * attn_norm
+//! q, k, v = Wq n (+bq), Wk n (+bk), Wv n (+bv)
+//! q, k = rms_norm per head (* q_norm, k_norm)          [qk_norm]
+//! q, k = rope(q), rope(k)   (the layer's table)        [unless NoPE]
+//! q *= q_scale; q *= temperature(pos)                  [gemma, phi3; mistral3]
+//! a = Wo attn(q, K, V; kq_scale, softcap, window) (+bo)
+//! a = rms_norm(a) * post_attention_norm                [post_norms]
+//! x += a * residual_scale                              [granite]
+//! m = rms_norm(x) * ffn_norm
+//! f = Wdown (act(Wgate m (+bg)) * (Wup m (+bu))) (+bd)  act = SiLU or GELU
+//! f = rms_norm(f) * post_ffw_norm                      [post_norms]
+//! x += f * residual_scale
+//! ```
+//!
+//! then `logits = Wout (rms_norm(x) * output_norm) (+bias)`, divided by `logit_scale`, softcapped.
+//! The input is `embed(token) * embd_scale`. Each step is llama.cpp's graph op for op (same
+//! order, same f32 roundings), so the logits follow the reference's.
+//!
+//! Every step is per token (norms, RoPE, activation quantization, attention) or a matmul whose
+//! outputs are bit-identical per token whatever the batch (see `matmul`), so a sequence's
+//! logits never depend on the batch it runs in nor on how its prompt was chunked.
+
+use crate::engine::attention::{attend_batch, AttnBatch, AttnParams};
+use crate::engine::batch::SeqInput;
+use crate::engine::hparams::Activation;
+use crate::engine::kv_cache::{KvCache, KvCacheError};
+use crate::engine::matmul::{matmul, MatJob};
+use crate::engine::model::llama::{add_in_place, for_rows, LlamaModel};
+use crate::engine::ops::{
+    geglu, rms_norm, rms_norm_in_place, scale_in_place, softcap_in_place, swiglu,
+};
+use crate::engine::scratch::ForwardScratch;
+
+/// `row = rms_norm(row) * w` per `w.len()`-wide head, in place (llama.cpp's q/k norm on the
+/// `[head_dim, n_head]` view).
+fn norm_heads(row: &mut [f32], w: &[f32], eps: f32) {
+    for head in row.chunks_exact_mut(w.len()) {
+        rms_norm_in_place(head, w, eps);
+    }
+}
+
+/// Mistral3's query temperature at `pos` (llama.cpp computes it in double, stores an f32).
+fn temperature(scale: f32, floor_len: u32, pos: u32) -> f32 {
+    let steps = f64::from((pos as f32 / floor_len as f32).floor());
+    (steps + 1.0).ln().mul_add(f64::from(scale), 1.0) as f32
+}
+
+impl LlamaModel {
+    /// The forward pass proper, on the pool.
+    pub(super) fn run(
+        &self,
+        seqs: &[SeqInput<'_>],
+        n_tok: usize,
+        n_rows: usize,
+        kv: &mut KvCache,
+        s: &mut ForwardScratch,
+    ) -> Result<(), KvCacheError> {
+        let c = self.config();
+        let w = self.weights();
+        let (d, hd) = (c.n_embd, c.head_dim);
+        let nq = c.n_head * hd;
+        let nkv = c.n_head_kv * hd;
+        let nf = c.n_ff;
+        let n_rot = c.rope.n_dims;
+        let eps = c.rms_eps;
+        let tok_seq = &s.tok_seq[..n_tok];
+        let tok_pos = &s.tok_pos[..n_tok];
+
+        // Token embeddings: the dequantized rows of token_embd (times the family's scale).
+        let mut tok_ids = tok_seq.iter().zip(tok_pos).map(|(&sq, &p)| {
+            let q = &seqs[sq as usize];
+            q.tokens[p as usize - q.start_pos]
+        });
+        for row in s.x[..n_tok * d].chunks_mut(d) {
+            let id = tok_ids.next().unwrap_or(0);
+            w.token_embd.row_to_f32(id as usize, row);
+            if let Some(e) = c.embd_scale {
+                scale_in_place(row, e);
+            }
+        }
+        self.trace("inp_embd", None, &s.x[..n_tok * d]);
+        // RoPE angles, once per token and table for all layers.
+        for (ri, rope) in c.ropes.iter().enumerate() {
+            let buf = &mut s.rope[ri * n_tok * n_rot..(ri + 1) * n_tok * n_rot];
+            for_rows(&self.pool, buf, n_rot, n_tok, |t, row| {
+                rope.fill(tok_pos[t] as usize, row)
+            });
+        }
+
+        for (l, lw) in w.layers.iter().enumerate() {
+            let lt = Some(l);
+            let lc = c.layers[l];
+            // Attention block.
+            let x = &s.x;
+            for_rows(&self.pool, &mut s.xn, d, n_tok, |t, row| {
+                rms_norm(&x[t * d..(t + 1) * d], &lw.attn_norm, eps, row)
+            });
+            self.trace("attn_norm", lt, &s.xn[..n_tok * d]);
+            matmul(
+                &self.pool,
+                &s.xn,
+                n_tok,
+                &mut [
+                    MatJob {
+                        w: &lw.wq,
+                        out: &mut s.q,
+                    },
+                    MatJob {
+                        w: &lw.wk,
+                        out: &mut s.k,
+                    },
+                    MatJob {
+                        w: &lw.wv,
+                        out: &mut s.v,
+                    },
+                ],
+                &mut s.mm,
+            );
+            self.trace("q_mm", lt, &s.q[..n_tok * nq]);
+            self.trace("k_mm", lt, &s.k[..n_tok * nkv]);
+            let rope = lc.rope.map(|ri| {
+                (
+                    &c.ropes[ri],
+                    &s.rope[ri * n_tok * n_rot..(ri + 1) * n_tok * n_rot],
+                )
+            });
+            for_rows(&self.pool, &mut s.q, nq, n_tok, |t, row| {
+                if let Some(b) = &lw.bq {
+                    add_in_place(row, b);
+                }
+                if let Some(nw) = &lw.q_norm {
+                    norm_heads(row, nw, eps);
+                }
+                if let Some((table, cache)) = rope {
+                    table.apply(&cache[t * n_rot..(t + 1) * n_rot], row, hd);
+                }
+                if let Some(qs) = c.q_scale {
+                    scale_in_place(row, qs);
+                }
+                if let Some(tmp) = c.attn_temperature {
+                    scale_in_place(row, temperature(tmp.scale, tmp.floor_len, tok_pos[t]));
+                }
+            });
+            for_rows(&self.pool, &mut s.k, nkv, n_tok, |t, row| {
+                if let Some(b) = &lw.bk {
+                    add_in_place(row, b);
+                }
+                if let Some(nw) = &lw.k_norm {
+                    norm_heads(row, nw, eps);
+                }
+                if let Some((table, cache)) = rope {
+                    table.apply(&cache[t * n_rot..(t + 1) * n_rot], row, hd);
+                }
+            });
+            if let Some(b) = &lw.bv {
+                for_rows(&self.pool, &mut s.v, nkv, n_tok, |_, row| {
+                    add_in_place(row, b)
+                });
+            }
+            self.trace("q", lt, &s.q[..n_tok * nq]);
+            self.trace("k", lt, &s.k[..n_tok * nkv]);
+            self.trace("v", lt, &s.v[..n_tok * nkv]);
+            for t in 0..n_tok {
+                let q = &seqs[tok_seq[t] as usize];
+                let (kr, vr) = (&s.k[t * nkv..(t + 1) * nkv], &s.v[t * nkv..(t + 1) * nkv]);
+                kv.write(l, q.table, tok_pos[t] as usize, kr, vr)?;
+            }
+            let params = AttnParams {
+                scale: c.kq_scale,
+                softcap: c.attn_softcap,
+                window: lc.window,
+            };
+            let table_of = |i: usize| seqs[i].table;
+            let batch = AttnBatch {
+                tok_seq,
+                tok_pos,
+                table: &table_of,
+                q: &s.q,
+                params: &params,
+            };
+            attend_batch(
+                &self.pool,
+                kv,
+                l,
+                &batch,
+                &mut s.attn[..n_tok * nq],
+                &s.attn_scratch,
+                &mut s.attn_plan,
+            )?;
+            self.trace("attn_out", lt, &s.attn[..n_tok * nq]);
+            matmul(
+                &self.pool,
+                &s.attn,
+                n_tok,
+                &mut [MatJob {
+                    w: &lw.wo,
+                    out: &mut s.proj,
+                }],
+                &mut s.mm,
+            );
+            self.finish_branch(
+                lw.bo.as_deref(),
+                lw.post_attn_norm.as_deref(),
+                n_tok,
+                &mut s.proj,
+                &mut s.xn,
+            );
+            self.trace("attn_proj", lt, &s.proj[..n_tok * d]);
+            add_in_place(&mut s.x[..n_tok * d], &s.proj[..n_tok * d]);
+            self.trace("ffn_inp", lt, &s.x[..n_tok * d]);
+
+            // Feed-forward block.
+            let x = &s.x;
+            for_rows(&self.pool, &mut s.xn, d, n_tok, |t, row| {
+                rms_norm(&x[t * d..(t + 1) * d], &lw.ffn_norm, eps, row)
+            });
+            self.trace("ffn_norm", lt, &s.xn[..n_tok * d]);
+            matmul(
+                &self.pool,
+                &s.xn,
+                n_tok,
+                &mut [
+                    MatJob {
+                        w: &lw.w_gate,
+                        out: &mut s.gate,
+                    },
+                    MatJob {
+                        w: &lw.w_up,
+                        out: &mut s.up,
+                    },
+                ],
+                &mut s.mm,
+            );
+            if let Some(b) = &lw.b_up {
+                for_rows(&self.pool, &mut s.up, nf, n_tok, |_, row| {
+                    add_in_place(row, b)
+                });
+            }
+            if let Some(b) = &lw.b_gate {
+                for_rows(&self.pool, &mut s.gate, nf, n_tok, |_, row| {
+                    add_in_place(row, b)
+                });
+            }
+            self.trace("ffn_gate", lt, &s.gate[..n_tok * nf]);
+            self.trace("ffn_up", lt, &s.up[..n_tok * nf]);
+            let (gate, up) = (&s.gate, &s.up);
+            let act = c.activation;
+            for_rows(&self.pool, &mut s.xn, nf, n_tok, |t, row| {
+                let (g, u) = (&gate[t * nf..(t + 1) * nf], &up[t * nf..(t + 1) * nf]);
+                match act {
+                    Activation::Silu => swiglu(g, u, row),
+                    Activation::Gelu => geglu(g, u, row),
+                }
+            });
+            self.trace("ffn_act", lt, &s.xn[..n_tok * nf]);
+            matmul(
+                &self.pool,
+                &s.xn,
+                n_tok,
+                &mut [MatJob {
+                    w: &lw.w_down,
+                    out: &mut s.proj,
+                }],
+                &mut s.mm,
+            );
+            self.finish_branch(
+                lw.b_down.as_deref(),
+                lw.post_ffn_norm.as_deref(),
+                n_tok,
+                &mut s.proj,
+                &mut s.xn,
+            );
+            self.trace("ffn_out", lt, &s.proj[..n_tok * d]);
+            add_in_place(&mut s.x[..n_tok * d], &s.proj[..n_tok * d]);
+            self.trace("l_out", lt, &s.x[..n_tok * d]);
+        }
+
+        // Final norm and LM head, only for the rows asked for.
+        if n_rows > 0 {
+            let (x, logit_tok) = (&s.x, &s.logit_tok);
+            for_rows(&self.pool, &mut s.out_norm, d, n_rows, |r, row| {
+                let t = logit_tok[r] as usize;
+                rms_norm(&x[t * d..(t + 1) * d], &w.output_norm, eps, row)
+            });
+            self.trace("result_norm", None, &s.out_norm[..n_rows * d]);
+            matmul(
+                &self.pool,
+                &s.out_norm,
+                n_rows,
+                &mut [MatJob {
+                    w: &w.output,
+                    out: &mut s.logits,
+                }],
+                &mut s.mm,
+            );
+            let nv = c.n_vocab;
+            if w.output_bias.is_some() || c.logit_scale.is_some() || c.final_softcap.is_some() {
+                let bias = w.output_bias.as_deref();
+                for_rows(&self.pool, &mut s.logits, nv, n_rows, |_, row| {
+                    if let Some(b) = bias {
+                        add_in_place(row, b);
+                    }
+                    if let Some(ls) = c.logit_scale {
+                        scale_in_place(row, 1.0 / ls);
+                    }
+                    if let Some(cap) = c.final_softcap {
+                        softcap_in_place(row, cap);
+                    }
+                });
+            }
+            self.trace("result_output", None, &s.logits[..n_rows * nv]);
+        }
+        Ok(())
+    }
+
+    /// The end of an attention or FFN branch in `s.proj`: its output bias, its post-norm
+    /// (through `s.xn`) and the residual scale, before the residual add.
+    fn finish_branch(
+        &self,
+        bias: Option<&[f32]>,
+        post_norm: Option<&[f32]>,
+        n_tok: usize,
+        proj: &mut [f32],
+        xn: &mut [f32],
+    ) {
+        let c = self.config();
+        let d = c.n_embd;
+        if let Some(b) = bias {
+            for_rows(&self.pool, proj, d, n_tok, |_, row| add_in_place(row, b));
+        }
+        if let Some(nw) = post_norm {
+            let p = &*proj;
+            for_rows(&self.pool, xn, d, n_tok, |t, row| {
+                rms_norm(&p[t * d..(t + 1) * d], nw, c.rms_eps, row)
+            });
+            proj[..n_tok * d].copy_from_slice(&xn[..n_tok * d]);
+        }
+        if let Some(r) = c.residual_scale {
+            for_rows(&self.pool, proj, d, n_tok, |_, row| scale_in_place(row, r));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temperature_follows_llama_cpp() {
+        // log(floor(p / 8192) + 1) * 0.1 + 1
+        assert_eq!(temperature(0.1, 8192, 0), 1.0);
+        assert_eq!(temperature(0.1, 8192, 8191), 1.0);
+        let t = temperature(0.1, 8192, 8192);
+        assert!((t - (1.0 + 0.1 * 2f32.ln())).abs() < 1e-6);
+    }
+
+    #[test]
+    fn head_norm_normalizes_each_head() {
+        let mut row = vec![1.0, 1.0, 2.0, 2.0];
+        norm_heads(&mut row, &[1.0, 1.0], 0.0);
+        assert_eq!(row, vec![1.0, 1.0, 1.0, 1.0]);
+    }
+}

@@ -1,0 +1,426 @@
+//! The proof variants: one small random-weight model per architecture and per variant kiln
+//! runs (window and softcaps, YaRN, LongRoPE long/short, NoPE, multipliers, fused tensors,
+//! biases). Dimensions K-quants allow (rows of 256 or 512), 4 to 6 layers, context 256 (the
+//! teacher-forced sequence), sliding windows of 64 so most positions lie past the window.
+
+use super::{Init, ModelSpec, TensorSpec};
+use crate::gguf::MetaValue;
+
+/// A named proof model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Variant {
+    /// File-name-safe name ("gemma3", "phi3-long", ...).
+    pub name: &'static str,
+    /// What the variant exercises, for the report.
+    pub covers: &'static str,
+    pub spec: ModelSpec,
+}
+
+/// Embedding width, FFN width and context of every proof model.
+const D: u64 = 256;
+const FF: u64 = 512;
+const CTX: u32 = 256;
+
+/// Shape knobs of one model.
+#[derive(Clone, Copy)]
+struct Shape {
+    n_layer: usize,
+    n_head: u64,
+    n_head_kv: u64,
+    head_dim: u64,
+    /// `output.weight` correlated with the embedding instead of a tied head.
+    untied: bool,
+    /// Centre of `output_norm.weight`: the logits' temperature.
+    out_norm: f32,
+    /// Gain of the `attn_output`/`ffn_down` weights (a branch's size in the residual).
+    branch: f32,
+    /// Centre of gemma's post-norm weights (a branch's size after its norm).
+    post_norm: f32,
+}
+
+const BASE: Shape = Shape {
+    n_layer: 4,
+    n_head: 4,
+    n_head_kv: 2,
+    head_dim: 64,
+    untied: false,
+    out_norm: 0.05,
+    branch: 1.0,
+    post_norm: 0.0,
+};
+
+/// Which optional tensors a family has.
+#[derive(Clone, Copy, Default)]
+struct Parts {
+    qkv_bias: bool,
+    output_bias: bool,
+    qk_norm: bool,
+    post_norms: bool,
+    fused_qkv: bool,
+    fused_gate_up: bool,
+    rope_freqs: Option<u64>,
+    long_short: Option<u64>,
+}
+
+fn meta(arch: &str, s: Shape, extra: Vec<(&str, MetaValue)>) -> Vec<(String, MetaValue)> {
+    let mut m: Vec<(String, MetaValue)> = vec![
+        ("block_count", MetaValue::U32(s.n_layer as u32)),
+        ("context_length", MetaValue::U32(CTX)),
+        ("embedding_length", MetaValue::U32(D as u32)),
+        ("feed_forward_length", MetaValue::U32(FF as u32)),
+        ("attention.head_count", MetaValue::U32(s.n_head as u32)),
+        (
+            "attention.head_count_kv",
+            MetaValue::U32(s.n_head_kv as u32),
+        ),
+        ("attention.layer_norm_rms_epsilon", MetaValue::F32(1e-6)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (format!("{arch}.{k}"), v))
+    .collect();
+    if s.head_dim * s.n_head != D {
+        for k in ["attention.key_length", "attention.value_length"] {
+            m.push((format!("{arch}.{k}"), MetaValue::U32(s.head_dim as u32)));
+        }
+    }
+    m.extend(extra.into_iter().map(|(k, v)| (format!("{arch}.{k}"), v)));
+    m
+}
+
+fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
+    let (q, kv, hd) = (s.n_head * s.head_dim, s.n_head_kv * s.head_dim, s.head_dim);
+    let inv = |n: u64| 1.0 / (n as f32).sqrt();
+    let mut t = Vec::new();
+    let mut add =
+        |name: String, shape: Vec<u64>, init: Init| t.push(TensorSpec { name, shape, init });
+    // A dimension of 0 stands for the vocabulary size.
+    add("token_embd.weight".into(), vec![D, 0], Init::Normal(1.0));
+    if let Some(n) = p.rope_freqs {
+        add("rope_freqs.weight".into(), vec![n], Init::Ramp(1.0, 8.0));
+    }
+    if let Some(n) = p.long_short {
+        add(
+            "rope_factors_long.weight".into(),
+            vec![n],
+            Init::Ramp(1.0, 24.0),
+        );
+        add(
+            "rope_factors_short.weight".into(),
+            vec![n],
+            Init::Ramp(1.0, 1.6),
+        );
+    }
+    for i in 0..s.n_layer {
+        let n = |x: &str| format!("blk.{i}.{x}");
+        add(n("attn_norm.weight"), vec![D], Init::Around(1.0, 0.2));
+        if p.fused_qkv {
+            add(
+                n("attn_qkv.weight"),
+                vec![D, q + 2 * kv],
+                Init::Normal(1.2 * inv(D)),
+            );
+        } else {
+            add(n("attn_q.weight"), vec![D, q], Init::Normal(1.2 * inv(D)));
+            add(n("attn_k.weight"), vec![D, kv], Init::Normal(1.2 * inv(D)));
+            add(n("attn_v.weight"), vec![D, kv], Init::Normal(inv(D)));
+        }
+        if p.qkv_bias {
+            add(n("attn_q.bias"), vec![q], Init::Normal(0.2));
+            add(n("attn_k.bias"), vec![kv], Init::Normal(0.2));
+            add(n("attn_v.bias"), vec![kv], Init::Normal(0.2));
+        }
+        if p.qk_norm {
+            add(n("attn_q_norm.weight"), vec![hd], Init::Around(1.0, 0.3));
+            add(n("attn_k_norm.weight"), vec![hd], Init::Around(1.0, 0.3));
+        }
+        add(
+            n("attn_output.weight"),
+            vec![q, D],
+            Init::Normal(0.6 * s.branch * inv(q)),
+        );
+        if p.post_norms {
+            add(
+                n("post_attention_norm.weight"),
+                vec![D],
+                Init::Around(s.post_norm, 0.3),
+            );
+        }
+        add(n("ffn_norm.weight"), vec![D], Init::Around(1.0, 0.2));
+        if p.fused_gate_up {
+            add(n("ffn_up.weight"), vec![D, 2 * FF], Init::Normal(inv(D)));
+        } else {
+            add(n("ffn_gate.weight"), vec![D, FF], Init::Normal(inv(D)));
+            add(n("ffn_up.weight"), vec![D, FF], Init::Normal(inv(D)));
+        }
+        add(
+            n("ffn_down.weight"),
+            vec![FF, D],
+            Init::Normal(1.2 * s.branch * inv(FF)),
+        );
+        if p.post_norms {
+            add(
+                n("post_ffw_norm.weight"),
+                vec![D],
+                Init::Around(s.post_norm, 0.3),
+            );
+        }
+    }
+    add(
+        "output_norm.weight".into(),
+        vec![D],
+        Init::Around(s.out_norm, 0.2 * s.out_norm),
+    );
+    if s.untied {
+        add(
+            "output.weight".into(),
+            vec![D, 0],
+            Init::LikeEmbedding(1.0, 0.3),
+        );
+    }
+    if p.output_bias {
+        add("output.bias".into(), vec![0], Init::Normal(0.3));
+    }
+    t
+}
+
+fn variant(
+    name: &'static str,
+    covers: &'static str,
+    arch: &'static str,
+    s: Shape,
+    p: Parts,
+    extra: Vec<(&str, MetaValue)>,
+) -> Variant {
+    let tensors = tensors(s, p);
+    Variant {
+        name,
+        covers,
+        spec: ModelSpec {
+            arch,
+            meta: meta(arch, s, extra),
+            tensors,
+            n_layer: s.n_layer,
+        },
+    }
+}
+
+fn f(v: f32) -> MetaValue {
+    MetaValue::F32(v)
+}
+
+fn u(v: u32) -> MetaValue {
+    MetaValue::U32(v)
+}
+
+fn st(v: &str) -> MetaValue {
+    MetaValue::String(v.into())
+}
+
+/// Every proof variant, in a fixed order.
+pub fn proof_variants() -> Vec<Variant> {
+    let yarn = |orig: u32| {
+        vec![
+            ("rope.scaling.type", st("yarn")),
+            ("rope.scaling.factor", f(4.0)),
+            ("rope.scaling.original_context_length", u(orig)),
+        ]
+    };
+    let phi = Shape {
+        n_head: 2,
+        n_head_kv: 1,
+        head_dim: 128,
+        untied: true,
+        ..BASE
+    };
+    let phi_parts = Parts {
+        fused_qkv: true,
+        fused_gate_up: true,
+        long_short: Some(48),
+        ..Parts::default()
+    };
+    let phi_meta = |orig: u32| {
+        vec![
+            ("rope.dimension_count", u(96)),
+            ("rope.scaling.original_context_length", u(orig)),
+            ("rope.scaling.attn_factor", f(1.19)),
+        ]
+    };
+    vec![
+        variant(
+            "llama",
+            "llama: GQA, Normal RoPE with Llama 3 frequency factors (rope_freqs)",
+            "llama",
+            BASE,
+            Parts {
+                rope_freqs: Some(32),
+                ..Parts::default()
+            },
+            vec![("rope.freq_base", f(500_000.0))],
+        ),
+        variant(
+            "qwen2",
+            "qwen2: q/k/v biases, untied output with output.bias, NeoX RoPE",
+            "qwen2",
+            Shape {
+                untied: true,
+                ..BASE
+            },
+            Parts {
+                qkv_bias: true,
+                output_bias: true,
+                ..Parts::default()
+            },
+            vec![("rope.freq_base", f(1_000_000.0))],
+        ),
+        variant(
+            "qwen2-yarn",
+            "qwen2 with YaRN RoPE scaling x4 over an original context of 64",
+            "qwen2",
+            BASE,
+            Parts {
+                qkv_bias: true,
+                ..Parts::default()
+            },
+            yarn(64),
+        ),
+        variant(
+            "qwen3",
+            "qwen3: per-head q/k RMSNorm, key_length 128 != n_embd/n_head",
+            "qwen3",
+            Shape {
+                head_dim: 128,
+                ..BASE
+            },
+            Parts {
+                qk_norm: true,
+                ..Parts::default()
+            },
+            vec![("rope.freq_base", f(1_000_000.0))],
+        ),
+        variant(
+            "gemma2",
+            "gemma2: window 64 on every other layer, attention softcap 8, final softcap 30, GELU, post-norms, embeddings x sqrt(n_embd)",
+            "gemma2",
+            Shape {
+                post_norm: 4.0,
+                ..BASE
+            },
+            Parts {
+                post_norms: true,
+                ..Parts::default()
+            },
+            vec![
+                ("attention.sliding_window", u(64)),
+                ("attn_logit_softcapping", f(8.0)),
+                ("final_logit_softcapping", f(30.0)),
+            ],
+        ),
+        variant(
+            "gemma3",
+            "gemma3: window 64 on 5 of 6 layers (default pattern), local RoPE base 10000, global base 1e6 with linear scaling x8, q/k norm, GELU, post-norms, 1 kv head of 128",
+            "gemma3",
+            Shape {
+                n_layer: 6,
+                n_head_kv: 1,
+                head_dim: 128,
+                post_norm: 4.0,
+                ..BASE
+            },
+            Parts {
+                qk_norm: true,
+                post_norms: true,
+                ..Parts::default()
+            },
+            vec![
+                ("attention.sliding_window", u(64)),
+                ("rope.freq_base", f(1_000_000.0)),
+                ("rope.freq_base_swa", f(10_000.0)),
+                ("rope.scaling.type", st("linear")),
+                ("rope.scaling.factor", f(8.0)),
+            ],
+        ),
+        variant(
+            "phi3",
+            "phi3: fused attn_qkv and gate/up, partial RoPE 96 of 128, LongRoPE short factors, attn_factor 1.19, untied output",
+            "phi3",
+            phi,
+            phi_parts,
+            phi_meta(256),
+        ),
+        variant(
+            "phi3-long",
+            "phi3 with a context above the original one: LongRoPE long factors",
+            "phi3",
+            phi,
+            phi_parts,
+            phi_meta(128),
+        ),
+        variant(
+            "smollm3",
+            "smollm3: no RoPE on every fourth layer",
+            "smollm3",
+            BASE,
+            Parts::default(),
+            vec![("rope.freq_base", f(2_000_000.0))],
+        ),
+        variant(
+            "granite",
+            "granite: embedding x12, residual x0.22, logits /8, attention scale 0.02",
+            "granite",
+            Shape {
+                out_norm: 0.4,
+                branch: 40.0,
+                ..BASE
+            },
+            Parts::default(),
+            vec![
+                ("embedding_scale", f(12.0)),
+                ("residual_scale", f(0.22)),
+                ("logit_scale", f(8.0)),
+                ("attention.scale", f(0.02)),
+            ],
+        ),
+        variant(
+            "mistral3",
+            "mistral3: YaRN x4 (beta 32/1, log multiplier 1) and the position-dependent query temperature",
+            "mistral3",
+            Shape {
+                untied: true,
+                ..BASE
+            },
+            Parts::default(),
+            [
+                yarn(64),
+                vec![
+                    ("rope.freq_base", f(1_000_000.0)),
+                    ("rope.scaling.yarn_beta_fast", f(32.0)),
+                    ("rope.scaling.yarn_beta_slow", f(1.0)),
+                    ("rope.scaling.yarn_log_multiplier", f(1.0)),
+                    ("attention.temperature_scale", f(0.1)),
+                ],
+            ]
+            .concat(),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::hparams::{Arch, ARCHS};
+
+    #[test]
+    fn every_architecture_has_a_variant() {
+        let v = proof_variants();
+        for (a, name) in ARCHS {
+            assert!(
+                v.iter().any(|x| Arch::from_name(x.spec.arch) == Some(a)),
+                "no proof variant for {name}"
+            );
+        }
+        let mut names: Vec<_> = v.iter().map(|x| x.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), v.len(), "variant names are unique");
+    }
+}
