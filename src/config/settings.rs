@@ -139,6 +139,16 @@ pub struct ServerSettings {
     pub port: u16,
     /// Largest request body; a longer one is refused (413) without reading it all.
     pub max_body_bytes: usize,
+    /// Request body bytes being read (and parsed) at once, over all requests (a body's first
+    /// 64 KiB are not counted); a body that does not fit is refused with 429 before it is read.
+    /// Bounds the memory a flood of large bodies can take: a chat body takes up to ~20 times
+    /// its size while it is parsed, rendered and tokenized.
+    pub max_body_bytes_in_flight: usize,
+    /// HTTP requests being handled at once (every route but `/health`, `/ready`, `/metrics`);
+    /// beyond it a request is refused with 429 before its body is read.
+    pub max_in_flight_requests: usize,
+    /// Origins browsers may call the API from (CORS); empty = none, `["*"]` = any.
+    pub cors_allowed_origins: Vec<String>,
     /// Longest prompt in tokens; 0 = the model's context.
     pub max_prompt_tokens: usize,
     /// `max_tokens` when a request gives none (further capped by the context left).
@@ -171,6 +181,9 @@ impl Default for ServerSettings {
             host: "127.0.0.1".to_string(),
             port: 8080,
             max_body_bytes: 8 << 20,
+            max_body_bytes_in_flight: 16 << 20,
+            max_in_flight_requests: 512,
+            cors_allowed_origins: Vec::new(),
             max_prompt_tokens: 0,
             max_tokens_default: 1024,
             max_tokens_cap: 8192,
@@ -194,6 +207,9 @@ impl std::fmt::Debug for ServerSettings {
             .field("host", &self.host)
             .field("port", &self.port)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_body_bytes_in_flight", &self.max_body_bytes_in_flight)
+            .field("max_in_flight_requests", &self.max_in_flight_requests)
+            .field("cors_allowed_origins", &self.cors_allowed_origins)
             .field("max_prompt_tokens", &self.max_prompt_tokens)
             .field("max_tokens_default", &self.max_tokens_default)
             .field("max_tokens_cap", &self.max_tokens_cap)

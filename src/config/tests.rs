@@ -75,6 +75,22 @@ fn degenerate_settings_are_errors_naming_the_key() {
         ("[server]\nmax_n = 0\n", "server.max_n"),
         ("[server]\nmax_body_bytes = 0\n", "server.max_body_bytes"),
         (
+            "[server]\nmax_body_bytes = \"8MiB\"\nmax_body_bytes_in_flight = \"4MiB\"\n",
+            "server.max_body_bytes_in_flight",
+        ),
+        (
+            "[server]\nmax_in_flight_requests = 0\n",
+            "server.max_in_flight_requests",
+        ),
+        (
+            "[server]\ncors_allowed_origins = [\"*\", \"https://a.example\"]\n",
+            "server.cors_allowed_origins",
+        ),
+        (
+            "[server]\ncors_allowed_origins = [\"https://a.example/path\"]\n",
+            "server.cors_allowed_origins",
+        ),
+        (
             "[server]\nrequest_timeout = 0.001\n",
             "server.request_timeout",
         ),

@@ -178,6 +178,33 @@ fn log_settings(raw: RawLog) -> Result<LogSettings, ConfigError> {
     Ok(LogSettings { level, format })
 }
 
+/// `server.cors_allowed_origins`: `"*"` alone, or origins as browsers send them
+/// (`scheme://host[:port]`, no path).
+fn cors_origins(origins: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    const KEY: &str = "server.cors_allowed_origins";
+    if origins.iter().any(|o| o == "*") {
+        if origins.len() > 1 {
+            return Err(invalid(KEY, "\"*\" allows every origin: list it alone"));
+        }
+        return Ok(origins);
+    }
+    for o in &origins {
+        let ok = o.split_once("://").is_some_and(|(scheme, rest)| {
+            matches!(scheme, "http" | "https")
+                && !rest.is_empty()
+                && !rest.contains('/')
+                && rest.bytes().all(|b| b.is_ascii_graphic())
+        });
+        if !ok {
+            return Err(invalid(
+                KEY,
+                format!("{o:?} is not an origin such as \"https://app.example.com\" or \"*\""),
+            ));
+        }
+    }
+    Ok(origins)
+}
+
 /// Validates `[server]`.
 fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
     let d = ServerSettings::default();
@@ -185,22 +212,41 @@ fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
     if host.is_empty() {
         return Err(invalid("server.host", "must not be empty"));
     }
-    let max_body_bytes = match raw.max_body_bytes {
-        None => d.max_body_bytes as u64,
-        Some(RawSize::Number(b)) => b,
-        Some(RawSize::Text(t)) => parse_bytes(&t).ok_or_else(|| {
-            invalid(
-                "server.max_body_bytes",
-                format!("{t:?} is not a size (\"8MiB\", \"65536\")"),
-            )
-        })?,
+    let size = |key: &'static str, v: Option<RawSize>, dv: usize| -> Result<u64, ConfigError> {
+        let b = match v {
+            None => dv as u64,
+            Some(RawSize::Number(b)) => b,
+            Some(RawSize::Text(t)) => parse_bytes(&t).ok_or_else(|| {
+                invalid(key, format!("{t:?} is not a size (\"8MiB\", \"65536\")"))
+            })?,
+        };
+        if (1024..=1 << 30).contains(&b) {
+            Ok(b)
+        } else {
+            Err(invalid(key, format!("{b} is not between 1 KiB and 1 GiB")))
+        }
     };
-    if !(1024..=1 << 30).contains(&max_body_bytes) {
+    let max_body_bytes = size(
+        "server.max_body_bytes",
+        raw.max_body_bytes,
+        d.max_body_bytes,
+    )?;
+    let max_body_bytes_in_flight = size(
+        "server.max_body_bytes_in_flight",
+        raw.max_body_bytes_in_flight,
+        d.max_body_bytes_in_flight,
+    )?;
+    // Below one whole body, a body of the largest allowed size could never be read.
+    if max_body_bytes_in_flight < max_body_bytes {
         return Err(invalid(
-            "server.max_body_bytes",
-            format!("{max_body_bytes} is not between 1 KiB and 1 GiB"),
+            "server.max_body_bytes_in_flight",
+            format!(
+                "{max_body_bytes_in_flight} is below server.max_body_bytes ({max_body_bytes}): \
+                 a body of the largest allowed size could never be read"
+            ),
         ));
     }
+    let cors_allowed_origins = cors_origins(raw.cors_allowed_origins.unwrap_or_default())?;
     let count = |key: &'static str, v: Option<usize>, dv: usize, lo: usize, hi: usize| {
         in_range(key, v.unwrap_or(dv), lo, hi)
     };
@@ -255,6 +301,15 @@ fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
         host,
         port: raw.port.unwrap_or(d.port),
         max_body_bytes: max_body_bytes as usize,
+        max_body_bytes_in_flight: max_body_bytes_in_flight as usize,
+        max_in_flight_requests: count(
+            "server.max_in_flight_requests",
+            raw.max_in_flight_requests,
+            d.max_in_flight_requests,
+            1,
+            1 << 20,
+        )?,
+        cors_allowed_origins,
         max_prompt_tokens: raw.max_prompt_tokens.unwrap_or(d.max_prompt_tokens),
         max_tokens_default,
         max_tokens_cap,

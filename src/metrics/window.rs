@@ -3,7 +3,12 @@
 //!
 //! Time is cut into 10-second slots kept in a ring of 30 (5 minutes); each slot holds one
 //! HdrHistogram per latency (microseconds, 3 significant digits: exact to 0.1%) and token
-//! counters. A query merges the slots of its window. Recording takes one short lock.
+//! counters. A query merges the slots of its window.
+//!
+//! The engine thread never waits for a query: its reports go to a pending list (a push under a
+//! lock that a query holds only to swap the list out), and are folded into the slots by the
+//! next query, or by the engine thread itself when the list grows long and the slots are free
+//! (`try_lock`: never blocking).
 
 use crate::scheduler::{Observer, RequestStats, StepStats};
 use hdrhistogram::Histogram;
@@ -80,9 +85,25 @@ pub struct WindowStats {
     pub prefix_cache_hit_ratio: f64,
 }
 
+/// A report waiting to be folded into the slots, stamped with when it happened.
+enum Report {
+    Request(Instant, Box<RequestStats>),
+    Step {
+        at: Instant,
+        prefix_queries: u64,
+        prefix_hits: u64,
+    },
+}
+
+/// Pending reports past which the reporting thread folds them itself (when it can without
+/// waiting).
+const FOLD_AT: usize = 256;
+
 /// The sliding window; see the module docs. Implements [`Observer`].
 pub struct StatsWindow {
     start: Instant,
+    /// Reports not yet in the slots.
+    pending: Mutex<Vec<Report>>,
     slots: Mutex<Vec<Slot>>,
 }
 
@@ -96,30 +117,70 @@ impl StatsWindow {
     pub fn new() -> StatsWindow {
         StatsWindow {
             start: Instant::now(),
+            pending: Mutex::new(Vec::new()),
             slots: Mutex::new((0..SLOTS).map(|_| Slot::new(u64::MAX)).collect()),
         }
+    }
+
+    /// Queues a report; folds the queue when it is long and the slots are free.
+    fn report(&self, r: Report) {
+        let batch = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            p.push(r);
+            if p.len() < FOLD_AT {
+                return;
+            }
+            std::mem::take(&mut *p)
+        };
+        match self.slots.try_lock() {
+            Ok(mut slots) => self.fold(&mut slots, batch),
+            // A query is merging: put the batch back; the query or a later report folds it.
+            Err(_) => {
+                let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                let newer = std::mem::replace(&mut *p, batch);
+                p.extend(newer);
+            }
+        }
+    }
+
+    /// Records `batch` into `slots`.
+    fn fold(&self, slots: &mut [Slot], batch: Vec<Report>) {
+        for r in batch {
+            match r {
+                Report::Request(at, stats) => self.request_into(slots, at, &stats),
+                Report::Step {
+                    at,
+                    prefix_queries,
+                    prefix_hits,
+                } => {
+                    let s = self.slot(slots, at);
+                    s.prefix_queries += prefix_queries;
+                    s.prefix_hits += prefix_hits;
+                }
+            }
+        }
+    }
+
+    /// The slots with every pending report folded in.
+    fn folded(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        self.fold(&mut slots, batch);
+        slots
     }
 
     fn epoch(&self, now: Instant) -> u64 {
         (now.saturating_duration_since(self.start).as_millis() / SLOT.as_millis()) as u64
     }
 
-    /// Runs `f` on the slot of `now`, clearing it first if it holds an older interval.
-    fn with_slot(&self, now: Instant, f: impl FnOnce(&mut Slot)) {
-        let e = self.epoch(now);
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+    /// The slot of `at`, cleared first if it holds an older interval.
+    fn slot<'a>(&self, slots: &'a mut [Slot], at: Instant) -> &'a mut Slot {
+        let e = self.epoch(at);
         let s = &mut slots[(e % SLOTS as u64) as usize];
         if s.epoch != e {
             *s = Slot::new(e);
         }
-        f(s);
-    }
-
-    fn record_at(&self, now: Instant, which: Latency, d: Duration) {
-        let us = (d.as_micros() as u64).clamp(1, MAX_US);
-        self.with_slot(now, |s| {
-            let _ = s.hist[which as usize].record(us);
-        });
+        s
     }
 
     /// Statistics over the last `window` (at most 5 minutes), as of `now`.
@@ -128,7 +189,7 @@ impl StatsWindow {
             .ceil()
             .clamp(1.0, SLOTS as f64) as u64;
         let e = self.epoch(now);
-        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let slots = self.folded();
         let mut hist: [Histogram<u64>; N_LAT] = std::array::from_fn(|_| new_hist());
         let mut out = WindowStats::default();
         let (mut req, mut gen, mut prm, mut q, mut h) = (0u64, 0u64, 0u64, 0u64, 0u64);
@@ -170,29 +231,35 @@ impl StatsWindow {
     }
 
     fn request_at(&self, now: Instant, r: &RequestStats) {
-        self.record_at(now, Latency::EndToEnd, r.duration);
-        self.record_at(now, Latency::Queue, r.queue);
+        self.report(Report::Request(now, Box::new(r.clone())));
+    }
+
+    fn request_into(&self, slots: &mut [Slot], at: Instant, r: &RequestStats) {
+        let us = |d: Duration| (d.as_micros() as u64).clamp(1, MAX_US);
+        let s = self.slot(slots, at);
+        let _ = s.hist[Latency::EndToEnd as usize].record(us(r.duration));
+        let _ = s.hist[Latency::Queue as usize].record(us(r.queue));
         if let Some(t) = r.ttft {
-            self.record_at(now, Latency::TimeToFirstToken, t);
+            let _ = s.hist[Latency::TimeToFirstToken as usize].record(us(t));
         }
-        self.with_slot(now, |s| {
-            for g in &r.itl {
-                let _ = s.hist[Latency::InterToken as usize]
-                    .record((g.as_micros() as u64).clamp(1, MAX_US));
-            }
-            s.requests += 1;
-            s.prompt_tokens += r.prompt_tokens as u64;
-            s.generated_tokens += r.generated_tokens as u64;
-        });
+        for &g in &r.itl {
+            let _ = s.hist[Latency::InterToken as usize].record(us(g));
+        }
+        s.requests += 1;
+        s.prompt_tokens += r.prompt_tokens as u64;
+        s.generated_tokens += r.generated_tokens as u64;
     }
 }
 
 impl Observer for StatsWindow {
     fn on_step(&self, s: &StepStats) {
-        self.with_slot(Instant::now(), |slot| {
-            slot.prefix_queries += s.prefix_queries;
-            slot.prefix_hits += s.prefix_hits;
-        });
+        if s.prefix_queries > 0 || s.prefix_hits > 0 {
+            self.report(Report::Step {
+                at: Instant::now(),
+                prefix_queries: s.prefix_queries,
+                prefix_hits: s.prefix_hits,
+            });
+        }
     }
 
     fn on_request(&self, r: &RequestStats) {
@@ -247,5 +314,26 @@ mod tests {
         let later = w.query_at(t0 + Duration::from_secs(600), Duration::from_secs(300));
         assert_eq!(later.ttft_ms.count, 0);
         assert_eq!(later.generated_tokens_per_s, 0.0);
+    }
+
+    /// The engine thread reports while /stats merges: it must not wait for the merge.
+    #[test]
+    fn reports_never_wait_for_a_query() {
+        let w = std::sync::Arc::new(StatsWindow::new());
+        // A query merging the slots (held as long as the test likes).
+        let merging = w.slots.lock().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let w2 = std::sync::Arc::clone(&w);
+        std::thread::spawn(move || {
+            for i in 0..2 * FOLD_AT as u64 {
+                w2.on_request(&req(i, 3));
+            }
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the reports waited for the query's lock");
+        drop(merging);
+        let got = w.query(Duration::from_secs(60));
+        assert_eq!(got.ttft_ms.count, 2 * FOLD_AT as u64, "no report lost");
     }
 }

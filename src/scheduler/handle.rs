@@ -5,6 +5,7 @@
 use crate::engine::kv_cache::KvLayout;
 use crate::engine::{EngineError, LlamaModel};
 use crate::random::random_u64;
+use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::observer::Observer;
 use crate::scheduler::request::{
@@ -16,7 +17,7 @@ use crate::tokenizer::Tokenizer;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What callers may want to know about the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +61,24 @@ struct Inner {
     kv_layout: KvLayout,
     next_id: AtomicU64,
     /// Accepted requests not yet running, over all workers.
-    waiting: Arc<AtomicUsize>,
+    waiting: Arc<WaitQueue>,
+}
+
+/// A place in the waiting queue, held for a request before its body is read, rendered and
+/// tokenized ([`EngineHandle::reserve`]): it counts against `max_waiting` from the moment it
+/// is taken, so the work done after it is never refused for capacity. Submitting with it
+/// ([`EngineHandle::submit_reserved`]) uses it; dropping it unused gives the place back.
+pub struct Reservation {
+    queue: Arc<WaitQueue>,
+    used: bool,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.used {
+            self.queue.give_back();
+        }
+    }
 }
 
 /// A cloneable handle to the engine workers. See the module docs.
@@ -102,7 +120,7 @@ impl EngineHandle {
             Some(model.replica(threads)?)
         };
         models.insert(0, threads_first.unwrap_or(model));
-        let waiting = Arc::new(AtomicUsize::new(0));
+        let waiting = Arc::new(WaitQueue::default());
         let mut links = Vec::new();
         let mut handles = Vec::new();
         let mut kv_blocks = 0;
@@ -175,7 +193,7 @@ impl EngineHandle {
     /// Load summed over the workers.
     pub fn load(&self) -> Load {
         let mut l = Load {
-            waiting: self.inner.waiting.load(Ordering::Relaxed),
+            waiting: self.inner.waiting.len(),
             ..Load::default()
         };
         for w in self.worker_loads() {
@@ -265,12 +283,52 @@ impl EngineHandle {
         })
     }
 
+    /// Takes a place in the waiting queue for a request to come: the cheap capacity check
+    /// made before any work is spent on a request. Fails with [`SubmitError::Overloaded`]
+    /// (and when to retry, from the queue's measured drain rate) when `max_waiting` places are
+    /// taken, and with [`SubmitError::Unavailable`] when no worker can take requests.
+    pub fn reserve(&self) -> Result<Reservation, SubmitError> {
+        let inner = &self.inner;
+        if !inner
+            .links
+            .iter()
+            .any(|l| l.shared.is_healthy() && !l.shared.is_stopping())
+        {
+            return Err(SubmitError::Unavailable("no healthy engine worker"));
+        }
+        let max = inner.info.max_waiting;
+        match inner.waiting.try_enter(max) {
+            Ok(()) => Ok(Reservation {
+                queue: Arc::clone(&inner.waiting),
+                used: false,
+            }),
+            Err(waiting) => Err(SubmitError::Overloaded {
+                waiting,
+                retry_after: inner.waiting.retry_after(waiting, max),
+            }),
+        }
+    }
+
     /// Validates `req` and queues it on the least loaded worker. Fails at once when it can
     /// never run, when the waiting queue is full ([`SubmitError::Overloaded`]) or when the
     /// engine is down.
     pub fn submit(&self, req: GenerationRequest) -> Result<RequestStream, SubmitError> {
+        self.submit_reserved(req, None)
+    }
+
+    /// [`EngineHandle::submit`] in a place taken earlier by [`EngineHandle::reserve`] (a
+    /// reservation of another engine is given back and a place taken here).
+    pub fn submit_reserved(
+        &self,
+        req: GenerationRequest,
+        reservation: Option<Reservation>,
+    ) -> Result<RequestStream, SubmitError> {
         self.validate(&req)?;
         let inner = &self.inner;
+        let mut place = match reservation {
+            Some(r) if Arc::ptr_eq(&r.queue, &inner.waiting) => r,
+            _ => self.reserve()?,
+        };
         let link = inner
             .links
             .iter()
@@ -282,15 +340,6 @@ impl EngineHandle {
                 (rebuilding, l.shared.active.load(Ordering::Relaxed))
             })
             .ok_or(SubmitError::Unavailable("no healthy engine worker"))?;
-        let max_waiting = inner.info.max_waiting;
-        let waiting = inner.waiting.fetch_add(1, Ordering::AcqRel);
-        if waiting >= max_waiting {
-            inner.waiting.fetch_sub(1, Ordering::AcqRel);
-            return Err(SubmitError::Overloaded {
-                waiting,
-                retry_after: Duration::from_secs(1),
-            });
-        }
         link.shared.active.fetch_add(1, Ordering::AcqRel);
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -305,10 +354,12 @@ impl EngineHandle {
             arrived: Instant::now(),
         };
         if link.tx.send(Command::Submit(Box::new(sub))).is_err() {
-            inner.waiting.fetch_sub(1, Ordering::AcqRel);
             link.shared.active.fetch_sub(1, Ordering::AcqRel);
             return Err(SubmitError::Unavailable("the engine worker has stopped"));
         }
+        // The worker accounts for the place from now on (it leaves the queue when the request
+        // first runs or ends).
+        place.used = true;
         Ok(RequestStream {
             id,
             rx,

@@ -11,6 +11,7 @@
 //! - [`setup`]: builds the engine from the configuration.
 
 pub mod constrain;
+pub mod drain;
 pub mod engine_config;
 pub mod fault;
 pub mod handle;

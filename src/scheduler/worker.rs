@@ -7,6 +7,7 @@
 use crate::engine::kv_cache::{KvCache, KvCacheConfig};
 use crate::engine::{BatchLimits, EngineError, ForwardScratch, LlamaModel, LogitsWanted, SeqInput};
 use crate::scheduler::constrain::{MaskThread, MaskWork, Pending};
+use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::fault::{FaultStage, Faults};
 use crate::scheduler::observer::{Observer, StepKind, StepStats};
@@ -145,7 +146,7 @@ impl Worker {
         limits: Limits,
         rx: mpsc::Receiver<Command>,
         observer: Arc<dyn Observer>,
-        waiting: Arc<AtomicUsize>,
+        waiting: Arc<WaitQueue>,
     ) -> Result<Worker, EngineError> {
         let StepState {
             kv,

@@ -1,14 +1,21 @@
 //! Reading a JSON request body safely: the content type must be JSON (415), the body must
 //! fit `server.max_body_bytes` (413, decided from `Content-Length` before reading when it is
-//! given, else as soon as the limit is passed), and a body that is not the expected shape is
-//! a 400 naming the field at fault (`messages[0].role`), never a panic: serde_json refuses
-//! invalid UTF-8, lone surrogates and nesting deeper than 128 levels.
+//! given, else as soon as the limit is passed) and what is left of
+//! `server.max_body_bytes_in_flight` (429 before reading; the bytes stay held until the
+//! handler returns, see [`crate::server::admission`]), and a body that is not the expected
+//! shape is a 400 naming the field at fault (`messages[0].role`), never a panic: serde_json
+//! refuses invalid UTF-8, lone surrogates and nesting deeper than 128 levels. A body refused
+//! unread is read and discarded for a while after the refusal, so the client, still sending,
+//! reads the 413 or 429 instead of a connection reset.
 
+use crate::server::admission;
 use crate::server::error::ApiError;
 use crate::server::state::AppState;
 use crate::server::types::sampling::split_field_error;
+use axum::body::Body;
 use axum::extract::{FromRef, FromRequest, Request};
 use axum::http::header;
+use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 
 /// A request body deserialized from JSON, with the checks of the module docs.
@@ -23,30 +30,73 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let limit = AppState::from_ref(state).settings().max_body_bytes;
-        check_content_type(req.headers().get(header::CONTENT_TYPE))?;
+        let state = AppState::from_ref(state);
+        let limit = state.settings().max_body_bytes;
         let declared = req
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
-            return Err(ApiError::PayloadTooLarge { limit });
+        let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
+        let body = req.into_body();
+        let refuse = |body: Body, e: ApiError| {
+            admission::linger(&state, body);
+            Err(e)
+        };
+        if let Err(e) = check_content_type(content_type.as_ref()) {
+            return refuse(body, e);
         }
-        let bytes = axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map_err(|e| {
-                if is_length_limit(&e) {
-                    ApiError::PayloadTooLarge { limit }
-                } else {
-                    ApiError::BadRequest {
-                        message: format!("could not read the request body: {e}"),
-                        param: None,
-                        code: None,
-                    }
-                }
+        let mut held = match declared {
+            Some(n) if n > limit as u64 => {
+                return refuse(body, ApiError::PayloadTooLarge { limit });
+            }
+            // The declared length is taken whole before reading; a body without one is
+            // taken as it arrives.
+            n => match state.admission().bytes().take(n.unwrap_or(0) as usize) {
+                Some(h) => h,
+                None => return refuse(body, body_budget_full(&state)),
+            },
+        };
+        let mut counted = declared.unwrap_or(0) as usize;
+        let mut data = body.into_data_stream();
+        let mut buf: Vec<u8> = Vec::with_capacity(counted);
+        while let Some(chunk) = data.next().await {
+            let chunk = chunk.map_err(|e| ApiError::BadRequest {
+                message: format!("could not read the request body: {e}"),
+                param: None,
+                code: None,
             })?;
-        parse_json(&bytes).map(JsonBody)
+            if buf.len() + chunk.len() > limit {
+                return refuse(Body::from_stream(data), ApiError::PayloadTooLarge { limit });
+            }
+            let need = buf.len() + chunk.len();
+            if need > counted {
+                if !held.grow(need - counted) {
+                    return refuse(Body::from_stream(data), body_budget_full(&state));
+                }
+                counted = need;
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        let parsed = parse_json(&buf).map(JsonBody);
+        // The parsed request can be as large as its body: the bytes stay counted until the
+        // handler returns.
+        drop(buf);
+        admission::hold(held);
+        parsed
+    }
+}
+
+/// 429: the bytes of the bodies being read leave no room for this one.
+fn body_budget_full(state: &AppState) -> ApiError {
+    let adm = state.admission();
+    ApiError::Overloaded {
+        message: format!(
+            "the server is reading {} bytes of request bodies, its limit \
+             (server.max_body_bytes_in_flight); retry later",
+            adm.bytes_in_flight()
+        ),
+        retry_after: adm.retry_after(1),
     }
 }
 
@@ -73,17 +123,6 @@ fn check_content_type(value: Option<&header::HeaderValue>) -> Result<(), ApiErro
             got: format!("{:?}", text.chars().take(100).collect::<String>()),
         })
     }
-}
-
-fn is_length_limit(e: &axum::Error) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        cur = err.source();
-    }
-    false
 }
 
 /// Deserializes `bytes` into `T`; see the module docs for the errors.

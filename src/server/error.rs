@@ -4,6 +4,7 @@
 //! Anthropic's `{"type": "error", "error": {"type", "message"}}` ([`reshape`]). Bad input is always a 4xx; a 500 comes only from an
 //! engine fault.
 
+use crate::scheduler::state::AdmitError;
 use crate::scheduler::SubmitError;
 use crate::server::types::messages::{AnthropicErrorBody, AnthropicErrorResponse};
 use crate::server::types::{ErrorBody, ErrorResponse};
@@ -84,11 +85,42 @@ impl ApiError {
         }
     }
 
+    /// A 400 `context_length_exceeded` in OpenAI's words (LiteLLM and LangChain recognize
+    /// the error by this text, not only by `code`): the prompt alone (`completion` None) or
+    /// the prompt plus `completion` tokens are over the `n_ctx` tokens of the context.
+    /// `prompt_param` (`messages`, `prompt`, `input`) names the prompt in the message.
+    pub fn context_overflow(
+        prompt_param: &str,
+        n_ctx: usize,
+        prompt: usize,
+        completion: Option<usize>,
+    ) -> ApiError {
+        let message = match completion {
+            None => format!(
+                "This model's maximum context length is {n_ctx} tokens. However, your \
+                 {prompt_param} resulted in {prompt} tokens. Please reduce the length of the \
+                 {prompt_param}."
+            ),
+            Some(c) => format!(
+                "This model's maximum context length is {n_ctx} tokens. However, you requested \
+                 {} tokens ({prompt} in the {prompt_param}, {c} in the completion). Please \
+                 reduce the length of the {prompt_param} or completion.",
+                prompt.saturating_add(c)
+            ),
+        };
+        ApiError::context_length(prompt_param, message)
+    }
+
     /// Maps an engine refusal. `prompt_param` names the prompt field of the endpoint
     /// (`messages` or `prompt`), `max_tokens_param` the field the limit came from.
     pub fn from_submit(e: SubmitError, prompt_param: &str, max_tokens_param: &str) -> ApiError {
         let message = e.to_string();
         match e {
+            SubmitError::ContextLength(AdmitError::ContextLength {
+                prompt,
+                max_tokens,
+                n_ctx,
+            }) => ApiError::context_overflow(prompt_param, n_ctx, prompt, Some(max_tokens)),
             SubmitError::ContextLength(_) | SubmitError::KvCapacity(_) => {
                 ApiError::context_length(prompt_param, message)
             }
@@ -253,7 +285,6 @@ pub async fn reshape(req: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::state::AdmitError;
 
     #[test]
     fn submit_errors_map_to_statuses_and_params() {
@@ -267,7 +298,21 @@ mod tests {
         let env = e.envelope().error;
         assert_eq!(env.code.as_deref(), Some("context_length_exceeded"));
         assert_eq!(env.param.as_deref(), Some("prompt"));
-        assert!(env.message.contains("9000") && env.message.contains("8192"));
+        // OpenAI's words, which LiteLLM and LangChain match on.
+        assert_eq!(
+            env.message,
+            "This model's maximum context length is 8192 tokens. However, you requested 9010 \
+             tokens (9000 in the prompt, 10 in the completion). Please reduce the length of the \
+             prompt or completion."
+        );
+        let env = ApiError::context_overflow("messages", 8192, 9000, None)
+            .envelope()
+            .error;
+        assert_eq!(
+            env.message,
+            "This model's maximum context length is 8192 tokens. However, your messages \
+             resulted in 9000 tokens. Please reduce the length of the messages."
+        );
         let e = ApiError::from_submit(
             SubmitError::Overloaded {
                 waiting: 3,

@@ -19,6 +19,7 @@
 
 use crate::random::random_id;
 use crate::scheduler::{EngineInfo, GenerationRequest, RequestStream};
+use crate::server::admission;
 use crate::server::error::ApiError;
 use crate::server::output_constraint::{self as shapes, Shape};
 use crate::server::params::SamplingPlan;
@@ -179,12 +180,18 @@ impl Session {
     /// Queues every prompt of `job`; see the module docs.
     pub fn submit(self, job: Job) -> Result<Submitted, ApiError> {
         let mut streams = Vec::with_capacity(job.prompts.len());
+        // The queue place taken before the body was read goes to the first prompt.
+        let mut reserved = admission::take_reservation();
         for prompt in &job.prompts {
             let gen = self.request(&job, prompt.clone())?;
             // On a refusal the streams already queued are dropped, which aborts them.
-            let stream = self.rt.engine.submit(gen).map_err(|e| {
-                ApiError::from_submit(e, job.prompt_param, job.plan.max_tokens_param)
-            })?;
+            let stream = self
+                .rt
+                .engine
+                .submit_reserved(gen, reserved.take())
+                .map_err(|e| {
+                    ApiError::from_submit(e, job.prompt_param, job.plan.max_tokens_param)
+                })?;
             streams.push(stream);
         }
         Ok(Submitted {

@@ -16,8 +16,10 @@
 //! rendering and tokenization go to `spawn_blocking`.
 
 pub mod access;
+pub mod admission;
 mod auth;
 mod body;
+pub mod capacity;
 pub mod chat;
 pub mod completions;
 pub mod error;
@@ -101,10 +103,19 @@ pub fn model_ids(cfg: &Config) -> Vec<String> {
 /// The application: routes, fallbacks, API keys, and a 500 (never a dropped connection) if
 /// a handler panics.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    // Every route that generates goes here: a place in the engine's queue is taken before the
+    // request's body is read (see [`admission`]).
+    let generating = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/messages", post(messages::messages))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            admission::reserve,
+        ));
+    let cors = cors_layer(&state.settings().cors_allowed_origins);
+    Router::new()
+        .merge(generating)
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/models", get(models::list_models))
         // Ids may hold a slash (`org/model`).
@@ -122,7 +133,15 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             auth::require_key,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            admission::limit,
+        ))
+        // Outside the in-flight limit: its 429 on an Anthropic route gets Anthropic's shape.
         .layer(axum::middleware::from_fn(error::reshape))
+        // Outside the key check (a browser's preflight carries no key) and the in-flight limit
+        // (a page reads its 401 or 429 like any other answer).
+        .layer(tower::util::option_layer(cors))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::track,
@@ -132,6 +151,35 @@ pub fn router(state: AppState) -> Router {
             panic_response,
         ))
         .with_state(state)
+}
+
+/// CORS for browser clients (`server.cors_allowed_origins`; none: no CORS headers, and a
+/// preflight is refused like any unknown method). A preflight `OPTIONS` is answered here,
+/// before the API-key check (browsers send it without credentials); the request that follows
+/// still needs its key. Any request header may be sent (the OpenAI clients add their own);
+/// `Retry-After` and `x-request-id` are readable by the page.
+fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use axum::http::{header, HeaderName, HeaderValue};
+    use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers(AllowHeaders::mirror_request())
+            .expose_headers([
+                header::RETRY_AFTER,
+                HeaderName::from_static(request_id::HEADER),
+            ])
+            .max_age(Duration::from_secs(600)),
+    )
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {

@@ -188,12 +188,11 @@ impl SamplingPlan {
             m => m.min(info.n_ctx),
         };
         if prompt.len() > limit {
-            return Err(ApiError::context_length(
+            return Err(ApiError::context_overflow(
                 prompt_param,
-                format!(
-                    "the prompt has {} tokens, more than the limit of {limit} tokens",
-                    prompt.len()
-                ),
+                limit,
+                prompt.len(),
+                None,
             ));
         }
         let max_tokens = self.max_tokens.unwrap_or_else(|| {

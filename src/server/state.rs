@@ -9,6 +9,7 @@ use crate::metrics::Metrics;
 use crate::scheduler::observer::Fanout;
 use crate::scheduler::setup::Loaded;
 use crate::scheduler::{EngineHandle, Observer};
+use crate::server::capacity::Admission;
 use crate::server::error::ApiError;
 use crate::structured::tools::ToolFormat;
 use crate::structured::Grammars;
@@ -171,6 +172,7 @@ pub struct AppState {
 }
 
 struct Shared {
+    admission: Arc<Admission>,
     settings: ServerSettings,
     metrics: Arc<Metrics>,
     stats: Arc<StatsWindow>,
@@ -194,6 +196,10 @@ impl AppState {
     ) -> Self {
         AppState {
             inner: Arc::new(Shared {
+                admission: Arc::new(Admission::new(
+                    settings.max_in_flight_requests,
+                    settings.max_body_bytes_in_flight,
+                )),
                 settings,
                 metrics,
                 stats: Arc::new(StatsWindow::new()),
@@ -209,6 +215,11 @@ impl AppState {
 
     pub fn settings(&self) -> &ServerSettings {
         &self.inner.settings
+    }
+
+    /// The capacity limits requests pass before any work is done for them.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.inner.admission
     }
 
     pub fn metrics(&self) -> &Metrics {

@@ -7,6 +7,7 @@ OpenAI's shape fails here exactly as it would for a user of the client. Greedy r
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import time
 
 import openai
@@ -189,6 +190,21 @@ def test_context_length_exceeded(client, model_id):
         client.completions.create(model=model_id, prompt="kiln " * 20000, max_tokens=4)
     assert e.value.code == "context_length_exceeded"
     assert e.value.param == "prompt"
+    # OpenAI's words: LiteLLM and LangChain classify the error by this text.
+    assert re.fullmatch(
+        r"This model's maximum context length is 8192 tokens\. However, your prompt resulted "
+        r"in \d+ tokens\. Please reduce the length of the prompt\.",
+        e.value.body["message"],
+    ), e.value.body
+    # A prompt that fits, with a completion that does not.
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=model_id, prompt=[1] * 8000, max_tokens=200)
+    assert e.value.code == "context_length_exceeded"
+    assert e.value.body["message"] == (
+        "This model's maximum context length is 8192 tokens. However, you requested 8200 "
+        "tokens (8000 in the prompt, 200 in the completion). Please reduce the length of the "
+        "prompt or completion."
+    ), e.value.body
 
 
 def test_unknown_model_is_not_found(client):

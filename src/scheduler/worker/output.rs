@@ -9,6 +9,7 @@
 
 use super::sample::Draw;
 use super::shared::WorkerShared;
+use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::fault::{FaultStage, Faults};
 use crate::scheduler::observer::{Observer, RequestStats};
 use crate::scheduler::request::{
@@ -166,7 +167,7 @@ pub(super) struct Outputs {
     observer: Arc<dyn Observer>,
     shared: Arc<WorkerShared>,
     /// Accepted requests not yet running, over all workers (the handle's queue bound).
-    waiting: Arc<AtomicUsize>,
+    waiting: Arc<WaitQueue>,
     reqs: HashMap<u64, Req>,
     faults: Faults,
 }
@@ -177,7 +178,7 @@ impl Outputs {
         tok: Arc<Tokenizer>,
         observer: Arc<dyn Observer>,
         shared: Arc<WorkerShared>,
-        waiting: Arc<AtomicUsize>,
+        waiting: Arc<WaitQueue>,
         faults: Faults,
     ) -> Outputs {
         Outputs {
@@ -214,7 +215,7 @@ impl Outputs {
         if let Some(r) = self.reqs.get_mut(&id) {
             if r.admitted.is_none() {
                 r.admitted = Some(t);
-                self.waiting.fetch_sub(1, Ordering::AcqRel);
+                self.waiting.leave();
             }
         }
     }
@@ -223,7 +224,7 @@ impl Outputs {
     /// had been admitted to a step already).
     fn release_slot(&self, admitted: bool) {
         if !admitted {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            self.waiting.leave();
         }
         self.shared.active.fetch_sub(1, Ordering::AcqRel);
     }

@@ -2,6 +2,7 @@
 //! streaming, logprobs, stop strings, n), every bad input of ../shared/guide/RELIABILITY.md
 //! items 1-9 as a table, auth, limits, disconnects, draining on SIGTERM and an engine fault.
 
+mod admission;
 mod api;
 mod faults;
 mod harness;
