@@ -39,6 +39,13 @@ fn main() -> anyhow::Result<()> {
         let margin = top[0][1].as_f64().unwrap() - top[1][1].as_f64().unwrap();
         min_margin = min_margin.min(margin);
         agree += usize::from(argmax(row) == id0);
+        if std::env::var_os("PROOF_VERBOSE").is_some() {
+            let d0 = f64::from(log_softmax_at(row, id0 as usize)) - top[0][1].as_f64().unwrap();
+            println!(
+                "pos {p}: top-1 dlogprob {d0:+.4}, kiln argmax {}",
+                argmax(row)
+            );
+        }
         for e in top {
             let id = e[0].as_u64().unwrap() as usize;
             let d = (f64::from(log_softmax_at(row, id)) - e[1].as_f64().unwrap()).abs();

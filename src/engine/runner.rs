@@ -17,13 +17,20 @@ pub struct Runner<'m> {
 }
 
 impl<'m> Runner<'m> {
-    /// A cache holding `kv_positions` positions in total and scratch for `limits`.
+    /// A cache holding `kv_positions` positions of every layer in total (a model with sliding
+    /// windows gets a page per layer group and block, so `kv_positions` are always there even
+    /// before its local layers release any) and scratch for `limits`.
     pub fn new(
         model: &'m LlamaModel,
         limits: BatchLimits,
         kv_positions: usize,
     ) -> Result<Runner<'m>, EngineError> {
-        let kv_cfg = model.kv_config(kv_positions, DEFAULT_BLOCK_SIZE);
+        let groups = model
+            .kv_config(DEFAULT_BLOCK_SIZE, DEFAULT_BLOCK_SIZE)
+            .layout()
+            .n_groups()
+            .max(1);
+        let kv_cfg = model.kv_config(kv_positions * groups, DEFAULT_BLOCK_SIZE);
         let kv = KvCache::new(kv_cfg)?;
         let scratch = model.new_scratch(limits, &kv_cfg)?;
         Ok(Runner { model, kv, scratch })

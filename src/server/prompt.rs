@@ -66,6 +66,9 @@ pub fn render_chat(
     tools: Option<&serde_json::Value>,
     kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
 ) -> Result<RenderedChat, ApiError> {
+    if let Some(why) = &rt.chat_refusal {
+        return Err(ApiError::bad("messages", why.clone()));
+    }
     if messages.is_empty() {
         return Err(ApiError::bad("messages", "messages must not be empty"));
     }

@@ -43,6 +43,10 @@ pub struct Runtime {
     /// The template writes `<think>` blocks: replies are split into `reasoning_content` and
     /// `content` ([`crate::structured::reasoning`]).
     pub reasoning: bool,
+    /// Why chat requests are refused (a 400), when they are: the model has no chat template,
+    /// none is configured, and its vocabulary has no ChatML markers for kiln's default (a
+    /// base model such as gemma-3-270m serves completions only).
+    pub chat_refusal: Option<String>,
 }
 
 /// Why a model could not be made ready to serve.
@@ -52,6 +56,15 @@ pub enum RuntimeError {
     Setup(#[from] crate::scheduler::setup::SetupError),
     #[error("chat template: {0}")]
     Template(#[from] crate::chat_template::ChatTemplateError),
+}
+
+/// True when `<|im_start|>` and `<|im_end|>` are each one control token of the vocabulary
+/// (kiln's ChatML default renders into tokens the model knows).
+fn has_chatml_markers(tok: &Tokenizer) -> bool {
+    ["<|im_start|>", "<|im_end|>"].iter().all(|m| {
+        let ids = tok.encode(m, false, true);
+        ids.len() == 1 && tok.is_control(ids[0])
+    })
 }
 
 impl Runtime {
@@ -93,6 +106,17 @@ impl Runtime {
         tracing::info!(tool_format = tool_format.as_str(), "tool calling");
         let reasoning = template_text.contains(crate::structured::reasoning::OPEN)
             && template_text.contains(crate::structured::reasoning::CLOSE);
+        let chat_refusal = (template_source == TemplateSource::ChatmlDefault
+            && !has_chatml_markers(tok))
+        .then(|| {
+            "this model has no chat template (tokenizer.chat_template) and its vocabulary has no \
+             ChatML markers: use /v1/completions, or configure a template (model.chat_template \
+             in the config, --chat-template)"
+                .to_string()
+        });
+        if let Some(why) = &chat_refusal {
+            tracing::warn!("chat completions refused: {why}");
+        }
         Ok(Runtime {
             engine: loaded.engine,
             tokenizer: loaded.tokenizer,
@@ -106,6 +130,7 @@ impl Runtime {
             tool_format,
             template_text,
             reasoning,
+            chat_refusal,
         })
     }
 }

@@ -6,6 +6,7 @@ mod chat_templates;
 mod common;
 mod engine;
 mod engine_faults;
+mod gemma_golden;
 mod gguf;
 mod gguf_inspect;
 mod gguf_malformed;

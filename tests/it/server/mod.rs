@@ -5,6 +5,7 @@
 mod admission;
 mod api;
 mod faults;
+mod gemma;
 mod harness;
 mod http;
 mod lifecycle;
