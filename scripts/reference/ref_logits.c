@@ -3,7 +3,11 @@
 // this prints (scripts/reference/regen_arch_proofs.py, regen_gemma_golden.py); CI never runs it.
 //
 //   ref_logits --model M.gguf --tokens 1,2,3 [--threads 2] [--chunk 16] [--top 8] [--ctx 256]
-//              [--generate N] [--stop ID,...]
+//              [--generate N] [--stop ID,...] [--dump 1]
+//
+// --dump 1 prints every F32 tensor the graph computes (name, sum, first values) on stderr and,
+// with REF_DUMP_DIR set, writes each as raw f32 to REF_DUMP_DIR/NAME.f32 (to compare with
+// examples/trace_fox.rs, which writes kiln's activations to KILN_DUMP_DIR).
 //
 // Teacher forcing: the ids are fed in chunks of --chunk tokens (below llama.cpp's 64-token tiled
 // flash-attention path, so every position takes the same one-query path kiln follows), with
@@ -28,6 +32,41 @@ static void quiet_log(enum ggml_log_level level, const char * text, void * user)
     if (level == GGML_LOG_LEVEL_ERROR) {
         fputs(text, stderr);
     }
+}
+
+// --dump: every F32 tensor the graph computes, as "name sum first-values" on stderr (to
+// compare with kiln's `--features trace` hook layer by layer).
+static bool dump_cb(struct ggml_tensor * t, bool ask, void * user) {
+    (void) user;
+    if (ask) {
+        return true;
+    }
+    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t)) {
+        return true;
+    }
+    const float * x = (const float *) t->data;
+    int64_t n = ggml_nelements(t);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        sum += x[i];
+    }
+    fprintf(stderr, "dump %s [%lld,%lld] sum=%.6f |", t->name, (long long) t->ne[0],
+            (long long) t->ne[1], sum);
+    for (int64_t i = 0; i < n && i < 4; i++) {
+        fprintf(stderr, " %.5f", x[i]);
+    }
+    fprintf(stderr, "\n");
+    const char * dir = getenv("REF_DUMP_DIR");
+    if (dir) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s.f32", dir, t->name);
+        FILE * f = fopen(path, "wb");
+        if (f) {
+            fwrite(x, sizeof(float), (size_t) n, f);
+            fclose(f);
+        }
+    }
+    return true;
 }
 
 static int parse_ids(const char * s, int ** out) {
@@ -122,6 +161,7 @@ int main(int argc, char ** argv) {
     int threads = 2, chunk = 16, top = 8, ctx = 256, generate = 0;
     int * stop = NULL;
     int n_stop = 0;
+    int dump = 0;
     for (int i = 1; i < argc; i++) {
         const char * a = argv[i];
         const char * v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -138,6 +178,7 @@ int main(int argc, char ** argv) {
         else if (!strcmp(a, "--ctx")) ctx = atoi(v);
         else if (!strcmp(a, "--generate")) generate = atoi(v);
         else if (!strcmp(a, "--stop")) n_stop = parse_ids(v, &stop);
+        else if (!strcmp(a, "--dump")) dump = atoi(v);
         else {
             fprintf(stderr, "ref_logits: unknown option %s\n", a);
             return 2;
@@ -170,6 +211,10 @@ int main(int argc, char ** argv) {
     cp.n_threads_batch = threads;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
     cp.no_perf = true;
+    if (dump) {
+        cp.cb_eval = dump_cb;
+        cp.cb_eval_user_data = NULL;
+    }
     struct llama_context * lctx = llama_init_from_model(model, cp);
     if (!lctx) {
         fprintf(stderr, "ref_logits: cannot create a context\n");
