@@ -233,7 +233,7 @@ impl EngineHandle {
         if let Some(&id) = req.prompt.iter().find(|&&id| id as usize >= n_vocab) {
             return Err(SubmitError::BadToken { id, n_vocab });
         }
-        if req.max_tokens == 0 {
+        if req.max_tokens == 0 && !req.prompt_output.wants_rows() {
             return Err(SubmitError::ZeroMaxTokens);
         }
         let max_n = MAX_N.min(self.inner.info.max_num_seqs);

@@ -28,6 +28,6 @@ pub use engine_config::{EngineConfig, MAX_UNREAD_EVENTS};
 pub use handle::{EngineHandle, EngineInfo, Load, RequestStream};
 pub use observer::{NoopObserver, Observer, RequestStats, StepKind, StepStats};
 pub use request::{
-    Event, FinishReason, GenerationRequest, SubmitError, Timings, TokenLogprob, Usage,
+    Event, FinishReason, GenerationRequest, PromptOutput, SubmitError, Timings, TokenLogprob, Usage,
 };
 pub use sampling::SamplingParams;

@@ -34,6 +34,26 @@ pub struct GenerationRequest {
     /// A grammar every choice's output must follow (tokens that would break it are masked
     /// before sampling; the choice ends where the grammar is complete).
     pub constraint: Option<Arc<Constraint>>,
+    /// What the request wants from its prompt itself, computed in the same prefill.
+    pub prompt_output: PromptOutput,
+}
+
+/// What a request wants from its prompt's positions besides their KV.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PromptOutput {
+    #[default]
+    None,
+    /// Each prompt token's logprob given the tokens before it (the first token has none),
+    /// with the `top` most likely alternatives: one [`Event::PromptLogprobs`] before any
+    /// delta. `max_tokens` may be 0 (score the prompt only).
+    Logprobs { top: usize },
+}
+
+impl PromptOutput {
+    /// Whether every prompt position needs its logits row.
+    pub fn wants_rows(self) -> bool {
+        !matches!(self, PromptOutput::None)
+    }
 }
 
 impl GenerationRequest {
@@ -49,6 +69,7 @@ impl GenerationRequest {
             n: 1,
             logprobs: false,
             constraint: None,
+            prompt_output: PromptOutput::None,
         }
     }
 }
@@ -63,7 +84,7 @@ pub enum SubmitError {
     EmptyPrompt,
     #[error("token id {id} in the prompt is outside the vocabulary of {n_vocab}")]
     BadToken { id: u32, n_vocab: usize },
-    #[error("max_tokens must be at least 1")]
+    #[error("max_tokens must be at least 1 (0 only when scoring the prompt)")]
     ZeroMaxTokens,
     #[error("n must be between 1 and {max}, got {got}")]
     BadN { got: usize, max: usize },
@@ -150,6 +171,9 @@ pub enum Event {
         text: String,
         logprobs: Vec<TokenLogprob>,
     },
+    /// The prompt's logprobs (see [`PromptOutput::Logprobs`]): entry `i` is prompt token
+    /// `i + 1`'s (the first prompt token has none). Sent once, before any delta.
+    PromptLogprobs { logprobs: Vec<TokenLogprob> },
     /// A choice ended; no more deltas for it. `stop` is the stop string that ended it, if
     /// one did.
     Finished {

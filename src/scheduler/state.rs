@@ -31,6 +31,11 @@ use std::collections::{HashMap, VecDeque};
 /// Identifies a sequence (one choice of one request).
 pub type SeqId = u64;
 
+/// Prompt positions whose logits rows one step may produce for sequences that want a row at
+/// every prompt position (prompt logprobs): their prefill chunks are clipped to this, so the
+/// step's logits buffer stays small (each row is `n_vocab` floats).
+pub const PROMPT_LOGIT_ROWS: usize = 32;
+
 /// The scheduler's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -84,6 +89,20 @@ pub struct PlanItem {
     pub len: usize,
     /// The last of these tokens is the sequence's last: its logits give the next token.
     pub logits: bool,
+    /// Every one of these tokens needs its logits row (prompt logprobs); with `logits`, the
+    /// last of them is also the row sampled from.
+    pub rows: bool,
+}
+
+impl PlanItem {
+    /// Logits rows this item produces.
+    pub fn logit_rows(&self) -> usize {
+        if self.rows {
+            self.len
+        } else {
+            usize::from(self.logits)
+        }
+    }
 }
 
 /// One step to execute: first the block copies (copy on write, `(src, dst)`), then one forward
@@ -132,6 +151,8 @@ pub struct Seq<T> {
     pub preemptions: u32,
     /// Running slots this sequence stands for until it forks (its request's `n`), else 1.
     slots: usize,
+    /// Every prompt position needs its logits row (see [`Scheduler::want_prompt_rows`]).
+    rows: bool,
     at: Where,
     pub payload: T,
 }
@@ -245,12 +266,22 @@ impl<T> Scheduler<T> {
             cached_tokens: 0,
             preemptions: 0,
             slots: n.max(1),
+            rows: false,
             at: Where::Waiting,
             payload,
         };
         self.seqs.insert(id, seq);
         self.waiting.push_back(id);
         Ok(())
+    }
+
+    /// Marks a waiting sequence as needing the logits row of every prompt position (prompt
+    /// logprobs): it skips the prefix cache (a cached position has no row), and its prefill
+    /// chunks produce at most [`PROMPT_LOGIT_ROWS`] rows per step, over all such sequences.
+    pub fn want_prompt_rows(&mut self, id: SeqId) {
+        if let Some(s) = self.seqs.get_mut(&id) {
+            s.rows = true;
+        }
     }
 
     pub fn seq(&self, id: SeqId) -> Option<&Seq<T>> {
@@ -312,20 +343,26 @@ impl<T> Scheduler<T> {
         } else {
             usize::MAX
         };
+        let mut rows_left = PROMPT_LOGIT_ROWS;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
-            let (computed, have) = {
+            let (computed, have, rows) = {
                 let s = &self.seqs[&id];
-                (s.computed, s.tokens.len())
+                (
+                    s.computed,
+                    s.tokens.len(),
+                    s.rows && s.computed < s.prompt_len,
+                )
             };
-            let is_decode = have - computed == 1;
+            let is_decode = have - computed == 1 && !rows;
             let n = if is_decode {
                 1
             } else {
                 self.chunk_fitting(computed, have - computed, prefill_left)
             }
-            .min(budget);
+            .min(budget)
+            .min(if rows { rows_left } else { usize::MAX });
             if n == 0 {
                 i += 1;
                 continue;
@@ -336,9 +373,14 @@ impl<T> Scheduler<T> {
                         seq: id,
                         start: computed,
                         len: n,
-                        logits: computed + n == have,
+                        logits: computed + n == have
+                            && self.seqs[&id].max_len > self.seqs[&id].prompt_len,
+                        rows,
                     });
                     budget -= n;
+                    if rows {
+                        rows_left -= n;
+                    }
                     if !is_decode {
                         prefill_left = prefill_left.saturating_sub(self.chunk_cost(computed, n));
                     }
@@ -366,7 +408,8 @@ impl<T> Scheduler<T> {
             if self.running_slots + slots > self.limits.max_num_seqs && !self.running.is_empty() {
                 break;
             }
-            if self.seqs[&id].table.n_blocks() == 0 && self.limits.prefix_cache {
+            let wants_rows = self.seqs[&id].rows;
+            if self.seqs[&id].table.n_blocks() == 0 && self.limits.prefix_cache && !wants_rows {
                 let s = self.seqs.get_mut(&id).expect("waiting sequence exists");
                 let hit = self.prefix.lookup(&s.tokens, &mut s.table);
                 s.computed = hit;
@@ -380,9 +423,11 @@ impl<T> Scheduler<T> {
                 let s = &self.seqs[&id];
                 (s.computed, s.tokens.len())
             };
+            let rows = wants_rows && computed < self.seqs[&id].prompt_len;
             let n = self
                 .chunk_fitting(computed, have - computed, prefill_left)
-                .min(budget);
+                .min(budget)
+                .min(if rows { rows_left } else { usize::MAX });
             if n == 0 {
                 break;
             }
@@ -408,9 +453,13 @@ impl<T> Scheduler<T> {
                 seq: id,
                 start: computed,
                 len: n,
-                logits: computed + n == have,
+                logits: computed + n == have && self.seqs[&id].max_len > self.seqs[&id].prompt_len,
+                rows,
             });
             budget -= n;
+            if rows {
+                rows_left -= n;
+            }
             prefill_left = prefill_left.saturating_sub(self.chunk_cost(computed, n));
         }
         plan
@@ -569,6 +618,7 @@ impl<T> Scheduler<T> {
             cached_tokens: p.cached_tokens,
             preemptions: 0,
             slots: 1,
+            rows: false,
             at: p.at,
             payload,
         };

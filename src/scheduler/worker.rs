@@ -11,9 +11,11 @@ use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::fault::{FaultStage, Faults};
 use crate::scheduler::observer::{Observer, StepKind, StepStats};
-use crate::scheduler::request::{Event, FinishReason, GenerationRequest};
-use crate::scheduler::sampling::SampleScratch;
-use crate::scheduler::state::{Limits, Scheduler, SeqId, StepPlan};
+use crate::scheduler::request::{
+    Event, FinishReason, GenerationRequest, PromptOutput, TokenLogprob,
+};
+use crate::scheduler::sampling::{score, SampleScratch};
+use crate::scheduler::state::{Limits, PlanItem, Scheduler, SeqId, StepPlan, PROMPT_LOGIT_ROWS};
 use crate::tokenizer::Tokenizer;
 use output::{req_of, seq_id, Outputs, Req, SeqOut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -91,7 +93,7 @@ impl StepState {
         let batch = BatchLimits {
             max_tokens: limits.max_batch_tokens,
             max_seqs: limits.max_num_seqs,
-            max_logit_rows: limits.max_num_seqs,
+            max_logit_rows: limits.max_num_seqs + PROMPT_LOGIT_ROWS,
         };
         let scratch = model.new_scratch(batch, &kv_cfg)?;
         // The handle bounds the queue; the state machine's own bound must never refuse what
@@ -317,11 +319,17 @@ impl Worker {
         let constraint = r.req.constraint.as_ref().map(|c| c.sequence());
         let out = SeqOut::new(id, 0, &r, constraint, n == 1);
         let prompt = r.req.prompt.clone();
+        let rows = r.req.prompt_output.wants_rows();
         match self
             .sched
             .add(seq_id(id, 0), prompt, r.req.max_tokens, n, out)
         {
-            Ok(()) => self.outputs.insert(id, r),
+            Ok(()) => {
+                if rows {
+                    self.sched.want_prompt_rows(seq_id(id, 0));
+                }
+                self.outputs.insert(id, r)
+            }
             Err(e) => self.outputs.refuse(r, e.to_string()),
         }
     }
@@ -393,7 +401,9 @@ impl Worker {
                     tokens: &s.tokens[it.start..it.start + it.len],
                     start_pos: it.start,
                     table: s.table(),
-                    logits: if it.logits {
+                    logits: if it.rows {
+                        LogitsWanted::All
+                    } else if it.logits {
                         LogitsWanted::Last
                     } else {
                         LogitsWanted::None
@@ -433,9 +443,13 @@ impl Worker {
         let mut next_row = 0;
         for it in &plan.items {
             self.sched.advance(it.seq, it.len);
+            let first_row = next_row;
+            next_row += it.logit_rows();
+            if it.rows {
+                self.score_prompt(it, &rows[first_row * n_vocab..next_row * n_vocab], n_vocab);
+            }
             if it.logits {
-                let k = next_row;
-                next_row += 1;
+                let k = next_row - 1;
                 match self.sched.seq(it.seq) {
                     Some(s) if !s.payload.forked => self.on_first_logits(it.seq, row(k)),
                     Some(_) => batch.push((it.seq, k)),
@@ -449,6 +463,42 @@ impl Worker {
         }
         self.rows = rows;
         Ok(masks)
+    }
+
+    /// Scores the prompt tokens `item`'s rows predict (row `j` gives the distribution of the
+    /// token after position `start + j`) and hands them to output processing.
+    fn score_prompt(&mut self, item: &PlanItem, rows: &[f32], n_vocab: usize) {
+        let req = req_of(item.seq);
+        let Some(r) = self.outputs.get(req) else {
+            return;
+        };
+        let prompt = &r.req.prompt;
+        let top = match r.req.prompt_output {
+            PromptOutput::Logprobs { top } => top,
+            PromptOutput::None => 0,
+        };
+        let from = self.outputs.next_scored(req);
+        let mut sc = self.sample_scratch[0]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let scores: Vec<TokenLogprob> = (0..item.len)
+            .map(|j| item.start + j)
+            .filter(|&pos| pos >= from && pos + 1 < prompt.len())
+            .map(|pos| {
+                let j = pos - item.start;
+                let row = &rows[j * n_vocab..(j + 1) * n_vocab];
+                let s = score(row, prompt[pos + 1], top, &mut sc);
+                TokenLogprob {
+                    id: s.id,
+                    logprob: s.logprob,
+                    top: s.top,
+                }
+            })
+            .collect();
+        drop(sc);
+        // A gap (rows past what was scored) cannot happen: a sequence computes its positions
+        // in order, and after a preemption from 0 again.
+        self.outputs.add_prompt_scores(&mut self.sched, req, scores);
     }
 
     /// The first token of a request with `n > 1` choices: fork the other choices (sharing the

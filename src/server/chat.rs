@@ -2,7 +2,7 @@
 //! object or as a stream of `chat.completion.chunk`s (see [`crate::server::sse`]).
 
 use crate::random::random_id;
-use crate::scheduler::{FinishReason, TokenLogprob};
+use crate::scheduler::{FinishReason, PromptOutput, TokenLogprob};
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
 use crate::server::generate::{Job, Meta, Session};
@@ -80,6 +80,7 @@ pub async fn chat_completions(
         prompt_param: "messages",
         constraint: prompt.constraint,
         chat: true,
+        prompt_output: PromptOutput::None,
     })?;
     if req.sampling.streams() {
         let readers = (0..n)

@@ -1,7 +1,7 @@
 //! `POST /v1/completions`: raw prompts (text or token ids, one or many), generate, answer as
 //! one JSON object or as a stream of `text_completion` chunks.
 
-use crate::scheduler::{FinishReason, TokenLogprob};
+use crate::scheduler::{FinishReason, PromptOutput, TokenLogprob};
 use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
@@ -26,6 +26,7 @@ pub const MAX_PROMPTS: usize = 64;
 
 fn fields(r: &CompletionRequest) -> Fields<'_> {
     let mut f = Fields::shared(&r.sampling);
+    f.zero_max_tokens = r.echo.unwrap_or(false);
     f.logprobs = r.logprobs.is_some();
     f.top_logprobs = r.logprobs;
     f.top_logprobs_param = "logprobs";
@@ -124,12 +125,16 @@ pub async fn completions(
         ));
     }
     let echo = req.echo.unwrap_or(false);
-    if echo && plan.logprobs {
-        return Err(ApiError::bad(
-            "echo",
-            "echo together with logprobs is not supported (prompt logprobs are not computed)",
-        ));
-    }
+    // With `echo`, `logprobs` covers the prompt too (computed in the same prefill), and
+    // `max_tokens` 0 scores the prompt without generating.
+    let prompt_logprobs = echo && plan.logprobs;
+    let prompt_output = if prompt_logprobs || plan.max_tokens == Some(0) {
+        PromptOutput::Logprobs {
+            top: plan.params.top_logprobs,
+        }
+    } else {
+        PromptOutput::None
+    };
     let prompts = std::mem::take(&mut req.prompt).into_prompts();
     if prompts.len() > MAX_PROMPTS {
         return Err(ApiError::bad(
@@ -157,12 +162,14 @@ pub async fn completions(
         .collect();
     let meta = session.meta("cmpl-");
     let rt = Arc::clone(&session.rt);
+    let first_ids: Vec<Option<u32>> = tokenized.iter().map(|t| t.ids.first().copied()).collect();
     let submitted = session.submit(Job {
         plan,
         prompts: tokenized.into_iter().map(|t| t.ids).collect(),
         prompt_param: "prompt",
         constraint,
         chat: false,
+        prompt_output,
     })?;
     if req.sampling.streams() {
         let choices = echoes.len() * n;
@@ -172,6 +179,8 @@ pub async fn completions(
             n,
             include_usage: req.sampling.include_usage(),
             echoes,
+            first_ids,
+            prompt_logprobs,
             logprobs: (0..choices)
                 .map(|_| logprobs.then(|| CompletionLogprobBuilder::new(0)))
                 .collect(),
@@ -185,7 +194,12 @@ pub async fn completions(
         .map(|(index, o)| {
             let echo = &echoes[index / n];
             let logprobs = logprobs.then(|| {
-                let mut b = CompletionLogprobBuilder::new(echo.chars().count());
+                let mut b = CompletionLogprobBuilder::new(0);
+                if prompt_logprobs {
+                    let scores = &out.prompt_logprobs[index / n];
+                    b.push_prompt(&rt.tokenizer, first_ids[index / n], scores);
+                }
+                b.continue_at(echo.chars().count());
                 b.push(&rt.tokenizer, &o.logprobs);
                 b.out
             });
@@ -219,6 +233,10 @@ struct CompletionWriter {
     include_usage: bool,
     /// Per prompt: the text echoed before the first token (empty without `echo`).
     echoes: Vec<String>,
+    /// Per prompt: its first token (the echoed prompt's logprobs start with it).
+    first_ids: Vec<Option<u32>>,
+    /// The echo goes out with the prompt's logprobs, once the engine has them.
+    prompt_logprobs: bool,
     /// Per choice, with `logprobs`.
     logprobs: Vec<Option<CompletionLogprobBuilder>>,
 }
@@ -247,6 +265,9 @@ impl CompletionWriter {
 impl ChunkWriter for CompletionWriter {
     fn opening(&mut self) -> Vec<SseEvent> {
         let n = self.n;
+        if self.prompt_logprobs {
+            return Vec::new();
+        }
         (0..self.echoes.len() * n)
             .filter(|&c| !self.echoes[c / n].is_empty())
             .map(|index| {
@@ -285,6 +306,37 @@ impl ChunkWriter for CompletionWriter {
             }],
             None,
         ))
+    }
+
+    fn prompt_logprobs(&mut self, prompt: usize, scores: &[TokenLogprob]) -> Vec<SseEvent> {
+        if !self.prompt_logprobs {
+            return Vec::new();
+        }
+        let tok = Arc::clone(&self.rt.tokenizer);
+        let echo = self.echoes.get(prompt).cloned().unwrap_or_default();
+        let first = self.first_ids.get(prompt).copied().flatten();
+        (prompt * self.n..(prompt + 1) * self.n)
+            .map(|index| {
+                let logprobs = self
+                    .logprobs
+                    .get_mut(index)
+                    .and_then(Option::as_mut)
+                    .map(|b| {
+                        b.push_prompt(&tok, first, scores);
+                        b.continue_at(echo.chars().count());
+                        b.take()
+                    });
+                self.chunk(
+                    vec![CompletionChoice {
+                        index,
+                        text: echo.clone(),
+                        logprobs,
+                        finish_reason: None,
+                    }],
+                    None,
+                )
+            })
+            .collect()
     }
 
     fn finished(&mut self, choice: usize, reason: FinishReason) -> SseEvent {

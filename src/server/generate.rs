@@ -18,7 +18,7 @@
 //!    scheduler step; the deadline (`server.request_timeout`) is a 408.
 
 use crate::random::random_id;
-use crate::scheduler::{EngineInfo, GenerationRequest, RequestStream};
+use crate::scheduler::{EngineInfo, GenerationRequest, PromptOutput, RequestStream, TokenLogprob};
 use crate::server::admission;
 use crate::server::error::ApiError;
 use crate::server::output_constraint::{self as shapes, Shape};
@@ -72,6 +72,8 @@ pub struct Job {
     pub constraint: Option<Arc<Constraint>>,
     /// A chat turn: the template's end-of-turn tokens end a choice (unless `ignore_eos`).
     pub chat: bool,
+    /// What each request wants from its prompt itself (prompt logprobs).
+    pub prompt_output: PromptOutput,
 }
 
 impl Session {
@@ -152,6 +154,7 @@ impl Session {
             .plan
             .request(prompt, job.prompt_param, settings, self.info())?;
         gen.constraint = job.constraint.clone();
+        gen.prompt_output = job.prompt_output;
         if job.chat && !job.plan.ignore_eos {
             gen.stop_token_ids = self.rt.end_of_turn.clone();
         }
@@ -196,17 +199,20 @@ pub struct Submitted {
 pub struct Collected {
     pub session: Session,
     pub choices: Vec<ChoiceOutput>,
+    /// Per prompt, its prompt logprobs when the job asked ([`Job::prompt_output`]).
+    pub prompt_logprobs: Vec<Vec<TokenLogprob>>,
     pub usage: UsageBody,
 }
 
 impl Submitted {
     /// Reads every choice to its end. An engine fault is a 500, the deadline a 408.
     pub async fn collect(self) -> Result<Collected, ApiError> {
-        let (choices, usage) = collect(self.streams, self.n, self.session.deadline).await?;
+        let out = collect(self.streams, self.n, self.session.deadline).await?;
         Ok(Collected {
             session: self.session,
-            choices,
-            usage,
+            choices: out.choices,
+            prompt_logprobs: out.prompt_logprobs,
+            usage: out.usage,
         })
     }
 

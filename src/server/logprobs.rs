@@ -19,6 +19,17 @@ fn finite(lp: f32) -> f32 {
     }
 }
 
+/// `v` as a JSON number with the same digits serde writes for an `f32` field (the shortest that
+/// reads back as `v`), not `v` widened to `f64`: a client comparing a token's logprob with
+/// the best of its top logprobs (lm-evaluation-harness's `is_greedy`) must see equal numbers.
+fn json_f32(v: f32) -> serde_json::Value {
+    v.to_string()
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
 fn token(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
     let bytes = tok.token_to_piece(id).to_vec();
     (String::from_utf8_lossy(&bytes).into_owned(), bytes)
@@ -68,18 +79,43 @@ impl CompletionLogprobBuilder {
 
     pub fn push(&mut self, tok: &Tokenizer, lps: &[TokenLogprob]) {
         for lp in lps {
-            let (text, _) = token(tok, lp.id);
             let mut top = serde_json::Map::new();
             for &(id, l) in &lp.top {
                 let (t, _) = token(tok, id);
-                top.entry(t).or_insert(serde_json::Value::from(finite(l)));
+                top.entry(t).or_insert(json_f32(finite(l)));
             }
-            self.out.text_offset.push(self.offset);
-            self.offset += text.chars().count();
-            self.out.tokens.push(text);
-            self.out.token_logprobs.push(finite(lp.logprob));
-            self.out.top_logprobs.push(top);
+            self.push_entry(tok, lp.id, Some(finite(lp.logprob)), Some(top));
         }
+    }
+
+    /// An echoed prompt: its first token without a logprob, then the scores of the others
+    /// (`scores[i]` is the prompt's token `i + 1`'s).
+    pub fn push_prompt(&mut self, tok: &Tokenizer, first: Option<u32>, scores: &[TokenLogprob]) {
+        if let Some(first) = first {
+            self.push_entry(tok, first, None, None);
+        }
+        self.push(tok, scores);
+    }
+
+    /// The next token starts at character `offset` (after an echoed prompt, whose text may
+    /// not be the exact concatenation of its tokens').
+    pub fn continue_at(&mut self, offset: usize) {
+        self.offset = offset;
+    }
+
+    fn push_entry(
+        &mut self,
+        tok: &Tokenizer,
+        id: u32,
+        logprob: Option<f32>,
+        top: Option<serde_json::Map<String, serde_json::Value>>,
+    ) {
+        let (text, _) = token(tok, id);
+        self.out.text_offset.push(self.offset);
+        self.offset += text.chars().count();
+        self.out.tokens.push(text);
+        self.out.token_logprobs.push(logprob);
+        self.out.top_logprobs.push(top);
     }
 
     /// The entries pushed since the last call (for a stream chunk).

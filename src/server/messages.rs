@@ -11,7 +11,7 @@
 //! use Anthropic's envelope (see [`crate::server::error`]).
 
 use crate::random::random_id;
-use crate::scheduler::{FinishReason, TokenLogprob};
+use crate::scheduler::{FinishReason, PromptOutput, TokenLogprob};
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
 use crate::server::generate::{Job, Meta, Session};
@@ -347,6 +347,7 @@ pub async fn messages(
         prompt_param: "messages",
         constraint: prompt.constraint,
         chat: true,
+        prompt_output: PromptOutput::None,
     })?;
     if req.stream.unwrap_or(false) {
         let reader =

@@ -6,7 +6,7 @@
 use crate::config::ServerSettings;
 use crate::scheduler::request::{MAX_N, MAX_STOPS, MAX_STOP_BYTES};
 use crate::scheduler::sampling::{MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
-use crate::scheduler::{EngineInfo, GenerationRequest, SamplingParams};
+use crate::scheduler::{EngineInfo, GenerationRequest, PromptOutput, SamplingParams};
 use crate::server::error::ApiError;
 use crate::server::types::{SamplingFields, StopSpec};
 use std::collections::HashMap;
@@ -33,6 +33,8 @@ pub struct Fields<'a> {
     pub min_p: Option<f64>,
     pub repetition_penalty: Option<f64>,
     pub ignore_eos: bool,
+    /// `max_tokens` may be 0: the request scores its prompt only (completions with `echo`).
+    pub zero_max_tokens: bool,
 }
 
 impl<'a> Fields<'a> {
@@ -57,6 +59,7 @@ impl<'a> Fields<'a> {
             min_p: s.min_p,
             repetition_penalty: s.repetition_penalty,
             ignore_eos: s.ignore_eos.unwrap_or(false),
+            zero_max_tokens: false,
         }
     }
 }
@@ -105,11 +108,13 @@ impl SamplingPlan {
         };
         let max_tokens = match f.max_tokens {
             None => None,
+            Some(0) if f.zero_max_tokens => Some(0),
             Some(v) if v < 1 => {
+                let least = if f.zero_max_tokens { "0" } else { "1" };
                 return Err(ApiError::bad(
                     f.max_tokens_param,
-                    format!("{} must be at least 1, got {v}", f.max_tokens_param),
-                ))
+                    format!("{} must be at least {least}, got {v}", f.max_tokens_param),
+                ));
             }
             Some(v) if v as u64 > settings.max_tokens_cap as u64 => {
                 return Err(ApiError::bad(
@@ -208,6 +213,7 @@ impl SamplingPlan {
             n: self.n,
             logprobs: self.logprobs,
             constraint: None,
+            prompt_output: PromptOutput::None,
         })
     }
 }

@@ -49,15 +49,26 @@ pub struct ChoiceOutput {
     pub stop: Option<String>,
 }
 
+/// Everything an HTTP request's engine requests produced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outputs {
+    /// Choice `p * n + c` is choice `c` of prompt `p`.
+    pub choices: Vec<ChoiceOutput>,
+    /// Per prompt, its prompt logprobs when asked (entry `i` is token `i + 1`'s).
+    pub prompt_logprobs: Vec<Vec<TokenLogprob>>,
+    pub usage: UsageBody,
+}
+
 /// Reads `streams` to their end: the outputs of the `streams.len() * n` choices and the usage.
 /// An engine fault is a 500; the deadline a 408 (the requests are aborted either way).
 pub async fn collect(
     streams: Vec<RequestStream>,
     n: usize,
     deadline: Option<(Instant, std::time::Duration)>,
-) -> Result<(Vec<ChoiceOutput>, UsageBody), ApiError> {
+) -> Result<Outputs, ApiError> {
     let mut remaining = streams.len();
     let mut outs = vec![ChoiceOutput::default(); remaining * n];
+    let mut prompt_logprobs = vec![Vec::new(); remaining];
     let mut usage = UsageBody::default();
     let mut merged = merge(streams);
     let note = access::current();
@@ -96,8 +107,17 @@ pub async fn collect(
                 usage.add(u);
                 remaining -= 1;
             }
+            Event::PromptLogprobs { logprobs } => {
+                if let Some(slot) = prompt_logprobs.get_mut(p) {
+                    *slot = logprobs;
+                }
+            }
             Event::Error { message } => return Err(ApiError::Internal(message)),
         }
     }
-    Ok((outs, usage))
+    Ok(Outputs {
+        choices: outs,
+        prompt_logprobs,
+        usage,
+    })
 }

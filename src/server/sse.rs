@@ -54,6 +54,11 @@ pub trait ChunkWriter: Send + 'static {
     fn finish_chunks(&mut self, choice: usize, reason: FinishReason) -> Vec<SseEvent> {
         vec![self.finished(choice, reason)]
     }
+    /// The events for prompt `prompt`'s logprobs (asked with the job's prompt output; they
+    /// come before any delta). By default nothing.
+    fn prompt_logprobs(&mut self, _prompt: usize, _scores: &[TokenLogprob]) -> Vec<SseEvent> {
+        Vec::new()
+    }
     /// Told, before the choice's closing events, which stop string ended it (Anthropic
     /// reports it). By default nothing.
     fn stopped_by(&mut self, _choice: usize, _stop: &str) {}
@@ -176,6 +181,10 @@ impl<W: ChunkWriter> Driver<W> {
                     self.timings.add(&timings);
                     self.usage.add(usage);
                     self.remaining -= 1;
+                }
+                (p, Event::PromptLogprobs { logprobs }) => {
+                    let events = self.writer.prompt_logprobs(p, &logprobs);
+                    self.outbox.extend(events);
                 }
                 (_, Event::Error { message }) => self.fail(ApiError::Internal(message)),
             }

@@ -52,6 +52,7 @@ pub(crate) fn collect(mut s: RequestStream, n: usize) -> (Vec<Out>, kiln::schedu
             }
             Event::Finished { choice, reason, .. } => outs[choice].finish = Some(reason),
             Event::Done { usage, .. } => return (outs, usage),
+            Event::PromptLogprobs { .. } => {}
             Event::Error { message } => panic!("engine error: {message}"),
         }
     }
@@ -430,4 +431,76 @@ fn abort_all_and_shutdown_end_requests_with_abort() {
         l.engine.submit(greedy(vec![1, 2, 3], 4)),
         Err(kiln::scheduler::SubmitError::Unavailable(_))
     ));
+}
+
+/// Prompt logprobs (teacher forcing): scoring prompt + greedily generated tokens gives, for
+/// those tokens, the logprobs (and top alternatives) the engine reported while generating
+/// them, each generated token is the top-1 of its row, and this holds while the scored
+/// prompt shares its batches with generating requests.
+#[test]
+fn prompt_logprobs_equal_the_logprobs_of_generation() {
+    use kiln::scheduler::{PromptOutput, TokenLogprob};
+    let l = engine(8, 8192);
+    let prompt = chat(&l.tokenizer, "Name three colors.");
+    let mut g = greedy(prompt.clone(), 8);
+    g.logprobs = true;
+    g.params.top_logprobs = 3;
+    let mut s = l.engine.submit(g).unwrap();
+    let mut gen: Vec<TokenLogprob> = Vec::new();
+    loop {
+        match s.blocking_recv().expect("Done") {
+            Event::Delta { logprobs, .. } => gen.extend(logprobs),
+            Event::Done { .. } => break,
+            Event::Error { message } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    assert_eq!(gen.len(), 8);
+    let mut full = prompt.clone();
+    full.extend(gen.iter().map(|t| t.id));
+    let others: Vec<RequestStream> = QUESTIONS[..4]
+        .iter()
+        .map(|q| l.engine.submit(greedy(chat(&l.tokenizer, q), 16)).unwrap())
+        .collect();
+    let mut r = GenerationRequest::new(full.clone(), 0);
+    r.prompt_output = PromptOutput::Logprobs { top: 3 };
+    let mut s = l.engine.submit(r).unwrap();
+    let (mut scores, mut finish) = (None, None);
+    loop {
+        match s.blocking_recv().expect("Done") {
+            Event::PromptLogprobs { logprobs } => scores = Some(logprobs),
+            Event::Delta { .. } => panic!("max_tokens 0 generates nothing"),
+            Event::Finished { reason, .. } => finish = Some(reason),
+            Event::Done { usage, .. } => {
+                assert_eq!(usage.completion_tokens, 0);
+                break;
+            }
+            Event::Error { message } => panic!("{message}"),
+        }
+    }
+    assert_eq!(finish, Some(FinishReason::Length));
+    let scores = scores.expect("prompt logprobs sent");
+    assert_eq!(scores.len(), full.len() - 1);
+    for (i, sc) in scores.iter().enumerate() {
+        assert_eq!(
+            sc.id,
+            full[i + 1],
+            "entry {i} scores prompt token {}",
+            i + 1
+        );
+        assert!(sc.logprob <= 0.0 && sc.top.len() == 3);
+    }
+    for (k, (a, b)) in scores[prompt.len() - 1..].iter().zip(&gen).enumerate() {
+        assert!(
+            (a.logprob - b.logprob).abs() < 2e-3,
+            "token {k}: {a:?} vs {b:?}"
+        );
+        let ids = |t: &TokenLogprob| t.top.iter().map(|p| p.0).collect::<Vec<_>>();
+        assert_eq!(ids(a), ids(b), "token {k}");
+        assert_eq!(a.top[0].0, a.id, "greedy token {k} is its row's top-1");
+    }
+    for o in others {
+        collect(o, 1);
+    }
+    l.engine.shutdown();
 }

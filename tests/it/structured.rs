@@ -299,6 +299,7 @@ fn run(s: RequestStream) -> (String, Vec<u32>, FinishReason) {
             }
             Event::Finished { reason: r, .. } => reason = Some(r),
             Event::Done { .. } => break,
+            Event::PromptLogprobs { .. } => {}
             Event::Error { message } => panic!("{message}"),
         }
     }
@@ -350,6 +351,7 @@ fn scheduler_constrained_sampling_is_valid_invariant_and_reproducible() {
         match ev {
             Event::Delta { choice, text, .. } => texts[choice].push_str(&text),
             Event::Done { .. } => break,
+            Event::PromptLogprobs { .. } => {}
             Event::Error { message } => panic!("{message}"),
             _ => {}
         }

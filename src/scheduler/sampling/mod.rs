@@ -68,4 +68,4 @@ mod wide;
 
 pub use params::{SamplingError, SamplingParams, GREEDY_BELOW, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
 pub use penalties::BAN_BIAS;
-pub use sampler::{SampleScratch, Sampled, Sampler};
+pub use sampler::{score, SampleScratch, Sampled, Sampler};

@@ -166,6 +166,35 @@ impl Sampler {
     }
 }
 
+/// Token `id`'s log-probability in `row` and the `top` most likely tokens' (most likely
+/// first), under the model's own distribution: temperature 1, no penalty, bias or mask. This
+/// is a prompt token's score (prompt logprobs); it draws nothing.
+pub fn score(row: &[f32], id: u32, top: usize, scratch: &mut SampleScratch) -> Sampled {
+    let SampleScratch {
+        block_max, ranked, ..
+    } = scratch;
+    ranked.reset();
+    let max = passes::block_max(row, block_max);
+    let lse = if max.is_finite() {
+        f64::from(max) + passes::exp_sum(row, max, 1.0, f32::NEG_INFINITY).ln()
+    } else {
+        f64::from(max)
+    };
+    let logprob = row
+        .get(id as usize)
+        .map_or(f32::NEG_INFINITY, |&v| log_prob(v, lse));
+    let top = if top > 0 {
+        ranked
+            .top(row, block_max, top)
+            .iter()
+            .map(|&(v, i)| (i, log_prob(v, lse)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Sampled { id, logprob, top }
+}
+
 /// `v - lse` as a log-probability: NaN logits count as `-inf`; when the row has no finite
 /// maximum (`lse` is `+inf` or `-inf`) a `+inf` logit gets 0 and every other `-inf`.
 fn log_prob(v: f32, lse: f64) -> f32 {

@@ -530,3 +530,48 @@ fn a_long_sequence_holds_only_its_window_on_local_layers() {
     assert_eq!(s.kv_blocks().0, 13 + local);
     assert_drained(s);
 }
+
+#[test]
+fn prompt_rows_are_clipped_per_step_and_skip_the_prefix_cache() {
+    let mut s = sched(limits(), 64);
+    // A first request fills the prefix cache with the prompt both share.
+    s.add(1, prompt(80, 1), 4, 1, ()).unwrap();
+    while s.seq(1).is_some() {
+        step(&mut s);
+    }
+    s.add(2, prompt(80, 1), 2, 1, ()).unwrap();
+    s.want_prompt_rows(2);
+    let mut covered = 0;
+    while covered < 80 {
+        let plan = step(&mut s);
+        let it = plan.items.iter().find(|i| i.seq == 2).unwrap();
+        assert!(
+            it.rows && it.start == covered,
+            "every position has a row, none cached"
+        );
+        assert!(it.len <= PROMPT_LOGIT_ROWS && it.logit_rows() == it.len);
+        covered += it.len;
+        assert_eq!(
+            it.logits,
+            covered == 80,
+            "the last prompt row is also sampled from"
+        );
+    }
+    assert_eq!(s.seq(2).unwrap().cached_tokens, 0);
+    // Decoding after the prompt: one row, not a prompt row.
+    let plan = step(&mut s);
+    assert!(plan.items.iter().all(|i| !i.rows && i.logit_rows() == 1));
+    assert_drained(s);
+}
+
+#[test]
+fn a_prompt_scored_without_generation_asks_for_no_next_token() {
+    let mut s = sched(limits(), 64);
+    s.add(1, prompt(20, 2), 0, 1, ()).unwrap();
+    s.want_prompt_rows(1);
+    let plan = step(&mut s);
+    assert_eq!(lens(&plan), vec![(1, 20)]);
+    assert!(plan.items[0].rows && !plan.items[0].logits);
+    assert_eq!(plan.items[0].logit_rows(), 20);
+    assert_drained(s);
+}

@@ -107,6 +107,10 @@ pub(super) struct Req {
     /// Why the request failed, for its final [`Event::Error`] (a choice's grammar failed, or
     /// no token could be sampled).
     error: Option<String>,
+    /// Prompt logprobs scored so far: entry `i` is prompt token `i + 1`'s.
+    prompt_scores: Vec<TokenLogprob>,
+    /// The prompt logprobs were sent.
+    prompt_sent: bool,
 }
 
 impl Req {
@@ -134,6 +138,8 @@ impl Req {
             cached_tokens: 0,
             preemptions: 0,
             error: None,
+            prompt_scores: Vec::new(),
+            prompt_sent: false,
         }
     }
 
@@ -280,6 +286,43 @@ impl Outputs {
             .collect();
         for c in open {
             self.finish_choice(sched, id, c, seq_id(id, c), reason);
+        }
+    }
+
+    /// The next prompt position request `id` needs a score from (rows of positions before it
+    /// were scored already, e.g. before a preemption made them run again).
+    pub fn next_scored(&self, id: u64) -> usize {
+        match self.reqs.get(&id) {
+            Some(r) if !r.prompt_sent => r.prompt_scores.len(),
+            _ => usize::MAX,
+        }
+    }
+
+    /// Adds prompt scores for the positions from [`Outputs::next_scored`] on. Once every
+    /// prompt token but the first is scored, sends them ([`Event::PromptLogprobs`]) and, for a
+    /// request that generates nothing (`max_tokens` 0), ends its choices (`length`).
+    pub fn add_prompt_scores(
+        &mut self,
+        sched: &mut Scheduler<SeqOut>,
+        id: u64,
+        scores: Vec<TokenLogprob>,
+    ) {
+        let Some(r) = self.reqs.get_mut(&id) else {
+            return;
+        };
+        let want = r.req.prompt.len().saturating_sub(1);
+        r.prompt_scores.extend(scores);
+        r.prompt_scores.truncate(want);
+        if r.prompt_sent || r.prompt_scores.len() < want {
+            return;
+        }
+        r.prompt_sent = true;
+        let logprobs = std::mem::take(&mut r.prompt_scores);
+        let generates = r.req.max_tokens > 0;
+        if !r.send(Event::PromptLogprobs { logprobs }) {
+            self.abort_request(sched, id, FinishReason::Abort);
+        } else if !generates {
+            self.abort_request(sched, id, FinishReason::Length);
         }
     }
 

@@ -139,10 +139,12 @@ pub struct ChatLogprobs {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
-    pub token_logprobs: Vec<f32>,
-    /// For each token, its most likely alternatives: token text -> logprob.
-    #[schema(value_type = Vec<std::collections::HashMap<String, f32>>)]
-    pub top_logprobs: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Null for the first token of an echoed prompt (nothing predicts it).
+    pub token_logprobs: Vec<Option<f32>>,
+    /// For each token, its most likely alternatives: token text -> logprob (null for the
+    /// first token of an echoed prompt).
+    #[schema(value_type = Vec<Option<std::collections::HashMap<String, f32>>>)]
+    pub top_logprobs: Vec<Option<serde_json::Map<String, serde_json::Value>>>,
     /// Where each token starts in the choice's text (in characters).
     pub text_offset: Vec<usize>,
 }
