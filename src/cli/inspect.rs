@@ -307,7 +307,10 @@ fn to_json(
         out["tensors"] = Value::Array(tensors);
     }
     match hparams {
-        Ok(h) => out["model"] = json!(h),
+        Ok(h) => {
+            out["model"] = json!(h);
+            out["model"]["variant"] = json!(h.variant());
+        }
         Err(e) => out["model_error"] = json!(e.to_string()),
     }
     out

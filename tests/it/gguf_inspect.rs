@@ -106,3 +106,45 @@ fn isa_report_follows_kiln_isa() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("KILN_ISA"));
 }
+
+/// The architecture and the variant kiln will run are named, in text and JSON, for the real
+/// gemma-3-270m file (`scripts/fetch-model.sh gemma-3-270m`, which make test runs).
+#[test]
+fn inspect_names_the_architecture_and_variant() {
+    let gemma = crate::common::repo_root().join("models/gemma-3-270m-Q4_K_M.gguf");
+    assert!(
+        gemma.is_file(),
+        "{} is missing: run `scripts/fetch-model.sh gemma-3-270m` (make test does)",
+        gemma.display()
+    );
+    let run = |json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        cmd.args(["inspect", "--no-tensors"]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.arg(&gemma).output().expect("run kiln inspect");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 report")
+    };
+    let variant = "gemma3: sliding window 512 on 15 of 18 layers (RoPE base 10000 local, \
+                   1000000 global), q/k norm, post-norms, GELU";
+    let text = run(false);
+    assert!(text.contains("architecture      gemma3"), "{text}");
+    assert!(
+        text.contains(&format!("variant           {variant}")),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&run(true)).expect("one JSON object");
+    assert!(
+        v["model"]["variant"]
+            .as_str()
+            .is_some_and(|s| s.starts_with(variant)),
+        "{}",
+        v["model"]
+    );
+}
