@@ -382,10 +382,17 @@ fn bad_input_gets_a_clear_4xx_and_the_server_stays_healthy() {
         ),
         case(
             "unknown route",
-            "/v1/embeddings",
+            "/v1/no-such-route",
             chat(json!({})),
             404,
             None,
+        ),
+        case(
+            "embeddings without input",
+            "/v1/embeddings",
+            r#"{"model": null}"#,
+            400,
+            Some("input"),
         ),
         case("tokenize neither", "/tokenize", "{}", 400, Some("prompt")),
     ];
