@@ -12,7 +12,8 @@ use crate::server::generate::{Job, Session};
 use crate::server::params::{Fields, SamplingPlan};
 use crate::server::state::AppState;
 use crate::server::types::{
-    EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, ErrorResponse,
+    EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, EmbeddingVector,
+    ErrorResponse,
 };
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -113,9 +114,9 @@ pub async fn embeddings(
                 )));
             }
             let embedding = if base64 {
-                serde_json::Value::String(encode_base64(&e))
+                EmbeddingVector::Base64(encode_base64(&e))
             } else {
-                serde_json::Value::from(e)
+                EmbeddingVector::Float(e)
             };
             Ok(EmbeddingData {
                 object: "embedding".to_string(),

@@ -51,6 +51,7 @@ use utoipa::{Modify, OpenApi};
         EmbeddingRequest,
         EmbeddingResponse,
         EmbeddingData,
+        EmbeddingVector,
         EmbeddingUsage,
         CompletionResponse,
         CompletionChoice,

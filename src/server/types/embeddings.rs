@@ -28,9 +28,16 @@ pub struct EmbeddingData {
     /// Always `embedding`.
     pub object: String,
     pub index: usize,
-    /// Numbers (unit L2 norm), or with `encoding_format: "base64"` a base64 string.
-    #[schema(value_type = Object)]
-    pub embedding: serde_json::Value,
+    pub embedding: EmbeddingVector,
+}
+
+/// An embedding: numbers (unit L2 norm), or with `encoding_format: "base64"` their
+/// little-endian f32 bytes as a base64 string.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum EmbeddingVector {
+    Float(Vec<f32>),
+    Base64(String),
 }
 
 /// `usage` of an embeddings response.
