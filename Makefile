@@ -19,7 +19,7 @@ export KILN_SKIP_REPORT
 
 .PHONY: run test skips-reset skips model test-models tools tools-promtool build release fmt check unit isa-matrix neon-test \
         tools-chromium promtool-test monitoring-check tools-deploy deploy-check deploy-manifests \
-        alerts bench bench-baseline bench-compare bench-models quantized-models \
+        alerts bench bench-jsonschema bench-baseline bench-compare bench-models quantized-models \
         profile clean pytools client-tests loadtest serve-compare
 
 HOST         ?= 127.0.0.1
@@ -263,6 +263,16 @@ bench: model release
 	$(CARGO) bench
 	$(KILN) bench -p 512 -n 128 --batch 1,4,16,32 --repeat 3
 	$(KILN) bench --concurrency 1,4,16,32
+	$(MAKE) bench-jsonschema
+
+## bench-jsonschema: structured output over all 239 schemas of ../shared/conformance/
+## jsonschemabench at temperature 1.0 (scripts/jsonschemabench.py, 4 samples each, a kiln
+## started for it): coverage (share compiled; every refusal a 400 naming the feature) and
+## compliance (share of samples that finish with `stop` and validate). Fails under 90% / 99%.
+## Results (every sample) in target/jsonschemabench.json. The suite runs a fixed subset
+## (tests/py/test_jsonschemabench.py).
+bench-jsonschema: pytools model release
+	KILN_BIN=$(abspath $(KILN)) $(PY) scripts/jsonschemabench.py --out target/jsonschemabench.json
 
 ## bench-baseline: save this machine's figures (kiln bench + criterion, and kiln bench on the
 ## SIZES x TYPES real-size files) as the baseline that bench-compare checks against

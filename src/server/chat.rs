@@ -16,6 +16,8 @@ use crate::server::types::{
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ErrorResponse,
     FunctionCall, FunctionCallDelta, TimingsBody, ToolCall, ToolCallDelta, UsageBody,
 };
+use crate::structured::reasoning::{self, ReasoningSplit, ThinkStart};
+use crate::structured::syntax::SyntaxTokens;
 use crate::structured::tools::{CallReading, ToolDelta, ToolFormat, ToolStream};
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
@@ -67,10 +69,12 @@ pub async fn chat_completions(
     let shape = request_shape(&req)?;
     let messages = std::mem::take(&mut req.messages);
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
+    let kwargs = req.chat_template_kwargs.take();
     let prompt = session
-        .chat_prompt(messages, shape, add_generation_prompt, None)
+        .chat_prompt_with(messages, shape, add_generation_prompt, None, kwargs)
         .await?;
     let read_calls = prompt.read_calls;
+    let think = prompt.think;
     let (n, logprobs) = (plan.n, plan.logprobs);
     let meta = session.meta("chatcmpl-");
     let rt = Arc::clone(&session.rt);
@@ -88,12 +92,16 @@ pub async fn chat_completions(
                 read_calls.map(|r| ToolStream::new(r.format, r.forced, Arc::clone(&rt.tokenizer)))
             })
             .collect();
+        let thinkers = (0..n).map(|_| think.map(ReasoningSplit::new)).collect();
+        let syntax = reply_syntax(&rt, read_calls);
         return Ok(submitted.stream(ChatWriter {
             meta,
             rt,
             n,
             include_usage: req.sampling.include_usage(),
             readers,
+            thinkers,
+            syntax,
         }));
     }
     let out = submitted.collect().await?;
@@ -103,16 +111,15 @@ pub async fn chat_completions(
         .enumerate()
         .map(|(index, o)| {
             let finish = o.finish.unwrap_or(FinishReason::Abort);
-            let (content, tool_calls) = match read_calls {
-                Some(f) => reply_calls(f, &rt, &o.ids, &o.text),
-                None => (Some(o.text), None),
-            };
+            let (reasoning_content, content, tool_calls) =
+                reply_parts(&rt, read_calls, think, &o.ids, o.text);
             ChatChoice {
                 index,
                 finish_reason: finish_reason(finish, tool_calls.is_some()),
                 message: ChatResponseMessage {
                     role: "assistant".to_string(),
                     content,
+                    reasoning_content,
                     refusal: None,
                     tool_calls,
                 },
@@ -171,17 +178,67 @@ fn finish_reason(reason: FinishReason, called: bool) -> String {
     }
 }
 
+/// The syntax tokens a reply is read for: the reasoning tags (when the template writes them)
+/// and the tool-call format's.
+fn reply_syntax(rt: &Runtime, read_calls: Option<CallReading>) -> SyntaxTokens {
+    let mut texts: Vec<&'static str> = Vec::new();
+    if rt.reasoning {
+        texts.extend([reasoning::OPEN, reasoning::CLOSE]);
+    }
+    if let Some(r) = read_calls {
+        texts.extend_from_slice(r.format.trigger_texts());
+    }
+    SyntaxTokens::new(Arc::clone(&rt.tokenizer), &texts)
+}
+
+/// A whole reply's reasoning, content and calls: what the streamed readers send, so the two
+/// agree.
+fn reply_parts(
+    rt: &Runtime,
+    read_calls: Option<CallReading>,
+    think: Option<ThinkStart>,
+    ids: &[u32],
+    text: String,
+) -> (Option<String>, Option<String>, Option<Vec<ToolCall>>) {
+    let Some(start) = think else {
+        return match read_calls {
+            Some(f) => {
+                let (content, calls) = reply_calls(f, rt, ToolInput::Tokens(ids, &text));
+                (None, content, calls)
+            }
+            None => (None, Some(text), None),
+        };
+    };
+    let full = reply_syntax(rt, read_calls).text(ids, &text).into_owned();
+    let parts = reasoning::split(start, &full);
+    let (content, calls) = match read_calls {
+        Some(f) => reply_calls(f, rt, ToolInput::Text(&parts.content)),
+        None => (Some(parts.content), None),
+    };
+    let reasoning = (!parts.reasoning.is_empty()).then_some(parts.reasoning);
+    (reasoning, content, calls)
+}
+
+/// A reply as the tool reader takes it: token ids with their shown text, or text that has
+/// the format's control tokens in place already.
+enum ToolInput<'a> {
+    Tokens(&'a [u32], &'a str),
+    Text(&'a str),
+}
+
 /// The content and calls of a whole reply: what the streamed reader sends, so the two agree.
 /// A call cut short (`finish_reason: "length"`) is returned as far as it got.
 fn reply_calls(
     reading: CallReading,
     rt: &Runtime,
-    ids: &[u32],
-    text: &str,
+    input: ToolInput<'_>,
 ) -> (Option<String>, Option<Vec<ToolCall>>) {
     let format = reading.format;
     let mut reader = ToolStream::new(format, reading.forced, Arc::clone(&rt.tokenizer));
-    reader.push(ids, text);
+    match input {
+        ToolInput::Tokens(ids, text) => reader.push(ids, text),
+        ToolInput::Text(text) => reader.push_text(text),
+    };
     let (_, reply) = reader.finish();
     let calls: Vec<ToolCall> = reply
         .calls
@@ -213,6 +270,10 @@ struct ChatWriter {
     include_usage: bool,
     /// Per choice, the tool-call reader when the request offers tools.
     readers: Vec<Option<ToolStream>>,
+    /// Per choice, the reasoning splitter when the template writes `<think>` blocks.
+    thinkers: Vec<Option<ReasoningSplit>>,
+    /// What the readers need put back into the shown text.
+    syntax: SyntaxTokens,
 }
 
 impl ChatWriter {
@@ -246,6 +307,7 @@ impl ChunkWriter for ChatWriter {
                         delta: ChatDelta {
                             role: Some("assistant".to_string()),
                             content: Some(String::new()),
+                            reasoning_content: None,
                             tool_calls: None,
                         },
                         logprobs: None,
@@ -271,6 +333,7 @@ impl ChunkWriter for ChatWriter {
                 delta: ChatDelta {
                     role: None,
                     content: Some(text),
+                    reasoning_content: None,
                     tool_calls: None,
                 },
                 logprobs,
@@ -306,30 +369,46 @@ impl ChunkWriter for ChatWriter {
         text: String,
         lps: &[TokenLogprob],
     ) -> Vec<SseEvent> {
-        match self.readers.get_mut(choice).and_then(Option::as_mut) {
-            None => self.delta(choice, text, lps).into_iter().collect(),
-            Some(reader) => {
-                let parts = reader.push(ids, &text);
-                let format = reader.format();
-                parts
-                    .into_iter()
-                    .map(|d| self.tool_chunk(choice, format, d))
-                    .collect()
-            }
+        let Some(thinker) = self.thinkers.get_mut(choice).and_then(Option::as_mut) else {
+            return match self.readers.get_mut(choice).and_then(Option::as_mut) {
+                None => self.delta(choice, text, lps).into_iter().collect(),
+                Some(reader) => {
+                    let parts = reader.push(ids, &text);
+                    let format = reader.format();
+                    parts
+                        .into_iter()
+                        .map(|d| self.tool_chunk(choice, format, d))
+                        .collect()
+                }
+            };
+        };
+        let full = self.syntax.text(ids, &text);
+        let parts = thinker.push(&full);
+        let mut out = Vec::new();
+        if !parts.reasoning.is_empty() || !lps.is_empty() {
+            out.push(self.reasoning_chunk(choice, parts.reasoning, lps));
         }
+        out.extend(self.content_chunks(choice, parts.content));
+        out
     }
 
     fn finish_chunks(&mut self, choice: usize, reason: FinishReason) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        if let Some(thinker) = self.thinkers.get_mut(choice).and_then(Option::as_mut) {
+            let rest = thinker.finish();
+            if !rest.reasoning.is_empty() {
+                out.push(self.reasoning_chunk(choice, rest.reasoning, &[]));
+            }
+            out.extend(self.content_chunks(choice, rest.content));
+        }
         let Some(reader) = self.readers.get_mut(choice).and_then(Option::as_mut) else {
-            return vec![self.finished(choice, reason)];
+            out.push(self.finished(choice, reason));
+            return out;
         };
         let (rest, _) = reader.finish();
         let called = reader.calls_started() > 0;
         let format = reader.format();
-        let mut out: Vec<SseEvent> = rest
-            .into_iter()
-            .map(|d| self.tool_chunk(choice, format, d))
-            .collect();
+        out.extend(rest.into_iter().map(|d| self.tool_chunk(choice, format, d)));
         out.push(self.chunk(
             vec![ChatChunkChoice {
                 index: choice,
@@ -344,6 +423,47 @@ impl ChunkWriter for ChatWriter {
 }
 
 impl ChatWriter {
+    /// A chunk of the reply's reasoning (carrying the delta's logprobs when there are any).
+    fn reasoning_chunk(&self, choice: usize, text: String, lps: &[TokenLogprob]) -> SseEvent {
+        let logprobs = (!lps.is_empty()).then(|| ChatLogprobs {
+            content: chat_entries(&self.rt.tokenizer, lps),
+            refusal: None,
+        });
+        self.chunk(
+            vec![ChatChunkChoice {
+                index: choice,
+                delta: ChatDelta {
+                    role: None,
+                    content: None,
+                    reasoning_content: (!text.is_empty()).then_some(text),
+                    tool_calls: None,
+                },
+                logprobs,
+                finish_reason: None,
+            }],
+            None,
+        )
+    }
+
+    /// Chunks for content that came out of the reasoning splitter: read for tool calls when
+    /// the request offers tools (the text has the format's tokens in place already).
+    fn content_chunks(&mut self, choice: usize, text: String) -> Vec<SseEvent> {
+        if text.is_empty() {
+            return Vec::new();
+        }
+        match self.readers.get_mut(choice).and_then(Option::as_mut) {
+            None => self.delta(choice, text, &[]).into_iter().collect(),
+            Some(reader) => {
+                let parts = reader.push_text(&text);
+                let format = reader.format();
+                parts
+                    .into_iter()
+                    .map(|d| self.tool_chunk(choice, format, d))
+                    .collect()
+            }
+        }
+    }
+
     /// One chunk for a piece of a reply read for tool calls: content, a call's header (id,
     /// type and name with empty arguments), or an argument fragment.
     fn tool_chunk(&self, choice: usize, format: ToolFormat, d: ToolDelta) -> SseEvent {
@@ -380,6 +500,7 @@ impl ChatWriter {
                 delta: ChatDelta {
                     role: None,
                     content,
+                    reasoning_content: None,
                     tool_calls: call.map(|c| vec![c]),
                 },
                 logprobs: None,

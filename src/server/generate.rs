@@ -28,6 +28,7 @@ use crate::server::sse::{self, ChunkWriter};
 use crate::server::state::{unix_now, AppState, InFlight, Runtime};
 use crate::server::types::{ChatMessage, UsageBody};
 use crate::server::{blocking, prompt};
+use crate::structured::reasoning::ThinkStart;
 use crate::structured::tools::CallReading;
 use crate::structured::Constraint;
 use axum::response::Response;
@@ -61,6 +62,8 @@ pub struct ChatPrompt {
     pub ids: Vec<u32>,
     pub constraint: Option<Arc<Constraint>>,
     pub read_calls: Option<CallReading>,
+    /// Where the reply starts with respect to a `<think>` block (None: the template has none).
+    pub think: Option<ThinkStart>,
 }
 
 /// What to run: the checked sampling settings and one prompt per engine request.
@@ -120,15 +123,30 @@ impl Session {
         add_generation_prompt: bool,
         prefill: Option<String>,
     ) -> Result<ChatPrompt, ApiError> {
+        self.chat_prompt_with(messages, shape, add_generation_prompt, prefill, None)
+            .await
+    }
+
+    /// [`Session::chat_prompt`] with the request's `chat_template_kwargs`.
+    pub async fn chat_prompt_with(
+        &self,
+        messages: Vec<ChatMessage>,
+        shape: Shape,
+        add_generation_prompt: bool,
+        prefill: Option<String>,
+        kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<ChatPrompt, ApiError> {
         let rt = Arc::clone(&self.rt);
         blocking(move || {
             let p = shapes::prepare_chat(&rt, messages, &shape)?;
-            let mut ids = prompt::chat_prompt_with_tools(
+            let rendered = prompt::render_chat(
                 &rt,
                 &p.messages,
                 add_generation_prompt,
                 p.template_tools.as_ref(),
+                kwargs.as_ref(),
             )?;
+            let mut ids = rendered.ids;
             if let Some(text) = prefill.filter(|t| !t.is_empty()) {
                 if text.contains('\0') {
                     return Err(ApiError::bad(
@@ -142,6 +160,7 @@ impl Session {
                 ids,
                 constraint: p.constraint,
                 read_calls: p.read_calls,
+                think: rendered.think,
             })
         })
         .await

@@ -16,6 +16,7 @@ use crate::chat_template::ChatTemplateError;
 use crate::server::error::ApiError;
 use crate::server::state::Runtime;
 use crate::server::types::ChatMessage;
+use crate::structured::reasoning::ThinkStart;
 use crate::tokenizer::Tokenizer;
 use aho_corasick::AhoCorasick;
 use std::ops::Range;
@@ -37,6 +38,34 @@ pub fn chat_prompt_with_tools(
     add_generation_prompt: bool,
     tools: Option<&serde_json::Value>,
 ) -> Result<Vec<u32>, ApiError> {
+    render_chat(rt, messages, add_generation_prompt, tools, None).map(|r| r.ids)
+}
+
+/// A rendered conversation: its tokens and where the reply starts with respect to a
+/// reasoning block (None when the template has none).
+pub struct RenderedChat {
+    pub ids: Vec<u32>,
+    pub think: Option<ThinkStart>,
+}
+
+/// Variables a request's `chat_template_kwargs` may not set: kiln sets them.
+const RESERVED_KWARGS: [&str; 5] = [
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
+
+/// [`chat_prompt_with_tools`] with extra template variables (`chat_template_kwargs`, e.g.
+/// `enable_thinking`), which are the client's strings too.
+pub fn render_chat(
+    rt: &Runtime,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    tools: Option<&serde_json::Value>,
+    kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Result<RenderedChat, ApiError> {
     if let Some(why) = &rt.chat_refusal {
         return Err(ApiError::bad("messages", why.clone()));
     }
@@ -48,6 +77,16 @@ pub fn chat_prompt_with_tools(
         collect_strings(tools, &mut user_strings);
         context["tools"] = tools.clone();
     }
+    for (k, v) in kwargs.into_iter().flatten() {
+        if RESERVED_KWARGS.contains(&k.as_str()) {
+            return Err(ApiError::bad(
+                format!("chat_template_kwargs.{k}"),
+                format!("`{k}` is set by the server and cannot be passed in chat_template_kwargs"),
+            ));
+        }
+        collect_strings(v, &mut user_strings);
+        context[k.as_str()] = v.clone();
+    }
     let rendered = rt.template.render(&context, None).map_err(template_error)?;
     let protected = protected_ranges(&rt.tokenizer, &rendered, &user_strings)?;
     let mut ids = rt.tokenizer.encode_protected(&rendered, false, &protected);
@@ -57,7 +96,8 @@ pub fn chat_prompt_with_tools(
             ids.insert(0, bos);
         }
     }
-    Ok(ids)
+    let think = rt.reasoning.then(|| ThinkStart::after_prompt(&rendered));
+    Ok(RenderedChat { ids, think })
 }
 
 /// The template's variables, and every string of the messages the client wrote.

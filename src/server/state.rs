@@ -40,6 +40,9 @@ pub struct Runtime {
     /// (it tells variants of a format apart).
     pub tool_format: ToolFormat,
     pub template_text: String,
+    /// The template writes `<think>` blocks: replies are split into `reasoning_content` and
+    /// `content` ([`crate::structured::reasoning`]).
+    pub reasoning: bool,
     /// Why chat requests are refused (a 400), when they are: the model has no chat template,
     /// none is configured, and its vocabulary has no ChatML markers for kiln's default (a
     /// base model such as gemma-3-270m serves completions only).
@@ -101,6 +104,8 @@ impl Runtime {
             }
         };
         tracing::info!(tool_format = tool_format.as_str(), "tool calling");
+        let reasoning = template_text.contains(crate::structured::reasoning::OPEN)
+            && template_text.contains(crate::structured::reasoning::CLOSE);
         let chat_refusal = (template_source == TemplateSource::ChatmlDefault
             && !has_chatml_markers(tok))
         .then(|| {
@@ -124,6 +129,7 @@ impl Runtime {
             grammars,
             tool_format,
             template_text,
+            reasoning,
             chat_refusal,
         })
     }

@@ -21,8 +21,10 @@
 pub mod bounds;
 pub mod error;
 pub mod grammar;
+pub mod reasoning;
 pub mod rewrite;
 pub mod seq;
+pub mod syntax;
 pub mod tools;
 pub mod vocab;
 

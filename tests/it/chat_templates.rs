@@ -1,5 +1,8 @@
-//! Chat-template conformance: every `*.cases.json` in ../shared/conformance/chat-templates
-//! rendered byte for byte as the Python reference did (and refused where it refused), plus
+//! Chat-template conformance: every `*.cases.json` in ../shared/conformance/chat-templates and
+//! in tests/data/chat-templates (the families the shared corpus lacks: Gemma 3, Qwen3 with
+//! `enable_thinking`, Phi-4-mini, SmolLM3, Granite 3.3; recorded by
+//! scripts/reference/chat_template_cases.py with the same Python reference) rendered byte for
+//! byte as the reference did (and refused where it refused), plus
 //! `kiln render-template` run as a binary on one case.
 
 use crate::common;
@@ -7,15 +10,22 @@ use kiln::chat_template::{ChatTemplate, DateTime};
 use std::path::PathBuf;
 
 fn case_files() -> Vec<PathBuf> {
-    let dir = common::shared_dir().join("conformance/chat-templates");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.to_string_lossy().ends_with(".cases.json"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no *.cases.json in {}", dir.display());
-    files
+    let dirs = [
+        common::shared_dir().join("conformance/chat-templates"),
+        common::repo_root().join("tests/data/chat-templates"),
+    ];
+    let mut all = Vec::new();
+    for dir in dirs {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+            .map(|e| e.expect("directory entry").path())
+            .filter(|p| p.to_string_lossy().ends_with(".cases.json"))
+            .collect();
+        files.sort();
+        assert!(!files.is_empty(), "no *.cases.json in {}", dir.display());
+        all.extend(files);
+    }
+    all
 }
 
 #[test]

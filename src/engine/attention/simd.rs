@@ -8,7 +8,10 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-/// One x86 vector width. Every method is `unsafe`: the CPU must support the width's features
+/// One x86 vector width.
+///
+/// # Safety
+/// Every method is `unsafe`: the CPU must support the width's features
 /// (AVX-512F + FMA + F16C, or AVX2 + FMA + F16C), and pointers must be valid for
 /// [`Simd::LANES`] values.
 pub(super) trait Simd: Copy {
@@ -38,6 +41,9 @@ pub(super) trait Simd: Copy {
     /// The largest lane (`-inf` when all are).
     unsafe fn hmax(x: Self::V) -> f32;
     /// [`super::exp_fast::exp_fast`] lane by lane, bit-identical to it.
+    ///
+    /// # Safety
+    /// The trait's contract.
     unsafe fn exp_fast(x: Self::V) -> Self::V;
 }
 
@@ -46,6 +52,7 @@ pub(super) trait Simd: Copy {
 #[derive(Clone, Copy)]
 pub(super) struct Avx512;
 
+// SAFETY: every method below has the trait's contract (see # Safety on [`Simd`]).
 #[cfg(target_arch = "x86_64")]
 impl Simd for Avx512 {
     type V = __m512;
@@ -156,6 +163,7 @@ impl Simd for Avx512 {
 #[derive(Clone, Copy)]
 pub(super) struct Avx2;
 
+// SAFETY: every method below has the trait's contract (see # Safety on [`Simd`]).
 #[cfg(target_arch = "x86_64")]
 impl Simd for Avx2 {
     type V = __m256;

@@ -43,6 +43,12 @@ pub struct ChatCompletionRequest {
     /// Allow several calls in one reply. Default true.
     #[serde(default)]
     pub parallel_tool_calls: Option<bool>,
+    /// Extension (vLLM, llama-server): extra variables for the chat template, e.g.
+    /// `{"enable_thinking": false}` for Qwen3 and SmolLM3. `messages`, `tools`,
+    /// `add_generation_prompt`, `bos_token` and `eos_token` are the server's (400).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Who wrote a message.
@@ -179,6 +185,10 @@ pub struct ChatResponseMessage {
     /// Always `assistant`.
     pub role: String,
     pub content: Option<String>,
+    /// Extension (vLLM, llama-server): the reply's `<think>` block, for models whose template
+    /// writes one (Qwen3, SmolLM3, DeepSeek-R1 distills); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// Always null.
     pub refusal: Option<String>,
     /// The calls the model made (then `finish_reason` is `tool_calls`).
@@ -223,6 +233,9 @@ pub struct ChatDelta {
     pub role: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// More of the reply's `<think>` block (see [`ChatResponseMessage::reasoning_content`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }

@@ -1,0 +1,90 @@
+"""Reasoning replies and `chat_template_kwargs` (issue 19 §3) through the official `openai`
+client, against real `kiln serve` processes whose chat template writes `<think>` blocks.
+
+The default model with the DeepSeek-R1 distill template of ../shared/conformance: its
+generation prompt opens `<think>` and, unless `enable_thinking` is set, closes it at once. So
+`chat_template_kwargs: {"enable_thinking": true}` makes the whole (short) reply reasoning:
+`message.reasoning_content` (and `delta.reasoning_content` when streaming) carries it and
+`content` does not, while without the kwarg the same request answers in `content` only. The
+streamed and whole replies of a greedy request agree. With Qwen3's template (the model writes
+`<think>` itself) a reply that does not open a block is all content. Reserved variables in
+`chat_template_kwargs` are a 400 naming the field.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import openai
+import pytest
+
+from conftest import client_for, config, start_kiln  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("KILN_SHARED", ROOT.parent / "shared"))
+R1 = SHARED / "conformance/chat-templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
+QWEN3 = ROOT / "tests/data/chat-templates/Qwen-Qwen3-0.6B.jinja"
+ASK = [{"role": "user", "content": "Name three colours."}]
+
+
+def server_with(template: Path, model_path, tmp_path):
+    assert template.is_file(), f"{template} is missing"
+    cfg = config()
+    cfg["model"] = {"chat_template": str(template)}
+    return start_kiln(model_path, cfg, log_dir=tmp_path)
+
+
+@pytest.fixture(scope="module")
+def r1(model_path, tmp_path_factory):
+    server = server_with(R1, model_path, tmp_path_factory.mktemp("r1"))
+    yield server
+    assert server.stop() == 0, server.log_tail()
+
+
+def ask(client, stream=False, **extra):
+    return client.chat.completions.create(
+        model=client.models.list().data[0].id, messages=ASK, max_tokens=12, temperature=0, seed=1, stream=stream,
+        extra_body=extra or None)
+
+
+def test_thinking_on_goes_to_reasoning_content_not_content(r1):
+    client = client_for(r1.base_url)
+    on = ask(client, chat_template_kwargs={"enable_thinking": True})
+    msg = on.choices[0].message
+    reasoning = (msg.model_extra or {}).get("reasoning_content")
+    assert reasoning, f"no reasoning_content: {msg}"
+    assert not msg.content, f"the open block's text leaked into content: {msg.content!r}"
+    assert on.choices[0].finish_reason == "length"
+
+    off = ask(client).choices[0].message
+    assert off.content, off
+    assert "reasoning_content" not in (off.model_extra or {}), off
+
+
+def test_streamed_reasoning_agrees_with_the_whole_reply(r1):
+    client = client_for(r1.base_url)
+    whole = ask(client, chat_template_kwargs={"enable_thinking": True}).choices[0].message
+    reasoning, content = "", ""
+    for chunk in ask(client, stream=True, chat_template_kwargs={"enable_thinking": True}):
+        for c in chunk.choices:
+            reasoning += (c.delta.model_extra or {}).get("reasoning_content") or ""
+            content += c.delta.content or ""
+    assert reasoning == whole.model_extra["reasoning_content"]
+    assert content == (whole.content or "")
+
+
+def test_reserved_template_variables_are_refused(r1):
+    client = client_for(r1.base_url)
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(client, chat_template_kwargs={"messages": []})
+    assert e.value.body["param"] == "chat_template_kwargs.messages"
+
+
+def test_a_reply_without_a_block_is_content(model_path, tmp_path):
+    server = server_with(QWEN3, model_path, tmp_path)
+    try:
+        msg = ask(client_for(server.base_url)).choices[0].message
+        assert msg.content, msg
+        assert "reasoning_content" not in (msg.model_extra or {}), msg
+    finally:
+        assert server.stop() == 0, server.log_tail()
