@@ -31,6 +31,8 @@ run: model release
 	@echo "kiln: once it listens, try:"
 	@echo "  curl -s http://$(HOST):$(PORT)/v1/chat/completions -H 'Content-Type: application/json' \\"
 	@echo "    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"$(PROMPT)\"}], \"max_tokens\": 128}'"
+	@echo "  (a base model without a chat template, e.g. gemma-3-270m, takes completions:"
+	@echo "   curl -s http://$(HOST):$(PORT)/v1/completions -H 'Content-Type: application/json' -d '{\"prompt\": \"The capital of France is\", \"max_tokens\": 16}')"
 	$(KILN) serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 ## test: set up everything the tests need, then format, lint and the whole suite (the

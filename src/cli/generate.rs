@@ -1,7 +1,7 @@
 //! `kiln generate`: run the model on one prompt and stream the continuation.
 
 use anyhow::{bail, Context};
-use kiln::chat_template::ChatTemplate;
+use kiln::chat_template::{ChatTemplate, TemplateSource};
 use kiln::config::Config;
 use kiln::engine::runner::Runner;
 use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
@@ -198,6 +198,14 @@ fn render_user_turn(
     let (template, source) = ChatTemplate::for_model(model_template, override_file)
         .context("loading the chat template")?;
     tracing::info!(?source, "chat template");
+    if source == TemplateSource::ChatmlDefault
+        && !kiln::server::state::has_chatml_markers(tokenizer)
+    {
+        bail!(
+            "this model has no chat template (tokenizer.chat_template) and its vocabulary has no \
+             ChatML markers: drop --chat, or give one with --chat-template"
+        );
+    }
     let piece = |id: Option<u32>| {
         id.map(|i| String::from_utf8_lossy(tokenizer.token_to_piece(i)).into_owned())
             .unwrap_or_default()

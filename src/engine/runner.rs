@@ -30,7 +30,8 @@ impl<'m> Runner<'m> {
             .layout()
             .n_groups()
             .max(1);
-        let kv_cfg = model.kv_config(kv_positions * groups, DEFAULT_BLOCK_SIZE);
+        let blocks = kv_positions.div_ceil(DEFAULT_BLOCK_SIZE);
+        let kv_cfg = model.kv_config(blocks * groups * DEFAULT_BLOCK_SIZE, DEFAULT_BLOCK_SIZE);
         let kv = KvCache::new(kv_cfg)?;
         let scratch = model.new_scratch(limits, &kv_cfg)?;
         Ok(Runner { model, kv, scratch })

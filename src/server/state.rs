@@ -60,7 +60,7 @@ pub enum RuntimeError {
 
 /// True when `<|im_start|>` and `<|im_end|>` are each one control token of the vocabulary
 /// (kiln's ChatML default renders into tokens the model knows).
-fn has_chatml_markers(tok: &Tokenizer) -> bool {
+pub fn has_chatml_markers(tok: &Tokenizer) -> bool {
     ["<|im_start|>", "<|im_end|>"].iter().all(|m| {
         let ids = tok.encode(m, false, true);
         ids.len() == 1 && tok.is_control(ids[0])

@@ -251,3 +251,50 @@ fn gemma3_holds_a_window_of_kv_on_local_layers() {
     );
     assert!(held * 4 < full_bytes, "windows should save > 4x here");
 }
+
+/// `kiln generate` runs the file (its KV pool holds every layer group's pages) and continues
+/// the `capitals` prompt as llama.cpp does; `--chat` without a template is a named error.
+#[test]
+fn kiln_generate_continues_as_llama_cpp() {
+    let doc = golden();
+    let case = &doc["cases"][0];
+    let prompt = ids(&case["prompt"]);
+    let want = ids(&case["generated"]);
+    let n = 8.min(want.len());
+    let list = prompt
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["generate", "--model"])
+        .arg(model_path())
+        .args([
+            "--prompt-ids",
+            &list,
+            "--max-tokens",
+            &n.to_string(),
+            "--json",
+        ])
+        .output()
+        .expect("run kiln generate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(ids(&v["output_ids"]), want[..n], "{v}");
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["generate", "--model"])
+        .arg(model_path())
+        .args(["--prompt", "Hi", "--chat", "--max-tokens", "2"])
+        .output()
+        .expect("run kiln generate");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no chat template"),
+        "{err}"
+    );
+}
