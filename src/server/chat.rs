@@ -370,17 +370,11 @@ impl ChunkWriter for ChatWriter {
         lps: &[TokenLogprob],
     ) -> Vec<SseEvent> {
         let Some(thinker) = self.thinkers.get_mut(choice).and_then(Option::as_mut) else {
-            return match self.readers.get_mut(choice).and_then(Option::as_mut) {
-                None => self.delta(choice, text, lps).into_iter().collect(),
-                Some(reader) => {
-                    let parts = reader.push(ids, &text);
-                    let format = reader.format();
-                    parts
-                        .into_iter()
-                        .map(|d| self.tool_chunk(choice, format, d))
-                        .collect()
-                }
-            };
+            if self.readers.get(choice).is_some_and(Option::is_some) {
+                let full = self.syntax.text(ids, &text).into_owned();
+                return self.content_chunks(choice, full);
+            }
+            return self.delta(choice, text, lps).into_iter().collect();
         };
         let full = self.syntax.text(ids, &text);
         let parts = thinker.push(&full);
