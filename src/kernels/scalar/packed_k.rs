@@ -86,7 +86,11 @@ fn dot(l: &PanelLayout, panel: &[u8], r: usize, a: &[u8]) -> f32 {
         let bs = |g: usize| i16::from_le_bytes([y[260 + 2 * g], y[261 + 2 * g]]) as i32;
         let q = &panel[b * l.quant_bytes..(b + 1) * l.quant_bytes];
         let sc = &panel[l.scales_at(b)..l.scales_at(b) + l.scale_bytes];
-        let sum = |g: usize| -> i32 { (16 * g..16 * g + 16).map(|v| value(dt, q, r, v) * qa(v)).sum() };
+        let sum = |g: usize| -> i32 {
+            (16 * g..16 * g + 16)
+                .map(|v| value(dt, q, r, v) * qa(v))
+                .sum()
+        };
         let d = f16_to_f32_at(sc, scale_at::D + 2 * r);
         if dt == DType::Q6_K {
             let mut isum = 0i32;

@@ -394,7 +394,13 @@ pub(crate) unsafe fn gemm_dotprod<const T: u8>(
                     // SAFETY: lengths checked by `prepare`; panel p, token t and its output
                     // cells are in range.
                     unsafe {
-                        tile_lanes::<T>(&l, panel, ap.add(t * ar), op.add(t * os + p * PANEL), valid)
+                        tile_lanes::<T>(
+                            &l,
+                            panel,
+                            ap.add(t * ar),
+                            op.add(t * os + p * PANEL),
+                            valid,
+                        )
                     };
                 }
                 continue;

@@ -533,7 +533,15 @@ macro_rules! panel_gemm {
                                     // token t are in range.
                                     unsafe {
                                         let o = op.add(t * os + p * PANEL + h * HALF);
-                                        tile_lanes::<T>(&l, panel, h, ap.add(t * ar), o, hv, n_tok == 1)
+                                        tile_lanes::<T>(
+                                            &l,
+                                            panel,
+                                            h,
+                                            ap.add(t * ar),
+                                            o,
+                                            hv,
+                                            n_tok == 1,
+                                        )
                                     }
                                 }
                             }

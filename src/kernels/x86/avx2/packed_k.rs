@@ -119,7 +119,7 @@ unsafe fn block_k4<const T: u8, const N: usize>(
                 isum[t] = _mm256_add_epi32(isum[t], s);
             }
             let me = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                sc.add(scale_at::MIN_K4 + 16 * (2 * kk)) as *const __m128i
+                sc.add(scale_at::MIN_K4 + 16 * (2 * kk)) as *const __m128i,
             ));
             let mo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
                 sc.add(scale_at::MIN_K4 + 16 * (2 * kk + 1)) as *const __m128i,

@@ -119,11 +119,8 @@ unsafe fn tile<const T: u8, const RM: usize, const RN: usize>(
             let start = if offset(T) == 0 {
                 _mm256_setzero_si256()
             } else {
-                let o = _mm256_dpbusd_epi32(
-                    _mm256_setzero_si256(),
-                    _mm256_set1_epi8(offset(T)),
-                    aq,
-                );
+                let o =
+                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(offset(T)), aq);
                 _mm256_sub_epi32(_mm256_setzero_si256(), o)
             };
             for r in 0..RM {
