@@ -11,9 +11,9 @@ use crate::server::types::rerank::{
 use crate::server::types::responses::{
     FunctionCallItem, FunctionCallOutputItem, IncompleteDetails, InputContent, InputItem,
     InputMessage, InputPart, InputRole, InputTokensDetails, NamedFunction, OutputContent,
-    OutputItem, OutputTokensDetails, ReasoningInput, ResponseDeleted, ResponseError, ResponseInput,
-    ResponseObject, ResponseUsage, ResponsesRequest, ResponsesTool, ResponsesToolChoice,
-    TextConfig, TextFormat,
+    OutputItem, OutputTokensDetails, ReasoningConfig, ReasoningInput, ResponseDeleted,
+    ResponseError, ResponseInput, ResponseObject, ResponseUsage, ResponsesRequest, ResponsesTool,
+    ResponsesToolChoice, TextConfig, TextFormat,
 };
 use crate::server::types::*;
 use crate::server::{
@@ -114,6 +114,7 @@ use utoipa::{Modify, OpenApi};
         FunctionCallItem,
         FunctionCallOutputItem,
         ReasoningInput,
+        ReasoningConfig,
         ResponsesTool,
         ResponsesToolChoice,
         NamedFunction,

@@ -173,7 +173,22 @@ fn template(req: &ResponsesRequest, meta: &Meta) -> ResponseObject {
         metadata: req.metadata.clone().unwrap_or_default(),
         user: req.user.clone(),
         usage: None,
+        reasoning: req.reasoning.clone(),
     }
+}
+
+/// The chat template's variables: `chat_template_kwargs`, with `enable_thinking` from
+/// `reasoning.effort` unless they set it.
+fn template_kwargs(req: &ResponsesRequest) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let effort = req.reasoning.as_ref().and_then(|r| r.effort.as_deref());
+    let mut kwargs = req.chat_template_kwargs.clone();
+    if let Some(e) = effort {
+        kwargs
+            .get_or_insert_with(Default::default)
+            .entry("enable_thinking")
+            .or_insert(serde_json::Value::Bool(e != "none"));
+    }
+    kwargs
 }
 
 /// A whole reply's output items: reasoning, the message, the calls; the last one is
@@ -272,7 +287,9 @@ pub async fn create_response(
     };
     let history = parent.as_ref().map(Turn::conversation).unwrap_or_default();
     let c = convert(&req, history)?;
-    let prompt = session.chat_prompt(c.messages, c.shape, true, None).await?;
+    let prompt = session
+        .chat_prompt_with(c.messages, c.shape, true, None, template_kwargs(&req))
+        .await?;
     let (read_calls, think) = (prompt.read_calls, prompt.think);
     let meta = session.meta("resp_");
     let rt = Arc::clone(&session.rt);
@@ -411,5 +428,22 @@ mod tests {
             Some("max_output_tokens")
         );
         assert_eq!(Finish::of(FinishReason::Stop).status(), "completed");
+    }
+
+    #[test]
+    fn reasoning_effort_sets_enable_thinking_unless_the_kwargs_do() {
+        let req = |body: &str| -> ResponsesRequest {
+            crate::server::body::parse_json(body.as_bytes()).unwrap()
+        };
+        assert_eq!(template_kwargs(&req(r#"{"input": "x"}"#)), None);
+        let on = template_kwargs(&req(r#"{"input": "x", "reasoning": {"effort": "low"}}"#));
+        assert_eq!(on.unwrap()["enable_thinking"], true);
+        let off = template_kwargs(&req(r#"{"input": "x", "reasoning": {"effort": "none"}}"#));
+        assert_eq!(off.unwrap()["enable_thinking"], false);
+        let kw = template_kwargs(&req(r#"{"input": "x", "reasoning": {"effort": "high"},
+                "chat_template_kwargs": {"enable_thinking": false, "a": 1}}"#))
+        .unwrap();
+        assert_eq!(kw["enable_thinking"], false);
+        assert_eq!(kw["a"], 1);
     }
 }

@@ -216,6 +216,7 @@ mod tests {
                 metadata: Default::default(),
                 user: None,
                 usage: None,
+                reasoning: None,
             },
             turn: Arc::new(Turn {
                 parent,

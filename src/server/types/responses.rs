@@ -77,6 +77,27 @@ pub struct ResponsesRequest {
     #[serde(default)]
     #[schema(minimum = 0)]
     pub top_k: Option<i64>,
+    /// `effort`: for models whose template can think (Qwen3, SmolLM3, DeepSeek-R1 distills),
+    /// `none` sets the template's `enable_thinking` to false and any other effort to true;
+    /// absent, the template's default. The reasoning comes back as a `reasoning` item.
+    #[serde(default)]
+    pub reasoning: Option<ReasoningConfig>,
+    /// Extension (as on chat): extra variables for the chat template; `enable_thinking` here
+    /// wins over `reasoning.effort`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+}
+
+/// `reasoning`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, ToSchema)]
+pub struct ReasoningConfig {
+    /// `none`, `minimal`, `low`, `medium`, `high` or `xhigh` (only `none` or not matters).
+    #[serde(default)]
+    pub effort: Option<String>,
+    /// Accepted; kiln does not summarize reasoning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
 }
 
 /// `input`: a string or a list of items.
@@ -292,6 +313,8 @@ pub struct ResponseObject {
     pub user: Option<String>,
     /// Null until the response is done.
     pub usage: Option<ResponseUsage>,
+    /// As requested.
+    pub reasoning: Option<ReasoningConfig>,
 }
 
 /// An output item.
