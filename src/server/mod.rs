@@ -3,8 +3,9 @@
 //! - [`router`]: the routes, the API-key check, the 404/405 fallbacks, panic safety;
 //! - [`serve`]: binds first (so `/health` answers and `/ready` says 503 while the model
 //!   loads in the background), then serves until SIGTERM/SIGINT and drains (see [`serve`]);
-//! - [`chat`], [`completions`], [`models`], [`tokenize`], [`probes`], [`metrics`],
-//!   [`openapi`]: one handler module per concept; [`types`] the bodies; [`error`] the one
+//! - [`chat`], [`completions`], [`embeddings`], [`rerank`], [`messages`] (Anthropic),
+//!   [`responses`] (OpenAI's Responses API), [`models`], [`tokenize`], [`probes`],
+//!   [`metrics`], [`openapi`]: one handler module per concept; [`types`] the bodies; [`error`] the one
 //!   mapping from failures to status codes and OpenAI's error envelope; [`body`] safe JSON
 //!   bodies; [`params`] the sampling fields and limits; [`prompt`] chat messages to tokens
 //!   (user text never becomes control tokens);

@@ -1,7 +1,7 @@
 //! `POST /v1/responses` (OpenAI's Responses API), `GET /v1/responses/{id}` and
 //! `DELETE /v1/responses/{id}`.
 //!
-//! The request becomes chat messages and an output constraint ([`convert`]) and goes through
+//! The request becomes chat messages and an output constraint ([`mod@convert`]) and goes through
 //! [`crate::server::generate`] like every generating route; the reply is read as chat reads it
 //! (reasoning split off, tool calls parsed) and answered as output items: `reasoning`,
 //! `message` (`output_text`), `function_call`. Streamed, it is the API's typed events
