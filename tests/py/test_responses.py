@@ -257,3 +257,22 @@ def test_openai_agents_sdk_runs_an_agent_with_a_function_tool(kiln, model_id):
     assert (chained.raw_responses[1].usage.input_tokens
             == streamed.raw_responses[1].usage.input_tokens)
     assert chained.final_output == streamed.final_output
+
+
+def test_logprobs_on_the_text_and_its_deltas(client, model_id):
+    kw = dict(input="Write a long story about a kiln.", max_output_tokens=6, top_logprobs=2,
+              include=["message.output_text.logprobs"])
+    r = create(client, model_id, **kw)
+    part = r.output[-1].content[0]
+    assert r.status == "incomplete" and len(part.logprobs) == r.usage.output_tokens == 6
+    assert "".join(lp.token for lp in part.logprobs) == part.text
+    for lp in part.logprobs:
+        assert lp.logprob <= 0 and len(lp.top_logprobs) == 2
+        assert lp.top_logprobs[0].logprob >= lp.top_logprobs[1].logprob
+    events = list(create(client, model_id, stream=True, **kw))
+    deltas = [lp for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+    done = next(e for e in events if e.type == "response.output_text.done")
+    assert [lp.token for lp in deltas] == [lp.token for lp in done.logprobs]
+    assert [lp.token for lp in done.logprobs] == [lp.token for lp in part.logprobs]
+    # Without asking, none.
+    assert create(client, model_id, max_output_tokens=2).output[-1].content[0].logprobs == []
