@@ -84,6 +84,8 @@ pub(super) struct RawServer {
     pub api_keys: Option<Vec<String>>,
     pub api_keys_file: Option<PathBuf>,
     pub metrics_public: Option<bool>,
+    pub responses_store_entries: Option<usize>,
+    pub responses_store_ttl: Option<f64>,
 }
 
 /// `[log]`.

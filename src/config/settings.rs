@@ -173,6 +173,11 @@ pub struct ServerSettings {
     pub api_keys_file: Option<PathBuf>,
     /// Serve `/metrics` without an API key.
     pub metrics_public: bool,
+    /// Most responses `/v1/responses` keeps for `previous_response_id` (0: none); beyond
+    /// it the oldest go first.
+    pub responses_store_entries: usize,
+    /// How long a stored response is kept.
+    pub responses_store_ttl: Duration,
 }
 
 impl Default for ServerSettings {
@@ -196,6 +201,8 @@ impl Default for ServerSettings {
             api_keys: Vec::new(),
             api_keys_file: None,
             metrics_public: false,
+            responses_store_entries: 1000,
+            responses_store_ttl: Duration::from_secs(3600),
         }
     }
 }
@@ -225,6 +232,8 @@ impl std::fmt::Debug for ServerSettings {
             )
             .field("api_keys_file", &self.api_keys_file)
             .field("metrics_public", &self.metrics_public)
+            .field("responses_store_entries", &self.responses_store_entries)
+            .field("responses_store_ttl", &self.responses_store_ttl)
             .finish()
     }
 }

@@ -287,6 +287,17 @@ fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
             "must be at least 0.1 seconds",
         ));
     }
+    let responses_store_ttl = seconds(
+        "server.responses_store_ttl",
+        raw.responses_store_ttl,
+        d.responses_store_ttl,
+    )?;
+    if responses_store_ttl < Duration::from_secs(1) {
+        return Err(invalid(
+            "server.responses_store_ttl",
+            "must be at least 1 second (responses_store_entries = 0 stores none)",
+        ));
+    }
     let api_keys: Vec<String> = raw.api_keys.unwrap_or_default();
     if api_keys
         .iter()
@@ -335,5 +346,13 @@ fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
         api_keys,
         api_keys_file: raw.api_keys_file,
         metrics_public: raw.metrics_public.unwrap_or(d.metrics_public),
+        responses_store_entries: count(
+            "server.responses_store_entries",
+            raw.responses_store_entries,
+            d.responses_store_entries,
+            0,
+            1 << 20,
+        )?,
+        responses_store_ttl,
     })
 }

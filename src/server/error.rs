@@ -37,6 +37,13 @@ pub enum ApiError {
         model: String,
         available: Vec<String>,
     },
+    /// 404: something the request names is not here (a stored response); `code` says what.
+    #[error("{message}")]
+    NotFound {
+        message: String,
+        param: Option<String>,
+        code: &'static str,
+    },
     /// 404: no such route.
     #[error("unknown route: {method} {path}")]
     RouteNotFound { method: String, path: String },
@@ -145,9 +152,9 @@ impl ApiError {
         match self {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
+            ApiError::ModelNotFound { .. }
+            | ApiError::RouteNotFound { .. }
+            | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -174,6 +181,7 @@ impl ApiError {
             ApiError::BadRequest { code, .. } => *code,
             ApiError::Unauthorized => Some("invalid_api_key"),
             ApiError::ModelNotFound { .. } => Some("model_not_found"),
+            ApiError::NotFound { code, .. } => Some(*code),
             ApiError::RouteNotFound { .. } => Some("unknown_route"),
             ApiError::MethodNotAllowed { .. } => Some("method_not_allowed"),
             ApiError::PayloadTooLarge { .. } => Some("request_too_large"),
@@ -189,6 +197,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest { param, .. } => param.clone(),
             ApiError::ModelNotFound { .. } => Some("model".to_string()),
+            ApiError::NotFound { param, .. } => param.clone(),
             _ => None,
         }
     }
@@ -238,7 +247,9 @@ impl ApiError {
     fn anthropic_kind(&self) -> &'static str {
         match self {
             ApiError::Unauthorized => "authentication_error",
-            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => "not_found_error",
+            ApiError::ModelNotFound { .. }
+            | ApiError::RouteNotFound { .. }
+            | ApiError::NotFound { .. } => "not_found_error",
             ApiError::PayloadTooLarge { .. } => "request_too_large",
             ApiError::Overloaded { .. } => "rate_limit_error",
             ApiError::Timeout(_) => "timeout_error",

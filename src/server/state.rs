@@ -11,6 +11,7 @@ use crate::scheduler::setup::Loaded;
 use crate::scheduler::{EngineHandle, Observer};
 use crate::server::capacity::Admission;
 use crate::server::error::ApiError;
+use crate::server::responses::store::ResponseStore;
 use crate::structured::tools::ToolFormat;
 use crate::structured::Grammars;
 use crate::tokenizer::Tokenizer;
@@ -207,6 +208,8 @@ struct Shared {
     runtime: OnceLock<Arc<Runtime>>,
     draining: AtomicBool,
     in_flight: AtomicUsize,
+    /// Stored Responses-API responses (`previous_response_id`).
+    responses: ResponseStore,
 }
 
 impl AppState {
@@ -221,6 +224,10 @@ impl AppState {
     ) -> Self {
         AppState {
             inner: Arc::new(Shared {
+                responses: ResponseStore::new(
+                    settings.responses_store_entries,
+                    settings.responses_store_ttl,
+                ),
                 admission: Arc::new(Admission::new(
                     settings.max_in_flight_requests,
                     settings.max_body_bytes_in_flight,
@@ -245,6 +252,11 @@ impl AppState {
     /// The capacity limits requests pass before any work is done for them.
     pub fn admission(&self) -> &Arc<Admission> {
         &self.inner.admission
+    }
+
+    /// The stored responses of `/v1/responses`.
+    pub fn responses(&self) -> &ResponseStore {
+        &self.inner.responses
     }
 
     pub fn metrics(&self) -> &Metrics {
