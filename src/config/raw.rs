@@ -104,6 +104,8 @@ pub(super) struct RawServer {
     pub models_memory_budget: Option<RawSize>,
     pub models_keep_alive: Option<f64>,
     pub models_load_timeout: Option<f64>,
+    pub responses_store_entries: Option<usize>,
+    pub responses_store_ttl: Option<f64>,
 }
 
 /// `[log]`.

@@ -258,6 +258,11 @@ pub struct ServerSettings {
     /// How long a request waits for its model to load (or for memory to load it) before a
     /// 503 with Retry-After.
     pub models_load_timeout: Duration,
+    /// Most responses `/v1/responses` keeps for `previous_response_id` (0: none); beyond
+    /// it the oldest go first.
+    pub responses_store_entries: usize,
+    /// How long a stored response is kept.
+    pub responses_store_ttl: Duration,
 }
 
 impl Default for ServerSettings {
@@ -285,6 +290,8 @@ impl Default for ServerSettings {
             models_memory_budget: None,
             models_keep_alive: None,
             models_load_timeout: Duration::from_secs(120),
+            responses_store_entries: 1000,
+            responses_store_ttl: Duration::from_secs(3600),
         }
     }
 }
@@ -318,6 +325,8 @@ impl std::fmt::Debug for ServerSettings {
             .field("models_memory_budget", &self.models_memory_budget)
             .field("models_keep_alive", &self.models_keep_alive)
             .field("models_load_timeout", &self.models_load_timeout)
+            .field("responses_store_entries", &self.responses_store_entries)
+            .field("responses_store_ttl", &self.responses_store_ttl)
             .finish()
     }
 }

@@ -253,6 +253,17 @@ fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
             "must be at least 0.1 seconds",
         ));
     }
+    let responses_store_ttl = seconds(
+        "server.responses_store_ttl",
+        raw.responses_store_ttl,
+        d.responses_store_ttl,
+    )?;
+    if responses_store_ttl < Duration::from_secs(1) {
+        return Err(invalid(
+            "server.responses_store_ttl",
+            "must be at least 1 second (responses_store_entries = 0 stores none)",
+        ));
+    }
     let api_keys: Vec<String> = raw.api_keys.unwrap_or_default();
     if api_keys
         .iter()
@@ -325,6 +336,14 @@ fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
             }
             t
         },
+        responses_store_entries: count(
+            "server.responses_store_entries",
+            raw.responses_store_entries,
+            d.responses_store_entries,
+            0,
+            1 << 20,
+        )?,
+        responses_store_ttl,
     })
 }
 

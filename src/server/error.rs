@@ -51,6 +51,13 @@ pub enum ApiError {
     /// 409: the model cannot be unloaded while requests run on it.
     #[error("the model `{model}` has requests in flight; unload it when they are done")]
     ModelBusy { model: String },
+    /// 404: something the request names is not here (a stored response); `code` says what.
+    #[error("{message}")]
+    NotFound {
+        message: String,
+        param: Option<String>,
+        code: &'static str,
+    },
     /// 404: no such route.
     #[error("unknown route: {method} {path}")]
     RouteNotFound { method: String, path: String },
@@ -159,9 +166,9 @@ impl ApiError {
         match self {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
+            ApiError::ModelNotFound { .. }
+            | ApiError::RouteNotFound { .. }
+            | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::ModelLoading { .. } | ApiError::ModelUnavailable { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -198,6 +205,7 @@ impl ApiError {
             ApiError::ModelLoading { .. } => Some("model_loading"),
             ApiError::ModelUnavailable { .. } => Some("model_unavailable"),
             ApiError::ModelBusy { .. } => Some("model_busy"),
+            ApiError::NotFound { code, .. } => Some(*code),
             ApiError::RouteNotFound { .. } => Some("unknown_route"),
             ApiError::MethodNotAllowed { .. } => Some("method_not_allowed"),
             ApiError::PayloadTooLarge { .. } => Some("request_too_large"),
@@ -216,6 +224,7 @@ impl ApiError {
             | ApiError::ModelLoading { .. }
             | ApiError::ModelUnavailable { .. }
             | ApiError::ModelBusy { .. } => Some("model".to_string()),
+            ApiError::NotFound { param, .. } => param.clone(),
             _ => None,
         }
     }
@@ -267,7 +276,9 @@ impl ApiError {
     fn anthropic_kind(&self) -> &'static str {
         match self {
             ApiError::Unauthorized => "authentication_error",
-            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => "not_found_error",
+            ApiError::ModelNotFound { .. }
+            | ApiError::RouteNotFound { .. }
+            | ApiError::NotFound { .. } => "not_found_error",
             ApiError::PayloadTooLarge { .. } => "request_too_large",
             ApiError::Overloaded { .. } => "rate_limit_error",
             ApiError::Timeout(_) => "timeout_error",

@@ -3,8 +3,9 @@
 //! - [`router`]: the routes, the API-key check, the 404/405 fallbacks, panic safety;
 //! - [`serve`]: binds first (so `/health` answers and `/ready` says 503 while the model
 //!   loads in the background), then serves until SIGTERM/SIGINT and drains (see [`serve`]);
-//! - [`chat`], [`completions`], [`models`], [`tokenize`], [`probes`], [`metrics`],
-//!   [`openapi`]: one handler module per concept; [`types`] the bodies; [`error`] the one
+//! - [`chat`], [`completions`], [`embeddings`], [`rerank`], [`messages`] (Anthropic),
+//!   [`responses`] (OpenAI's Responses API), [`models`], [`tokenize`], [`probes`],
+//!   [`metrics`], [`openapi`]: one handler module per concept; [`types`] the bodies; [`error`] the one
 //!   mapping from failures to status codes and OpenAI's error envelope; [`body`] safe JSON
 //!   bodies; [`params`] the sampling fields and limits; [`prompt`] chat messages to tokens
 //!   (user text never becomes control tokens);
@@ -37,6 +38,8 @@ pub mod probes;
 pub mod prompt;
 mod reply;
 pub mod request_id;
+pub mod rerank;
+pub mod responses;
 mod run;
 pub mod runtime;
 mod sse;
@@ -95,6 +98,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/messages", post(messages::messages))
+        .route("/v1/responses", post(responses::create_response))
+        .route("/v1/rerank", post(rerank::rerank))
+        // llama-server's name for it.
+        .route("/rerank", post(rerank::rerank))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             admission::reserve,
@@ -103,6 +110,10 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(generating)
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::get_response).delete(responses::delete_response),
+        )
         .route("/v1/models", get(models::list_models))
         // Ids may hold a slash (`org/model`).
         .route("/v1/models/{*id}", get(models::get_model))
@@ -160,7 +171,7 @@ fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
     Some(
         CorsLayer::new()
             .allow_origin(allow)
-            .allow_methods([Method::GET, Method::POST])
+            .allow_methods([Method::GET, Method::POST, Method::DELETE])
             .allow_headers(AllowHeaders::mirror_request())
             .expose_headers([
                 header::RETRY_AFTER,

@@ -8,6 +8,7 @@ use crate::metrics::Metrics;
 use crate::server::capacity::Admission;
 use crate::server::error::ApiError;
 use crate::server::pool::{Lease, ModelPool};
+use crate::server::responses::store::ResponseStore;
 pub use crate::server::runtime::{has_chatml_markers, Runtime, RuntimeError};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -44,6 +45,8 @@ struct Shared {
     started: AtomicBool,
     draining: AtomicBool,
     in_flight: AtomicUsize,
+    /// Stored Responses-API responses (`previous_response_id`).
+    responses: ResponseStore,
 }
 
 impl AppState {
@@ -53,6 +56,10 @@ impl AppState {
     pub fn new(settings: ServerSettings, pool: Arc<ModelPool>, api_keys: Vec<String>) -> Self {
         AppState {
             inner: Arc::new(Shared {
+                responses: ResponseStore::new(
+                    settings.responses_store_entries,
+                    settings.responses_store_ttl,
+                ),
                 admission: Arc::new(Admission::new(
                     settings.max_in_flight_requests,
                     settings.max_body_bytes_in_flight,
@@ -79,6 +86,11 @@ impl AppState {
 
     pub fn pool(&self) -> &Arc<ModelPool> {
         &self.inner.pool
+    }
+
+    /// The stored responses of `/v1/responses`.
+    pub fn responses(&self) -> &ResponseStore {
+        &self.inner.responses
     }
 
     /// The default model's metrics (where HTTP requests are counted).
