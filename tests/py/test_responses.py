@@ -229,15 +229,21 @@ def test_openai_agents_sdk_runs_an_agent_with_a_function_tool(kiln, model_id):
                      tools=[get_weather], model=model, model_settings=settings(),
                      tool_use_behavior="stop_on_first_tool")
         first = await Runner.run(stop, ASK)
-        loop = stop.clone(tool_use_behavior="run_llm_again", model_settings=settings(),
-                          reset_tool_choice=False, hooks=AnswerAfterTheTool())
-        streamed = Runner.run_streamed(loop, ASK, max_turns=3)
-        kinds = [e.type async for e in streamed.stream_events()]
-        await client.close()
-        return first, streamed, kinds
+        def loop():
+            return stop.clone(tool_use_behavior="run_llm_again", model_settings=settings(),
+                              reset_tool_choice=False, hooks=AnswerAfterTheTool())
 
-    first, streamed, kinds = asyncio.run(run())
-    assert len(seen) == 2 and first.final_output == f"Sunny, 21 C in {seen[0]}"
+        streamed = Runner.run_streamed(loop(), ASK, max_turns=3)
+        kinds = [e.type async for e in streamed.stream_events()]
+        # Chained through kiln's stored responses: the second call sends only the tool's
+        # output, with previous_response_id.
+        chained = await Runner.run(loop(), ASK, max_turns=3, auto_previous_response_id=True)
+        second = await client.responses.retrieve(chained.raw_responses[1].response_id)
+        await client.close()
+        return first, streamed, kinds, chained, second
+
+    first, streamed, kinds, chained, second = asyncio.run(run())
+    assert len(seen) == 3 and first.final_output == f"Sunny, 21 C in {seen[0]}"
     items = [i.type for i in streamed.new_items]
     assert items == ["tool_call_item", "tool_call_output_item", "message_output_item"], items
     assert isinstance(streamed.final_output, str) and streamed.final_output
@@ -245,3 +251,28 @@ def test_openai_agents_sdk_runs_an_agent_with_a_function_tool(kiln, model_id):
     # Both of the loop's model calls went through kiln's /v1/responses.
     assert len(streamed.raw_responses) == 2
     assert all(r.response_id.startswith("resp_") for r in streamed.raw_responses)
+    # The chained run's second call continued the first through the store, and read the
+    # same conversation (the same prompt) as the run that sent it whole.
+    assert second.previous_response_id == chained.raw_responses[0].response_id
+    assert (chained.raw_responses[1].usage.input_tokens
+            == streamed.raw_responses[1].usage.input_tokens)
+    assert chained.final_output == streamed.final_output
+
+
+def test_logprobs_on_the_text_and_its_deltas(client, model_id):
+    kw = dict(input="Write a long story about a kiln.", max_output_tokens=6, top_logprobs=2,
+              include=["message.output_text.logprobs"])
+    r = create(client, model_id, **kw)
+    part = r.output[-1].content[0]
+    assert r.status == "incomplete" and len(part.logprobs) == r.usage.output_tokens == 6
+    assert "".join(lp.token for lp in part.logprobs) == part.text
+    for lp in part.logprobs:
+        assert lp.logprob <= 0 and len(lp.top_logprobs) == 2
+        assert lp.top_logprobs[0].logprob >= lp.top_logprobs[1].logprob
+    events = list(create(client, model_id, stream=True, **kw))
+    deltas = [lp for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+    done = next(e for e in events if e.type == "response.output_text.done")
+    assert [lp.token for lp in deltas] == [lp.token for lp in done.logprobs]
+    assert [lp.token for lp in done.logprobs] == [lp.token for lp in part.logprobs]
+    # Without asking, none.
+    assert create(client, model_id, max_output_tokens=2).output[-1].content[0].logprobs == []

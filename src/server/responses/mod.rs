@@ -16,15 +16,14 @@ pub mod stream;
 use crate::random::random_id;
 use crate::scheduler::{FinishReason, PromptOutput};
 use crate::server::body::JsonBody;
-use crate::server::chat::{reply_parts, reply_syntax};
+use crate::server::chat::reply_parts;
 use crate::server::error::ApiError;
 use crate::server::generate::{Job, Meta, Session};
+use crate::server::logprobs::chat_entries;
 use crate::server::params::{Fields, SamplingPlan};
 use crate::server::state::{AppState, Runtime};
 use crate::server::types::responses::*;
 use crate::server::types::{ChatMessage, ErrorResponse, UsageBody};
-use crate::structured::reasoning::ReasoningSplit;
-use crate::structured::tools::ToolStream;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -112,8 +111,19 @@ pub fn usage_of(u: UsageBody, rt: &Runtime, reasoning: &str) -> ResponseUsage {
     }
 }
 
+/// Whether the reply's logprobs are returned (`top_logprobs` or `include`).
+fn wants_logprobs(r: &ResponsesRequest) -> bool {
+    r.top_logprobs.is_some()
+        || r.include
+            .iter()
+            .flatten()
+            .any(|i| i == "message.output_text.logprobs")
+}
+
 fn fields(r: &ResponsesRequest) -> Fields<'_> {
     Fields {
+        logprobs: wants_logprobs(r),
+        top_logprobs: r.top_logprobs,
         max_tokens: r.max_output_tokens,
         max_tokens_param: "max_output_tokens",
         temperature: r.temperature,
@@ -197,6 +207,7 @@ fn output_items(
     reasoning: Option<String>,
     content: Option<String>,
     calls: Vec<crate::server::types::ToolCall>,
+    logprobs: Vec<crate::server::types::ChatTokenLogprob>,
     finish: Finish,
 ) -> Vec<OutputItem> {
     let done = || "completed".to_string();
@@ -217,7 +228,7 @@ fn output_items(
             content: vec![OutputContent::OutputText {
                 text: content.unwrap_or_default(),
                 annotations: Vec::new(),
-                logprobs: Vec::new(),
+                logprobs,
             }],
             status: done(),
         });
@@ -307,17 +318,14 @@ pub async fn create_response(
         prompt_output: PromptOutput::None,
     })?;
     if req.stream.unwrap_or(false) {
-        let reader =
-            read_calls.map(|r| ToolStream::new(r.format, r.forced, Arc::clone(&rt.tokenizer)));
-        let syntax = reply_syntax(&rt, read_calls);
         return Ok(submitted.stream(ResponsesWriter::new(
             state.clone(),
             Arc::clone(&rt),
             template,
-            think.map(ReasoningSplit::new),
-            reader,
-            syntax,
+            read_calls,
+            think,
             keep,
+            wants_logprobs(&req),
         )));
     }
     let out = submitted.collect().await?;
@@ -328,7 +336,14 @@ pub async fn create_response(
     let mut response = template;
     response.status = finish.status().to_string();
     response.incomplete_details = finish.details();
-    response.output = output_items(reasoning, content, calls.unwrap_or_default(), finish);
+    let logprobs = chat_entries(&rt.tokenizer, &o.logprobs);
+    response.output = output_items(
+        reasoning,
+        content,
+        calls.unwrap_or_default(),
+        logprobs,
+        finish,
+    );
     response.usage = Some(usage);
     if let Some(keep) = keep {
         let turn = stored_turn(keep, &response.output);
@@ -407,14 +422,26 @@ mod tests {
                 arguments: "{\"a\":".into(),
             },
         };
-        let items = output_items(Some("hm".into()), None, vec![call], Finish::MaxTokens);
+        let items = output_items(
+            Some("hm".into()),
+            None,
+            vec![call],
+            Vec::new(),
+            Finish::MaxTokens,
+        );
         assert_eq!(items.len(), 2);
         assert!(matches!(&items[0], OutputItem::Reasoning { status, .. } if status == "completed"));
         assert!(
             matches!(&items[1], OutputItem::FunctionCall { status, call_id, .. } if status == "incomplete" && call_id == "call_1")
         );
         // Nothing at all is one empty message.
-        let items = output_items(None, Some(String::new()), Vec::new(), Finish::Completed);
+        let items = output_items(
+            None,
+            Some(String::new()),
+            Vec::new(),
+            Vec::new(),
+            Finish::Completed,
+        );
         assert!(
             matches!(&items[..], [OutputItem::Message { content, .. }] if matches!(&content[0], OutputContent::OutputText { text, .. } if text.is_empty()))
         );

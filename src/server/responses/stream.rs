@@ -16,15 +16,17 @@
 use super::{item_status, stored_turn, usage_of, Finish, Keep};
 use crate::random::random_id;
 use crate::scheduler::{FinishReason, TokenLogprob};
+use crate::server::chat::reply_syntax;
 use crate::server::error::ApiError;
+use crate::server::logprobs::chat_entries;
 use crate::server::responses::store::Stored;
 use crate::server::sse::{json_event, ChunkWriter};
 use crate::server::state::{AppState, Runtime};
 use crate::server::types::responses::*;
-use crate::server::types::{TimingsBody, UsageBody};
-use crate::structured::reasoning::ReasoningSplit;
+use crate::server::types::{ChatTokenLogprob, TimingsBody, UsageBody};
+use crate::structured::reasoning::{ReasoningSplit, ThinkStart};
 use crate::structured::syntax::SyntaxTokens;
-use crate::structured::tools::{ToolDelta, ToolStream};
+use crate::structured::tools::{CallReading, ToolDelta, ToolStream};
 use axum::response::sse::Event as SseEvent;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -38,6 +40,7 @@ enum Open {
     Message {
         id: String,
         text: String,
+        logprobs: Vec<ChatTokenLogprob>,
     },
     Call {
         id: String,
@@ -65,23 +68,31 @@ pub struct ResponsesWriter {
     /// All reasoning text so far (its tokens are counted at the end).
     reasoning: String,
     finish: Finish,
+    /// Report the tokens' logprobs (on the text events and the text part).
+    logprobs: bool,
+    /// Logprobs of tokens whose text has not gone out yet.
+    pending: Vec<TokenLogprob>,
 }
 
 impl ResponsesWriter {
+    /// The writer for a reply read as `read_calls` and `think` say (as chat reads it).
     pub fn new(
         state: AppState,
         rt: Arc<Runtime>,
         template: ResponseObject,
-        thinker: Option<ReasoningSplit>,
-        reader: Option<ToolStream>,
-        syntax: SyntaxTokens,
+        read_calls: Option<CallReading>,
+        think: Option<ThinkStart>,
         keep: Option<Keep>,
+        logprobs: bool,
     ) -> ResponsesWriter {
+        let reader =
+            read_calls.map(|r| ToolStream::new(r.format, r.forced, Arc::clone(&rt.tokenizer)));
+        let syntax = reply_syntax(&rt, read_calls);
         ResponsesWriter {
             state,
             rt,
             template,
-            thinker,
+            thinker: think.map(ReasoningSplit::new),
             reader,
             syntax,
             keep,
@@ -90,6 +101,8 @@ impl ResponsesWriter {
             output: Vec::new(),
             reasoning: String::new(),
             finish: Finish::Completed,
+            logprobs,
+            pending: Vec::new(),
         }
     }
 
@@ -135,16 +148,23 @@ impl ResponsesWriter {
                     status,
                 }
             }
-            Open::Message { id, text } => {
+            Open::Message {
+                id,
+                text,
+                mut logprobs,
+            } => {
+                // Tokens after the last text (an end of turn) count too.
+                let rest = std::mem::take(&mut self.pending);
+                logprobs.extend(chat_entries(&self.rt.tokenizer, &rest));
                 let part = OutputContent::OutputText {
                     text: text.clone(),
                     annotations: Vec::new(),
-                    logprobs: Vec::new(),
+                    logprobs: logprobs.clone(),
                 };
                 out.push(self.event(
                     "response.output_text.done",
                     json!({"item_id": id, "output_index": i, "content_index": 0,
-                           "text": text, "logprobs": []}),
+                           "text": text, "logprobs": logprobs}),
                 ));
                 out.push(self.event(
                     "response.content_part.done",
@@ -239,6 +259,7 @@ impl ResponsesWriter {
         self.open = Some(Open::Message {
             id,
             text: String::new(),
+            logprobs: Vec::new(),
         });
     }
 
@@ -250,15 +271,22 @@ impl ResponsesWriter {
             self.open_message(out);
         }
         let i = self.index();
-        let Some(Open::Message { id, text: all }) = self.open.as_mut() else {
+        let lps = chat_entries(&self.rt.tokenizer, &std::mem::take(&mut self.pending));
+        let Some(Open::Message {
+            id,
+            text: all,
+            logprobs,
+        }) = self.open.as_mut()
+        else {
             return;
         };
         all.push_str(&text);
+        logprobs.extend(lps.iter().cloned());
         let id = id.clone();
         out.push(self.event(
             "response.output_text.delta",
             json!({"item_id": id, "output_index": i, "content_index": 0, "delta": text,
-                   "logprobs": []}),
+                   "logprobs": lps}),
         ));
     }
 
@@ -343,8 +371,11 @@ impl ChunkWriter for ResponsesWriter {
         _choice: usize,
         ids: &[u32],
         text: String,
-        _lps: &[TokenLogprob],
+        lps: &[TokenLogprob],
     ) -> Vec<SseEvent> {
+        if self.logprobs {
+            self.pending.extend_from_slice(lps);
+        }
         let mut out = Vec::new();
         let full = self.syntax.text(ids, &text).into_owned();
         match self.thinker.as_mut() {

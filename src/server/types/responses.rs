@@ -2,6 +2,7 @@
 //! SDK send it. Unknown fields are ignored (`include`, `truncation`, `prompt_cache_key`,
 //! `service_tier`, ...); a known field of the wrong type is a 400 naming it.
 
+use super::common::ChatTokenLogprob;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -77,6 +78,16 @@ pub struct ResponsesRequest {
     #[serde(default)]
     #[schema(minimum = 0)]
     pub top_k: Option<i64>,
+    /// 0 to 20: with each output token's logprob, this many alternatives. Setting it (or
+    /// `include: ["message.output_text.logprobs"]`) returns the logprobs of every generated
+    /// token in the `output_text` part (and on each `response.output_text.delta`).
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 20)]
+    pub top_logprobs: Option<i64>,
+    /// `message.output_text.logprobs` returns the logprobs; other values are accepted and
+    /// ignored.
+    #[serde(default)]
+    pub include: Option<Vec<String>>,
     /// `effort`: for models whose template can think (Qwen3, SmolLM3, DeepSeek-R1 distills),
     /// `none` sets the template's `enable_thinking` to false and any other effort to true;
     /// absent, the template's default. The reasoning comes back as a `reasoning` item.
@@ -362,9 +373,9 @@ pub enum OutputContent {
         /// Always empty.
         #[schema(value_type = Vec<Object>)]
         annotations: Vec<Value>,
-        /// Always empty.
-        #[schema(value_type = Vec<Object>)]
-        logprobs: Vec<Value>,
+        /// Every generated token's logprob (reasoning and call tokens included), when asked
+        /// (`top_logprobs` or `include`); else empty.
+        logprobs: Vec<ChatTokenLogprob>,
     },
     ReasoningText {
         text: String,
