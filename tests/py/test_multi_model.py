@@ -6,12 +6,14 @@ file (loaded on first use) and a broken file. KV caches are 16 MiB each, so each
 its file's size plus 16 MiB, and the memory budget holds the two configured models and half
 of a third: loading the directory's model must unload the least recently used idle one.
 The tests run in file order (a story: route, list, refuse, lazy load, LRU unload, unload and
-load by hand); each request is a few tokens.
+load by hand); each request is a few tokens. A second small server (the default model, an
+API key, a half-second keep-alive) checks the idle unload and that the admin routes need the key.
 """
 from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.error
 import urllib.request
 
@@ -26,11 +28,13 @@ LAZY = "lazy-smol"
 BROKEN = "broken"
 
 
-def post(base_url: str, path: str, body) -> tuple[int, dict, dict]:
+def post(base_url: str, path: str, body, key: str | None = None) -> tuple[int, dict, dict]:
     """POSTs JSON (a dict, or raw bytes); returns status, parsed body and headers."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(base_url + path, data=data, method="POST",
-                                 headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(base_url + path, data=data, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, json.loads(r.read()), dict(r.headers)
@@ -181,3 +185,27 @@ def test_load_and_unload_by_hand(mc, multi):
     # A failed model is tried again by /models/load (and fails again, clearly).
     s, body, _ = post(base, "/models/load", {"model": BROKEN})
     assert s == 503 and body["error"]["code"] == "model_unavailable"
+
+
+def test_an_idle_model_unloads_after_the_keep_alive_and_admin_routes_need_the_key(
+        model_path, tmp_path_factory):
+    key = "sk-admin"
+    cfg = config(engine={"kv_cache": "16MiB", "threads": 1})
+    with start_kiln(model_path, cfg, env={"KILN_API_KEYS": key},
+                    args=["--models-keep-alive", "0.5"],
+                    log_dir=tmp_path_factory.mktemp("kiln-keep-alive")) as server:
+        c = client_for(server.base_url, api_key=key)
+        smol = model_path.stem
+        s, body, _ = post(server.base_url, "/models/unload", {"model": smol})
+        assert s == 401 and body["error"]["code"] == "invalid_api_key"
+        deadline = time.monotonic() + 20
+        while statuses(c)[smol] != "unloaded":
+            assert time.monotonic() < deadline, "not unloaded after its keep-alive"
+            time.sleep(0.1)
+        assert "unloading an idle model" in server.log_path.read_text()
+        # Its next request loads it again; the server stayed ready all along.
+        r = c.completions.create(model=smol, prompt="Hi", max_tokens=2)
+        assert r.model == smol
+        assert urllib.request.urlopen(server.base_url + "/ready", timeout=10).status == 200
+        s, body, _ = post(server.base_url, "/models/load", {"model": smol}, key=key)
+        assert s == 200 and body["status"] == "loaded"
