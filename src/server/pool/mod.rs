@@ -34,7 +34,7 @@ use tokio::sync::watch;
 /// Why the pool could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {
-    #[error("cannot read server.models_dir {path}: {source}")]
+    #[error("cannot read server.models_dir {path}")]
     ModelsDir {
         path: PathBuf,
         source: std::io::Error,
