@@ -3,9 +3,10 @@
 //! until they far exceed the last-level cache, multiplied by one Q8_K/Q8_0 activation row on
 //! the engine's pool (one row half per thread, one region per matrix, as a decode step does).
 //!
-//!   cargo run --release --example gemv_bw -- [DTYPE=Q4_K] [THREADS=2] [ROUNDS=20] [cache]
+//!   cargo run --release --example gemv_bw -- [DTYPE=Q4_K] [THREADS=2] [ROUNDS=20] [cache|mem] [TASKS]
 //!
-//! (`cache`: one 512 x 2048 matrix that stays in L2, the kernel's compute speed.)
+//! (`cache`: one 512 x 2048 matrix that stays in L2, the kernel's compute speed; TASKS: also
+//! split each matrix into that many tasks per thread, alternating with one, as the engine may.)
 //!
 //! Prints the best GB/s of the GEMV and of a plain read of the same panels with the same split
 //! (alternating), so the ratio is meaningful on a shared machine; with one thread the time is
@@ -118,11 +119,11 @@ fn main() {
     let a_f = quant(adt, &data(f, 9));
     let pool = Pool::new(threads).expect("pool");
     let mut out = vec![0f32; f];
-    let step = |gemv: bool, out: &mut [f32]| {
+    let step = |gemv: bool, out: &mut [f32], split: usize| {
         let o = OutPtr(out.as_mut_ptr());
         for m in &mats {
             let a = if m.k == d { &a_d } else { &a_f };
-            let rows = m.n.div_ceil(threads).next_multiple_of(16);
+            let rows = m.n.div_ceil(threads * split).next_multiple_of(16);
             pool.run(m.n.div_ceil(rows), &|t, _| {
                 let r0 = t * rows;
                 let r1 = (r0 + rows).min(m.n);
@@ -144,12 +145,18 @@ fn main() {
         total as f64 / 1e6,
         kiln::kernels::isa()
     );
-    let mut best = [f64::MAX; 2];
+    // Tasks per thread of each matrix: 1, then (when given) the 4th argument, alternating.
+    let splits: Vec<usize> = std::iter::once(1)
+        .chain(args.get(4).map(|s| s.parse().expect("tasks per thread")))
+        .collect();
+    let mut times = vec![[Vec::new(), Vec::new()]; splits.len()];
     for _ in 0..rounds {
-        for (i, gemv) in [false, true].into_iter().enumerate() {
-            let t = now(threads);
-            step(gemv, &mut out);
-            best[i] = best[i].min(now(threads) - t);
+        for (j, &split) in splits.iter().enumerate() {
+            for (i, gemv) in [false, true].into_iter().enumerate() {
+                let t = now(threads);
+                step(gemv, &mut out, split);
+                times[j][i].push(now(threads) - t);
+            }
         }
     }
     let smaps = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
@@ -159,10 +166,18 @@ fn main() {
     {
         println!("{l}");
     }
-    println!(
-        "best of {rounds}: read {:.1} GB/s  gemv {:.1} GB/s  ({:.0}%)",
-        total as f64 / best[0] / 1e9,
-        total as f64 / best[1] / 1e9,
-        100.0 * best[0] / best[1]
-    );
+    for (j, &split) in splits.iter().enumerate() {
+        let gb = |v: &mut Vec<f64>, best: bool| {
+            v.sort_by(f64::total_cmp);
+            total as f64 / if best { v[0] } else { v[v.len() / 2] } / 1e9
+        };
+        let [r, g] = &mut times[j];
+        println!(
+            "{split} task(s)/thread, best | median of {rounds}: read {:.1} | {:.1} GB/s  gemv {:.1} | {:.1} GB/s",
+            gb(r, true),
+            gb(r, false),
+            gb(g, true),
+            gb(g, false),
+        );
+    }
 }
