@@ -17,16 +17,9 @@ use crate::kernels::DType;
 
 /// Tasks per pool thread and matmul (more tasks balance better, fewer cost less to schedule).
 const TASKS_PER_THREAD: usize = 4;
-/// Decode-sized inputs (at most this many tokens) are memory-bound: their matmuls are split
-/// into [`DECODE_TASKS_PER_THREAD`] tasks per thread of at least [`DECODE_MIN_ROWS`] rows.
+/// For decode-sized inputs (few tokens, microseconds per matmul) one task per thread: each
+/// extra task is a join and a possible wake-up, which cost more than the imbalance.
 const FEW_TOKENS: usize = 4;
-/// Tasks are claimed from one counter (no join per task), so a few per thread cost one atomic
-/// each and let a thread that got less of the memory bus (or was descheduled on a shared
-/// machine) hand its remaining rows to the other instead of making it spin at the region's end.
-const DECODE_TASKS_PER_THREAD: usize = 4;
-/// Rows below which a decode task is not split further (16 rows of a 2048-wide Q4_K matrix
-/// are ~19 KB: a few microseconds of streaming).
-const DECODE_MIN_ROWS: usize = 64;
 /// Prefill-sized inputs (at least two groups per thread) are split by token groups of this
 /// size instead of by rows: each task multiplies all rows for its tokens, so the kernels'
 /// per-token activation terms are computed once per matmul and each task writes contiguous
@@ -144,14 +137,16 @@ pub fn matmul(
     let mut tmp_len = 0;
     for (j, job) in jobs.iter().enumerate() {
         let n_out = job.w.n_out;
-        let r = if n_tok <= FEW_TOKENS {
-            n_out
-                .div_ceil(threads * DECODE_TASKS_PER_THREAD)
-                .max(DECODE_MIN_ROWS.min(n_out.div_ceil(threads)))
-        } else {
-            n_out.div_ceil(threads * TASKS_PER_THREAD)
-        }
-        .next_multiple_of(ROW_ALIGN);
+        let r = n_out
+            .div_ceil(
+                threads
+                    * if n_tok <= FEW_TOKENS {
+                        1
+                    } else {
+                        TASKS_PER_THREAD
+                    },
+            )
+            .next_multiple_of(ROW_ALIGN);
         rows_per_task[j] = r.max(1);
         first_task[j + 1] = first_task[j] + n_out.div_ceil(rows_per_task[j]);
         tmp_base[j] = tmp_len;
