@@ -178,7 +178,7 @@ client-tests: pytools model release tools-chromium
 	KILN_BIN=$(abspath $(KILN)) PYTHONDONTWRITEBYTECODE=1 \
 	  $(PY) -m pytest tests/py -p no:cacheprovider -q
 
-## loadtest: one k6 scenario of loadtest/ (SCENARIO = smoke, chat, stream, ramp or soak;
+## loadtest: one k6 scenario of loadtest/ (SCENARIO = smoke, chat, stream, mixed, ramp or soak;
 ## default chat) against a kiln started for it on a free loopback port and stopped afterwards.
 ## The scenario's settings come from the make line or the environment (USERS=8 DURATION=5m
 ## PEAK_RATE=30 THRESHOLD_TTFT_P95_MS=3000 ...). Summary JSON, k6's summary export and its HTML

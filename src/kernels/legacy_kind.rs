@@ -35,3 +35,13 @@ pub(crate) const fn adt(t: u8) -> DType {
         DType::Q8_0
     }
 }
+
+/// Whether kind `t`'s dot products follow llama.cpp's x86 float order (`ggml_vec_dot_q4_1_q8_1`,
+/// `_q5_0_q8_0`, `_q8_0_q8_0` and tinyBLAS's `tinyBLAS_Q0_AVX`, which its prompt batches take
+/// for Q5_0 / Q8_0): eight f32 partial sums per output, lane `i` adding
+/// `fma(d_w * d_a, f32(exact sum of the products of values 4i..4i+4), lane_i)` block after
+/// block, then `hsum_float_8`'s order `((l4 + l0) + (l6 + l2)) + ((l5 + l1) + (l7 + l3))`
+/// (plus Q4_1's separate `fma(m_w, s_a)` sum). Q4_0 and Q5_1 sum each block exactly instead.
+pub(crate) const fn ggml_lanes(t: u8) -> bool {
+    t == Q4_1 || t == Q5_0 || t == Q8_0
+}

@@ -180,7 +180,7 @@ fn finish_reason(reason: FinishReason, called: bool) -> String {
 
 /// The syntax tokens a reply is read for: the reasoning tags (when the template writes them)
 /// and the tool-call format's.
-fn reply_syntax(rt: &Runtime, read_calls: Option<CallReading>) -> SyntaxTokens {
+pub(crate) fn reply_syntax(rt: &Runtime, read_calls: Option<CallReading>) -> SyntaxTokens {
     let mut texts: Vec<&'static str> = Vec::new();
     if rt.reasoning {
         texts.extend([reasoning::OPEN, reasoning::CLOSE]);
@@ -193,7 +193,7 @@ fn reply_syntax(rt: &Runtime, read_calls: Option<CallReading>) -> SyntaxTokens {
 
 /// A whole reply's reasoning, content and calls: what the streamed readers send, so the two
 /// agree.
-fn reply_parts(
+pub(crate) fn reply_parts(
     rt: &Runtime,
     read_calls: Option<CallReading>,
     think: Option<ThinkStart>,

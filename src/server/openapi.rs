@@ -5,8 +5,20 @@ use crate::server::types::messages::{
     AnthropicErrorResponse, CountTokensRequest, CountTokensResponse, MessagesRequest,
     MessagesResponse,
 };
+use crate::server::types::rerank::{
+    RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankText, RerankUsage,
+};
+use crate::server::types::responses::{
+    FunctionCallItem, FunctionCallOutputItem, IncompleteDetails, InputContent, InputItem,
+    InputMessage, InputPart, InputRole, InputTokensDetails, NamedFunction, OutputContent,
+    OutputItem, OutputTokensDetails, ReasoningConfig, ReasoningInput, ResponseDeleted,
+    ResponseError, ResponseInput, ResponseObject, ResponseUsage, ResponsesRequest, ResponsesTool,
+    ResponsesToolChoice, TextConfig, TextFormat,
+};
 use crate::server::types::*;
-use crate::server::{chat, completions, embeddings, messages, metrics, models, probes, tokenize};
+use crate::server::{
+    chat, completions, embeddings, messages, metrics, models, probes, rerank, responses, tokenize,
+};
 use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -24,8 +36,14 @@ use utoipa::{Modify, OpenApi};
         embeddings::embeddings,
         messages::messages,
         messages::count_tokens,
+        responses::create_response,
+        responses::get_response,
+        responses::delete_response,
+        rerank::rerank,
         models::list_models,
         models::get_model,
+        models::load_model,
+        models::unload_model,
         tokenize::tokenize,
         tokenize::detokenize,
         probes::health,
@@ -65,6 +83,8 @@ use utoipa::{Modify, OpenApi};
         CompletionLogprobs,
         ModelList,
         ModelCard,
+        models::ModelAction,
+        models::ModelActionResult,
         TokenizeRequest,
         TokenizeResponse,
         DetokenizeRequest,
@@ -88,6 +108,37 @@ use utoipa::{Modify, OpenApi};
         CountTokensRequest,
         CountTokensResponse,
         AnthropicErrorResponse,
+        ResponsesRequest,
+        ResponseInput,
+        InputItem,
+        InputMessage,
+        InputRole,
+        InputContent,
+        InputPart,
+        FunctionCallItem,
+        FunctionCallOutputItem,
+        ReasoningInput,
+        ReasoningConfig,
+        ResponsesTool,
+        ResponsesToolChoice,
+        NamedFunction,
+        TextConfig,
+        TextFormat,
+        ResponseObject,
+        OutputItem,
+        OutputContent,
+        ResponseError,
+        IncompleteDetails,
+        ResponseUsage,
+        InputTokensDetails,
+        OutputTokensDetails,
+        ResponseDeleted,
+        RerankRequest,
+        RerankDocument,
+        RerankResponse,
+        RerankResult,
+        RerankText,
+        RerankUsage,
     )),
     modifiers(&BearerAuth, &SseEvents),
     tags(
@@ -119,7 +170,7 @@ impl Modify for BearerAuth {
 
 /// Routes that stream typed events (`event: <type>` with a JSON `data`) rather than
 /// OpenAI's chunks ending with `data: [DONE]`.
-const TYPED_EVENT_ROUTES: &[&str] = &["/v1/messages"];
+const TYPED_EVENT_ROUTES: &[&str] = &["/v1/messages", "/v1/responses"];
 
 /// Describes each `text/event-stream` response as OpenAPI 3.2 and JSON Schema do for a
 /// stream (and schemathesis checks): the schema is that of one event, an object whose `data`
@@ -206,7 +257,8 @@ fn typed_event_schema() -> utoipa::openapi::Schema {
     ObjectBuilder::new()
         .description(Some(
             "One server-sent event: `event` is the event's type (`message_start`, \
-             `content_block_delta`, `error`, ...) and `data` the event as JSON.",
+             `content_block_delta`, `response.output_text.delta`, `error`, ...) and `data` \
+             the event as JSON.",
         ))
         .property("event", ObjectBuilder::new().schema_type(Type::String))
         .property(

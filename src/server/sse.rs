@@ -74,6 +74,11 @@ pub trait ChunkWriter: Send + 'static {
     fn error(&mut self, e: &ApiError) -> SseEvent {
         json_event(&e.envelope()).event("error")
     }
+    /// Every event reporting such a failure (Responses: `error`, then `response.failed`). By
+    /// default [`ChunkWriter::error`]'s.
+    fn error_events(&mut self, e: &ApiError) -> Vec<SseEvent> {
+        vec![self.error(e)]
+    }
 }
 
 /// A JSON chunk (serialization of these plain structs cannot fail).
@@ -196,8 +201,8 @@ impl<W: ChunkWriter> Driver<W> {
     /// Ends the stream with an error event; the other engine requests are aborted.
     fn fail(&mut self, e: ApiError) {
         self.merged = merge(Vec::new());
-        let event = self.writer.error(&e);
-        self.outbox.push_back(event);
+        let events = self.writer.error_events(&e);
+        self.outbox.extend(events);
         self.state = State::Closing;
     }
 }

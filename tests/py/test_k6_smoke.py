@@ -4,7 +4,8 @@ and `make serve-compare` do not first break on the day they are needed:
 - smoke.js (every kind of request, every check passes) with k6's HTML report, which is then
   opened in headless Chromium and must render its charts (scripts/check_report.py);
 - chat.js (closed loop + TTFT probe; tokens and both latencies recorded);
-- stream.js (streaming users; TTFT and inter-token latency read from kiln's timings)."""
+- stream.js (streaming users; TTFT and inter-token latency read from kiln's timings);
+- mixed.js (chat, Responses, Messages and embeddings requests side by side)."""
 from __future__ import annotations
 
 import json
@@ -68,3 +69,14 @@ def test_stream_js_smoke(kiln, model_id, tmp_path):
     assert s["ttft_ms"]["count"] == s["requests"], s
     assert s["itl_ms"]["count"] >= s["requests"], s
     assert 0 < s["ttft_ms"]["p50"] < s["e2e_ms"]["p50"], s
+
+
+def test_mixed_js_smoke(kiln, model_id, tmp_path):
+    # Two users, five requests each: between them every API of the mix, both kinds of
+    # Responses request (whole and streamed), in a few seconds.
+    s, _ = run_k6("mixed.js", kiln.base_url, tmp_path, MODEL=model_id, USERS="2",
+                  ITERATIONS="5", MAX_TOKENS="8")
+    assert s["checks_failed"] == 0 and s["error_rate"] == 0, s
+    assert s["thresholds_crossed"] == [], s
+    for api in ("chat", "responses", "messages", "embeddings"):
+        assert s["by_api"][api]["count"] >= 1, (api, s)

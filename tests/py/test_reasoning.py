@@ -88,3 +88,25 @@ def test_a_reply_without_a_block_is_content(model_path, tmp_path):
         assert "reasoning_content" not in (msg.model_extra or {}), msg
     finally:
         assert server.stop() == 0, server.log_tail()
+
+
+def test_responses_api_returns_reasoning_items(r1):
+    """The Responses API on the same server: `reasoning.effort` turns the template's thinking on,
+    and the reply comes back as a `reasoning` item (streamed as `response.reasoning_text.*`
+    events that join to it), counted in `output_tokens_details.reasoning_tokens`; effort
+    "none" turns it off."""
+    client = client_for(r1.base_url)
+    model = client.models.list().data[0].id
+    kw = dict(model=model, input=ASK[0]["content"], max_output_tokens=12, temperature=0)
+    on = client.responses.create(reasoning={"effort": "low"}, **kw)
+    assert on.output[0].type == "reasoning", on.output
+    thought = on.output[0].content[0].text
+    assert thought and on.output_text == ""
+    assert 0 < on.usage.output_tokens_details.reasoning_tokens <= on.usage.output_tokens
+    with client.responses.stream(reasoning={"effort": "low"}, **kw) as s:
+        events = list(s)
+    deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert deltas == thought
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    off = client.responses.create(reasoning={"effort": "none"}, **kw)
+    assert [o.type for o in off.output] == ["message"] and off.output_text

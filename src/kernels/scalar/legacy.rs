@@ -6,6 +6,9 @@
 //! instead, the code its x86 builds run on activations: `id = 127 / amax` and round half to
 //! even. That is what makes kiln's activations the same bytes as the reference's.
 //! Pairings: Q4_0, Q5_0, Q8_0 weights dot Q8_0 activations; Q4_1, Q5_1 (and Q8_1) dot Q8_1.
+//! Float order of the dot products: Q4_1, Q5_0 and Q8_0 follow llama.cpp's x86 order
+//! ([`dot_lanes`]), bit for bit, so kiln's results on those files are the reference's; the
+//! others sum each block exactly and add `f32(sum) * d_w * d_a` in block order.
 
 use super::gemm_by_vec_dot;
 use crate::kernels::blocks::legacy::{q4, Block};
@@ -259,6 +262,64 @@ fn isum(qs: &[i8; QK], q: impl Fn(usize) -> i32) -> i32 {
     (0..QK).map(|j| q(j) * qs[j] as i32).sum()
 }
 
+/// One block's terms in llama.cpp's order: `d_w * d_a`, the eight exact lane sums (lane `i`
+/// = values `4i..4i+4`) and, for Q4_1, `(m_w, s_a)`.
+struct LaneBlock {
+    scale: f32,
+    lanes: [i32; 8],
+    min: Option<(f32, f32)>,
+}
+
+/// The eight lane sums of `q(j) * qs[j]` (lane `i` over `j` in `4i..4i+4`), exact.
+#[inline(always)]
+fn lanes(qs: &[i8; QK], q: impl Fn(usize) -> i32) -> [i32; 8] {
+    std::array::from_fn(|i| (4 * i..4 * i + 4).map(|j| q(j) * qs[j] as i32).sum())
+}
+
+/// llama.cpp's x86 float order for Q4_1, Q5_0 and Q8_0 (`ggml_vec_dot_*` on AVX2/AVX-512 and
+/// tinyBLAS's prompt path; see `legacy_kind::ggml_lanes`): per lane
+/// `acc_i = fma(d_w * d_a, f32(lane_i), acc_i)` block after block, the minimum terms apart
+/// (`summs = fma(m_w, s_a, summs)`), then [`hsum8`] plus `summs`. Every SIMD kernel of these
+/// types computes exactly this, so the scalar twin is their bitwise reference.
+#[inline(always)]
+fn dot_lanes<W: Block, A: Block>(
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    wdt: DType,
+    adt: DType,
+    f: impl Fn(&W, &A) -> LaneBlock,
+) -> f32 {
+    check_vec_dot(n, wdt, w.len(), adt, a.len());
+    let (mut acc, mut summs, mut has_min) = ([0f32; 8], 0f32, false);
+    for (wb, ab) in w
+        .chunks_exact(W::BYTES)
+        .zip(a.chunks_exact(A::BYTES))
+        .take(n / QK)
+    {
+        let blk = f(&W::read(wb), &A::read(ab));
+        for (acc_i, &l) in acc.iter_mut().zip(&blk.lanes) {
+            *acc_i = blk.scale.mul_add(l as f32, *acc_i);
+        }
+        if let Some((m, s)) = blk.min {
+            summs = m.mul_add(s, summs);
+            has_min = true;
+        }
+    }
+    if has_min {
+        hsum8(&acc) + summs
+    } else {
+        hsum8(&acc)
+    }
+}
+
+/// llama.cpp's `hsum_float_8` order: `((l4 + l0) + (l6 + l2)) + ((l5 + l1) + (l7 + l3))`.
+#[inline(always)]
+pub fn hsum8(l: &[f32; 8]) -> f32 {
+    let s: [f32; 4] = std::array::from_fn(|j| l[4 + j] + l[j]);
+    (s[0] + s[2]) + (s[1] + s[3])
+}
+
 /// Q4_0 x Q8_0 dot product of `n` values.
 pub fn vec_dot_q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     dot_blocks(
@@ -274,32 +335,35 @@ pub fn vec_dot_q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     )
 }
 
-/// Q4_1 x Q8_1 dot product of `n` values: `d_w d_a sum(q_w q_a) + m_w s_a` per block.
+/// Q4_1 x Q8_1 dot product of `n` values: `d_w d_a sum(q_w q_a) + m_w s_a` per block, in
+/// llama.cpp's order ([`dot_lanes`]).
 pub fn vec_dot_q4_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    dot_blocks(
+    dot_lanes(
         n,
         w,
         a,
         DType::Q4_1,
         DType::Q8_1,
-        |x: &BlockQ4_1, y: &BlockQ8_1| {
-            let s = isum(&y.qs, |j| q4(&x.qs, j) as i32);
-            s as f32 * (x.d.to_f32() * y.d.to_f32()) + x.m.to_f32() * y.s.to_f32()
+        |x: &BlockQ4_1, y: &BlockQ8_1| LaneBlock {
+            scale: x.d.to_f32() * y.d.to_f32(),
+            lanes: lanes(&y.qs, |j| q4(&x.qs, j) as i32),
+            min: Some((x.m.to_f32(), y.s.to_f32())),
         },
     )
 }
 
-/// Q5_0 x Q8_0 dot product of `n` values.
+/// Q5_0 x Q8_0 dot product of `n` values, in llama.cpp's order ([`dot_lanes`]).
 pub fn vec_dot_q5_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    dot_blocks(
+    dot_lanes(
         n,
         w,
         a,
         DType::Q5_0,
         DType::Q8_0,
-        |x: &BlockQ5_0, y: &BlockQ8_0| {
-            let s = isum(&y.qs, |j| x.q(j) as i32 - 16);
-            s as f32 * (x.d.to_f32() * y.d.to_f32())
+        |x: &BlockQ5_0, y: &BlockQ8_0| LaneBlock {
+            scale: x.d.to_f32() * y.d.to_f32(),
+            lanes: lanes(&y.qs, |j| x.q(j) as i32 - 16),
+            min: None,
         },
     )
 }
@@ -319,17 +383,18 @@ pub fn vec_dot_q5_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
     )
 }
 
-/// Q8_0 x Q8_0 dot product of `n` values.
+/// Q8_0 x Q8_0 dot product of `n` values, in llama.cpp's order ([`dot_lanes`]).
 pub fn vec_dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    dot_blocks(
+    dot_lanes(
         n,
         w,
         a,
         DType::Q8_0,
         DType::Q8_0,
-        |x: &BlockQ8_0, y: &BlockQ8_0| {
-            let s = isum(&y.qs, |j| x.qs[j] as i32);
-            s as f32 * (x.d.to_f32() * y.d.to_f32())
+        |x: &BlockQ8_0, y: &BlockQ8_0| LaneBlock {
+            scale: x.d.to_f32() * y.d.to_f32(),
+            lanes: lanes(&y.qs, |j| x.qs[j] as i32),
+            min: None,
         },
     )
 }

@@ -2,13 +2,14 @@
 //! order, read from the packed bytes ([`crate::kernels::packed`]). The SIMD versions must match
 //! these bit for bit, and these match the GGUF-layout kernels they replace:
 //!
-//! * Q4_1 x Q8_1 in llama.cpp's order (`x86/avx512/q4_1_ggml.rs`): eight partial sums per
-//!   output (lane `i` = values `4i..4i+4` of each block), `acc_i = fma(d_w * d_a, f32(sum_i),
-//!   acc_i)` block after block, `summs = fma(m_w, s_a, summs)`, then
-//!   `((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)) + summs`.
-//! * Q4_0 / Q5_0 / Q8_0 x Q8_0 as the row-lanes GEMM (`x86/avx512/lanes.rs`): the exact
-//!   integer block sum `-offset * sum(a) + sum(u * a)` (u the unsigned weight), then
-//!   `acc = fma(f32(sum), d_w * d_a, acc)`.
+//! * Q4_1 x Q8_1, Q5_0 x Q8_0 and Q8_0 x Q8_0 in llama.cpp's order (`legacy_kind::ggml_lanes`,
+//!   `scalar/legacy.rs`'s `dot_lanes`): eight partial sums per output (lane `i` = the exact sum
+//!   of the signed products of values `4i..4i+4` of each block), `acc_i = fma(d_w * d_a,
+//!   f32(sum_i), acc_i)` block after block, (Q4_1: `summs = fma(m_w, s_a, summs)`), then
+//!   `((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3))` (+ `summs`).
+//! * Q4_0 x Q8_0 as the row-lanes GEMM (`x86/avx512/lanes.rs`): the exact integer block sum
+//!   `-8 * sum(a) + sum(u * a)` (u the unsigned weight), then `acc = fma(f32(sum), d_w * d_a,
+//!   acc)`.
 //! * Q5_1 x Q8_1 as the row-lanes GEMM too: `acc = fma(f32(sum(u * a)), d_w * d_a, acc)`, then
 //!   `acc = fma(m_w, s_a, acc)`.
 
@@ -57,34 +58,39 @@ fn dot(l: &PanelLayout, panel: &[u8], r: usize, a: &[u8]) -> f32 {
             acc = mw.mul_add(sa, acc);
         }
         acc
-    } else if l.dtype == DType::Q4_1 {
+    } else if matches!(l.dtype, DType::Q4_1 | DType::Q5_0 | DType::Q8_0) {
+        // Stored weights are unsigned: Q8_0 as q + 128, Q5_0 as q + 16 (Q4_1 has no offset).
+        let offset = match l.dtype {
+            DType::Q8_0 => 128,
+            DType::Q5_0 => 16,
+            _ => 0,
+        };
         let mut acc = [0f32; 8];
         let mut summs = 0f32;
         for b in 0..l.nb {
             let blk = &a[b * ab..(b + 1) * ab];
             let s = l.scales_at(b);
-            let (dw, mw) = (
-                f16_to_f32_at(panel, s + 2 * r),
-                f16_to_f32_at(panel, s + 32 + 2 * r),
-            );
-            let (da, sa) = (f16_to_f32_at(blk, 0), f16_to_f32_at(blk, 2));
-            let scale = dw * da;
+            let dw = f16_to_f32_at(panel, s + 2 * r);
+            let scale = dw * f16_to_f32_at(blk, 0);
             for (i, acc_i) in acc.iter_mut().enumerate() {
                 let p: i32 = (4 * i..4 * i + 4)
-                    .map(|v| weight(l, panel, b, r, v) * blk[qa + v] as i8 as i32)
+                    .map(|v| (weight(l, panel, b, r, v) - offset) * blk[qa + v] as i8 as i32)
                     .sum();
                 *acc_i = scale.mul_add(p as f32, *acc_i);
             }
-            summs = mw.mul_add(sa, summs);
+            if q8_1 {
+                let (mw, sa) = (f16_to_f32_at(panel, s + 32 + 2 * r), f16_to_f32_at(blk, 2));
+                summs = mw.mul_add(sa, summs);
+            }
         }
-        let s: [f32; 4] = std::array::from_fn(|j| acc[4 + j] + acc[j]);
-        ((s[0] + s[2]) + (s[1] + s[3])) + summs
+        let h = crate::kernels::scalar::legacy::hsum8(&acc);
+        if q8_1 {
+            h + summs
+        } else {
+            h
+        }
     } else {
-        let offset = match l.dtype {
-            DType::Q8_0 => 128,
-            DType::Q5_0 => 16,
-            _ => 8,
-        };
+        let offset = 8; // Q4_0
         let mut acc = 0f32;
         for b in 0..l.nb {
             let blk = &a[b * ab..(b + 1) * ab];

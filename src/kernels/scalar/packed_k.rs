@@ -1,15 +1,28 @@
 //! Scalar twin of the K-quant panel GEMMs (`x86/avx512/packed_k.rs`, `x86/avx2/packed_k.rs`,
 //! `aarch64/neon/packed_k.rs`), read from the panel bytes of `packed/kquant.rs`.
 //!
-//! Every ISA computes the same bits, in the order of llama.cpp's repacked K-quant GEMV
-//! (`ggml_gemv_q4_K_8x8_q8_K`): per output, two f32 sums over the 256-value blocks `b`,
+//! Every ISA computes the same bits, in the order of llama.cpp's repacked K-quant GEMV and GEMM
+//! (`ggml_gemv_q4_K_8x8_q8_K`, `ggml_gemm_q4_K_8x8_q8_K`): per output, two f32 sums over the
+//! 256-value blocks `b`,
 //!
 //! ```text
 //! isum_b = sum_g scale_g * sum_{v in g} w_v * q_v   (+ Q6_K: -32 * sum_g scale_g * bsum_g)
 //! msum_b = sum_j min_j * (bsum_2j + bsum_2j+1)       (Q4_K / Q5_K: the 8 sub-blocks' mins)
 //! A = fma(d_a * d, isum_b, A)          M = fma(d_a * dmin, msum_b, M)       block after block
-//! out = A - M                          (Q6_K: out = A)
+//! out = A - M
 //! ```
+//!
+//! Q4_K steps per pair of sub-blocks instead of per block (`isum_b,j`, `msum_b,j` over
+//! sub-blocks 2j and 2j+1, four fmas each per block): llama.cpp's repacked GEMM
+//! (`ggml_gemm_q4_K_8x8_q8_K`, the path its prompt batches take, 4 rows at a time) adds each
+//! 64-value step into the float sums, while its single-row GEMV sums the block first.
+//!
+//! Q6_K (not repacked by llama.cpp on x86) follows its prompt path instead, the tiled K-quant
+//! matmul (`ggml-cpu/tiled`, taken for batches of 8 rows and more): `A = fma(f32(isum_b) * d,
+//! d_a, A)`, `out = A` (its `buf += result * d1` contracted to an fma by the compiler, as the
+//! reference binary shows). Its single-row `ggml_vec_dot_q6_K_q8_K` keeps eight lane sums
+//! instead: kiln gives a token the same result in any batch, so it follows one of the two, the
+//! one the prompt rows take.
 //!
 //! `w` the unsigned quants (Q6_K's offset left out), `q` the Q8_K quants, `g` a sub-block (32
 //! values for Q4_K/Q5_K, 16 for Q6_K). The integer sums are exact in i32 (at most
@@ -73,23 +86,32 @@ fn dot(l: &PanelLayout, panel: &[u8], r: usize, a: &[u8]) -> f32 {
         let bs = |g: usize| i16::from_le_bytes([y[260 + 2 * g], y[261 + 2 * g]]) as i32;
         let q = &panel[b * l.quant_bytes..(b + 1) * l.quant_bytes];
         let sc = &panel[l.scales_at(b)..l.scales_at(b) + l.scale_bytes];
-        let (mut isum, mut msum) = (0i32, 0i32);
-        for g in 0..16 {
-            let s: i32 = (16 * g..16 * g + 16)
+        let sum = |g: usize| -> i32 {
+            (16 * g..16 * g + 16)
                 .map(|v| value(dt, q, r, v) * qa(v))
-                .sum();
-            let (scale, min) = group(dt, sc, r, g);
-            isum += scale * s;
-            if dt == DType::Q6_K {
-                isum -= 32 * scale * bs(g);
-            } else {
+                .sum()
+        };
+        let d = f16_to_f32_at(sc, scale_at::D + 2 * r);
+        if dt == DType::Q6_K {
+            let mut isum = 0i32;
+            for g in 0..16 {
+                let (scale, _) = group(dt, sc, r, g);
+                isum += scale * (sum(g) - 32 * bs(g));
+            }
+            acc = (isum as f32 * d).mul_add(dy, acc);
+            continue;
+        }
+        let dmin = f16_to_f32_at(sc, scale_at::DMIN + 2 * r);
+        // Q4_K: one step per pair of sub-blocks (groups 4j..4j+4); Q5_K: one per block.
+        let steps = if dt == DType::Q4_K { 4 } else { 1 };
+        for j in 0..steps {
+            let (mut isum, mut msum) = (0i32, 0i32);
+            for g in (16 / steps * j)..(16 / steps * (j + 1)) {
+                let (scale, min) = group(dt, sc, r, g);
+                isum += scale * sum(g);
                 msum += min * bs(g);
             }
-        }
-        let d = f16_to_f32_at(sc, scale_at::D + 2 * r);
-        acc = (dy * d).mul_add(isum as f32, acc);
-        if dt != DType::Q6_K {
-            let dmin = f16_to_f32_at(sc, scale_at::DMIN + 2 * r);
+            acc = (dy * d).mul_add(isum as f32, acc);
             accm = (dy * dmin).mul_add(msum as f32, accm);
         }
     }

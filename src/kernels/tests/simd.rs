@@ -100,6 +100,37 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Q4_1, Q5_0 and Q8_0 follow llama.cpp's float order on every ISA (`legacy_kind::ggml_lanes`):
+    /// `vec_dot` and `gemm` equal the scalar twin bit for bit, not just within rounding.
+    #[test]
+    fn llama_order_kinds_equal_scalar_bits(n_rows in 1usize..=6, n_tok in 1usize..=4, nb in 1usize..=9, wv in values(6 * 9 * 32), av in values(4 * 9 * 32)) {
+        let k = nb * 32;
+        for dt in [DType::Q4_1, DType::Q5_0, DType::Q8_0] {
+            let sk = kernels_for(dt, Isa::Scalar).unwrap();
+            let qw = quantize(sk, &wv[..n_rows * k]);
+            let qa = quantize_act(sk, &av[..n_tok * k]);
+            let (wr, ar) = (qw.len() / n_rows, qa.len() / n_tok);
+            for isa in Isa::tested() {
+                let kk = kernels_for(dt, isa).unwrap();
+                let mut out = vec![0f32; n_tok * n_rows];
+                (kk.gemm)(k, &qw, n_rows, &qa, n_tok, &mut out, n_rows);
+                for t in 0..n_tok {
+                    let at = &qa[t * ar..(t + 1) * ar];
+                    for r in 0..n_rows {
+                        let wrow = &qw[r * wr..(r + 1) * wr];
+                        let want = (sk.vec_dot)(k, wrow, at).to_bits();
+                        prop_assert_eq!((kk.vec_dot)(k, wrow, at).to_bits(), want, "{} {} vec_dot", isa, dt);
+                        prop_assert_eq!(out[t * n_rows + r].to_bits(), want, "{} {} gemm r{} t{}", isa, dt, r, t);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Larger shapes than the proptest: full and partial 16-row panels, token tiles past 16,
 /// and enough blocks that the AVX-512 activation tables split the tokens into groups.
 #[test]

@@ -13,6 +13,8 @@ pub mod completions;
 pub mod embeddings;
 pub mod messages;
 pub mod models;
+pub mod rerank;
+pub mod responses;
 pub mod sampling;
 pub mod tokenize;
 pub mod tools;

@@ -459,3 +459,82 @@ fn user_text_never_becomes_control_tokens() {
         );
     }
 }
+
+/// `/v1/responses` end to end at the HTTP level: the whole response, the typed event stream
+/// (named events, `sequence_number` in order, no `[DONE]`), the stored response and its 404s,
+/// and the route in the request metrics and the OpenAPI document. (The official clients'
+/// view is tests/py/test_responses.py.)
+#[test]
+fn responses_api_streams_stores_and_counts() {
+    let s = Server::default_server();
+    let c = s.client();
+    let body = json!({"input": "Name three colors.", "max_output_tokens": 6, "temperature": 0});
+    let whole = c.ok("/v1/responses", &body);
+    assert_eq!(whole["object"], "response");
+    let id = whole["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("resp_"), "{whole}");
+    let text = whole["output"][0]["content"][0]["text"].as_str().unwrap();
+    assert_eq!(whole["output"][0]["type"], "message");
+    assert!(whole["usage"]["output_tokens"].as_u64().unwrap() <= 6);
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let r = c.post("/v1/responses", &streamed);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let events: Vec<SseEvent> = r
+        .events()
+        .into_iter()
+        .filter(|e| e.comment.is_none())
+        .collect();
+    let mut deltas = String::new();
+    for (i, e) in events.iter().enumerate() {
+        let j = e.json();
+        assert_eq!(e.event.as_deref(), j["type"].as_str(), "{j}");
+        assert_eq!(j["sequence_number"], i, "{j}");
+        if j["type"] == "response.output_text.delta" {
+            deltas.push_str(j["delta"].as_str().unwrap());
+        }
+    }
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e.event.as_deref()).collect();
+    assert_eq!(kinds[0], "response.created");
+    let last = events.last().unwrap().json();
+    assert_eq!(
+        last["type"],
+        format!("response.{}", whole["status"].as_str().unwrap())
+    );
+    assert_eq!(deltas, text);
+    // The same counts (the second prompt is served from the prefix cache).
+    for k in ["input_tokens", "output_tokens"] {
+        assert_eq!(last["response"]["usage"][k], whole["usage"][k]);
+    }
+    assert!(last["response"]["usage"]["input_tokens_details"]["cached_tokens"].as_u64() > Some(0));
+
+    // Stored: retrievable, deletable; then a 404 in OpenAI's envelope.
+    let got = c.get(&format!("/v1/responses/{id}"));
+    assert_eq!(got.status, 200);
+    assert_eq!(got.json()["output"], whole["output"]);
+    let del = c.request("DELETE", &format!("/v1/responses/{id}"), &[], b"");
+    assert_eq!(del.status, 200, "{}", del.text());
+    assert_eq!(del.json()["deleted"], true);
+    let miss = c.post(
+        "/v1/responses",
+        &json!({"input": "x", "previous_response_id": id}),
+    );
+    assert_eq!(miss.status, 404);
+    let e = miss.error();
+    assert_eq!(e["code"], "previous_response_not_found");
+    assert_eq!(e["param"], "previous_response_id");
+    assert_eq!(c.get(&format!("/v1/responses/{id}")).status, 404);
+
+    assert_eq!(
+        c.metric("kiln_requests_total{endpoint=\"/v1/responses\",status=\"200\"}"),
+        2.0
+    );
+    assert_eq!(
+        c.metric("kiln_requests_total{endpoint=\"/v1/responses/{id}\",status=\"404\"}"),
+        1.0
+    );
+    let doc = c.get("/openapi.json").json();
+    assert!(doc["paths"]["/v1/responses"]["post"].is_object());
+    assert!(doc["paths"]["/v1/responses/{id}"]["delete"].is_object());
+}

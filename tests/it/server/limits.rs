@@ -198,6 +198,23 @@ fn requests_past_the_timeout_are_aborted() {
     assert_eq!(events[n - 2].event.as_deref(), Some("error"), "{events:?}");
     assert_eq!(events[n - 2].json()["error"]["code"], "request_timeout");
     assert_eq!(events[n - 1].data, "[DONE]");
+    // The Responses API's stream: an `error` event, then `response.failed` (no `[DONE]`).
+    let story = json!({"input": "Write a very long story about a kiln.", "stream": true,
+                       "max_output_tokens": 4000});
+    let r = c.post("/v1/responses", &story);
+    assert_eq!(r.status, 200);
+    let events: Vec<_> = r
+        .events()
+        .into_iter()
+        .filter(|e| e.comment.is_none())
+        .collect();
+    let n = events.len();
+    assert_eq!(events[n - 2].event.as_deref(), Some("error"), "{events:?}");
+    assert_eq!(events[n - 2].json()["code"], "request_timeout");
+    let failed = events[n - 1].json();
+    assert_eq!(failed["type"], "response.failed", "{failed}");
+    assert_eq!(failed["response"]["status"], "failed");
+    assert_eq!(failed["sequence_number"], n - 1);
     super::harness::wait_for(
         "the aborted requests to free their KV",
         Duration::from_secs(10),

@@ -1,8 +1,9 @@
 //! NEON kernels for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights (plain NEON: widening
 //! `smull` + pairwise add; no `sdot` so any ARMv8 core runs them).
 //!
-//! Q4_1 follows llama.cpp's summation order (eight partial sums per block), as on AVX-512,
-//! so the Q4_1 panel GEMM (`packed.rs`) can equal it bit for bit. `gemm` is the loop of these
+//! Q4_1, Q5_0 and Q8_0 follow llama.cpp's summation order (eight partial sums per block,
+//! `legacy_kind::ggml_lanes`), as on x86, so the panel GEMMs (`packed.rs`) can equal them bit
+//! for bit. `gemm` is the loop of these
 //! `vec_dot`s (no register tiling). `make neon-test` runs their tests under qemu-user.
 
 use std::arch::aarch64::*;
@@ -75,8 +76,8 @@ unsafe fn load_w<const T: u8>(p: *const u8) -> (int8x16_t, int8x16_t) {
 #[target_feature(enable = "neon")]
 unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_vec_dot(n, wdt(T), w.len(), adt(T), a.len());
-    if T == Q4_1 {
-        return dot_q4_1_ggml(n, w, a);
+    if ggml_lanes(T) {
+        return dot_ggml::<T>(n, w, a);
     }
     let (bw, ab) = (wdt(T).block_bytes(), adt(T).block_bytes());
     let qoff = if has_min(T) { 4 } else { 2 };
@@ -101,14 +102,15 @@ unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     sum
 }
 
-/// Q4_1 x Q8_1 in llama.cpp's order, as `x86/avx512/q4_1_ggml.rs` and the panel GEMMs
-/// (`packed.rs`) do: lane `i` of two f32x4 holds the exact sum of values `4i..4i+4` of each
-/// block, `acc_i = fma(f32(sum_i), d_w * d_a, acc_i)`, `summs = fma(m_w, s_a, summs)`, then
-/// `((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3)) + summs`.
+/// Q4_1 x Q8_1, Q5_0 / Q8_0 x Q8_0 in llama.cpp's order, as `x86/avx512/ggml_order.rs` and
+/// the panel GEMMs (`packed.rs`) do: lane `i` of two f32x4 holds the exact sum of values
+/// `4i..4i+4` of each block, `acc_i = fma(f32(sum_i), d_w * d_a, acc_i)`, Q4_1's
+/// `summs = fma(m_w, s_a, summs)`, then
+/// `((acc4 + acc0) + (acc6 + acc2)) + ((acc5 + acc1) + (acc7 + acc3))` (+ `summs`).
 /// Lengths are checked by the caller.
 #[inline]
 #[target_feature(enable = "neon")]
-fn dot_q4_1_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
+fn dot_ggml<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     /// Sums of the products of values 4i..4i+4, i < 4, of two i8x16 vectors (exact).
     #[inline]
     #[target_feature(enable = "neon")]
@@ -117,20 +119,24 @@ fn dot_q4_1_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let hi = vpaddlq_s16(vmull_high_s8(w, a));
         vpaddq_s32(lo, hi)
     }
+    let (bw, ab) = (wdt(T).block_bytes(), adt(T).block_bytes());
+    let qa = if has_min(T) { 4 } else { 2 };
     let (mut acc_lo, mut acc_hi) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
     let mut summs = 0f32;
     for b in 0..n / 32 {
-        let (wb, abk) = (&w[b * 20..(b + 1) * 20], &a[b * 36..(b + 1) * 36]);
+        let (wb, abk) = (&w[b * bw..(b + 1) * bw], &a[b * ab..(b + 1) * ab]);
         // SAFETY: `wb` and `abk` are whole blocks (lengths checked by the caller).
         let (w0, w1, a0, a1) = unsafe {
-            let (w0, w1) = load_w::<Q4_1>(wb.as_ptr());
-            let a0 = vld1q_s8(abk.as_ptr().add(4) as *const i8);
-            (w0, w1, a0, vld1q_s8(abk.as_ptr().add(20) as *const i8))
+            let (w0, w1) = load_w::<T>(wb.as_ptr());
+            let a0 = vld1q_s8(abk.as_ptr().add(qa) as *const i8);
+            (w0, w1, a0, vld1q_s8(abk.as_ptr().add(qa + 16) as *const i8))
         };
         let scale = vdupq_n_f32(f16_to_f32_at(wb, 0) * f16_to_f32_at(abk, 0));
         acc_lo = vfmaq_f32(acc_lo, vcvtq_f32_s32(sums4(w0, a0)), scale);
         acc_hi = vfmaq_f32(acc_hi, vcvtq_f32_s32(sums4(w1, a1)), scale);
-        summs = f16_to_f32_at(wb, 2).mul_add(f16_to_f32_at(abk, 2), summs);
+        if has_min(T) {
+            summs = f16_to_f32_at(wb, 2).mul_add(f16_to_f32_at(abk, 2), summs);
+        }
     }
     let s = vaddq_f32(acc_hi, acc_lo);
     let (s0, s1, s2, s3) = (
@@ -139,7 +145,12 @@ fn dot_q4_1_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
         vgetq_lane_f32::<2>(s),
         vgetq_lane_f32::<3>(s),
     );
-    ((s0 + s2) + (s1 + s3)) + summs
+    let h = (s0 + s2) + (s1 + s3);
+    if has_min(T) {
+        h + summs
+    } else {
+        h
+    }
 }
 
 macro_rules! entry_points {

@@ -36,7 +36,7 @@ packed_fn!(q4_0_i8mm, gemm_i8mm, Q4_0);
 packed_fn!(q8_0_i8mm, gemm_i8mm, Q8_0);
 
 /// The panel GEMMs for Q4_0, Q4_1 and Q8_0 this CPU can run (`smmla` where it has i8mm, else
-/// `sdot`; Q4_1 always `sdot`), or `None` without dotprod (the row kernels then serve the
+/// `sdot`; Q4_1 and Q8_0, in llama.cpp's order, always `sdot`), or `None` without dotprod (the row kernels then serve the
 /// GGUF layout).
 pub fn packed_gemms() -> Option<[(DType, PackedGemmFn); 3]> {
     let q4_1 = (DType::Q4_1, q4_1_dotprod as PackedGemmFn);

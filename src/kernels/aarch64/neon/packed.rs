@@ -1,17 +1,17 @@
 //! NEON panel GEMMs over load-time repacked weights ([`crate::kernels::packed`]): Q4_0 and
 //! Q8_0 x Q8_0, Q4_1 x Q8_1, bit-identical to their scalar twins in `scalar/packed.rs`.
-//! Q4_1 follows llama.cpp's order (eight partial sums per output, see `tile_q4_1`); for the
-//! others both variants sum each (row, token, block) exactly in i32, on signed weights (Q8_0's
-//! packed `q ^ 0x80` flipped back, Q4_0's nibbles minus 8), which equals the twin's
-//! `-offset * sum(a) + sum(u * a)`; then one convert and `acc = fma(f32(sum), d_w * d_a, acc)`
-//! per block, in block order, as the twin does.
+//! Q4_1 and Q8_0 follow llama.cpp's order (eight partial sums per output, see `tile_lanes`);
+//! Q4_0 sums each (row, token, block) exactly in i32, on signed weights (nibbles minus 8), which
+//! equals the twin's `-8 * sum(a) + sum(u * a)`; then one convert and
+//! `acc = fma(f32(sum), d_w * d_a, acc)` per block, in block order, as the twin does.
 //!
 //! * `dotprod`: a 16-byte quarter of a panel chunk holds 4 rows' dword `c` (values 4c..4c+4),
 //!   so `sdot` by element with activation dword `c` adds 16 products into 4 rows' lanes; a
 //!   token tile of up to [`DOT_TT`] tokens shares each weight load.
 //! * `i8mm`: zipping the dwords of chunks `c` and `c + 1` gives 2 rows x 8 values, which
 //!   `smmla` multiplies with 2 tokens x the same 8 activation values into a 2x2 tile; pairs of
-//!   tokens go this way (two pairs per weight load), an odd last token through `sdot`.
+//!   tokens go this way (two pairs per weight load), an odd last token through `sdot` (Q4_0
+//!   only: `smmla` merges two of the eight partial sums of the llama.cpp-order kinds).
 //!
 //! Token groups of [`TOKEN_GROUP`] keep their activations in L1 while the panels stream past.
 
@@ -277,57 +277,67 @@ unsafe fn tile_mm<const T: u8, const P: usize>(
     }
 }
 
-/// Q4_1 x Q8_1 in llama.cpp's order (the twin's): one panel x one token over all blocks,
-/// eight f32 accumulators per row (accumulator `c` = values 4c..4c+4 of each block, one `sdot`
-/// each), the minimum terms apart, then the twin's horizontal sum. (`smmla` would merge two
-/// of the eight partial sums, so Q4_1 has no i8mm form.)
+/// Q4_1 x Q8_1 and Q8_0 x Q8_0 in llama.cpp's order (the twin's): one panel x one token over
+/// all blocks, eight f32 accumulators per row (accumulator `c` = values 4c..4c+4 of each block,
+/// one `sdot` each, exact on the signed weights), Q4_1's minimum terms apart, then the twin's
+/// horizontal sum. (`smmla` would merge two of the eight partial sums, so these kinds have no
+/// i8mm form.)
 ///
 /// # Safety
-/// CPU with dotprod; `panel` is a whole panel of `l`, `a` one Q8_1 activation row, `out`
-/// `valid` cells.
+/// CPU with dotprod; `panel` is a whole panel of `l`, `a` one activation row (Q8_1 for Q4_1,
+/// Q8_0 for Q8_0), `out` `valid` cells.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
 #[allow(clippy::needless_range_loop)]
-unsafe fn tile_q4_1(l: &PanelLayout, panel: *const u8, a: *const u8, out: *mut f32, valid: usize) {
+unsafe fn tile_lanes<const T: u8>(
+    l: &PanelLayout,
+    panel: *const u8,
+    a: *const u8,
+    out: *mut f32,
+    valid: usize,
+) {
+    let (ab, qa) = if has_min(T) { (36, 4) } else { (ABLK, 2) };
     let mut acc = [[vdupq_n_f32(0.0); 4]; 8];
     let mut summs = [vdupq_n_f32(0.0); 4];
     for b in 0..l.nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
-        let blk = a.wrapping_add(b * 36);
-        // SAFETY: the token's block b: f16 d, f16 s, 32 quants, inside `a`.
-        let (x, da, sa) = unsafe {
+        let blk = a.wrapping_add(b * ab);
+        // SAFETY: the token's block b: f16 d, (Q8_1's f16 s,) 32 quants, inside `a`.
+        let (x, da) = unsafe {
             (
                 [
-                    vld1q_s8(blk.add(4) as *const i8),
-                    vld1q_s8(blk.add(20) as *const i8),
+                    vld1q_s8(blk.add(qa) as *const i8),
+                    vld1q_s8(blk.add(qa + 16) as *const i8),
                 ],
                 act_scale(blk),
-                act_scale(blk.add(2)),
             )
         };
-        // SAFETY: panel is whole: block b's d, then its m 32 bytes further.
-        let (dw, mw) = unsafe {
-            (
-                weight_scales(l, panel, b),
-                weight_scales(l, panel.add(32), b),
-            )
-        };
+        // SAFETY: panel is whole: block b's d scales.
+        let dw = unsafe { weight_scales(l, panel, b) };
         for c in 0..8 {
             // SAFETY: q is block b's quants inside the panel.
-            let w = unsafe { chunk::<Q4_1>(q, c) };
+            let w = unsafe { chunk::<T>(q, c) };
             for g in 0..4 {
                 let p = sdot_lane(vdupq_n_s32(0), w[g], x[c / 4], c % 4);
                 acc[c][g] = vfmaq_f32(acc[c][g], vcvtq_f32_s32(p), vmulq_n_f32(dw[g], da));
             }
         }
-        for g in 0..4 {
-            summs[g] = vfmaq_n_f32(summs[g], mw[g], sa);
+        if has_min(T) {
+            // SAFETY: Q4_1's m scales sit 32 bytes after its d ones; s follows d in `blk`.
+            let (mw, sa) = unsafe { (weight_scales(l, panel.add(32), b), act_scale(blk.add(2))) };
+            for g in 0..4 {
+                summs[g] = vfmaq_n_f32(summs[g], mw[g], sa);
+            }
         }
     }
     let r: [float32x4_t; 4] = std::array::from_fn(|g| {
         let s: [float32x4_t; 4] = std::array::from_fn(|j| vaddq_f32(acc[4 + j][g], acc[j][g]));
         let h = vaddq_f32(vaddq_f32(s[0], s[2]), vaddq_f32(s[1], s[3]));
-        vaddq_f32(h, summs[g])
+        if has_min(T) {
+            vaddq_f32(h, summs[g])
+        } else {
+            h
+        }
     });
     // SAFETY: `valid` cells at `out` (caller contract).
     unsafe { store(&r, out, valid) };
@@ -379,12 +389,18 @@ pub(crate) unsafe fn gemm_dotprod<const T: u8>(
         for p in 0..PanelLayout::panels(n_rows) {
             let valid = PANEL.min(n_rows - p * PANEL);
             let panel = pp.wrapping_add(p * l.panel_bytes);
-            if T == Q4_1 {
+            if ggml_lanes(T) {
                 for t in g0..g1 {
                     // SAFETY: lengths checked by `prepare`; panel p, token t and its output
                     // cells are in range.
                     unsafe {
-                        tile_q4_1(&l, panel, ap.add(t * ar), op.add(t * os + p * PANEL), valid)
+                        tile_lanes::<T>(
+                            &l,
+                            panel,
+                            ap.add(t * ar),
+                            op.add(t * os + p * PANEL),
+                            valid,
+                        )
                     };
                 }
                 continue;
@@ -410,8 +426,8 @@ pub(crate) unsafe fn gemm_dotprod<const T: u8>(
     }
 }
 
-/// Panel GEMM with `smmla` for token pairs (and `sdot` for an odd last token; Q4_1 is all
-/// [`gemm_dotprod`]); the contract of [`gemm_dotprod`], with the same results bit for bit.
+/// Panel GEMM with `smmla` for token pairs (and `sdot` for an odd last token; Q4_1 and Q8_0
+/// are all [`gemm_dotprod`]); the contract of [`gemm_dotprod`], with the same results bit for bit.
 ///
 /// # Safety
 /// The CPU must support NEON, dotprod and i8mm.
@@ -425,7 +441,7 @@ pub(crate) unsafe fn gemm_i8mm<const T: u8>(
     out: &mut [f32],
     os: usize,
 ) {
-    if T == Q4_1 {
+    if ggml_lanes(T) {
         // SAFETY: dotprod is part of this function's contract.
         return unsafe { gemm_dotprod::<T>(k, packed, n_rows, a, n_tok, out, os) };
     }

@@ -2,9 +2,10 @@
 //! (`packed/kquant.rs`), the twin of `scalar/packed_k.rs` (and so bit-identical to the x86
 //! panel GEMMs).
 //!
-//! Each block is summed exactly in i32, `isum = sum_j scale_j * sum_{v in j} u_v q_v` over the
-//! 8 sub-blocks `j` of 32 values, and `m = sum_j min_j * (bsum_2j + bsum_2j+1)`; then
-//! `A = fma(d_a * d, isum, A)` and `M = fma(d_a * dmin, m, M)`, and the output is `A - M`.
+//! Each pair of sub-blocks (64 values) is summed exactly in i32, `isum = sum_j scale_j *
+//! sum_{v in j} u_v q_v` over its 2 sub-blocks `j` of 32 values, and `m = sum_j min_j *
+//! (bsum_2j + bsum_2j+1)`; then `A = fma(d_a * d, isum, A)` and `M = fma(d_a * dmin, m, M)`
+//! (four steps per block, the twin's order), and the output is `A - M`.
 //! Here the integers come from the panel: a 16-byte quarter `g` of quant chunk `c`
 //! holds dword `c` of rows 4g..4g+4 (`qs` bytes 4c..4c+4: low nibbles are values
 //! `64 (c / 8) + 4 (c % 8)..+4` of sub-block `2 (c / 8)`, high nibbles the same 32 values on, of
@@ -92,7 +93,17 @@ unsafe fn tile<const TT: usize>(
             )
         };
         for g in 0..4 {
-            let mut isum = [vdupq_n_s32(0); TT];
+            // SAFETY: d and dmin (16 f16 each) lie in the block's scale area.
+            let (d, dmin) = unsafe {
+                (
+                    f16x4(sc.add(scale_at::D), g),
+                    f16x4(sc.add(scale_at::DMIN), g),
+                )
+            };
+            // SAFETY: the 8 min lines lie in the block's scale area.
+            let mins: [int32x4_t; 8] =
+                std::array::from_fn(|j| unsafe { line_i32(sc.add(scale_at::MIN_K4 + 16 * j), g) });
+            // One float step per pair of sub-blocks (llama.cpp's repacked GEMM order).
             for j in 0..4 {
                 // Activation values 64j..64j+64 of each token: 4 registers of 4 dwords.
                 let x: [[int8x16_t; 4]; TT] = std::array::from_fn(|t| {
@@ -121,26 +132,14 @@ unsafe fn tile<const TT: usize>(
                     )
                 };
                 for t in 0..TT {
-                    isum[t] = vmlaq_s32(vmlaq_s32(isum[t], lo[t], sl), hi[t], sh);
+                    let isum = vmlaq_s32(vmulq_s32(lo[t], sl), hi[t], sh);
+                    let mut m = vdupq_n_s32(0);
+                    for sb in [2 * j, 2 * j + 1] {
+                        m = vmlaq_n_s32(m, mins[sb], bs[t][2 * sb] + bs[t][2 * sb + 1]);
+                    }
+                    acc[t][g] = vfmaq_f32(acc[t][g], vmulq_n_f32(d, dy[t]), vcvtq_f32_s32(isum));
+                    accm[t][g] = vfmaq_f32(accm[t][g], vmulq_n_f32(dmin, dy[t]), vcvtq_f32_s32(m));
                 }
-            }
-            // SAFETY: d and dmin (16 f16 each) lie in the block's scale area.
-            let (d, dmin) = unsafe {
-                (
-                    f16x4(sc.add(scale_at::D), g),
-                    f16x4(sc.add(scale_at::DMIN), g),
-                )
-            };
-            // SAFETY: the 8 min lines lie in the block's scale area.
-            let mins: [int32x4_t; 8] =
-                std::array::from_fn(|j| unsafe { line_i32(sc.add(scale_at::MIN_K4 + 16 * j), g) });
-            for t in 0..TT {
-                let mut m = vdupq_n_s32(0);
-                for j in 0..8 {
-                    m = vmlaq_n_s32(m, mins[j], bs[t][2 * j] + bs[t][2 * j + 1]);
-                }
-                acc[t][g] = vfmaq_f32(acc[t][g], vmulq_n_f32(d, dy[t]), vcvtq_f32_s32(isum[t]));
-                accm[t][g] = vfmaq_f32(accm[t][g], vmulq_n_f32(dmin, dy[t]), vcvtq_f32_s32(m));
             }
         }
     }

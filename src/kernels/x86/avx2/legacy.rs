@@ -6,11 +6,12 @@
 //! exactly as `-offset * sum(a)`; Q8_0 uses the sign trick (`|w| * sign(a, w)`) because
 //! unsigned Q8 would saturate `vpmaddubsw`.
 //!
-//! Float order: Q4_0, Q5_0, Q5_1 and Q8_0 sum each block exactly in i32 and do one fma per
-//! block (Q5_1 then a second fma, `m * s`, into the same sum); Q4_1 keeps eight lane sums
-//! plus a separate `m * s` sum (llama.cpp's order). These are the panel twins' orders
-//! (`scalar/packed.rs`), so the row kernels equal the AVX2 and AVX-512 panel GEMMs bit for
-//! bit.
+//! Float order: Q4_1, Q5_0 and Q8_0 keep eight lane sums (lane `i` = values `4i..4i+4`, exact
+//! in i32) and one fma per lane and block, plus Q4_1's separate `m * s` sum: llama.cpp's
+//! order (`legacy_kind::ggml_lanes`). Q4_0 and Q5_1 sum each block exactly in i32 and do one
+//! fma per block (Q5_1 then a second fma, `m * s`, into the same sum). These are the scalar
+//! and panel twins' orders (`scalar/legacy.rs`, `scalar/packed.rs`), so the row kernels equal
+//! the AVX2 and AVX-512 panel GEMMs bit for bit.
 
 use std::arch::x86_64::*;
 
@@ -95,7 +96,8 @@ unsafe fn load_w<const T: u8>(p: *const u8) -> (__m256i, __m256, __m256) {
     (q, d, m)
 }
 
-/// One activation block: 32 signed bytes, d, s (Q8_1) and the integer start `-offset*sum(a)`.
+/// One activation block: 32 signed bytes, d, s (Q8_1) and the integer start: lane `i` holds
+/// `-offset` times the sum of values `4i..4i+4` (so the eight lanes add up to `-offset*sum(a)`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load_a<const T: u8>(p: *const u8) -> (__m256i, __m256, __m256, __m256i) {
@@ -170,9 +172,10 @@ unsafe fn tile<const T: u8, const M: usize, const N: usize>(
     out_stride: usize,
 ) {
     let (bw, ab) = (wdt(T).block_bytes(), adt(T).block_bytes());
-    // All but Q4_1: exact i32 block sums, one f32 fma per block (`exact`; Q5_1 adds `m * s`
-    // with a second fma). Q4_1 keeps eight lane sums and the minimum term in `summs`.
-    let exact = T != Q4_1;
+    // Q4_0 / Q5_1: exact i32 block sums, one f32 fma per block (`exact`; Q5_1 adds `m * s`
+    // with a second fma). The llama.cpp-order kinds keep eight lane sums (`start` holds each
+    // lane's own offset term), Q4_1 its minimum term in `summs`.
+    let exact = !ggml_lanes(T);
     let mut acc = [[_mm256_setzero_ps(); N]; M];
     let mut acc1 = [[0f32; N]; M];
     let mut summs = [[0f32; N]; M];
@@ -214,8 +217,10 @@ unsafe fn tile<const T: u8, const M: usize, const N: usize>(
         for t in 0..N {
             let v = if exact {
                 acc1[r][t]
-            } else {
+            } else if has_min(T) {
                 hsum(acc[r][t]) + summs[r][t]
+            } else {
+                hsum(acc[r][t])
             };
             // SAFETY: the caller guarantees the M x N output cells are in bounds.
             unsafe { *out.add(t * out_stride + r) = v };

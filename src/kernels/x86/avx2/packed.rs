@@ -13,9 +13,10 @@
 //!   packed unsigned `q + 128` would saturate `vpmaddubsw`.
 //! * AVX-VNNI: `vpdpbusd` on ymm, as the AVX-512 kernel does on zmm.
 //!
-//! Orders (see the twin): Q4_1 keeps eight f32 partial sums per output (llama.cpp's order);
-//! Q4_0 / Q5_0 / Q5_1 / Q8_0 sum each block exactly in i32 and do one convert + fma per block
-//! (Q5_1 then `fma(m, s)` into the same sum). Integer sums
+//! Orders (see the twin): Q4_1, Q5_0 and Q8_0 keep eight f32 partial sums per output
+//! (llama.cpp's order, `legacy_kind::ggml_lanes`; Q5_0, and Q8_0 with VNNI, add each lane's
+//! `-offset * sum(a)` term); Q4_0 / Q5_1 sum each block exactly in i32 and do one convert + fma
+//! per block (Q5_1 then `fma(m, s)` into the same sum). Integer sums
 //! are exact whichever instructions form them, which is what makes all paths agree.
 
 use std::arch::x86_64::*;
@@ -31,14 +32,8 @@ const SCRATCH: usize = 4096;
 const SMALL: usize = 256;
 /// Tokens whose activations stay in L1 while a call's panels stream past (prefill).
 const TOKEN_GROUP: usize = 64;
-/// Largest token tile of the Q4_0 / Q5_0 / Q5_1 kernel (and Q8_0 with AVX-VNNI).
+/// Largest token tile of the Q4_0 / Q5_1 kernel.
 const MAX_TT: usize = 4;
-/// Largest token tile of plain AVX2's Q8_0 kernel: the weight dword's two preparation
-/// operations (sign flip, magnitude) amortize over more tokens than the 4-operation per-token
-/// work; the 8 i32 sums and 4 working vectors stay in registers, the 8 f32 accumulators
-/// (touched once per block) may spill. Measured (criterion gemm_packed, 512 tokens): 4 -> 8
-/// tokens +10%, 8 -> 12 another 2%; 8 divides the 64-token group.
-const MAX_TT_Q8_0_PLAIN: usize = 8;
 /// How far ahead (in blocks) decode-sized tiles prefetch the weight stream.
 const PF_BLOCKS: usize = 8;
 
@@ -164,16 +159,15 @@ fn dword_dot_vnni(w: __m256i, x: __m256i) -> __m256i {
     _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x)
 }
 
-/// Exact i32 block sums of 8 rows, `start + sum(u * a)`, for Q4_0 / Q5_0 / Q5_1 (u the
-/// unsigned weight), with `w` the block's weight registers and `qa` the token's 32 quants.
-/// (Plain AVX2 Q8_0 has its own tile, [`tile_q8_0_plain`].)
+/// Exact i32 block sums of 8 rows, `start + sum(u * a)`, for Q4_0 / Q5_1 (u the unsigned
+/// weight), with `w` the block's weight registers and `qa` the token's 32 quants.
 ///
 /// # Safety
 /// 32 readable bytes at `qa`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block_sum_plain<const T: u8>(w: &[__m256i; 8], qa: *const u8, start: i32) -> __m256i {
-    debug_assert!(T != Q8_0, "plain AVX2 Q8_0 runs tile_q8_0_plain");
+    debug_assert!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
     let ones = _mm256_set1_epi16(1);
     if is_q5(T) {
         // Four pair sums of weights <= 31 stay inside i16 (4 x 2 x 31 x 128 < 2^15).
@@ -199,8 +193,7 @@ unsafe fn block_sum_plain<const T: u8>(w: &[__m256i; 8], qa: *const u8, start: i
     }
 }
 
-/// [`block_sum_plain`] with `vpdpbusd` (Q8_0 weights stay `q + 128`, so `start` is applied
-/// for both kinds).
+/// [`block_sum_plain`] with `vpdpbusd`.
 ///
 /// # Safety
 /// 32 readable bytes at `qa`.
@@ -237,79 +230,23 @@ unsafe fn store(out: *mut f32, v: __m256, valid: usize) {
     }
 }
 
-/// Plain AVX2 Q8_0 x Q8_0 tile (the `tile_q0` contract): dword-outer, so the signed weight
-/// dword `w`, its magnitudes and TT i32 sums stay in registers. Per dword and token: the sign
-/// trick `vpmaddubsw(|w|, sign(a, w))`, `vpmaddwd` by ones, one add. Exact i32 block sums, so
-/// the same results as the weight-outer order of `tile_q0`.
-///
-/// # Safety
-/// As `tile_q0`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-unsafe fn tile_q8_0_plain<const TT: usize, const N: usize>(
-    l: &PanelLayout,
-    panel: *const u8,
-    a: *const u8,
-    ar: usize,
-    tab: &ActTables<N>,
-    tab0: usize,
-    out: *mut f32,
-    os: usize,
-    valid: usize,
-) {
-    let nb = l.nb;
-    let ones = _mm256_set1_epi16(1);
-    for h in 0..valid.div_ceil(HALF) {
-        let mut acc = [_mm256_setzero_ps(); TT];
-        for b in 0..nb {
-            let q = panel.wrapping_add(b * l.quant_bytes);
-            if TT <= 2 && h == 0 {
-                prefetch_ahead(q, l.quant_bytes);
-            }
-            let mut sum = [_mm256_setzero_si256(); TT];
-            for i in 0..8 {
-                // SAFETY: q is block b's aligned quants.
-                let ws =
-                    _mm256_xor_si256(unsafe { weights::<Q8_0>(q, h, i) }, _mm256_set1_epi8(-128));
-                let wa = _mm256_sign_epi8(ws, ws);
-                for t in 0..TT {
-                    // SAFETY: dword i of token t's block b quants, inside `a`.
-                    let x = unsafe { act(a.wrapping_add(t * ar + b * 34 + 2), i) };
-                    let p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, ws));
-                    sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p, ones));
-                }
-            }
-            // SAFETY: half h of block b's d lies in the panel, 16-byte aligned.
-            let dw = unsafe { f16x8(panel.wrapping_add(l.scales_at(b) + 16 * h)) };
-            for t in 0..TT {
-                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(tab.d[tab0 + t * nb + b]));
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), scale, acc[t]);
-            }
-        }
-        let hv = (valid - h * HALF).min(HALF);
-        for t in 0..TT {
-            // SAFETY: `valid` cells of token row t (caller contract).
-            unsafe { store(out.add(t * os + h * HALF), acc[t], hv) };
-        }
-    }
-}
-
 /// Generates one instruction set's panel GEMM: `$feat` its target features, `$dword` and
-/// `$block` its integer dot helpers, `$plain` whether Q8_0 runs [`tile_q8_0_plain`].
+/// `$block` its integer dot helpers, `$plain` whether Q8_0 multiplies signed (the sign trick).
 macro_rules! panel_gemm {
     ($name:ident, $feat:literal, $dword:ident, $block:ident, $plain:literal) => {
         mod $name {
             use super::*;
 
-            /// Q4_1 x Q8_1, llama.cpp order: half `h` of one panel x one token, all blocks.
+            /// Q4_1 x Q8_1, Q5_0 / Q8_0 x Q8_0 in llama.cpp's order: half `h` of one panel x
+            /// one token, all blocks.
             ///
             /// # Safety
             /// CPU features as enabled; `panel` is a whole aligned panel of `l`, `a` one
             /// activation row, `out` `valid` cells.
             #[inline]
             #[target_feature(enable = $feat)]
-            pub(super) unsafe fn tile_q4_1(
+            #[allow(clippy::too_many_arguments)]
+            pub(super) unsafe fn tile_lanes<const T: u8>(
                 l: &PanelLayout,
                 panel: *const u8,
                 h: usize,
@@ -318,6 +255,14 @@ macro_rules! panel_gemm {
                 valid: usize,
                 prefetch: bool,
             ) {
+                let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
+                // Plain AVX2 multiplies Q8_0 signed (the sign trick), so only Q5_0 and
+                // VNNI's Q8_0 (stored `q + 128`) have an offset to remove.
+                let off = match T {
+                    Q5_0 => 16,
+                    Q8_0 if !$plain => 128,
+                    _ => 0,
+                };
                 let mut acc = [_mm256_setzero_ps(); 8];
                 let mut summs = _mm256_setzero_ps();
                 for b in 0..l.nb {
@@ -326,33 +271,69 @@ macro_rules! panel_gemm {
                         prefetch_ahead(q, l.quant_bytes);
                     }
                     let sc = panel.wrapping_add(l.scales_at(b) + 16 * h);
-                    // SAFETY: half h of block b's scales (d, then m 32 bytes on), 16-aligned.
-                    let (dw, mw) = unsafe { (f16x8(sc), f16x8(sc.add(32))) };
-                    let blk = a.wrapping_add(b * 36);
-                    // SAFETY: the token's block b (f16 d, f16 s, 32 quants) is inside `a`.
+                    // SAFETY: half h of block b's scales (d, then Q4_1's m 32 bytes on),
+                    // 16-aligned.
+                    let dw = unsafe { f16x8(sc) };
+                    let blk = a.wrapping_add(b * ab);
+                    // SAFETY: the token's block b (f16 d, Q8_1's f16 s, 32 quants) is in `a`.
                     let hds = unsafe { (blk as *const i32).read_unaligned() };
                     let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(hds));
                     let scale = _mm256_mul_ps(dw, _mm256_broadcastss_ps(ds));
-                    summs = _mm256_fmadd_ps(mw, _mm256_broadcastss_ps(_mm_movehdup_ps(ds)), summs);
+                    if has_min(T) {
+                        // SAFETY: as above.
+                        let mw = unsafe { f16x8(sc.add(32)) };
+                        summs =
+                            _mm256_fmadd_ps(mw, _mm256_broadcastss_ps(_mm_movehdup_ps(ds)), summs);
+                    }
+                    // Lane i of the token's block: -off * (sum of values 4i..4i+4).
+                    let mut start = [0i32; 8];
+                    if off != 0 {
+                        // SAFETY: the block's 32 quants follow its scales.
+                        let x = unsafe { _mm256_loadu_si256(blk.add(qo) as *const __m256i) };
+                        let sums = _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(_mm256_set1_epi8(1), x),
+                            _mm256_set1_epi16(1),
+                        );
+                        let v = _mm256_mullo_epi32(sums, _mm256_set1_epi32(-off));
+                        // SAFETY: `start` is 8 i32.
+                        unsafe { _mm256_storeu_si256(start.as_mut_ptr() as *mut __m256i, v) };
+                    }
                     for (i, acc_i) in acc.iter_mut().enumerate() {
                         // SAFETY: q is block b's aligned quants; dword i of the token's quants.
-                        let (w, x) = unsafe { (weights::<Q4_1>(q, h, i), act(blk.add(4), i)) };
-                        let p = $dword(w, x);
+                        let (w, x) = unsafe { (weights::<T>(q, h, i), act(blk.add(qo), i)) };
+                        let p = if $plain && T == Q8_0 {
+                            let ws = _mm256_xor_si256(w, _mm256_set1_epi8(-128));
+                            let p = _mm256_maddubs_epi16(
+                                _mm256_sign_epi8(ws, ws),
+                                _mm256_sign_epi8(x, ws),
+                            );
+                            _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+                        } else {
+                            $dword(w, x)
+                        };
+                        let p = if off != 0 {
+                            _mm256_add_epi32(p, _mm256_set1_epi32(start[i]))
+                        } else {
+                            p
+                        };
                         *acc_i = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), *acc_i);
                     }
                 }
                 let s: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(acc[4 + j], acc[j]));
-                let r = _mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3]));
+                let mut r = _mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3]));
+                if has_min(T) {
+                    r = _mm256_add_ps(r, summs);
+                }
                 // SAFETY: `valid` cells at `out` (caller contract).
-                unsafe { store(out, _mm256_add_ps(r, summs), valid) };
+                unsafe { store(out, r, valid) };
             }
 
-            /// Q4_0 / Q5_0 / Q8_0 x Q8_0 and Q5_1 x Q8_1: both halves of one panel x TT
+            /// Q4_0 x Q8_0 and Q5_1 x Q8_1: both halves of one panel x TT
             /// tokens over all blocks, activation terms from `tab` (entries
             /// `tab0 + t * nb + b`).
             ///
             /// # Safety
-            /// As [`tile_q4_1`] for TT activation rows `ar` apart and output rows `os`
+            /// As [`tile_lanes`] for TT activation rows `ar` apart and output rows `os`
             /// apart (`valid` cells each); `tab` holds the entries of the TT tokens.
             #[inline]
             #[target_feature(enable = $feat)]
@@ -368,12 +349,6 @@ macro_rules! panel_gemm {
                 os: usize,
                 valid: usize,
             ) {
-                if $plain && T == Q8_0 {
-                    // SAFETY: same contract.
-                    return unsafe {
-                        tile_q8_0_plain::<TT, N>(l, panel, a, ar, tab, tab0, out, os, valid)
-                    };
-                }
                 let nb = l.nb;
                 let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
                 // One half panel at a time: its TT accumulators stay in registers across
@@ -419,8 +394,7 @@ macro_rules! panel_gemm {
                 }
             }
 
-            /// Dispatches a Q4_0 / Q5_0 / Q5_1 / Q8_0 token tile of `tt` tokens (1..=MAX_TT;
-            /// up to MAX_TT_Q8_0_PLAIN for plain AVX2's Q8_0).
+            /// Dispatches a Q4_0 / Q5_1 token tile of `tt` tokens (1..=MAX_TT).
             ///
             /// # Safety
             /// As [`tile_q0`] with TT = `tt`.
@@ -446,24 +420,13 @@ macro_rules! panel_gemm {
                         2 => tile_q0::<T, 2, N>(l, panel, a, ar, tab, tab0, out, os, valid),
                         3 => tile_q0::<T, 3, N>(l, panel, a, ar, tab, tab0, out, os, valid),
                         4 => tile_q0::<T, 4, N>(l, panel, a, ar, tab, tab0, out, os, valid),
-                        5 if $plain && T == Q8_0 => {
-                            tile_q8_0_plain::<5, N>(l, panel, a, ar, tab, tab0, out, os, valid)
-                        }
-                        6 if $plain && T == Q8_0 => {
-                            tile_q8_0_plain::<6, N>(l, panel, a, ar, tab, tab0, out, os, valid)
-                        }
-                        7 if $plain && T == Q8_0 => {
-                            tile_q8_0_plain::<7, N>(l, panel, a, ar, tab, tab0, out, os, valid)
-                        }
-                        _ if $plain && T == Q8_0 => {
-                            tile_q8_0_plain::<8, N>(l, panel, a, ar, tab, tab0, out, os, valid)
-                        }
                         _ => unreachable!("token tiles hold at most {MAX_TT} tokens"),
                     }
                 }
             }
 
-            /// Q4_0 / Q5_0 / Q5_1 / Q8_0 GEMM with `N`-entry activation tables.
+            /// Q4_0 / Q5_1 GEMM with `N`-entry activation tables (the llama.cpp-order kinds run
+            /// [`tile_lanes`]).
             ///
             /// # Safety
             /// As [`gemm_packed`], with the lengths checked and `nb <= N`.
@@ -480,13 +443,9 @@ macro_rules! panel_gemm {
                 out: *mut f32,
                 os: usize,
             ) {
+                debug_assert!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
                 let nb = l.nb;
-                let offset = match T {
-                    Q8_0 => 128,
-                    Q5_0 => 16,
-                    Q5_1 => 0,
-                    _ => 8,
-                };
+                let offset = if T == Q5_1 { 0 } else { 8 };
                 let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
                 let mut tab = ActTables::<N> {
                     d: [0.0; N],
@@ -507,24 +466,16 @@ macro_rules! panel_gemm {
                                 let hs = unsafe { (blk as *const u16).add(1).read_unaligned() };
                                 tab.s[t * nb + b] = half::f16::from_bits(hs).to_f32();
                             }
-                            // Plain Q8_0's sign trick needs no offset term.
-                            if !($plain && T == Q8_0) {
-                                // SAFETY: as above; the block's 32 quants follow its scales.
-                                let sum = unsafe { sum_i8x32(blk.add(qo)) };
-                                tab.start[t * nb + b] = -offset * sum;
-                            }
+                            // SAFETY: as above; the block's 32 quants follow its scales.
+                            let sum = unsafe { sum_i8x32(blk.add(qo)) };
+                            tab.start[t * nb + b] = -offset * sum;
                         }
                     }
                     for p in 0..PanelLayout::panels(n_rows) {
                         let valid = PANEL.min(n_rows - p * PANEL);
                         let panel = packed.wrapping_add(p * l.panel_bytes);
-                        let max_tt = if $plain && T == Q8_0 {
-                            MAX_TT_Q8_0_PLAIN
-                        } else {
-                            MAX_TT
-                        };
-                        for t0 in (0..gn).step_by(max_tt) {
-                            let tt = max_tt.min(gn - t0);
+                        for t0 in (0..gn).step_by(MAX_TT) {
+                            let tt = MAX_TT.min(gn - t0);
                             let tok = g0 + t0;
                             // SAFETY: panel p, tokens tok..tok + tt and their output cells
                             // are in range (checked by the caller); the table holds the group.
@@ -569,7 +520,7 @@ macro_rules! panel_gemm {
                     return;
                 }
                 let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-                if T == Q4_1 {
+                if ggml_lanes(T) {
                     for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
                         let g1 = (g0 + TOKEN_GROUP).min(n_tok);
                         for p in 0..PanelLayout::panels(n_rows) {
@@ -582,7 +533,15 @@ macro_rules! panel_gemm {
                                     // token t are in range.
                                     unsafe {
                                         let o = op.add(t * os + p * PANEL + h * HALF);
-                                        tile_q4_1(&l, panel, h, ap.add(t * ar), o, hv, n_tok == 1)
+                                        tile_lanes::<T>(
+                                            &l,
+                                            panel,
+                                            h,
+                                            ap.add(t * ar),
+                                            o,
+                                            hv,
+                                            n_tok == 1,
+                                        )
                                     }
                                 }
                             }

@@ -39,7 +39,9 @@ const TT: usize = 2;
 const SMALL: usize = 128;
 const LARGE: usize = 1024;
 
-/// Integer sums of one Q4_K/Q5_K block (half panel) for `N` tokens: `isum` and `msum`.
+/// One Q4_K/Q5_K block (half panel) for `N` tokens: the integer sums `isum` (scaled quants)
+/// and `msum` (mins) added to `acc` / `accm` with `scale[t]` = (d * d_a, dmin * d_a): once per
+/// block for Q5_K, once per pair of sub-blocks (64 values) for Q4_K (scalar/packed_k.rs).
 ///
 /// # Safety
 /// CPU features as enabled; `q` is a block's quants plus `32h` (32-byte aligned), `sc` its
@@ -52,9 +54,13 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     sc: *const u8,
     x: &[*const u8; N],
     pairs: &[&[i32; 8]; N],
-    isum: &mut [__m256i; N],
-    msum: &mut [__m256i; N],
+    scale: &[(__m256, __m256); N],
+    acc: &mut [__m256; N],
+    accm: &mut [__m256; N],
 ) {
+    // Q5_K: one sum per block; Q4_K: one per pair of sub-blocks (see scalar/packed_k.rs).
+    let mut isum = [_mm256_setzero_si256(); N];
+    let mut msum = [_mm256_setzero_si256(); N];
     // SAFETY: (whole body) every load is inside the block's quants / scale area or the
     // tokens' Q8_K blocks (caller contract); the rest is register arithmetic.
     unsafe {
@@ -112,18 +118,30 @@ unsafe fn block_k4<const T: u8, const N: usize>(
                 };
                 isum[t] = _mm256_add_epi32(isum[t], s);
             }
-        }
-        for i in 0..4 {
             let me = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                sc.add(scale_at::MIN_K4 + 16 * (2 * i)) as *const __m128i
+                sc.add(scale_at::MIN_K4 + 16 * (2 * kk)) as *const __m128i,
             ));
             let mo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                sc.add(scale_at::MIN_K4 + 16 * (2 * i + 1)) as *const __m128i,
+                sc.add(scale_at::MIN_K4 + 16 * (2 * kk + 1)) as *const __m128i,
             ));
             let mp = _mm256_or_si256(me, _mm256_slli_epi32::<16>(mo));
             for t in 0..N {
-                let p = _mm256_madd_epi16(mp, _mm256_set1_epi32(pairs[t][i]));
+                let p = _mm256_madd_epi16(mp, _mm256_set1_epi32(pairs[t][kk]));
                 msum[t] = _mm256_add_epi32(msum[t], p);
+            }
+            if T == Q4K {
+                for t in 0..N {
+                    acc[t] = _mm256_fmadd_ps(scale[t].0, _mm256_cvtepi32_ps(isum[t]), acc[t]);
+                    accm[t] = _mm256_fmadd_ps(scale[t].1, _mm256_cvtepi32_ps(msum[t]), accm[t]);
+                    isum[t] = _mm256_setzero_si256();
+                    msum[t] = _mm256_setzero_si256();
+                }
+            }
+        }
+        if T != Q4K {
+            for t in 0..N {
+                acc[t] = _mm256_fmadd_ps(scale[t].0, _mm256_cvtepi32_ps(isum[t]), acc[t]);
+                accm[t] = _mm256_fmadd_ps(scale[t].1, _mm256_cvtepi32_ps(msum[t]), accm[t]);
             }
         }
     }
@@ -252,32 +270,27 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
         let sc = panel.wrapping_add(l.scales_at(b));
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
-        let mut isum = [_mm256_setzero_si256(); N];
-        let mut msum = [_mm256_setzero_si256(); N];
-        // SAFETY: block b's quants (half h) and scales lie in the panel; x[t] are the tokens'
-        // block b quants (caller contract).
-        unsafe {
-            if T == Q6K {
-                block_q6::<N>(q, sc.add(8 * h), &x, &pairs, &mut isum);
-            } else {
-                block_k4::<T, N>(q, sc.add(8 * h), &x, &pairs, &mut isum, &mut msum);
-            }
-        }
         let f16s = |at: usize| {
             // SAFETY: 8 f16 of the 16 at `at` inside the scale area.
             _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sc.add(at + 16 * h) as *const __m128i) })
         };
-        let d = f16s(scale_at::D);
-        for t in 0..N {
-            let dyd = _mm256_mul_ps(d, _mm256_set1_ps(tab.dy[tab0 + t * nb + b]));
-            acc[t] = _mm256_fmadd_ps(dyd, _mm256_cvtepi32_ps(isum[t]), acc[t]);
-        }
-        if T != Q6K {
-            let dmin = f16s(scale_at::DMIN);
+        let (d, dmin) = (f16s(scale_at::D), f16s(scale_at::DMIN));
+        let dy: [__m256; N] = std::array::from_fn(|t| _mm256_set1_ps(tab.dy[tab0 + t * nb + b]));
+        if T == Q6K {
+            let mut isum = [_mm256_setzero_si256(); N];
+            // SAFETY: block b's quants (half h) and scales lie in the panel; x[t] are the
+            // tokens' block b quants (caller contract).
+            unsafe { block_q6::<N>(q, sc.add(8 * h), &x, &pairs, &mut isum) };
             for t in 0..N {
-                let dym = _mm256_mul_ps(dmin, _mm256_set1_ps(tab.dy[tab0 + t * nb + b]));
-                accm[t] = _mm256_fmadd_ps(dym, _mm256_cvtepi32_ps(msum[t]), accm[t]);
+                // llama.cpp's prompt-path order (see scalar/packed_k.rs).
+                let x = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), d);
+                acc[t] = _mm256_fmadd_ps(x, dy[t], acc[t]);
             }
+        } else {
+            let scale: [(__m256, __m256); N] =
+                std::array::from_fn(|t| (_mm256_mul_ps(d, dy[t]), _mm256_mul_ps(dmin, dy[t])));
+            // SAFETY: as above.
+            unsafe { block_k4::<T, N>(q, sc.add(8 * h), &x, &pairs, &scale, &mut acc, &mut accm) };
         }
     }
     for t in 0..N {

@@ -1,4 +1,5 @@
-//! The AVX-512 VNNI "row lanes" GEMM for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: 16 weight rows side by side.
+//! The AVX-512 VNNI "row lanes" GEMM for the GGUF layout of Q4_0 and Q5_1 (the kinds in
+//! llama.cpp's order, Q4_1 / Q5_0 / Q8_0, run `ggml_order.rs`): 16 weight rows side by side.
 //!
 //! Per 32-value block, the 16 rows of a panel are transposed on the fly into 8 zmm registers
 //! whose i32 lane r holds 4 consecutive weights of row r (unsigned: Q4 as q, Q8_0 as q+128).

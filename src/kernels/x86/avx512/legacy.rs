@@ -5,7 +5,9 @@
 //! and dots them against RN tokens' Q8 blocks with `vpdpbusd` (u8 weights x i8 activations).
 //! Weights are kept unsigned (Q4: q, Q5: q, Q8_0: q + 128); the offset of the `_0` types is
 //! removed exactly in the integer domain by starting each block's sum at `-offset * sum(a)`.
-//! Per block: `acc += f32(sum_i) * d_w * d_a` (+ `m_w * s_a` for Q4_1/Q5_1).
+//! Per block: `acc += f32(sum_i) * d_w * d_a` (+ `m_w * s_a` for Q5_1). Q4_1, Q5_0 and Q8_0
+//! go to `ggml_order.rs` instead (llama.cpp's float order, `legacy_kind::ggml_lanes`), so this
+//! microkernel serves Q4_0 and Q5_1.
 
 use std::arch::x86_64::*;
 
@@ -305,9 +307,9 @@ unsafe fn gemm<const T: u8>(
     );
     let nb = k / 32;
     let (wp, ap, op) = (w.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    if T == Q4_1 {
+    if ggml_lanes(T) {
         // SAFETY: lengths checked by check_gemm.
-        unsafe { super::q4_1_ggml::gemm(nb, wp, wr, n_rows, ap, ar, n_tok, op, out_stride) };
+        unsafe { super::ggml_order::gemm::<T>(nb, wp, wr, n_rows, ap, ar, n_tok, op, out_stride) };
         return;
     }
     let lanes_ok = nb <= super::lanes::SCRATCH && n_tok >= LANES_MIN_TOK;
@@ -347,9 +349,11 @@ unsafe fn gemm<const T: u8>(
 unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     check_vec_dot(n, wdt(T), w.len(), adt(T), a.len());
     let mut out = 0f32;
-    if T == Q4_1 {
+    if ggml_lanes(T) {
         // SAFETY: lengths checked; one output cell.
-        unsafe { super::q4_1_ggml::gemm(n / 32, w.as_ptr(), 0, 1, a.as_ptr(), 0, 1, &mut out, 0) };
+        unsafe {
+            super::ggml_order::gemm::<T>(n / 32, w.as_ptr(), 0, 1, a.as_ptr(), 0, 1, &mut out, 0)
+        };
         return out;
     }
     // SAFETY: lengths checked; one output cell.

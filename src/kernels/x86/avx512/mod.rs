@@ -1,11 +1,11 @@
 //! AVX-512 (F, BW, VL) kernels using VNNI `vpdpbusd`.
 
+mod ggml_order;
 pub mod kquants;
 mod lanes;
 pub mod legacy;
 mod packed;
 mod packed_k;
-mod q4_1_ggml;
 
 use crate::kernels::row::{PackedKernels, Table};
 use crate::kernels::DType;

@@ -5,9 +5,11 @@
 //! 4 weights of row r, so one `vpdpbusd` with a broadcast activation dword does 64
 //! multiply-adds for 16 rows with no shuffles and no horizontal reduction.
 //!
-//! * Q4_1 follows llama.cpp's order (see `q4_1_ggml.rs`): eight accumulators per token
-//!   (accumulator i, lane r = partial sum i of row r), so 2 tokens per register tile.
-//! * Q4_0 / Q5_0 / Q5_1 / Q8_0 sum each block exactly in i32 (start `-offset * sum(a)`, precomputed per
+//! * Q4_1, Q5_0 and Q8_0 follow llama.cpp's order (see `ggml_order.rs`): eight accumulators
+//!   per token (accumulator i, lane r = partial sum i of row r), so 2 tokens per register
+//!   tile; Q5_0 / Q8_0's `vpdpbusd` starts from `-offset` times the token's sum of values
+//!   `4i..4i+4`, computed once per (token, block) of a tile.
+//! * Q4_0 / Q5_1 sum each block exactly in i32 (start `-offset * sum(a)`, precomputed per
 //!   token and block into stack tables shared by all panels) and do one convert + fma per
 //!   block, so one panel block serves a tile of up to 16 tokens.
 //!
@@ -22,12 +24,12 @@ use crate::kernels::packed::{PanelLayout, PANEL};
 const SCRATCH: usize = 4096;
 /// Small tables for decode-sized calls (zeroing 32 KiB per call would cost a microsecond).
 const SMALL: usize = 256;
-/// Largest token tile of the Q4_0 / Q8_0 kernel (16 accumulators + 8 weights + temporaries).
+/// Largest token tile of the Q4_0 / Q5_1 kernel (16 accumulators + 8 weights + temporaries).
 const MAX_TT: usize = 16;
 /// Tokens whose activations stay in L1 while a call's panels stream past (prefill).
 const TOKEN_GROUP: usize = 64;
-/// Token tile of the Q4_1 kernel (8 accumulators + 1 minimum sum per token).
-const Q4_1_TT: usize = 2;
+/// Token tile of the llama.cpp-order kernel (8 accumulators + 1 minimum sum per token).
+const LANES_TT: usize = 2;
 
 /// Activation terms of one token group, `[t * nb + b]`: d_a, s_a (Q8_1) and
 /// `-offset * sum(a)`.
@@ -114,7 +116,8 @@ fn mask(valid: usize) -> __mmask16 {
     }
 }
 
-/// Q4_1 x Q8_1, llama.cpp order: one panel x TT tokens over all blocks.
+/// Q4_1 x Q8_1, Q5_0 / Q8_0 x Q8_0 in llama.cpp's order: one panel x TT tokens over all
+/// blocks.
 ///
 /// # Safety
 /// CPU features as enabled; `panel` is a whole aligned panel of `l`, `a` holds TT activation
@@ -122,7 +125,7 @@ fn mask(valid: usize) -> __mmask16 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)]
-unsafe fn tile_q4_1<const TT: usize>(
+unsafe fn tile_lanes<const T: u8, const TT: usize>(
     l: &PanelLayout,
     panel: *const u8,
     a: *const u8,
@@ -131,6 +134,13 @@ unsafe fn tile_q4_1<const TT: usize>(
     os: usize,
     valid: usize,
 ) {
+    let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
+    // The stored weights' unsigned offset, as `vpdpbusd`'s byte (Q8_0: 128 = 0x80).
+    let off: i8 = match T {
+        Q8_0 => -128,
+        Q5_0 => 16,
+        _ => 0,
+    };
     let mut acc = [[_mm512_setzero_ps(); 8]; TT];
     let mut summs = [_mm512_setzero_ps(); TT];
     for b in 0..l.nb {
@@ -139,25 +149,44 @@ unsafe fn tile_q4_1<const TT: usize>(
             prefetch_ahead(q, l.quant_bytes);
         }
         let sc = panel.wrapping_add(l.scales_at(b));
-        // SAFETY: block b's scales (d then m) lie in the panel, 32-byte aligned.
-        let (dw, mw) = unsafe { (f16x16(sc), f16x16(sc.add(32))) };
+        // SAFETY: block b's scales (d, then Q4_1's m) lie in the panel, 32-byte aligned.
+        let dw = unsafe { f16x16(sc) };
         let mut scale = [_mm512_setzero_ps(); TT];
+        // Per token, lane i: -offset * (sum of activation values 4i..4i+4).
+        let mut start = [[0i32; 8]; TT];
         for t in 0..TT {
-            let blk = a.wrapping_add(t * ar + b * 36);
-            // SAFETY: token t's block b (f16 d, f16 s, 32 quants) is inside `a`.
+            let blk = a.wrapping_add(t * ar + b * ab);
+            // SAFETY: token t's block b (f16 d, Q8_1's f16 s, 32 quants) is inside `a`.
             let h = unsafe { (blk as *const i32).read_unaligned() };
             let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(h));
             scale[t] = _mm512_mul_ps(dw, _mm512_broadcastss_ps(ds));
-            let sa = _mm512_broadcastss_ps(_mm_movehdup_ps(ds));
-            summs[t] = _mm512_fmadd_ps(mw, sa, summs[t]);
+            if has_min(T) {
+                // SAFETY: Q4_1's m scales sit 32 bytes after its d ones.
+                let mw = unsafe { f16x16(sc.add(32)) };
+                let sa = _mm512_broadcastss_ps(_mm_movehdup_ps(ds));
+                summs[t] = _mm512_fmadd_ps(mw, sa, summs[t]);
+            }
+            if off != 0 {
+                // SAFETY: the block's 32 quants follow its d.
+                let x = unsafe { _mm256_loadu_si256(blk.add(qo) as *const __m256i) };
+                let o = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(off), x);
+                let neg = _mm256_sub_epi32(_mm256_setzero_si256(), o);
+                // SAFETY: `start[t]` is 8 i32.
+                unsafe { _mm256_storeu_si256(start[t].as_mut_ptr() as *mut __m256i, neg) };
+            }
         }
         for i in 0..8 {
             // SAFETY: q is block b's aligned quants.
-            let w = unsafe { weights::<Q4_1>(q, i) };
+            let w = unsafe { weights::<T>(q, i) };
             for t in 0..TT {
                 // SAFETY: dword i of token t's block b quants.
-                let x = unsafe { act(a.wrapping_add(t * ar + b * 36 + 4), i) };
-                let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+                let x = unsafe { act(a.wrapping_add(t * ar + b * ab + qo), i) };
+                let s0 = if off != 0 {
+                    _mm512_set1_epi32(start[t][i])
+                } else {
+                    _mm512_setzero_si512()
+                };
+                let p = _mm512_dpbusd_epi32(s0, w, x);
                 acc[t][i] = _mm512_fmadd_ps(scale[t], _mm512_cvtepi32_ps(p), acc[t][i]);
             }
         }
@@ -165,18 +194,20 @@ unsafe fn tile_q4_1<const TT: usize>(
     for t in 0..TT {
         let c = &acc[t];
         let s: [__m512; 4] = std::array::from_fn(|j| _mm512_add_ps(c[4 + j], c[j]));
-        let r = _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3]));
-        let r = _mm512_add_ps(r, summs[t]);
+        let mut r = _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3]));
+        if has_min(T) {
+            r = _mm512_add_ps(r, summs[t]);
+        }
         // SAFETY: `valid` cells of token row t (caller contract).
         unsafe { _mm512_mask_storeu_ps(out.add(t * os), mask(valid), r) };
     }
 }
 
-/// Q4_0 / Q5_0 / Q8_0 x Q8_0 and Q5_1 x Q8_1: one panel x TT tokens over all blocks, activation terms from `tab`
+/// Q4_0 x Q8_0 and Q5_1 x Q8_1: one panel x TT tokens over all blocks, activation terms from `tab`
 /// (entries `tab0 + t * nb + b`).
 ///
 /// # Safety
-/// As [`tile_q4_1`]; `tab` holds the entries of the TT tokens.
+/// As [`tile_lanes`]; `tab` holds the entries of the TT tokens.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
@@ -244,7 +275,7 @@ unsafe fn tile_q0<const T: u8, const TT: usize, const N: usize>(
     }
 }
 
-/// Dispatches a Q4_0 / Q5_0 / Q5_1 / Q8_0 token tile of `tt` (1..=16) tokens to its const instance.
+/// Dispatches a Q4_0 / Q5_1 token tile of `tt` (1..=16) tokens to its const instance.
 ///
 /// # Safety
 /// As [`tile_q0`] with TT = `tt`.
@@ -294,7 +325,7 @@ unsafe fn sum_i8x32(q: *const u8) -> i32 {
     _mm_cvtsi128_si32(s) - 32 * 128
 }
 
-/// Q4_0 / Q5_0 / Q5_1 / Q8_0 GEMM with `N`-entry activation tables.
+/// Q4_0 / Q5_1 GEMM with `N`-entry activation tables.
 ///
 /// # Safety
 /// As [`gemm_packed`], with the lengths checked and `nb <= N`.
@@ -311,13 +342,9 @@ unsafe fn gemm_q0<const T: u8, const N: usize>(
     out: *mut f32,
     os: usize,
 ) {
+    debug_assert!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
     let nb = l.nb;
-    let offset = match T {
-        Q8_0 => 128,
-        Q5_0 => 16,
-        Q5_1 => 0,
-        _ => 8,
-    };
+    let offset = if T == Q5_1 { 0 } else { 8 };
     let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
     let mut tab = ActTables::<N> {
         d: [0.0; N],
@@ -392,21 +419,21 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
         return;
     }
     let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    if T == Q4_1 {
+    if ggml_lanes(T) {
         // Token groups keep their activations in L1 while every panel streams past.
         for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
             let g1 = (g0 + TOKEN_GROUP).min(n_tok);
             for p in 0..PanelLayout::panels(n_rows) {
                 let valid = PANEL.min(n_rows - p * PANEL);
                 let panel = pp.wrapping_add(p * l.panel_bytes);
-                for t0 in (g0..g1).step_by(Q4_1_TT) {
+                for t0 in (g0..g1).step_by(LANES_TT) {
                     // SAFETY: lengths checked above; panel p and tokens t0.. are in range.
                     unsafe {
                         let (a, o) = (ap.add(t0 * ar), op.add(t0 * os + p * PANEL));
                         if g1 - t0 >= 2 {
-                            tile_q4_1::<2>(&l, panel, a, ar, o, os, valid)
+                            tile_lanes::<T, 2>(&l, panel, a, ar, o, os, valid)
                         } else {
-                            tile_q4_1::<1>(&l, panel, a, ar, o, os, valid)
+                            tile_lanes::<T, 1>(&l, panel, a, ar, o, os, valid)
                         }
                     }
                 }

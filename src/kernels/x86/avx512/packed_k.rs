@@ -63,9 +63,13 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     sc: *const u8,
     x: &[*const u8; N],
     pairs: &[&[i32; 8]; N],
-    isum: &mut [__m512i; N],
-    msum: &mut [__m512i; N],
+    scale: &[(__m512, __m512); N],
+    acc: &mut [__m512; N],
+    accm: &mut [__m512; N],
 ) {
+    // Q5_K: one sum per block; Q4_K: one per pair of sub-blocks (see scalar/packed_k.rs).
+    let mut isum = [_mm512_setzero_si512(); N];
+    let mut msum = [_mm512_setzero_si512(); N];
     // Two chains per sub-block when one token cannot hide the vpdpbusd latency.
     const fn chains(n: usize) -> usize {
         if n == 1 {
@@ -120,13 +124,25 @@ unsafe fn block_k4<const T: u8, const N: usize>(
                 let s = _mm512_add_epi32(_mm512_mullo_epi32(l, sl), _mm512_mullo_epi32(h, sh));
                 isum[t] = _mm512_add_epi32(isum[t], s);
             }
-        }
-        for i in 0..4 {
-            let me = line(scale_at::MIN_K4 + 16 * (2 * i));
-            let mo = line(scale_at::MIN_K4 + 16 * (2 * i + 1));
+            let me = line(scale_at::MIN_K4 + 16 * (2 * kk));
+            let mo = line(scale_at::MIN_K4 + 16 * (2 * kk + 1));
             let mp = _mm512_or_si512(me, _mm512_slli_epi32::<16>(mo));
             for t in 0..N {
-                msum[t] = _mm512_dpwssd_epi32(msum[t], mp, _mm512_set1_epi32(pairs[t][i]));
+                msum[t] = _mm512_dpwssd_epi32(msum[t], mp, _mm512_set1_epi32(pairs[t][kk]));
+            }
+            if T == Q4K {
+                for t in 0..N {
+                    acc[t] = _mm512_fmadd_ps(scale[t].0, _mm512_cvtepi32_ps(isum[t]), acc[t]);
+                    accm[t] = _mm512_fmadd_ps(scale[t].1, _mm512_cvtepi32_ps(msum[t]), accm[t]);
+                    isum[t] = _mm512_setzero_si512();
+                    msum[t] = _mm512_setzero_si512();
+                }
+            }
+        }
+        if T != Q4K {
+            for t in 0..N {
+                acc[t] = _mm512_fmadd_ps(scale[t].0, _mm512_cvtepi32_ps(isum[t]), acc[t]);
+                accm[t] = _mm512_fmadd_ps(scale[t].1, _mm512_cvtepi32_ps(msum[t]), accm[t]);
             }
         }
     }
@@ -239,32 +255,29 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
         let sc = panel.wrapping_add(l.scales_at(b));
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
-        let mut isum = [_mm512_setzero_si512(); N];
-        let mut msum = [_mm512_setzero_si512(); N];
-        // SAFETY: block b's quants and scales lie in the panel; x[t] are the tokens' block b
-        // quants (caller contract).
-        unsafe {
-            if T == Q6K {
-                block_q6::<N>(q, sc, &x, &pairs, &mut isum);
-            } else {
-                block_k4::<T, N>(q, sc, &x, &pairs, &mut isum, &mut msum);
-            }
-        }
         // SAFETY: d and dmin are 16 f16 each inside the scale area.
-        let d =
-            _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(sc.add(scale_at::D) as *const __m256i) });
-        for t in 0..N {
-            let dyd = _mm512_mul_ps(d, _mm512_set1_ps(tab.dy[tab0 + t * nb + b]));
-            acc[t] = _mm512_fmadd_ps(dyd, _mm512_cvtepi32_ps(isum[t]), acc[t]);
-        }
-        if T != Q6K {
-            // SAFETY: as for d.
-            let dmin = unsafe { _mm256_loadu_si256(sc.add(scale_at::DMIN) as *const __m256i) };
-            let dmin = _mm512_cvtph_ps(dmin);
+        let (d, dmin) = unsafe {
+            (
+                _mm512_cvtph_ps(_mm256_loadu_si256(sc.add(scale_at::D) as *const __m256i)),
+                _mm512_cvtph_ps(_mm256_loadu_si256(sc.add(scale_at::DMIN) as *const __m256i)),
+            )
+        };
+        let dy: [__m512; N] = std::array::from_fn(|t| _mm512_set1_ps(tab.dy[tab0 + t * nb + b]));
+        if T == Q6K {
+            let mut isum = [_mm512_setzero_si512(); N];
+            // SAFETY: block b's quants and scales lie in the panel; x[t] are the tokens'
+            // block b quants (caller contract).
+            unsafe { block_q6::<N>(q, sc, &x, &pairs, &mut isum) };
             for t in 0..N {
-                let dym = _mm512_mul_ps(dmin, _mm512_set1_ps(tab.dy[tab0 + t * nb + b]));
-                accm[t] = _mm512_fmadd_ps(dym, _mm512_cvtepi32_ps(msum[t]), accm[t]);
+                // llama.cpp's prompt-path order (see scalar/packed_k.rs).
+                let x = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[t]), d);
+                acc[t] = _mm512_fmadd_ps(x, dy[t], acc[t]);
             }
+        } else {
+            let scale: [(__m512, __m512); N] =
+                std::array::from_fn(|t| (_mm512_mul_ps(d, dy[t]), _mm512_mul_ps(dmin, dy[t])));
+            // SAFETY: as above.
+            unsafe { block_k4::<T, N>(q, sc, &x, &pairs, &scale, &mut acc, &mut accm) };
         }
     }
     for t in 0..N {
