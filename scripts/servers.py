@@ -149,17 +149,19 @@ def write_config(path: Path, sections: dict[str, dict]) -> Path:
 
 
 def start_kiln(model: Path = DEFAULT_MODEL, config: dict[str, dict] | None = None,
-               env: dict | None = None, log_dir: Path | None = None, timeout: float = 60.0) -> Server:
+               env: dict | None = None, log_dir: Path | None = None, timeout: float = 60.0,
+               args: list[str] | None = None) -> Server:
     """Starts `kiln serve` on 127.0.0.1 with a free port and waits until /ready is 200.
 
     `config` is written to a config file passed with --config (so the repository's
-    config/default.toml does not apply); `env` adds environment variables (KILN_API_KEYS...).
+    config/default.toml does not apply); `env` adds environment variables (KILN_API_KEYS...);
+    `args` adds flags (another `--model FILE` serves a second model).
     """
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="kiln-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     cfg = write_config(log_dir / "kiln.toml", config or {})
     cmd = [str(kiln_binary()), "serve", "--config", str(cfg), "--model", str(model),
-           "--host", "127.0.0.1", "--port", "0"]
+           "--host", "127.0.0.1", "--port", "0", *(args or [])]
     full_env = dict(os.environ, **(env or {}))
     full_env.setdefault("KILN_LOG", "info")
     server = Server("kiln", cmd, env=full_env, log_dir=log_dir)

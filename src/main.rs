@@ -54,7 +54,7 @@ enum Command {
     /// Measure prefill, decode and batched decode speed.
     Bench(cli::bench::Args),
     /// Serve the OpenAI-compatible HTTP API.
-    Serve(cli::serve::Args),
+    Serve(Box<cli::serve::Args>),
     /// A live terminal view of a running server (its /stats).
     Top(cli::top::Args),
 }
@@ -80,7 +80,7 @@ fn main() -> ExitCode {
         Command::Quantize(a) => cli::quantize::run(a),
         Command::Generate(a) => cli::generate::run(a, cli.config.as_deref()),
         Command::Bench(a) => cli::bench::run(a, cli.config.as_deref()),
-        Command::Serve(a) => cli::serve::run(a, cli.config.as_deref(), format),
+        Command::Serve(a) => cli::serve::run(*a, cli.config.as_deref(), format),
         Command::Top(a) => cli::top::run(a),
     };
     match result {

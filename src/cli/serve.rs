@@ -12,9 +12,21 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// GGUF model file (model.path).
+    /// GGUF model file (model.path). Repeat it to serve several models, each by its file's
+    /// stem (replaces [[models]]); the first is the default.
     #[arg(long, env = "KILN_MODEL")]
-    model: Option<PathBuf>,
+    model: Vec<PathBuf>,
+    /// A directory whose *.gguf files are served too, each loaded on first use
+    /// (server.models_dir).
+    #[arg(long, env = "KILN_MODELS_DIR")]
+    models_dir: Option<PathBuf>,
+    /// Weights + KV bytes all loaded models may take, e.g. "8GiB"; 0 = no limit
+    /// (server.models_memory_budget).
+    #[arg(long, env = "KILN_MODELS_MEMORY_BUDGET")]
+    models_memory_budget: Option<String>,
+    /// Seconds after which an idle model is unloaded; 0 = never (server.models_keep_alive).
+    #[arg(long, env = "KILN_MODELS_KEEP_ALIVE")]
+    models_keep_alive: Option<f64>,
     /// The model id clients use (model.name; default: the file's stem).
     #[arg(long, env = "KILN_MODEL_NAME")]
     model_name: Option<String>,
@@ -78,7 +90,7 @@ pub struct Args {
 
 impl Args {
     /// The flags (and variables) given, as config overrides.
-    fn overrides(&self) -> Vec<(&'static str, toml::Value)> {
+    fn overrides(&self) -> anyhow::Result<Vec<(&'static str, toml::Value)>> {
         use toml::Value;
         let mut o: Vec<(&'static str, Value)> = Vec::new();
         let path = |p: &Path| Value::String(p.to_string_lossy().into_owned());
@@ -87,8 +99,36 @@ impl Args {
             Ok(n) => Value::Integer(n),
             Err(_) => Value::String(s.to_string()),
         };
-        if let Some(v) = &self.model {
-            o.push(("model.path", path(v)));
+        match self.model.as_slice() {
+            [] => {}
+            // One model: `[model]`, whatever `[[models]]` the file lists.
+            [one] => {
+                o.push(("model.path", path(one)));
+                o.push(("models", Value::Array(Vec::new())));
+            }
+            several => {
+                if self.model_name.is_some() || self.chat_template.is_some() {
+                    anyhow::bail!(
+                        "--model-name and --chat-template name one model: with several --model, \
+                         give each its name and template in [[models]] of the config file"
+                    );
+                }
+                let entries = several.iter().map(|p| {
+                    let mut t = toml::Table::new();
+                    t.insert("path".to_string(), path(p));
+                    Value::Table(t)
+                });
+                o.push(("models", Value::Array(entries.collect())));
+            }
+        }
+        if let Some(v) = &self.models_dir {
+            o.push(("server.models_dir", path(v)));
+        }
+        if let Some(v) = &self.models_memory_budget {
+            o.push(("server.models_memory_budget", size(v)));
+        }
+        if let Some(v) = self.models_keep_alive {
+            o.push(("server.models_keep_alive", Value::Float(v)));
         }
         if let Some(v) = &self.model_name {
             o.push(("model.name", Value::String(v.clone())));
@@ -142,7 +182,7 @@ impl Args {
         if let Some(v) = self.metrics_public {
             o.push(("server.metrics_public", Value::Boolean(v)));
         }
-        o
+        Ok(o)
     }
 }
 
@@ -175,7 +215,7 @@ pub fn run(
     log_format: Option<kiln::config::LogFormat>,
 ) -> anyhow::Result<()> {
     let file = kiln::config::config_file(config);
-    let cfg = Config::load(file, &args.overrides())?;
+    let cfg = Config::load(file, &args.overrides()?)?;
     crate::cli::logging::init(log_format.unwrap_or(cfg.log.format), &cfg.log.level)?;
     let keys = api_keys(&cfg)?;
     tracing::info!(

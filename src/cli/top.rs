@@ -1,6 +1,7 @@
 //! `kiln top`: a live terminal view of a running server's `/stats` (plain ANSI): request rate,
 //! generated tokens/s with a sparkline of the last minute, TTFT / inter-token / end-to-end
-//! percentiles, the queue and the KV cache. Ctrl-C quits; `--once` prints one frame.
+//! percentiles, the queue and the KV cache (of the default model), then a line per model when
+//! the server serves several. Ctrl-C quits; `--once` prints one frame.
 
 use anyhow::{bail, Context};
 use http_body_util::{BodyExt, Empty, Limited};
@@ -198,6 +199,45 @@ fn frame(url: &str, s: &Value, history: &[f64]) -> String {
         s["kv_blocks_cached"].as_u64().unwrap_or(0),
         s["kv_blocks_total"].as_u64().unwrap_or(0)
     ));
+    if let Some(models) = s["models"].as_array().filter(|m| m.len() > 1) {
+        out.push_str(&models_table(s, models));
+    }
+    out
+}
+
+/// One line per model of a server that serves several (the lines above are the default
+/// model's).
+fn models_table(s: &Value, models: &[Value]) -> String {
+    let mut out = String::new();
+    let budget = s["memory_budget_bytes"]
+        .as_u64()
+        .map(|b| format!(" of {} MiB", b >> 20))
+        .unwrap_or_default();
+    out.push_str(&format!(
+        "\nmodels ({} MiB loaded{budget})\n",
+        s["memory_bytes"].as_u64().unwrap_or(0) >> 20
+    ));
+    out.push_str(&format!(
+        "  {:<32} {:<9} {:>8} {:>8} {:>4} {:>4} {:>6}\n",
+        "model", "status", "req/s", "tok/s", "run", "wait", "KV"
+    ));
+    for m in models {
+        let w = &m["last_1m"];
+        let mut name = m["model"].as_str().unwrap_or("?").to_string();
+        if name.chars().count() > 32 {
+            name = name.chars().take(31).collect::<String>() + "~";
+        }
+        out.push_str(&format!(
+            "  {:<32} {:<9} {:>8.2} {:>8.1} {:>4} {:>4} {:>5.1}%\n",
+            name,
+            m["status"].as_str().unwrap_or("?"),
+            f(&w["requests_per_s"]),
+            f(&w["generated_tokens_per_s"]),
+            m["running"].as_u64().unwrap_or(0),
+            m["waiting"].as_u64().unwrap_or(0),
+            f(&m["kv_cache_usage"]) * 100.0
+        ));
+    }
     out
 }
 
@@ -246,6 +286,38 @@ mod tests {
         assert!(uri("127.0.0.1:8080").is_err());
         assert_eq!(sparkline(&[0.0, 5.0, 10.0]), "▁▅█");
         assert_eq!(gauge(0.5, 4), "[##..]");
+    }
+
+    #[test]
+    fn several_models_get_a_line_each() {
+        let one = serde_json::json!({"status": "ready", "models": [{"model": "a"}]});
+        assert!(!frame("u", &one, &[]).contains("models ("));
+        let two = serde_json::json!({
+            "status": "ready",
+            "memory_bytes": 300u64 << 20,
+            "memory_budget_bytes": 1u64 << 30,
+            "models": [
+                {"model": "a", "status": "loaded", "running": 2, "waiting": 1,
+                 "kv_cache_usage": 0.25, "last_1m": {"requests_per_s": 1.5}},
+                {"model": "b", "status": "unloaded"},
+            ],
+        });
+        let text = frame("u", &two, &[]);
+        assert!(
+            text.contains("models (300 MiB loaded of 1024 MiB)"),
+            "{text}"
+        );
+        let line_a = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("a "))
+            .unwrap();
+        assert!(
+            line_a.contains("loaded") && line_a.contains("1.50") && line_a.contains("25.0%"),
+            "{line_a}"
+        );
+        assert!(text
+            .lines()
+            .any(|l| l.trim_start().starts_with("b ") && l.contains("unloaded")));
     }
 
     /// Serves `responses` in turn on a loopback port (one per connection, read until the

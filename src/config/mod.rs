@@ -4,12 +4,14 @@
 //! [`Config::load`] is the one way in: a file (or none), command-line overrides over it, then
 //! validation.
 
+mod check;
+mod models;
 mod raw;
 mod settings;
 mod validate;
 
 pub use settings::{
-    Config, KvBudget, LogFormat, LogSettings, SchedulerSettings, ServerSettings,
+    Config, KvBudget, LogFormat, LogSettings, ModelSpec, SchedulerSettings, ServerSettings,
     DEFAULT_MODEL_PATH, KV_AUTO_CAP_BYTES, KV_AUTO_SHARE_PERCENT,
 };
 

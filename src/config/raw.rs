@@ -20,6 +20,22 @@ pub(super) struct RawConfig {
     pub server: RawServer,
     #[serde(default)]
     pub log: RawLog,
+    /// `[[models]]`: several models in one server (replaces `[model]` when non-empty).
+    #[serde(default)]
+    pub models: Vec<RawModelEntry>,
+}
+
+/// One `[[models]]` entry: `[model]`'s keys plus the engine settings it may set for itself.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawModelEntry {
+    pub path: Option<PathBuf>,
+    pub chat_template: Option<PathBuf>,
+    pub name: Option<String>,
+    pub aliases: Option<Vec<String>>,
+    pub threads: Option<usize>,
+    pub workers: Option<usize>,
+    pub kv_cache: Option<RawSize>,
 }
 
 /// `[model]`.
@@ -84,6 +100,10 @@ pub(super) struct RawServer {
     pub api_keys: Option<Vec<String>>,
     pub api_keys_file: Option<PathBuf>,
     pub metrics_public: Option<bool>,
+    pub models_dir: Option<PathBuf>,
+    pub models_memory_budget: Option<RawSize>,
+    pub models_keep_alive: Option<f64>,
+    pub models_load_timeout: Option<f64>,
     pub responses_store_entries: Option<usize>,
     pub responses_store_ttl: Option<f64>,
 }

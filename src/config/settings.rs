@@ -24,6 +24,10 @@ pub struct Config {
     pub workers: usize,
     /// The KV cache budget over all workers.
     pub kv_cache: KvBudget,
+    /// The models served by name (`[[models]]`, else `[model]` with `[engine]`'s settings;
+    /// empty only when `server.models_dir` provides them all). The first is the default: the
+    /// one a request naming no model runs on.
+    pub models: Vec<ModelSpec>,
     pub scheduler: SchedulerSettings,
     pub server: ServerSettings,
     pub log: LogSettings,
@@ -37,11 +41,81 @@ impl Default for Config {
             threads: 0,
             workers: 1,
             kv_cache: KvBudget::Auto,
+            models: vec![ModelSpec::new(PathBuf::from(DEFAULT_MODEL_PATH))],
             scheduler: SchedulerSettings::default(),
             model_name: None,
             model_aliases: Vec::new(),
             server: ServerSettings::default(),
             log: LogSettings::default(),
+        }
+    }
+}
+
+/// One model a server serves: `[model]` (with `[engine]`'s threads, workers and KV budget),
+/// an entry of `[[models]]`, a `--model` flag, or a file of `server.models_dir`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    pub path: PathBuf,
+    /// The id requests use (None: the file's stem).
+    pub name: Option<String>,
+    pub aliases: Vec<String>,
+    pub chat_template: Option<PathBuf>,
+    /// Threads per engine worker (0: the default share of the cores).
+    pub threads: usize,
+    pub workers: usize,
+    /// This model's own KV cache budget (over its workers).
+    pub kv_cache: KvBudget,
+}
+
+impl ModelSpec {
+    /// `path` with the default engine settings and no name or aliases.
+    pub fn new(path: PathBuf) -> ModelSpec {
+        ModelSpec {
+            path,
+            name: None,
+            aliases: Vec::new(),
+            chat_template: None,
+            threads: 0,
+            workers: 1,
+            kv_cache: KvBudget::Auto,
+        }
+    }
+
+    /// The model's id: its name, else the file's stem.
+    pub fn id(&self) -> String {
+        self.name.clone().unwrap_or_else(|| {
+            self.path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".to_string())
+        })
+    }
+
+    /// The id, then the aliases (each once).
+    pub fn ids(&self) -> Vec<String> {
+        let mut ids = vec![self.id()];
+        for a in &self.aliases {
+            if !ids.contains(a) {
+                ids.push(a.clone());
+            }
+        }
+        ids
+    }
+}
+
+impl Config {
+    /// This configuration with `spec` as its one model (what the engine setup reads).
+    pub fn for_model(&self, spec: &ModelSpec) -> Config {
+        Config {
+            model_path: spec.path.clone(),
+            chat_template: spec.chat_template.clone(),
+            model_name: spec.name.clone(),
+            model_aliases: spec.aliases.clone(),
+            threads: spec.threads,
+            workers: spec.workers,
+            kv_cache: spec.kv_cache,
+            models: vec![spec.clone()],
+            ..self.clone()
         }
     }
 }
@@ -173,6 +247,17 @@ pub struct ServerSettings {
     pub api_keys_file: Option<PathBuf>,
     /// Serve `/metrics` without an API key.
     pub metrics_public: bool,
+    /// A directory whose `*.gguf` files are served too (id: the file's stem), each loaded on
+    /// its first request.
+    pub models_dir: Option<PathBuf>,
+    /// Weights plus KV bytes all loaded models may take together (None: no limit); loading
+    /// one that does not fit unloads the least recently used idle ones first.
+    pub models_memory_budget: Option<u64>,
+    /// A model idle this long is unloaded (None: never); its next request loads it again.
+    pub models_keep_alive: Option<Duration>,
+    /// How long a request waits for its model to load (or for memory to load it) before a
+    /// 503 with Retry-After.
+    pub models_load_timeout: Duration,
     /// Most responses `/v1/responses` keeps for `previous_response_id` (0: none); beyond
     /// it the oldest go first.
     pub responses_store_entries: usize,
@@ -201,6 +286,10 @@ impl Default for ServerSettings {
             api_keys: Vec::new(),
             api_keys_file: None,
             metrics_public: false,
+            models_dir: None,
+            models_memory_budget: None,
+            models_keep_alive: None,
+            models_load_timeout: Duration::from_secs(120),
             responses_store_entries: 1000,
             responses_store_ttl: Duration::from_secs(3600),
         }
@@ -232,6 +321,10 @@ impl std::fmt::Debug for ServerSettings {
             )
             .field("api_keys_file", &self.api_keys_file)
             .field("metrics_public", &self.metrics_public)
+            .field("models_dir", &self.models_dir)
+            .field("models_memory_budget", &self.models_memory_budget)
+            .field("models_keep_alive", &self.models_keep_alive)
+            .field("models_load_timeout", &self.models_load_timeout)
             .field("responses_store_entries", &self.responses_store_entries)
             .field("responses_store_ttl", &self.responses_store_ttl)
             .finish()

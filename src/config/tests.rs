@@ -163,3 +163,138 @@ fn absurd_threads_rejected() {
     let e = Config::parse("[engine]\nthreads = 100000\n").unwrap_err();
     assert!(e.to_string().contains("engine.threads"), "{e}");
 }
+
+#[test]
+fn one_model_by_default_and_models_entries_replace_it() {
+    let c = Config::parse("").unwrap();
+    assert_eq!(c.models.len(), 1);
+    assert_eq!(c.models[0].path, PathBuf::from(DEFAULT_MODEL_PATH));
+    assert_eq!(c.models[0].id(), "SmolLM2-135M-Instruct.Q4_1");
+    let c = Config::parse(
+        "[model]\nname = \"one\"\naliases = [\"gpt-4\"]\n[engine]\nworkers = 2\nkv_cache = 4096\n",
+    )
+    .unwrap();
+    assert_eq!(c.models[0].ids(), ["one", "gpt-4"]);
+    assert_eq!(c.models[0].workers, 2);
+    assert_eq!(c.models[0].kv_cache, KvBudget::Positions(4096));
+
+    let c = Config::parse(
+        "[engine]\nthreads = 2\nkv_cache = \"64MiB\"\n\n\
+         [[models]]\npath = \"a.gguf\"\n\n\
+         [[models]]\npath = \"dir/b.gguf\"\nname = \"bee\"\naliases = [\"b2\", \" \"]\n\
+         kv_cache = 1024\nworkers = 3\nthreads = 1\nchat_template = \"t.jinja\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.models.len(), 2);
+    let (a, b) = (&c.models[0], &c.models[1]);
+    assert_eq!((a.id(), a.threads, a.workers), ("a".to_string(), 2, 1));
+    assert_eq!(a.kv_cache, KvBudget::Bytes(64 << 20));
+    assert_eq!(b.ids(), ["bee", "b2"]);
+    assert_eq!((b.threads, b.workers), (1, 3));
+    assert_eq!(b.kv_cache, KvBudget::Positions(1024));
+    assert_eq!(b.chat_template.as_deref(), Some(Path::new("t.jinja")));
+    // What the engine setup reads for one of them.
+    let one = c.for_model(b);
+    assert_eq!(one.model_path, PathBuf::from("dir/b.gguf"));
+    assert_eq!((one.workers, one.kv_cache), (3, KvBudget::Positions(1024)));
+}
+
+#[test]
+fn models_entries_are_checked() {
+    for (text, key) in [
+        ("[[models]]\nname = \"x\"\n", "models.path"),
+        (
+            "[[models]]\npath = \"a.gguf\"\nname = \" \"\n",
+            "models.name",
+        ),
+        (
+            "[[models]]\npath = \"a.gguf\"\nworkers = 0\n",
+            "models.workers",
+        ),
+        (
+            "[[models]]\npath = \"a.gguf\"\nkv_cache = 0\n",
+            "models.kv_cache",
+        ),
+        (
+            "[[models]]\npath = \"a.gguf\"\nthreads = 99999\n",
+            "models.threads",
+        ),
+        // Two files with one stem, or an alias naming another model.
+        (
+            "[[models]]\npath = \"x/a.gguf\"\n[[models]]\npath = \"y/a.gguf\"\n",
+            "models.name",
+        ),
+        (
+            "[[models]]\npath = \"a.gguf\"\n[[models]]\npath = \"b.gguf\"\naliases = [\"a\"]\n",
+            "models.name",
+        ),
+        (
+            "[server]\nmodels_memory_budget = \"lots\"\n",
+            "server.models_memory_budget",
+        ),
+        (
+            "[server]\nmodels_memory_budget = 100\n",
+            "server.models_memory_budget",
+        ),
+        (
+            "[server]\nmodels_load_timeout = 0\n",
+            "server.models_load_timeout",
+        ),
+        (
+            "[server]\nmodels_keep_alive = -1\n",
+            "server.models_keep_alive",
+        ),
+    ] {
+        let e = Config::parse(text).expect_err(text);
+        assert!(
+            matches!(&e, ConfigError::Invalid { key: k, .. } if *k == key),
+            "{text}: {e}"
+        );
+    }
+    let e = Config::parse("[[models]]\npath = \"a.gguf\"\nthredas = 1\n").unwrap_err();
+    assert!(e.to_string().contains("thredas"), "{e}");
+}
+
+#[test]
+fn models_dir_budget_and_keep_alive() {
+    let c = Config::parse(
+        "[server]\nmodels_dir = \"/m\"\nmodels_memory_budget = \"2GiB\"\nmodels_keep_alive = 300\n\
+         models_load_timeout = 5\n",
+    )
+    .unwrap();
+    // The directory serves every model: `[model]` names none.
+    assert!(c.models.is_empty());
+    assert_eq!(c.server.models_dir.as_deref(), Some(Path::new("/m")));
+    assert_eq!(c.server.models_memory_budget, Some(2 << 30));
+    assert_eq!(
+        c.server.models_keep_alive,
+        Some(std::time::Duration::from_secs(300))
+    );
+    assert_eq!(
+        c.server.models_load_timeout,
+        std::time::Duration::from_secs(5)
+    );
+    // A `[model]` path is served beside the directory's files.
+    let c = Config::parse("[model]\npath = \"a.gguf\"\n[server]\nmodels_dir = \"/m\"\n").unwrap();
+    assert_eq!(c.models.len(), 1);
+    // Defaults: no budget, no idle unload.
+    let c = Config::parse("[server]\nmodels_memory_budget = \"unlimited\"\n").unwrap();
+    assert_eq!(c.server.models_memory_budget, None);
+    assert_eq!(c.server.models_keep_alive, None);
+    // `--model a --model b` is a `models` override.
+    let paths = toml::Value::Array(
+        ["a.gguf", "b.gguf"]
+            .iter()
+            .map(|p| {
+                let mut t = toml::Table::new();
+                t.insert("path".into(), toml::Value::String(p.to_string()));
+                toml::Value::Table(t)
+            })
+            .collect(),
+    );
+    let c = Config::load(None, &[("models", paths)]).unwrap();
+    assert_eq!(
+        c.models.iter().map(|m| m.id()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+}

@@ -3,34 +3,14 @@
 //! cache of 0, fewer batch tokens than sequences, ...) is an error naming its key, never a
 //! server that starts and then refuses or hangs.
 
+use super::check::{in_range, invalid, kv_budget, MAX_THREADS};
+use super::models;
 use super::raw::{RawConfig, RawLog, RawScheduler, RawServer, RawSize};
 use super::settings::{
-    Config, KvBudget, LogFormat, LogSettings, SchedulerSettings, ServerSettings,
+    Config, LogFormat, LogSettings, ModelSpec, SchedulerSettings, ServerSettings,
 };
 use super::{parse_bytes, ConfigError};
 use std::time::Duration;
-
-/// Upper bound on `engine.threads`, to catch typos such as 20000.
-const MAX_THREADS: usize = 1024;
-
-fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key,
-        message: message.into(),
-    }
-}
-
-/// `v`, or an error unless `lo <= v <= hi`.
-fn in_range<T>(key: &'static str, v: T, lo: T, hi: T) -> Result<T, ConfigError>
-where
-    T: PartialOrd + std::fmt::Display + Copy,
-{
-    if lo <= v && v <= hi {
-        Ok(v)
-    } else {
-        Err(invalid(key, format!("{v} is not between {lo} and {hi}")))
-    }
-}
 
 /// Seconds from 0 to 10^7.
 fn seconds(key: &'static str, v: Option<f64>, default: Duration) -> Result<Duration, ConfigError> {
@@ -57,54 +37,40 @@ impl TryFrom<RawConfig> for Config {
             1,
             64,
         )?;
-        let kv_cache = kv_budget(raw.engine.kv_cache)?;
-        let model_name = raw.model.name.map(|n| n.trim().to_string());
-        if model_name.as_deref() == Some("") {
-            return Err(invalid("model.name", "must not be empty"));
-        }
-        let model_aliases: Vec<String> = raw
-            .model
-            .aliases
-            .unwrap_or_default()
-            .into_iter()
-            .map(|a| a.trim().to_string())
-            .filter(|a| !a.is_empty())
-            .collect();
+        let kv_cache = kv_budget("engine.kv_cache", raw.engine.kv_cache)?;
+        let model_name = models::name("model.name", raw.model.name)?;
+        let model_aliases = models::aliases(raw.model.aliases);
+        let model_path = raw.model.path.clone().unwrap_or(d.model_path);
+        let server = server_settings(raw.server)?;
+        let single = ModelSpec {
+            path: model_path.clone(),
+            name: model_name.clone(),
+            aliases: model_aliases.clone(),
+            chat_template: raw.model.chat_template.clone(),
+            threads,
+            workers,
+            kv_cache,
+        };
+        let served = models::served(
+            raw.models,
+            single,
+            raw.model.path.is_some(),
+            server.models_dir.is_some(),
+        )?;
         Ok(Config {
-            model_path: raw.model.path.unwrap_or(d.model_path),
+            model_path,
             chat_template: raw.model.chat_template,
             model_name,
             model_aliases,
             threads,
             workers,
             kv_cache,
+            models: served,
             scheduler: scheduler_settings(raw.scheduler)?,
-            server: server_settings(raw.server)?,
+            server,
             log: log_settings(raw.log)?,
         })
     }
-}
-
-/// `engine.kv_cache`: "auto", a size, or positions; never zero (nothing could run).
-fn kv_budget(raw: Option<RawSize>) -> Result<KvBudget, ConfigError> {
-    const KEY: &str = "engine.kv_cache";
-    let b = match raw {
-        None => KvBudget::Auto,
-        Some(RawSize::Number(p)) => KvBudget::Positions(p),
-        Some(RawSize::Text(t)) if t.trim().eq_ignore_ascii_case("auto") => KvBudget::Auto,
-        Some(RawSize::Text(t)) => KvBudget::Bytes(parse_bytes(&t).ok_or_else(|| {
-            invalid(
-                KEY,
-                format!(
-                    "{t:?} is not a size (\"2GiB\", \"512MiB\"), \"auto\" or a number of positions"
-                ),
-            )
-        })?),
-    };
-    if matches!(b, KvBudget::Positions(0) | KvBudget::Bytes(0)) {
-        return Err(invalid(KEY, "0 holds no position: no request could run"));
-    }
-    Ok(b)
 }
 
 /// Validates `[scheduler]`.
@@ -346,6 +312,30 @@ fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
         api_keys,
         api_keys_file: raw.api_keys_file,
         metrics_public: raw.metrics_public.unwrap_or(d.metrics_public),
+        models_dir: raw.models_dir.filter(|p| !p.as_os_str().is_empty()),
+        models_memory_budget: memory_budget(raw.models_memory_budget)?,
+        models_keep_alive: {
+            let k = seconds(
+                "server.models_keep_alive",
+                raw.models_keep_alive,
+                Duration::ZERO,
+            )?;
+            (!k.is_zero()).then_some(k)
+        },
+        models_load_timeout: {
+            let t = seconds(
+                "server.models_load_timeout",
+                raw.models_load_timeout,
+                d.models_load_timeout,
+            )?;
+            if t < Duration::from_millis(100) {
+                return Err(invalid(
+                    "server.models_load_timeout",
+                    "must be at least 0.1 seconds",
+                ));
+            }
+            t
+        },
         responses_store_entries: count(
             "server.responses_store_entries",
             raw.responses_store_entries,
@@ -355,4 +345,27 @@ fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
         )?,
         responses_store_ttl,
     })
+}
+
+/// `server.models_memory_budget`: a size, or 0 / "unlimited" for no limit.
+fn memory_budget(raw: Option<RawSize>) -> Result<Option<u64>, ConfigError> {
+    const KEY: &str = "server.models_memory_budget";
+    let bytes = match raw {
+        None | Some(RawSize::Number(0)) => return Ok(None),
+        Some(RawSize::Text(t)) if t.trim().eq_ignore_ascii_case("unlimited") => return Ok(None),
+        Some(RawSize::Number(b)) => b,
+        Some(RawSize::Text(t)) => parse_bytes(&t).ok_or_else(|| {
+            invalid(
+                KEY,
+                format!("{t:?} is not a size (\"8GiB\", \"512MiB\") or \"unlimited\""),
+            )
+        })?,
+    };
+    if bytes < 1 << 20 {
+        return Err(invalid(
+            KEY,
+            format!("{bytes} bytes hold no model (at least 1 MiB)"),
+        ));
+    }
+    Ok(Some(bytes))
 }

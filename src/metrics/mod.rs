@@ -67,8 +67,18 @@ fn histogram(name: &str, help: &str, buckets: &[f64]) -> Result<Histogram, prome
 }
 
 impl Metrics {
-    /// A registry whose every series carries the constant label `model`.
+    /// A registry whose every series carries the constant label `model`, with the process
+    /// metrics (`process_*`).
     pub fn new(model: &str) -> Result<Metrics, MetricsError> {
+        Metrics::build(model, true)
+    }
+
+    /// [`Metrics::new`] without the process metrics: another model of the same server.
+    pub fn without_process(model: &str) -> Result<Metrics, MetricsError> {
+        Metrics::build(model, false)
+    }
+
+    fn build(model: &str, process: bool) -> Result<Metrics, MetricsError> {
         let labels = HashMap::from([("model".to_string(), model.to_string())]);
         let registry = Registry::new_custom(None, Some(labels))?;
         let step = HistogramVec::new(
@@ -106,11 +116,11 @@ impl Metrics {
             build_info: GaugeVec::new(Opts::new(BUILD_INFO, "Build, instruction set, threads, workers and model of this server (always 1)."), &["version", "isa", "threads", "workers", "quant"])?,
             registry,
         };
-        m.register_all()?;
+        m.register_all(process)?;
         Ok(m)
     }
 
-    fn register_all(&self) -> Result<(), prometheus::Error> {
+    fn register_all(&self, process: bool) -> Result<(), prometheus::Error> {
         let r = &self.registry;
         for h in [
             &self.request_duration,
@@ -148,9 +158,13 @@ impl Metrics {
         r.register(Box::new(self.ready.clone()))?;
         r.register(Box::new(self.in_flight.clone()))?;
         #[cfg(target_os = "linux")]
-        r.register(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ))?;
+        if process {
+            r.register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))?;
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = process;
         // Series that exist from the start, so dashboards and rules never see "no data".
         for reason in ["stop", "length", "abort", "error"] {
             self.finished.with_label_values(&[reason]);
@@ -219,14 +233,30 @@ impl Metrics {
 
     /// The Prometheus text exposition of every family.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        let families = self.registry.gather();
-        if TextEncoder::new().encode(&families, &mut buf).is_err() {
-            return String::new();
-        }
-        String::from_utf8(buf).unwrap_or_default()
+        render_all(&[self])
     }
 }
+
+/// The Prometheus text exposition of several registries (one per model): each family once,
+/// holding the series of every registry (they differ by their `model` label).
+pub fn render_all(all: &[&Metrics]) -> String {
+    let mut families: Vec<prometheus::proto::MetricFamily> = Vec::new();
+    for m in all {
+        for mut f in m.registry.gather() {
+            match families.iter_mut().find(|g| g.name() == f.name()) {
+                Some(g) => g.mut_metric().append(f.mut_metric()),
+                None => families.push(f),
+            }
+        }
+    }
+    let mut buf = Vec::new();
+    if TextEncoder::new().encode(&families, &mut buf).is_err() {
+        return String::new();
+    }
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+impl Metrics {}
 
 impl Observer for Metrics {
     fn on_step(&self, s: &StepStats) {

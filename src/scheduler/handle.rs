@@ -382,15 +382,28 @@ impl EngineHandle {
 
     /// Stops the workers (requests in flight end with `abort`) and waits for their threads.
     pub fn shutdown(&self) {
-        for l in &self.inner.links {
+        self.inner.shutdown();
+    }
+}
+
+impl Inner {
+    fn shutdown(&self) {
+        for l in &self.links {
             l.shared.set_stopping();
             let _ = l.tx.send(Command::Shutdown);
         }
-        let handles =
-            std::mem::take(&mut *self.inner.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let handles = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for h in handles {
             let _ = h.join();
         }
+    }
+}
+
+/// The last handle gone: the workers stop and their threads are joined, which frees their
+/// KV caches and model replicas (an unloaded model's memory is returned here).
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }
 

@@ -49,6 +49,8 @@ pub struct Loaded {
     /// KV positions per worker and bytes per position.
     pub kv_positions: usize,
     pub kv_bytes_per_position: usize,
+    /// The KV caches' bytes over all workers.
+    pub kv_bytes: u64,
     pub load_time: Duration,
 }
 
@@ -58,6 +60,24 @@ pub fn mem_total_bytes() -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
+}
+
+/// Bytes the configured model will take once loaded, read from its file without loading it:
+/// the file (its weights) plus the KV cache its budget allows (f16 K and V of every layer,
+/// without a sliding-window discount, so never below what the load takes).
+pub fn memory_estimate(cfg: &Config) -> Result<u64, SetupError> {
+    let path = cfg.model_path.clone();
+    let file = GgufFile::open(&path).map_err(|source| SetupError::Open {
+        path: path.clone(),
+        source,
+    })?;
+    let c = crate::engine::LlamaConfig::from_gguf(&file).map_err(|source| SetupError::Engine {
+        path: path.clone(),
+        source,
+    })?;
+    let per_pos = (c.n_layer as u64) * (c.n_head_kv as u64) * (c.head_dim as u64) * 2 * 2;
+    let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    Ok(len.saturating_add(cfg.kv_cache.bytes(per_pos.max(1), mem_total_bytes())))
 }
 
 /// The scheduler limits the configuration asks for.
@@ -200,6 +220,7 @@ pub fn start_with(
         quant,
         kv_positions,
         kv_bytes_per_position: per_pos as usize,
+        kv_bytes: per_worker_blocks * block_bytes * workers as u64,
         load_time: t0.elapsed(),
     })
 }

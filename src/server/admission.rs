@@ -8,7 +8,9 @@
 //! 2. [`reserve`] (the generating routes only): the model's engine must be serving and have a
 //!    free place in its waiting queue (`scheduler.max_waiting`); the place is taken there and
 //!    then ([`crate::scheduler::handle::Reservation`]), so the work that follows is never
-//!    refused for capacity. [`take_reservation`] hands it to the submission.
+//!    refused for capacity. [`take_reservation`] hands it to the submission. A server of
+//!    several models cannot tell which queue before the body is read: its requests are
+//!    checked against their model's queue at submission.
 //! 3. [`ByteBudget`](crate::server::capacity::ByteBudget) (in the JSON body reader): the body's bytes beyond its first
 //!    [`SMALL_BODY`](crate::server::capacity::SMALL_BODY) must fit what is left of `server.max_body_bytes_in_flight` (all bodies
 //!    being read and parsed); they are held until the handler returns. Ordinary requests are
@@ -99,8 +101,11 @@ pub async fn limit(State(state): State<AppState>, req: Request, next: Next) -> R
 
 /// The queue place of a generating route; see the module docs.
 pub async fn reserve(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let rt = match state.runtime() {
-        Ok(rt) => rt,
+    let rt = match state.single_runtime() {
+        Ok(Some(rt)) => rt,
+        // Several models: which one is known once the body is read; the submission checks
+        // that model's queue.
+        Ok(None) => return next.run(req).await,
         Err(e) => return refuse(&state, req, e),
     };
     match rt.engine.reserve() {

@@ -37,6 +37,20 @@ pub enum ApiError {
         model: String,
         available: Vec<String>,
     },
+    /// 503: the model is being loaded (or waits for memory to be freed for it) and did not
+    /// get ready within `server.models_load_timeout`; retry after the delay.
+    #[error("the model `{model}` is loading; retry shortly")]
+    ModelLoading {
+        model: String,
+        retry_after: Duration,
+    },
+    /// 503: the model cannot be loaded (its file failed to load, or it is larger than the
+    /// memory budget); the other models keep serving.
+    #[error("the model `{model}` is unavailable: {reason}")]
+    ModelUnavailable { model: String, reason: String },
+    /// 409: the model cannot be unloaded while requests run on it.
+    #[error("the model `{model}` has requests in flight; unload it when they are done")]
+    ModelBusy { model: String },
     /// 404: something the request names is not here (a stored response); `code` says what.
     #[error("{message}")]
     NotFound {
@@ -156,6 +170,10 @@ impl ApiError {
             | ApiError::RouteNotFound { .. }
             | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::ModelLoading { .. } | ApiError::ModelUnavailable { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::ModelBusy { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -171,7 +189,10 @@ impl ApiError {
             ApiError::Unauthorized => "authentication_error",
             ApiError::Overloaded { .. } => "rate_limit_error",
             ApiError::Timeout(_) => "timeout_error",
-            ApiError::Unavailable(_) | ApiError::Internal(_) => "server_error",
+            ApiError::Unavailable(_)
+            | ApiError::Internal(_)
+            | ApiError::ModelLoading { .. }
+            | ApiError::ModelUnavailable { .. } => "server_error",
             _ => "invalid_request_error",
         }
     }
@@ -181,6 +202,9 @@ impl ApiError {
             ApiError::BadRequest { code, .. } => *code,
             ApiError::Unauthorized => Some("invalid_api_key"),
             ApiError::ModelNotFound { .. } => Some("model_not_found"),
+            ApiError::ModelLoading { .. } => Some("model_loading"),
+            ApiError::ModelUnavailable { .. } => Some("model_unavailable"),
+            ApiError::ModelBusy { .. } => Some("model_busy"),
             ApiError::NotFound { code, .. } => Some(*code),
             ApiError::RouteNotFound { .. } => Some("unknown_route"),
             ApiError::MethodNotAllowed { .. } => Some("method_not_allowed"),
@@ -196,7 +220,10 @@ impl ApiError {
     fn param(&self) -> Option<String> {
         match self {
             ApiError::BadRequest { param, .. } => param.clone(),
-            ApiError::ModelNotFound { .. } => Some("model".to_string()),
+            ApiError::ModelNotFound { .. }
+            | ApiError::ModelLoading { .. }
+            | ApiError::ModelUnavailable { .. }
+            | ApiError::ModelBusy { .. } => Some("model".to_string()),
             ApiError::NotFound { param, .. } => param.clone(),
             _ => None,
         }
@@ -226,7 +253,9 @@ impl IntoResponse for ApiError {
             tracing::debug!(status = status.as_u16(), error = ?message, "request refused");
         }
         let mut resp = (status, axum::Json(self.envelope())).into_response();
-        if let ApiError::Overloaded { retry_after, .. } = &self {
+        if let ApiError::Overloaded { retry_after, .. }
+        | ApiError::ModelLoading { retry_after, .. } = &self
+        {
             let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -253,8 +282,8 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => "request_too_large",
             ApiError::Overloaded { .. } => "rate_limit_error",
             ApiError::Timeout(_) => "timeout_error",
-            ApiError::Unavailable(_) => "overloaded_error",
-            ApiError::Internal(_) => "api_error",
+            ApiError::Unavailable(_) | ApiError::ModelLoading { .. } => "overloaded_error",
+            ApiError::Internal(_) | ApiError::ModelUnavailable { .. } => "api_error",
             _ => "invalid_request_error",
         }
     }

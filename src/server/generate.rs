@@ -2,9 +2,10 @@
 //! request into kiln's internal [`GenerationRequest`]s and its reply out of the engine's
 //! events; everything between is here, once:
 //!
-//! 1. [`Session::open`]: the request counts as in flight (a drain waits for it), the model is
-//!    picked by the request's `model` (404 `model_not_found` naming the served ones), and the
-//!    server must be ready (503 otherwise); the request's deadline starts.
+//! 1. [`Session::open`]: the request counts as in flight (a drain waits for it), the server
+//!    must be ready (503 otherwise), the model is picked by the request's `model` (404
+//!    `model_not_found` naming the served ones) and leased (loaded first if need be, see
+//!    [`crate::server::pool`]); the request's deadline starts.
 //! 2. [`Session::chat_prompt`]: a conversation (chat, Responses and Messages all end up as
 //!    chat messages) rendered with the model's template and tokenized on the blocking pool,
 //!    with the grammar its `response_format` / tools need.
@@ -82,9 +83,11 @@ pub struct Job {
 impl Session {
     /// Starts a request on `model` (the first served model when None); see the module docs.
     pub async fn open(state: &AppState, model: Option<&str>) -> Result<Session, ApiError> {
-        let in_flight = state.begin_request();
-        let rt = state.runtime()?;
-        state.check_model(model)?;
+        let mut in_flight = state.begin_request();
+        let lease = state.lease(model).await?;
+        let rt = Arc::clone(lease.runtime());
+        let model = lease.id().to_string();
+        in_flight.lease = Some(lease);
         let deadline = state
             .settings()
             .request_timeout
@@ -92,7 +95,7 @@ impl Session {
         Ok(Session {
             state: state.clone(),
             rt,
-            model: state.model_id().to_string(),
+            model,
             in_flight,
             deadline,
         })

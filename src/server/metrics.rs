@@ -11,14 +11,27 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::time::Duration;
 
-/// Refreshes the gauges read at scrape time and renders every family.
+/// Refreshes the gauges read at scrape time and renders every family of every model.
 pub fn render(state: &AppState) -> String {
-    let m = state.metrics();
-    m.set_ready(state.phase() == ServerPhase::Ready, state.in_flight());
-    if let Some(rt) = state.loaded() {
-        m.set_load(&rt.engine.load());
+    let pool = state.pool();
+    let ready = state.phase() == ServerPhase::Ready;
+    let single = pool.len() == 1;
+    let mut all = Vec::with_capacity(pool.len());
+    for (i, pm) in pool.models().iter().enumerate() {
+        let rt = pool.loaded(i);
+        // One model: every generation request in flight is its (even before its model is
+        // picked); several: the requests holding each model.
+        let in_flight = if single {
+            state.in_flight()
+        } else {
+            pool.leases(i)
+        };
+        pm.metrics.set_ready(ready && rt.is_some(), in_flight);
+        pm.metrics
+            .set_load(&rt.map(|rt| rt.engine.load()).unwrap_or_default());
+        all.push(pm.metrics.as_ref());
     }
-    m.render()
+    crate::metrics::render_all(&all)
 }
 
 /// Prometheus metrics (text format 0.0.4).
@@ -42,7 +55,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
-/// `GET /stats`: latency percentiles and rates over the last 1 and 5 minutes, and the load now.
+/// `GET /stats`: latency percentiles and rates over the last 1 and 5 minutes, and the load now,
+/// of the default model at the top level and of each model in `models`.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct StatsBody {
     /// `"loading"`, `"ready"`, `"draining"`, `"recovering"` (rebuilding a worker after a
@@ -55,6 +69,30 @@ pub struct StatsBody {
     pub running: usize,
     pub waiting: usize,
     /// KV blocks held by sequences over all blocks.
+    pub kv_cache_usage: f64,
+    pub kv_blocks_used: usize,
+    pub kv_blocks_cached: usize,
+    pub kv_blocks_total: usize,
+    /// Every served model (the default first).
+    pub models: Vec<ModelStats>,
+    /// Weights and KV bytes of the loaded models.
+    pub memory_bytes: u64,
+    /// `server.models_memory_budget` (None: no limit).
+    pub memory_budget_bytes: Option<u64>,
+}
+
+/// One model's part of `/stats`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ModelStats {
+    pub model: String,
+    /// `loaded`, `loading`, `unloaded` or `failed`.
+    pub status: String,
+    #[schema(value_type = Object)]
+    pub last_1m: WindowStats,
+    #[schema(value_type = Object)]
+    pub last_5m: WindowStats,
+    pub running: usize,
+    pub waiting: usize,
     pub kv_cache_usage: f64,
     pub kv_blocks_used: usize,
     pub kv_blocks_cached: usize,
@@ -73,11 +111,31 @@ pub struct StatsBody {
     security((), ("bearer" = []))
 )]
 pub async fn stats(State(state): State<AppState>) -> Json<StatsBody> {
-    let load = state
-        .loaded()
-        .map(|rt| rt.engine.load())
-        .unwrap_or_default();
-    let w = state.stats();
+    let pool = state.pool();
+    let models: Vec<ModelStats> = pool
+        .models()
+        .iter()
+        .enumerate()
+        .map(|(i, pm)| {
+            let load = pool
+                .loaded(i)
+                .map(|rt| rt.engine.load())
+                .unwrap_or_default();
+            ModelStats {
+                model: pool.routes().id(i).to_string(),
+                status: pool.status(i).as_str().to_string(),
+                last_1m: pm.stats.query(Duration::from_secs(60)),
+                last_5m: pm.stats.query(Duration::from_secs(300)),
+                running: load.running,
+                waiting: load.waiting,
+                kv_cache_usage: load.kv_blocks_used as f64 / load.kv_blocks_total.max(1) as f64,
+                kv_blocks_used: load.kv_blocks_used,
+                kv_blocks_cached: load.kv_blocks_cached,
+                kv_blocks_total: load.kv_blocks_total,
+            }
+        })
+        .collect();
+    let d = &models[0];
     Json(StatsBody {
         status: match state.phase() {
             ServerPhase::Loading => "loading",
@@ -87,28 +145,33 @@ pub async fn stats(State(state): State<AppState>) -> Json<StatsBody> {
             ServerPhase::Failed => "failed",
         }
         .to_string(),
-        last_1m: w.query(Duration::from_secs(60)),
-        last_5m: w.query(Duration::from_secs(300)),
-        running: load.running,
-        waiting: load.waiting,
-        kv_cache_usage: load.kv_blocks_used as f64 / load.kv_blocks_total.max(1) as f64,
-        kv_blocks_used: load.kv_blocks_used,
-        kv_blocks_cached: load.kv_blocks_cached,
-        kv_blocks_total: load.kv_blocks_total,
+        last_1m: d.last_1m.clone(),
+        last_5m: d.last_5m.clone(),
+        running: d.running,
+        waiting: d.waiting,
+        kv_cache_usage: d.kv_cache_usage,
+        kv_blocks_used: d.kv_blocks_used,
+        kv_blocks_cached: d.kv_blocks_cached,
+        kv_blocks_total: d.kv_blocks_total,
+        memory_bytes: pool.memory_used(),
+        memory_budget_bytes: pool.settings().budget,
+        models,
     })
 }
 
 /// Counts every response by route pattern (never the raw path: bounded label values) and
-/// status; refusals before any work (4xx, 503) also count in `kiln_rejected_total` by reason.
+/// status, on the metrics of the model it was routed to; refusals before any work (4xx, 503)
+/// also count in `kiln_rejected_total` by reason.
 pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let endpoint = req
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "other".to_string());
-    let resp = next.run(req).await;
+    let (resp, model) = crate::server::pool::track_routing(next.run(req)).await;
     let status = resp.status().as_u16();
-    let m = state.metrics();
+    // Counted on the model the request ran on (the default one when it named none served).
+    let m = &state.pool().model(model.unwrap_or(0)).metrics;
     m.http_request(&endpoint, status);
     let reason = match status {
         400 | 422 => Some("invalid"),

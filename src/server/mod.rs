@@ -33,6 +33,7 @@ pub mod models;
 pub mod openapi;
 pub mod output_constraint;
 pub mod params;
+pub mod pool;
 pub mod probes;
 pub mod prompt;
 mod reply;
@@ -40,20 +41,20 @@ pub mod request_id;
 pub mod rerank;
 pub mod responses;
 mod run;
+pub mod runtime;
 mod sse;
 pub mod state;
 pub mod tokenize;
 pub mod types;
 
 use crate::config::Config;
-use crate::metrics::{BuildInfo, Metrics};
-use crate::scheduler::setup;
 use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use error::ApiError;
-use state::{AppState, Runtime, RuntimeError};
+use pool::ModelPool;
+use state::AppState;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -71,9 +72,9 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error("cannot load the model: {0}")]
-    Load(#[from] RuntimeError),
-    #[error("the model loader failed: {0}")]
-    Loader(String),
+    Load(String),
+    #[error(transparent)]
+    Pool(#[from] pool::PoolError),
     #[error("cannot install the signal handlers: {0}")]
     Signals(std::io::Error),
 }
@@ -85,23 +86,6 @@ pub struct ServeOptions {
     pub api_keys: Vec<String>,
     /// Testing only: faults injected into the engine.
     pub faults: Vec<crate::scheduler::fault::FaultInjection>,
-}
-
-/// The model ids: `model.name` (else the model file's stem), then the aliases.
-pub fn model_ids(cfg: &Config) -> Vec<String> {
-    let id = cfg.model_name.clone().unwrap_or_else(|| {
-        cfg.model_path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "model".to_string())
-    });
-    let mut ids = vec![id];
-    for a in &cfg.model_aliases {
-        if !ids.contains(a) {
-            ids.push(a.clone());
-        }
-    }
-    ids
 }
 
 /// The application: routes, fallbacks, API keys, and a 500 (never a dropped connection) if
@@ -130,9 +114,15 @@ pub fn router(state: AppState) -> Router {
             "/v1/responses/{id}",
             get(responses::get_response).delete(responses::delete_response),
         )
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(responses::items::list_input_items),
+        )
         .route("/v1/models", get(models::list_models))
         // Ids may hold a slash (`org/model`).
         .route("/v1/models/{*id}", get(models::get_model))
+        .route("/models/load", post(models::load_model))
+        .route("/models/unload", post(models::unload_model))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/health", get(probes::health))
@@ -229,17 +219,18 @@ where
 ///
 /// 1. binds `server.host:server.port` and prints `kiln: listening on http://ADDR` to stderr
 ///    (with the real port when the port is 0);
-/// 2. loads the model on the blocking pool; `/ready` turns 200 when it is loaded (a load
-///    failure stops the server with an error);
+/// 2. loads the configured models on the blocking pool, in order ([`pool`]; a
+///    `server.models_dir`'s load on first use); `/ready` turns 200 when they are loaded (a
+///    server of one model stops with an error if it cannot load it, one of several serves
+///    the others);
 /// 3. on the first signal, drains: `/ready` and new requests get 503 at once, requests in
 ///    flight get up to `server.drain_timeout` to finish, then the rest are aborted (they end
 ///    with finish reason `abort`); a second signal cuts the wait short. Then the listener
-///    closes, the engine stops, and `serve` returns Ok.
+///    closes, the engines stop, and `serve` returns Ok.
 pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
     let mut signals = Signals::new().map_err(ServeError::Signals)?;
-    let ids = model_ids(&cfg);
-    let metrics = Metrics::new(&ids[0]).map_err(|e| ServeError::Loader(e.to_string()))?;
-    let state = AppState::new(cfg.server.clone(), ids, opts.api_keys, Arc::new(metrics));
+    let pool = ModelPool::new(&cfg, opts.faults.clone())?;
+    let state = AppState::new(cfg.server.clone(), Arc::clone(&pool), opts.api_keys);
     let host = &cfg.server.host;
     let addr = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{}", cfg.server.port)
@@ -266,45 +257,35 @@ pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
             })
             .await
     });
+    let sweeper = tokio::spawn(Arc::clone(&pool).sweep());
 
-    let load_cfg = cfg.clone();
-    let faults = opts.faults.clone();
-    let observer = state.observer();
-    let loader = tokio::task::spawn_blocking(move || {
-        let loaded = setup::start_with(&load_cfg, None, observer, &faults)?;
-        let facts = (loaded.load_time, loaded.quant.clone());
-        Runtime::new(loaded, load_cfg.chat_template.as_deref()).map(|rt| (rt, facts))
-    });
+    // The configured models load now, in order; a server of one model stops if it cannot
+    // load it, a server of several keeps serving the others.
+    let startup = {
+        let pool = Arc::clone(&pool);
+        async move {
+            let single = pool.len() == 1;
+            for i in (0..pool.len()).filter(|&i| pool.model(i).eager) {
+                if let Err(e) = pool.preload(i).await {
+                    if single {
+                        return Err(e);
+                    }
+                    tracing::error!(model = pool.routes().id(i), error = %e, "the model could not be loaded; serving the others");
+                }
+            }
+            Ok(())
+        }
+    };
     tokio::select! {
-        res = loader => {
-            let (rt, (load_time, quant)) = match res {
-                Ok(Ok(x)) => x,
-                Ok(Err(e)) => return Err(ServeError::Load(e)),
-                Err(e) => return Err(ServeError::Loader(e.to_string())),
-            };
-            let info = rt.engine.info();
-            state.metrics().set_model_load_seconds(load_time.as_secs_f64());
-            state.metrics().set_build_info(&BuildInfo {
-                version: env!("CARGO_PKG_VERSION").to_string(),
-                isa: crate::kernels::isa::isa().name().to_string(),
-                threads: info.threads_per_worker,
-                workers: info.workers,
-                model: state.model_id().to_string(),
-                quant,
-            });
+        res = startup => {
+            res.map_err(ServeError::Load)?;
+            state.set_started();
             tracing::info!(
-                model = state.model_id(),
-                isa = crate::kernels::isa::isa().name(),
-                workers = info.workers,
-                threads_per_worker = info.threads_per_worker,
-                load_seconds = load_time.as_secs_f64(),
-                template = ?rt.template_source,
-                fingerprint = %rt.fingerprint,
-                n_ctx = info.n_ctx,
-                kv_positions = info.kv_positions_per_worker * info.workers,
-                "model loaded; ready"
+                models = pool.len(),
+                loaded = pool.all_loaded().len(),
+                default_model = state.model_id(),
+                "ready"
             );
-            state.set_runtime(rt);
         }
         _ = signals.next() => {
             tracing::info!("signal received while loading: stopping");
@@ -325,9 +306,8 @@ pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
         tracing::warn!("connections still open after the drain: closing them");
         server.abort();
     }
-    if let Some(rt) = state.loaded().cloned() {
-        let _ = tokio::task::spawn_blocking(move || rt.engine.shutdown()).await;
-    }
+    sweeper.abort();
+    let _ = tokio::task::spawn_blocking(move || pool.shutdown_all()).await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -349,11 +329,11 @@ async fn drain(state: &AppState, signals: &mut Signals) {
         _ = signals.next() => tracing::warn!("second signal: aborting requests in flight"),
     }
     if state.in_flight() > 0 {
-        if let Some(rt) = state.loaded() {
-            tracing::warn!(
-                in_flight = state.in_flight(),
-                "drain timeout: aborting requests"
-            );
+        tracing::warn!(
+            in_flight = state.in_flight(),
+            "drain timeout: aborting requests"
+        );
+        for (_, rt) in state.pool().all_loaded() {
             rt.engine.abort_all();
         }
         let _ = tokio::time::timeout(FINAL_GRACE, async {

@@ -58,7 +58,7 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<ProbeStatus>, A
             "an engine worker is being rebuilt after a fault".to_string(),
         )),
         _ => state
-            .runtime()
+            .check_serving()
             .map(|_| ProbeStatus {
                 status: "ready".to_string(),
             })

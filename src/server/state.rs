@@ -1,180 +1,18 @@
-//! What every handler shares: the settings, the model's ids, the loaded model (once it is),
-//! and the server's phase (loading, ready, draining). Requests in flight are counted so a
-//! drain knows when it is done.
+//! What every handler shares: the settings, the served models ([`ModelPool`]) and the
+//! server's phase (loading, ready, draining). Requests in flight are counted so a drain knows
+//! when it is done.
 
-use crate::chat_template::{ChatTemplate, TemplateSource};
 use crate::config::ServerSettings;
 use crate::metrics::window::StatsWindow;
 use crate::metrics::Metrics;
-use crate::scheduler::observer::Fanout;
-use crate::scheduler::setup::Loaded;
-use crate::scheduler::{EngineHandle, Observer};
 use crate::server::capacity::Admission;
 use crate::server::error::ApiError;
+use crate::server::pool::{Lease, ModelPool};
 use crate::server::responses::store::ResponseStore;
-use crate::structured::tools::ToolFormat;
-use crate::structured::Grammars;
-use crate::tokenizer::Tokenizer;
-use std::path::Path;
+pub use crate::server::runtime::{has_chatml_markers, Runtime, RuntimeError};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
-
-/// The loaded model and what the handlers derive from it once.
-pub struct Runtime {
-    pub engine: EngineHandle,
-    pub tokenizer: Arc<Tokenizer>,
-    pub template: ChatTemplate,
-    pub template_source: TemplateSource,
-    /// `fp_` + a hash of the model, kiln's version and the instruction set.
-    pub fingerprint: String,
-    /// Tokens that end an assistant turn in this template (e.g. `<|im_end|>`) plus the
-    /// vocabulary's end-of-generation tokens: chat requests stop on them.
-    pub end_of_turn: Vec<u32>,
-    /// The BOS / EOS token texts, for templates that print them.
-    pub bos_text: String,
-    pub eos_text: String,
-    /// The grammar compiler for `response_format` and tools (None if the vocabulary could not
-    /// be turned into a token trie: such requests are then refused).
-    pub grammars: Option<Arc<Grammars>>,
-    /// How this model writes tool calls (from its chat template), and the template's source
-    /// (it tells variants of a format apart).
-    pub tool_format: ToolFormat,
-    pub template_text: String,
-    /// The template writes `<think>` blocks: replies are split into `reasoning_content` and
-    /// `content` ([`crate::structured::reasoning`]).
-    pub reasoning: bool,
-    /// Why chat requests are refused (a 400), when they are: the model has no chat template,
-    /// none is configured, and its vocabulary has no ChatML markers for kiln's default (a
-    /// base model such as gemma-3-270m serves completions only).
-    pub chat_refusal: Option<String>,
-}
-
-/// Why a model could not be made ready to serve.
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    #[error(transparent)]
-    Setup(#[from] crate::scheduler::setup::SetupError),
-    #[error("chat template: {0}")]
-    Template(#[from] crate::chat_template::ChatTemplateError),
-}
-
-/// True when `<|im_start|>` and `<|im_end|>` are each one control token of the vocabulary
-/// (kiln's ChatML default renders into tokens the model knows).
-pub fn has_chatml_markers(tok: &Tokenizer) -> bool {
-    ["<|im_start|>", "<|im_end|>"].iter().all(|m| {
-        let ids = tok.encode(m, false, true);
-        ids.len() == 1 && tok.is_control(ids[0])
-    })
-}
-
-impl Runtime {
-    /// Wraps a started engine: compiles the chat template (`template_override`, else the
-    /// model's, else ChatML) and derives the fingerprint and end-of-turn tokens.
-    pub fn new(loaded: Loaded, template_override: Option<&Path>) -> Result<Runtime, RuntimeError> {
-        let (template, template_source) =
-            ChatTemplate::for_model(loaded.chat_template.as_deref(), template_override)?;
-        let tok = &loaded.tokenizer;
-        let text = |id: Option<u32>| {
-            id.map(|i| String::from_utf8_lossy(tok.token_to_piece(i)).into_owned())
-                .unwrap_or_default()
-        };
-        let (bos_text, eos_text) = (text(tok.bos()), text(tok.eos()));
-        let fingerprint = fingerprint(&[
-            &loaded.model_stem,
-            &loaded.quant,
-            &tok.n_vocab().to_string(),
-            env!("CARGO_PKG_VERSION"),
-            crate::kernels::isa::isa().name(),
-        ]);
-        let mut end_of_turn = turn_end_tokens(&template, tok, &bos_text, &eos_text);
-        end_of_turn.extend_from_slice(tok.eog_ids());
-        end_of_turn.sort_unstable();
-        end_of_turn.dedup();
-        end_of_turn.truncate(crate::scheduler::request::MAX_STOPS);
-        let template_text = match template_override {
-            Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
-            None => loaded.chat_template.clone().unwrap_or_default(),
-        };
-        let tool_format = ToolFormat::detect(&template_text);
-        let grammars = match Grammars::new(Arc::clone(&loaded.tokenizer)) {
-            Ok(g) => Some(Arc::new(g)),
-            Err(e) => {
-                tracing::warn!(error = %e, "structured output disabled");
-                None
-            }
-        };
-        tracing::info!(tool_format = tool_format.as_str(), "tool calling");
-        let reasoning = template_text.contains(crate::structured::reasoning::OPEN)
-            && template_text.contains(crate::structured::reasoning::CLOSE);
-        let chat_refusal = (template_source == TemplateSource::ChatmlDefault
-            && !has_chatml_markers(tok))
-        .then(|| {
-            "this model has no chat template (tokenizer.chat_template) and its vocabulary has no \
-             ChatML markers: use /v1/completions, or configure a template (model.chat_template \
-             in the config, --chat-template)"
-                .to_string()
-        });
-        if let Some(why) = &chat_refusal {
-            tracing::warn!("chat completions refused: {why}");
-        }
-        Ok(Runtime {
-            engine: loaded.engine,
-            tokenizer: loaded.tokenizer,
-            template,
-            template_source,
-            fingerprint,
-            end_of_turn,
-            bos_text,
-            eos_text,
-            grammars,
-            tool_format,
-            template_text,
-            reasoning,
-            chat_refusal,
-        })
-    }
-}
-
-/// `fp_` and 10 hex digits of FNV-1a over `parts` (stable across runs and machines).
-fn fingerprint(parts: &[&str]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for b in p.bytes().chain([0u8]) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    format!("fp_{:010x}", h >> 24)
-}
-
-/// The control token the template writes right after an assistant message's content (found
-/// by rendering a probe conversation), if any.
-fn turn_end_tokens(t: &ChatTemplate, tok: &Tokenizer, bos: &str, eos: &str) -> Vec<u32> {
-    const PROBE: &str = "kiln-probe-reply";
-    let ctx = serde_json::json!({
-        "messages": [
-            {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": PROBE},
-        ],
-        "add_generation_prompt": false,
-        "bos_token": bos,
-        "eos_token": eos,
-    });
-    let Ok(rendered) = t.render(&ctx, None) else {
-        return Vec::new();
-    };
-    let Some(at) = rendered.find(PROBE) else {
-        return Vec::new();
-    };
-    let after = &rendered[at + PROBE.len()..];
-    tok.encode(after, false, true)
-        .first()
-        .copied()
-        .filter(|&id| tok.is_control(id))
-        .into_iter()
-        .collect()
-}
 
 /// Where the server is in its life.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,12 +38,11 @@ pub struct AppState {
 struct Shared {
     admission: Arc<Admission>,
     settings: ServerSettings,
-    metrics: Arc<Metrics>,
-    stats: Arc<StatsWindow>,
-    model_ids: Vec<String>,
+    pool: Arc<ModelPool>,
     created: u64,
     api_keys: Vec<String>,
-    runtime: OnceLock<Arc<Runtime>>,
+    /// The models loaded at start-up are (the server is past [`ServerPhase::Loading`]).
+    started: AtomicBool,
     draining: AtomicBool,
     in_flight: AtomicUsize,
     /// Stored Responses-API responses (`previous_response_id`).
@@ -213,15 +50,10 @@ struct Shared {
 }
 
 impl AppState {
-    /// `model_ids[0]` is the model's id, the rest its aliases; `api_keys` empty means no
-    /// authentication. The metrics registry and the stats window are fed by the engine (see
-    /// [`AppState::observer`]) and by the HTTP middleware.
-    pub fn new(
-        settings: ServerSettings,
-        model_ids: Vec<String>,
-        api_keys: Vec<String>,
-        metrics: Arc<Metrics>,
-    ) -> Self {
+    /// The server over `pool` (its first model is the default one); `api_keys` empty means
+    /// no authentication. Each model's metrics and stats window are fed by its engine; the
+    /// HTTP middleware counts on the default model's.
+    pub fn new(settings: ServerSettings, pool: Arc<ModelPool>, api_keys: Vec<String>) -> Self {
         AppState {
             inner: Arc::new(Shared {
                 responses: ResponseStore::new(
@@ -233,12 +65,10 @@ impl AppState {
                     settings.max_body_bytes_in_flight,
                 )),
                 settings,
-                metrics,
-                stats: Arc::new(StatsWindow::new()),
-                model_ids,
+                pool,
                 created: unix_now(),
                 api_keys,
-                runtime: OnceLock::new(),
+                started: AtomicBool::new(false),
                 draining: AtomicBool::new(false),
                 in_flight: AtomicUsize::new(0),
             }),
@@ -254,34 +84,33 @@ impl AppState {
         &self.inner.admission
     }
 
+    pub fn pool(&self) -> &Arc<ModelPool> {
+        &self.inner.pool
+    }
+
     /// The stored responses of `/v1/responses`.
     pub fn responses(&self) -> &ResponseStore {
         &self.inner.responses
     }
 
+    /// The default model's metrics (where HTTP requests are counted).
     pub fn metrics(&self) -> &Metrics {
-        &self.inner.metrics
+        &self.inner.pool.model(0).metrics
     }
 
+    /// The default model's stats window.
     pub fn stats(&self) -> &StatsWindow {
-        &self.inner.stats
+        &self.inner.pool.model(0).stats
     }
 
-    /// What the engine reports to: the metrics registry and the stats window.
-    pub fn observer(&self) -> Arc<dyn Observer> {
-        Arc::new(Fanout(vec![
-            Arc::clone(&self.inner.metrics) as Arc<dyn Observer>,
-            Arc::clone(&self.inner.stats) as Arc<dyn Observer>,
-        ]))
+    /// Every served id and alias, model by model.
+    pub fn model_ids(&self) -> Vec<String> {
+        self.inner.pool.routes().all()
     }
 
-    pub fn model_ids(&self) -> &[String] {
-        &self.inner.model_ids
-    }
-
-    /// The id responses carry.
+    /// The default model's id.
     pub fn model_id(&self) -> &str {
-        &self.inner.model_ids[0]
+        self.inner.pool.routes().id(0)
     }
 
     /// When the server started (unix seconds): the models' `created`.
@@ -293,14 +122,14 @@ impl AppState {
         &self.inner.api_keys
     }
 
-    /// Installs the loaded model: the server becomes ready.
-    pub fn set_runtime(&self, rt: Runtime) {
-        let _ = self.inner.runtime.set(Arc::new(rt));
+    /// The start-up loads are done: the server becomes ready.
+    pub fn set_started(&self) {
+        self.inner.started.store(true, Ordering::Release);
     }
 
-    /// The loaded model, whatever the phase (None while loading).
-    pub fn loaded(&self) -> Option<&Arc<Runtime>> {
-        self.inner.runtime.get()
+    /// The default model's engine when it is loaded, whatever the phase.
+    pub fn loaded(&self) -> Option<Arc<Runtime>> {
+        self.inner.pool.loaded(0)
     }
 
     pub fn start_draining(&self) {
@@ -311,21 +140,24 @@ impl AppState {
         if self.inner.draining.load(Ordering::Acquire) {
             return ServerPhase::Draining;
         }
-        match self.inner.runtime.get() {
-            None => ServerPhase::Loading,
-            Some(rt) if !rt.engine.is_healthy() => ServerPhase::Failed,
-            Some(rt) if !rt.engine.is_ready() => ServerPhase::Recovering,
-            Some(_) => ServerPhase::Ready,
+        if !self.inner.started.load(Ordering::Acquire) {
+            return ServerPhase::Loading;
+        }
+        let loaded = self.inner.pool.all_loaded();
+        if loaded.iter().any(|(_, rt)| !rt.engine.is_healthy()) {
+            ServerPhase::Failed
+        } else if loaded.iter().any(|(_, rt)| !rt.engine.is_ready()) {
+            ServerPhase::Recovering
+        } else {
+            ServerPhase::Ready
         }
     }
 
-    /// The model to run a request on: 503 unless the server is ready (or recovering from a
-    /// fault: the request waits for the rebuilt worker).
-    pub fn runtime(&self) -> Result<Arc<Runtime>, ApiError> {
+    /// 503 unless the server takes requests: ready, or recovering from a fault (the request
+    /// waits for the rebuilt worker).
+    pub fn check_serving(&self) -> Result<(), ApiError> {
         match self.phase() {
-            ServerPhase::Ready | ServerPhase::Recovering => {
-                Ok(Arc::clone(self.inner.runtime.get().expect("loaded")))
-            }
+            ServerPhase::Ready | ServerPhase::Recovering => Ok(()),
             ServerPhase::Loading => Err(ApiError::Unavailable(
                 "the model is still loading; retry shortly".to_string(),
             )),
@@ -339,17 +171,32 @@ impl AppState {
         }
     }
 
-    /// 404 `model_not_found` when `model` is given and is not one of the served ids.
-    pub fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
-        match model {
-            Some(m) if !self.inner.model_ids.iter().any(|id| id == m) => {
-                Err(ApiError::ModelNotFound {
-                    model: m.to_string(),
-                    available: self.inner.model_ids.clone(),
-                })
-            }
-            _ => Ok(()),
+    /// The model of a server that serves exactly one, when it takes requests (see
+    /// [`AppState::check_serving`]); None when it serves several (the request's `model`
+    /// picks one once its body is read).
+    pub fn single_runtime(&self) -> Result<Option<Arc<Runtime>>, ApiError> {
+        self.check_serving()?;
+        if self.inner.pool.len() != 1 {
+            return Ok(None);
         }
+        // None when unloaded after its keep-alive: the request loads it again.
+        Ok(self.inner.pool.loaded(0))
+    }
+
+    /// The model `model` names (None: the default), leased for the request: 503 unless the
+    /// server takes requests, 404 `model_not_found` for a name it does not serve; an unloaded
+    /// model is loaded first (the request waits, bounded by `server.models_load_timeout`).
+    pub async fn lease(&self, model: Option<&str>) -> Result<Lease, ApiError> {
+        self.check_serving()?;
+        let i = self.inner.pool.routes().resolve(model)?;
+        let lease = self.inner.pool.acquire(i).await?;
+        if !lease.runtime().engine.is_healthy() {
+            return Err(ApiError::Unavailable(
+                "the inference engine failed and could not be rebuilt; the server must be restarted"
+                    .to_string(),
+            ));
+        }
+        Ok(lease)
     }
 
     /// Counts a generation request until the guard is dropped.
@@ -357,6 +204,7 @@ impl AppState {
         self.inner.in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight {
             state: self.clone(),
+            lease: None,
         }
     }
 
@@ -366,13 +214,16 @@ impl AppState {
     }
 }
 
-/// A generation request in flight; see [`AppState::begin_request`].
+/// A generation request in flight; see [`AppState::begin_request`]. It holds the request's
+/// lease on its model (the model stays loaded until the response's last byte).
 pub struct InFlight {
     state: AppState,
+    pub lease: Option<Lease>,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        self.lease.take();
         self.state.inner.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -383,19 +234,4 @@ pub fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fingerprint_changes_with_each_part() {
-        let a = fingerprint(&["m", "Q4_1", "v1", "avx2"]);
-        assert!(a.starts_with("fp_") && a.len() == 13, "{a}");
-        assert_eq!(a, fingerprint(&["m", "Q4_1", "v1", "avx2"]));
-        assert_ne!(a, fingerprint(&["m", "Q4_1", "v1", "avx512"]));
-        assert_ne!(a, fingerprint(&["m", "Q4_0", "v1", "avx2"]));
-        assert_ne!(a, fingerprint(&["m", "Q4_1", "v2", "avx2"]));
-    }
 }

@@ -34,8 +34,8 @@ pub async fn tokenize(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<TokenizeRequest>,
 ) -> Result<Json<TokenizeResponse>, ApiError> {
-    let rt = state.runtime()?;
-    state.check_model(req.model.as_deref())?;
+    let lease = state.lease(req.model.as_deref()).await?;
+    let rt = Arc::clone(lease.runtime());
     let n_ctx = rt.engine.info().n_ctx;
     let want_strs = req.return_token_strs.unwrap_or(false);
     let rt2 = Arc::clone(&rt);
@@ -89,8 +89,8 @@ pub async fn detokenize(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<DetokenizeRequest>,
 ) -> Result<Json<DetokenizeResponse>, ApiError> {
-    let rt = state.runtime()?;
-    state.check_model(req.model.as_deref())?;
+    let lease = state.lease(req.model.as_deref()).await?;
+    let rt = Arc::clone(lease.runtime());
     let n_vocab = rt.tokenizer.n_vocab();
     let mut ids = Vec::with_capacity(req.tokens.len());
     for (i, &v) in req.tokens.iter().enumerate() {
