@@ -114,6 +114,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/responses/{id}",
             get(responses::get_response).delete(responses::delete_response),
         )
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(responses::items::list_input_items),
+        )
         .route("/v1/models", get(models::list_models))
         // Ids may hold a slash (`org/model`).
         .route("/v1/models/{*id}", get(models::get_model))

@@ -10,10 +10,10 @@ use crate::server::types::rerank::{
 };
 use crate::server::types::responses::{
     FunctionCallItem, FunctionCallOutputItem, IncompleteDetails, InputContent, InputItem,
-    InputMessage, InputPart, InputRole, InputTokensDetails, NamedFunction, OutputContent,
-    OutputItem, OutputTokensDetails, ReasoningConfig, ReasoningInput, ResponseDeleted,
-    ResponseError, ResponseInput, ResponseObject, ResponseUsage, ResponsesRequest, ResponsesTool,
-    ResponsesToolChoice, TextConfig, TextFormat,
+    InputItemList, InputMessage, InputPart, InputRole, InputTokensDetails, NamedFunction,
+    OutputContent, OutputItem, OutputTokensDetails, ReasoningConfig, ReasoningInput,
+    ResponseDeleted, ResponseError, ResponseInput, ResponseObject, ResponseUsage, ResponsesRequest,
+    ResponsesTool, ResponsesToolChoice, TextConfig, TextFormat,
 };
 use crate::server::types::*;
 use crate::server::{
@@ -39,6 +39,7 @@ use utoipa::{Modify, OpenApi};
         responses::create_response,
         responses::get_response,
         responses::delete_response,
+        responses::items::list_input_items,
         rerank::rerank,
         models::list_models,
         models::get_model,
@@ -133,6 +134,7 @@ use utoipa::{Modify, OpenApi};
         InputTokensDetails,
         OutputTokensDetails,
         ResponseDeleted,
+        InputItemList,
         RerankRequest,
         RerankDocument,
         RerankResponse,

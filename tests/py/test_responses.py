@@ -133,6 +133,18 @@ def test_function_call_round_trip_with_previous_response_id(client, model_id):
                            "output": "Sunny, 21 C"}])
     assert alone.usage.input_tokens == reply.usage.input_tokens
     assert alone.output_text == reply.output_text
+    # The stored input comes back as items (newest first by default), each with an id.
+    items = client.responses.input_items.list(alone.id, order="asc").data
+    assert [i.type for i in items] == ["message", "function_call", "function_call_output"]
+    assert items[1].call_id == items[2].call_id == call.call_id
+    assert items[2].output == "Sunny, 21 C" and items[0].content[0].text == ASK
+    assert [i.id for i in client.responses.input_items.list(alone.id).data] == \
+        [i.id for i in reversed(items)]
+    page = client.responses.input_items.list(alone.id, order="asc", limit=1, after=items[0].id)
+    assert [i.id for i in page.data] == [items[1].id] and page.has_more
+    # A continued response's input is its own items only.
+    assert [i.type for i in client.responses.input_items.list(reply.id).data] == \
+        ["function_call_output"]
 
 
 def test_streamed_function_call(client, model_id):

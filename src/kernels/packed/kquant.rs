@@ -88,7 +88,7 @@ pub(super) fn pack(l: &PanelLayout, rows: &[u8], n_rows: usize) -> Option<Vec<Li
         return None;
     }
     let n_panels = PanelLayout::panels(n_rows);
-    let mut lines = vec![Line([0; 64]); n_panels * l.panel_bytes / 64];
+    let mut lines = super::zeroed_lines(n_panels * l.panel_bytes / 64);
     let mut buf = vec![0u8; l.panel_bytes];
     for p in 0..n_panels {
         for r in 0..PANEL {

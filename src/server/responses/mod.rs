@@ -10,6 +10,7 @@
 //! or id that is not stored is a 404.
 
 pub mod convert;
+pub mod items;
 pub mod store;
 pub mod stream;
 
@@ -83,8 +84,10 @@ pub struct Keep {
 /// The stored turn of a response whose output is `output`.
 pub fn stored_turn(keep: Keep, output: &[OutputItem]) -> Arc<Turn> {
     let mut messages = keep.input;
+    let input_len = messages.len();
     messages.extend(output_message(output));
     Arc::new(Turn {
+        input_len,
         parent: keep.parent,
         messages,
     })

@@ -22,6 +22,8 @@ use tokio::time::Instant;
 pub struct Turn {
     pub parent: Option<Arc<Turn>>,
     pub messages: Vec<ChatMessage>,
+    /// How many of `messages` came from the request's input (the rest is its output).
+    pub input_len: usize,
 }
 
 impl Turn {
@@ -219,6 +221,7 @@ mod tests {
                 reasoning: None,
             },
             turn: Arc::new(Turn {
+                input_len: 1,
                 parent,
                 messages: vec![ChatMessage {
                     role: Role::User,

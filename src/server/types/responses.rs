@@ -532,3 +532,17 @@ impl<'de> Deserialize<'de> for InputItem {
         item.map_err(|e| de::Error::custom(format!("{kind} item: {e}")))
     }
 }
+
+/// A page of a stored response's input items (`GET /v1/responses/{id}/input_items`).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct InputItemList {
+    /// Always `list`.
+    pub object: String,
+    /// Items as the input gave them (`message`, `function_call`, `function_call_output`),
+    /// each with an `id`.
+    #[schema(value_type = Vec<Object>)]
+    pub data: Vec<Value>,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}

@@ -41,6 +41,28 @@ const TT: usize = 4;
 const SMALL: usize = 128;
 const LARGE: usize = 1024;
 
+/// Prefetches the quants and scales of the block [`PF_BLOCKS`] ahead of the one at `q` / `sc`
+/// (past a panel's last block: the next panel's first quants, and the scale area's tail).
+/// Decode-sized tiles need it: without it the unpacking and the memory stream barely overlap
+/// (Q4_K 19 GB/s single-threaded where a plain read of the same panels runs at 33 GB/s; with
+/// it 25 GB/s; Q6_K 13.5 -> 21 GB/s).
+#[inline(always)]
+fn prefetch_block(l: &PanelLayout, q: *const u8, sc: *const u8) {
+    let p = q.wrapping_add(PF_BLOCKS * l.quant_bytes);
+    for c in (0..l.quant_bytes).step_by(64) {
+        // SAFETY: a prefetch is only a hint: it never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
+    }
+    let p = sc.wrapping_add(PF_BLOCKS * l.scale_bytes);
+    for c in (0..l.scale_bytes).step_by(64) {
+        // SAFETY: as above.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
+    }
+}
+
+/// How many blocks ahead decode-sized tiles prefetch (2: 4-6 KiB, ~150 ns of the stream).
+const PF_BLOCKS: usize = 2;
+
 #[inline(always)]
 fn mask(valid: usize) -> __mmask16 {
     if valid >= PANEL {
@@ -92,7 +114,13 @@ unsafe fn block_k4<const T: u8, const N: usize>(
             for m in 0..8 {
                 let w = chunk(8 * kk + m);
                 let mut wl = _mm512_and_si512(w, nib);
-                let mut wh = _mm512_and_si512(_mm512_srli_epi16::<4>(w), nib);
+                // Q4_K: the high nibbles stay in place (16x the value, <= 240: still a u8);
+                // their sums are divided by 16 below, exactly (every term is a multiple).
+                let mut wh = if T == Q4K {
+                    _mm512_andnot_si512(nib, w)
+                } else {
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(w), nib)
+                };
                 if T == Q5K {
                     // Bit 2kk (2kk + 1) of each qh byte is bit 4 of sub-block 2kk's (2kk + 1's)
                     // value in that byte.
@@ -120,6 +148,11 @@ unsafe fn block_k4<const T: u8, const N: usize>(
                         _mm512_add_epi32(lo[t][0], lo[t][1]),
                         _mm512_add_epi32(hi[t][0], hi[t][1]),
                     )
+                };
+                let h = if T == Q4K {
+                    _mm512_srai_epi32::<4>(h)
+                } else {
+                    h
                 };
                 let s = _mm512_add_epi32(_mm512_mullo_epi32(l, sl), _mm512_mullo_epi32(h, sh));
                 isum[t] = _mm512_add_epi32(isum[t], s);
@@ -253,6 +286,9 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     for b in 0..nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
         let sc = panel.wrapping_add(l.scales_at(b));
+        if N <= 2 {
+            prefetch_block(l, q, sc);
+        }
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
         // SAFETY: d and dmin are 16 f16 each inside the scale area.
