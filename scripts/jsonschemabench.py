@@ -208,7 +208,8 @@ def main() -> int:
         config = {
             "engine": {"kv_cache": "1GiB"},
             "scheduler": {"max_num_seqs": 32},
-            "server": {"max_tokens_cap": args.max_tokens, "max_n": max(16, args.samples),
+            "server": {"max_tokens_cap": args.max_tokens,
+                       "max_tokens_default": min(args.max_tokens, 1024), "max_n": max(16, args.samples),
                        "request_timeout": int(args.timeout)},
         }
         server = start_kiln(args.model, config)

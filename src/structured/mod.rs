@@ -5,8 +5,8 @@
 //!   bytes; control tokens behind llguidance's special marker byte, so grammar text can never
 //!   match them), and the shared [`Grammars`] factory;
 //! - [`rewrite`]: schema keywords the engine refuses, rewritten into equivalent ones it
-//!   accepts (`dependencies`, `not: {required}`, `oneOf` over required lists, undefined
-//!   formats);
+//!   accepts (`dependencies`, `not: {required}`, `not: {}`, `oneOf` over required lists or
+//!   provably disjoint branches ([`disjoint`]), undefined formats);
 //! - [`grammar`]: a request's constraint (`response_format`, a tool envelope) compiled into a
 //!   [`Constraint`], with typed errors naming the unsupported feature;
 //! - [`seq`]: one sequence's matcher in the scheduler: mask, accept, end-of-generation rule;
@@ -19,6 +19,7 @@
 //! runs a [`Constraint`] per sequence, the server builds them; it imports neither.
 
 pub mod bounds;
+mod disjoint;
 pub mod error;
 pub mod grammar;
 pub mod reasoning;
