@@ -240,27 +240,6 @@ unsafe fn block_q6<const N: usize>(
     }
 }
 
-/// Prefetches the quants and scales of the block [`PF_BLOCKS`] ahead of the one at `q` / `sc`
-/// (past a panel's last block: the next panel's first quants, and the scale area's tail):
-/// decode-sized tiles stream faster when the unpacking and the memory reads overlap (as in
-/// the AVX-512 twin).
-#[inline(always)]
-fn prefetch_block(l: &PanelLayout, q: *const u8, sc: *const u8) {
-    let p = q.wrapping_add(PF_BLOCKS * l.quant_bytes);
-    for c in (0..l.quant_bytes).step_by(64) {
-        // SAFETY: a prefetch is only a hint: it never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
-    }
-    let p = sc.wrapping_add(PF_BLOCKS * l.scale_bytes);
-    for c in (0..l.scale_bytes).step_by(64) {
-        // SAFETY: as above.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
-    }
-}
-
-/// How many blocks ahead decode-sized tiles prefetch.
-const PF_BLOCKS: usize = 2;
-
 /// Half panel `h` x `N` tokens over all blocks; token `t`'s Q8_K row at `a + t * ar`, its
 /// table entries from `tab0 + t * nb`, its outputs at `out + t * os` (`valid` <= 8 of them,
 /// rows `8h..`).
@@ -290,7 +269,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
         let q = panel.wrapping_add(b * l.quant_bytes + 32 * h);
         let sc = panel.wrapping_add(l.scales_at(b));
         if N <= 2 && h == 0 {
-            prefetch_block(l, q, sc);
+            super::super::prefetch_k_block(l, q, sc);
         }
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);

@@ -41,28 +41,6 @@ const TT: usize = 4;
 const SMALL: usize = 128;
 const LARGE: usize = 1024;
 
-/// Prefetches the quants and scales of the block [`PF_BLOCKS`] ahead of the one at `q` / `sc`
-/// (past a panel's last block: the next panel's first quants, and the scale area's tail).
-/// Decode-sized tiles need it: without it the unpacking and the memory stream barely overlap
-/// (Q4_K 19 GB/s single-threaded where a plain read of the same panels runs at 33 GB/s; with
-/// it 25 GB/s; Q6_K 13.5 -> 21 GB/s).
-#[inline(always)]
-fn prefetch_block(l: &PanelLayout, q: *const u8, sc: *const u8) {
-    let p = q.wrapping_add(PF_BLOCKS * l.quant_bytes);
-    for c in (0..l.quant_bytes).step_by(64) {
-        // SAFETY: a prefetch is only a hint: it never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
-    }
-    let p = sc.wrapping_add(PF_BLOCKS * l.scale_bytes);
-    for c in (0..l.scale_bytes).step_by(64) {
-        // SAFETY: as above.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
-    }
-}
-
-/// How many blocks ahead decode-sized tiles prefetch (2: 4-6 KiB, ~150 ns of the stream).
-const PF_BLOCKS: usize = 2;
-
 #[inline(always)]
 fn mask(valid: usize) -> __mmask16 {
     if valid >= PANEL {
@@ -287,7 +265,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
         let q = panel.wrapping_add(b * l.quant_bytes);
         let sc = panel.wrapping_add(l.scales_at(b));
         if N <= 2 {
-            prefetch_block(l, q, sc);
+            super::super::prefetch_k_block(l, q, sc);
         }
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
