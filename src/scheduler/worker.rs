@@ -324,7 +324,7 @@ impl Worker {
             .req
             .constraint
             .as_ref()
-            .map(|c| c.sequence().with_budget(r.req.max_tokens));
+            .map(|c| c.sequence_within(r.req.max_tokens));
         let out = SeqOut::new(id, 0, &r, constraint, n == 1);
         let prompt = r.req.prompt.clone();
         let rows = r.req.prompt_output.wants_rows();

@@ -13,7 +13,8 @@
 //! Within [`Limits::close_within`] tokens of the budget, [`JsonBounds::close`] narrows the mask
 //! to the tokens that only close (`"`, `}`, `]` and the end of generation) wherever the
 //! grammar allows one, so the value ends valid; where none is allowed (a required key still
-//! to write) the grammar's mask stands.
+//! to write) the grammar's mask stands. Only constraints built with
+//! [`super::Constraint::closing`] (`response_format`) close; tool calls cut short stay partial.
 
 use llguidance::toktrie::{SimpleVob, TokTrie};
 use std::sync::Arc;

@@ -184,7 +184,9 @@ fn a_reply_near_max_tokens_closes_its_json() {
         },
         "required": ["title", "tags", "meta"]
     });
-    let c = Constraint::json_schema(g, &schema, "response_format", "open").unwrap();
+    let c = Constraint::json_schema(g, &schema, "response_format", "open")
+        .unwrap()
+        .closing();
     let letters = |w: &[u8]| !w.is_empty() && w.iter().all(u8::is_ascii_alphabetic);
     for seed in 0..4 {
         let budget = 120;
