@@ -27,6 +27,9 @@ def test_create_returns_unit_vectors_in_input_order(client, model_id):
     a, b, c = (d.embedding for d in r.data)
     assert cos(a, b) > cos(a, c), "similar sentences are closer than unrelated ones"
     assert r.usage.prompt_tokens == r.usage.total_tokens > 10
+    # `dimensions` equal to the model's width is accepted (any other is a 400, below).
+    same = client.embeddings.create(model=model_id, input=texts[0], dimensions=N_EMBD)
+    assert same.data[0].embedding == pytest.approx(a, abs=2e-3)
 
 
 def test_float_and_base64_agree_and_batching_changes_nothing(client, kiln, model_id):

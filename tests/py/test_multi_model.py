@@ -248,3 +248,44 @@ def test_a_configured_pooling_overrides_the_file_per_model(single, kiln, client,
     r, a, b = residual(mean[2], mean[1], last[1])
     assert r < 1e-3 and a > 0 and b > 0, (r, a, b)
     assert residual(mean[2], mean[1], mean[0])[0] > 0.05
+
+
+def test_a_load_that_busy_models_block_is_a_bounded_wait_then_503(model_path, tmp_path_factory):
+    """A model whose load needs the memory of a model with a request in flight waits for it,
+    at most `server.models_load_timeout` (half a second here), then gets 503 `model_loading`
+    with Retry-After; the busy request is not cut, and once it ends the model loads."""
+    d = tmp_path_factory.mktemp("budget-dir")
+    (d / "other.gguf").symlink_to(model_path.resolve())
+    smol_bytes = model_path.stat().st_size + KV
+    cfg = config(engine={"kv_cache": "16MiB", "threads": 1},
+                 server={"models_dir": str(d), "models_memory_budget": smol_bytes * 3 // 2,
+                         "models_load_timeout": 0.5})
+    with start_kiln(model_path, cfg, log_dir=tmp_path_factory.mktemp("kiln-budget")) as server:
+        c = client_for(server.base_url)
+        stream = c.chat.completions.create(
+            model=model_path.stem, max_tokens=256, stream=True, extra_body={"ignore_eos": True},
+            messages=[{"role": "user", "content": "Tell a long story"}])
+        chunks = iter(stream)
+        try:
+            next(chunks)
+            t0 = time.monotonic()
+            s, body, headers = post(server.base_url, "/v1/completions",
+                                    {"model": "other", "prompt": "x", "max_tokens": 1})
+            waited = time.monotonic() - t0
+            assert s == 503 and body["error"]["code"] == "model_loading", body
+            retry = {k.lower(): v for k, v in headers.items()}["retry-after"]
+            assert int(retry) >= 1 and waited >= 0.45, (retry, waited)
+            # The request in flight went on.
+            assert next(chunks).choices is not None
+        finally:
+            stream.close()
+        deadline = time.monotonic() + 30
+        while True:
+            s, body, _ = post(server.base_url, "/v1/completions",
+                              {"model": "other", "prompt": "x", "max_tokens": 1})
+            if s == 200 or time.monotonic() > deadline:
+                break
+            assert body["error"]["code"] == "model_loading", body
+            time.sleep(0.2)
+        assert s == 200 and body["model"] == "other", body
+        assert statuses(c)[model_path.stem] == "unloaded"
