@@ -1,9 +1,11 @@
 //! `POST /v1/embeddings`: each input (text or token ids) runs as a prefill-only engine
 //! request in the same batches as generation ([`PromptOutput::Embedding`]: the final hidden
-//! states of every position, mean-pooled and L2-normalized; no KV kept after), answered in
-//! OpenAI's shape, floats or base64.
+//! states of its positions, pooled as the model's [`EngineInfo::pooling`] says and
+//! L2-normalized; no KV kept after), answered in OpenAI's shape, floats or base64.
+//!
+//! [`EngineInfo::pooling`]: crate::scheduler::EngineInfo::pooling
 
-use crate::scheduler::{Pooling, PromptOutput};
+use crate::scheduler::{Pooling, PoolingType, PromptOutput};
 use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::completions::{tokenize, MAX_PROMPTS};
@@ -20,9 +22,24 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::sync::Arc;
 
-/// How embeddings pool a prompt: the mean over its positions (llama-server's default for a
-/// model whose GGUF names no pooling).
-pub const POOLING: Pooling = Pooling::Mean;
+/// How `model`'s embeddings pool, or the 400 for a pooling type that gives no one vector per
+/// input (`none`: per position, which llama-server refuses on this route too; `rank`: a
+/// reranker, served by `/v1/rerank`).
+fn pooling_of(model: &str, t: PoolingType) -> Result<Pooling, ApiError> {
+    t.pooling().ok_or_else(|| {
+        let what = match t {
+            PoolingType::Rank => "rank (a reranker: score documents with /v1/rerank)",
+            _ => "none (one vector per position, which this route cannot return)",
+        };
+        ApiError::bad(
+            "model",
+            format!(
+                "model {model:?} pools embeddings as {what}; to embed with it, set its \
+                 `pooling` to \"mean\", \"cls\" or \"last\" in the server's configuration"
+            ),
+        )
+    })
+}
 
 /// Creates an embedding for each input.
 #[utoipa::path(
@@ -49,6 +66,7 @@ pub async fn embeddings(
     JsonBody(req): JsonBody<EmbeddingRequest>,
 ) -> Result<Response, ApiError> {
     let session = Session::open(&state, req.model.as_deref()).await?;
+    let pooling = pooling_of(&session.model, session.info().pooling)?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -99,7 +117,7 @@ pub async fn embeddings(
             prompt_param: "input",
             constraint: None,
             chat: false,
-            prompt_output: PromptOutput::Embedding { pooling: POOLING },
+            prompt_output: PromptOutput::Embedding { pooling },
         })?
         .collect()
         .await?;
@@ -161,7 +179,22 @@ fn encode_base64(v: &[f32]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::encode_base64;
+    use super::*;
+
+    #[test]
+    fn pooling_none_and_rank_are_a_400_naming_the_fix() {
+        assert_eq!(pooling_of("m", PoolingType::Last).unwrap(), Pooling::Last);
+        assert_eq!(pooling_of("m", PoolingType::Mean).unwrap(), Pooling::Mean);
+        for t in [PoolingType::None, PoolingType::Rank] {
+            match pooling_of("m", t).unwrap_err() {
+                ApiError::BadRequest { message, param, .. } => {
+                    assert_eq!(param.as_deref(), Some("model"));
+                    assert!(message.contains(t.name()) && message.contains("`pooling`"));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn base64_matches_the_standard_alphabet_and_padding() {
