@@ -25,7 +25,7 @@ const MAX_CASES: usize = 32;
 
 /// Keys that only annotate a schema.
 fn annotation(k: &str) -> bool {
-    super::rewrite::ANNOTATIONS.contains(&k)
+    super::annotations::ANNOTATIONS.contains(&k)
 }
 
 /// Rewrites the conditions of node `o` (its own `if`/`then`/`else` and `allOf` members that

@@ -19,6 +19,7 @@
 //! Like `tokenizer` and `chat_template`, this module sits beside the layers: the scheduler
 //! runs a [`Constraint`] per sequence, the server builds them; it imports neither.
 
+mod annotations;
 pub mod bounds;
 mod conditional;
 mod counts;

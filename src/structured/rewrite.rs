@@ -35,6 +35,7 @@
 //! - A schema with `not: {}` (or `not: true`) matches nothing: `false` (a property that must
 //!   be absent).
 
+use super::annotations::ANNOTATIONS;
 use super::conditional::rewrite_conditionals;
 use super::counts::rewrite_counts;
 use super::disjoint::{discriminator, disjoint, only_types, pointer};
@@ -61,19 +62,6 @@ const DEFINED_FORMATS: &[&str] = &[
     "json-pointer",
     "relative-json-pointer",
     "regex",
-];
-
-/// Keys that only annotate a schema (they never change what validates).
-pub(super) const ANNOTATIONS: &[&str] = &[
-    "title",
-    "description",
-    "$comment",
-    "examples",
-    "default",
-    "deprecated",
-    "readOnly",
-    "writeOnly",
-    "markdownDescription",
 ];
 
 /// Rewrites `schema` in place (see the module docs); returns how many rewrites it made.
