@@ -2,9 +2,11 @@
 """Random-weight GGUF files of real model shapes, for speed measurements at the sizes people run.
 
 Speed depends on shapes, not on values: each file has the tensor shapes and hyperparameters of
-a real model (Llama-3.2-1B, ...), random weights, and the default model's vocabulary (its
-tokenizer metadata copied from models/SmolLM2-135M-Instruct.Q4_1.gguf, so the embedding and LM
-head are 49,152 rows). The script writes an F16 file with the PyPI `gguf` package, then
+a real model (Llama-3.2-1B, Qwen3-1.7B, Gemma-3-1B, Phi-4-mini, ...), its architecture's tensors
+(qwen3's q/k norms, gemma3's post-norms and windows, phi3's fused qkv and gate|up and LongRoPE
+factors), random weights, and a real vocabulary: the default model's (tokenizer metadata copied
+from models/SmolLM2-135M-Instruct.Q4_1.gguf, so the embedding and LM head are 49,152 rows), or
+for gemma3 the real gemma-3-270m file's (262,144 rows, as Gemma 3 1B has). The script writes an F16 file with the PyPI `gguf` package, then
 llama-quantize (the reference build, ../shared/tools/llama-cpp-reference.sh) makes each
 quantized type from it; the F16 source is deleted afterwards unless --keep-f16. Files are
 cached outside the repository (KILN_MODELS_CACHE, default ~/.cache/kiln-models) and made only
@@ -163,13 +165,13 @@ SIZES = {
     "llama-1b": (LLAMA, Shape(2048, 16, 32, 8, 64, 8192), True),
     "llama-3b": (LLAMA, Shape(3072, 28, 24, 8, 128, 8192), True),
     "qwen3-1.7b": (QWEN3, Shape(2048, 28, 16, 8, 128, 6144, rope_theta=1e6, norm_eps=1e-6,
-                                ctx=40960), False),
+                                ctx=40960), True),
     "qwen3-4b": (QWEN3, Shape(2560, 36, 32, 8, 128, 9728, rope_theta=1e6, norm_eps=1e-6,
                               ctx=40960), False),
     "gemma3-1b": (GEMMA3, Shape(1152, 26, 4, 1, 256, 6912, rope_theta=1e6, norm_eps=1e-6,
-                                ctx=32768), False),
+                                ctx=32768), True),
     "phi4-mini": (PHI3, Shape(3072, 32, 24, 8, 128, 8192, rope_theta=10000.0, ctx=131072),
-                  False),
+                  True),
     "llama-8b": (LLAMA, Shape(4096, 32, 32, 8, 128, 14336, tied=False), False),
 }
 
