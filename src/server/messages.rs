@@ -17,6 +17,7 @@ use crate::server::body::JsonBody;
 use crate::server::chat::reply_syntax;
 use crate::server::error::ApiError;
 use crate::server::generate::{Job, Meta, Session};
+use crate::server::openapi::errors::{AnthropicGenerationErrors, AnthropicPromptErrors};
 use crate::server::output_constraint::{self as shapes, Shape};
 use crate::server::params::{Fields, SamplingPlan};
 use crate::server::reply::{read_reply, read_reply_text, ReadCall, ReadReply};
@@ -340,15 +341,7 @@ fn input_of(arguments: &str) -> Value {
                 (MessagesResponse = "application/json"),
                 (String = "text/event-stream"),
             )),
-        (status = 400, description = "Invalid request", body = AnthropicErrorResponse),
-        (status = 401, description = "Missing or wrong API key (`x-api-key` or Bearer)", body = AnthropicErrorResponse),
-        (status = 404, description = "Unknown model", body = AnthropicErrorResponse),
-        (status = 408, description = "The request ran past the server's time limit", body = AnthropicErrorResponse),
-        (status = 413, description = "Body too large", body = AnthropicErrorResponse),
-        (status = 415, description = "Body is not JSON", body = AnthropicErrorResponse),
-        (status = 429, description = "Queue full; see Retry-After", body = AnthropicErrorResponse),
-        (status = 500, description = "Engine fault", body = AnthropicErrorResponse),
-        (status = 503, description = "Loading, draining or engine down", body = AnthropicErrorResponse),
+        AnthropicGenerationErrors,
     ),
     security(("bearer" = []), ("x-api-key" = []))
 )]
@@ -474,12 +467,7 @@ pub async fn messages(
     request_body(content = CountTokensRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The prompt's token count", body = CountTokensResponse),
-        (status = 400, description = "Invalid request", body = AnthropicErrorResponse),
-        (status = 401, description = "Missing or wrong API key", body = AnthropicErrorResponse),
-        (status = 404, description = "Unknown model", body = AnthropicErrorResponse),
-        (status = 413, description = "Body too large", body = AnthropicErrorResponse),
-        (status = 415, description = "Body is not JSON", body = AnthropicErrorResponse),
-        (status = 503, description = "Loading, draining or engine down", body = AnthropicErrorResponse),
+        AnthropicPromptErrors,
     ),
     security(("bearer" = []), ("x-api-key" = []))
 )]
