@@ -17,6 +17,10 @@ the LM head, i.e. what a decode step streams); llama.cpp runs the same file.
 --sized-model files (the real-size random-weight files of scripts/bench_models.py) run the
 batched test at --sized-batch only, which keeps a run of 1B-8B files bounded.
 
+After the full table comes one line per file with its architecture (read from the GGUF) and the
+three ratios against issue 19's bars (prefill pp512 >= 1.5x, decode tg128 >= 1.2x, 16 sequences
+>= 1.5x llama.cpp). `--summary FILE` prints both tables again from a saved --out JSON.
+
 With --depth, each figure is instead prefill pp512 and decode tg128 after that many tokens
 already in the context (llama-bench's -d; kiln bench's --depth), one pair per depth, and no
 batched decode.
@@ -30,11 +34,48 @@ import argparse
 import json
 import os
 import statistics
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# Issue 19's speed bars: (metric prefix, minimum ratio to llama.cpp).
+BARS = [("prefill pp512", 1.5), ("decode tg128", 1.2), ("aggregate decode B=16", 1.5)]
+
+
+def gguf_arch(path) -> str:
+    """`general.architecture` of a GGUF file (read from its header), or "?"."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"GGUF":
+                return "?"
+            _version, _n_tensors, n_kv = struct.unpack("<IQQ", f.read(20))
+            sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+            def text():
+                (n,) = struct.unpack("<Q", f.read(8))
+                return f.read(n).decode("utf-8", "replace")
+
+            def skip(t):
+                if t == 8:
+                    text()
+                elif t == 9:
+                    sub, n = struct.unpack("<IQ", f.read(12))
+                    for _ in range(n):
+                        skip(sub)
+                else:
+                    f.seek(sizes[t], 1)
+
+            for _ in range(n_kv):
+                key = text()
+                (t,) = struct.unpack("<I", f.read(4))
+                if key == "general.architecture" and t == 8:
+                    return text()
+                skip(t)
+    except (OSError, struct.error, KeyError):
+        pass
+    return "?"
 
 
 def reference_bin(shared: Path, isa) -> Path:
@@ -142,7 +183,15 @@ def main():
     ap.add_argument("--kiln", default=str(ROOT / "target/release/kiln"))
     ap.add_argument("--shared", default=os.environ.get("KILN_SHARED", str(ROOT.parent / "shared")))
     ap.add_argument("--out", default=str(ROOT / "target/bench-compare.json"))
+    ap.add_argument("--summary", default=None, metavar="JSON",
+                    help="print the tables of a saved --out file and exit (no runs)")
     args = ap.parse_args()
+    if args.summary:
+        doc = json.loads(Path(args.summary).read_text())
+        for name, r in doc["models"].items():
+            r.setdefault("arch", gguf_arch(r.get("path", "")))
+        print_tables(doc)
+        return
     if not args.model and not args.sized_model:
         ap.error("give at least one --model or --sized-model")
     depths = [int(d) for d in args.depth.split(",")] if args.depth else [None]
@@ -182,15 +231,28 @@ def main():
             k_all[str(depth or 0)], l_all[str(depth or 0)] = k_runs, l_runs
         first_runs = k_all[str(depths[0] or 0)]
         results[Path(model).name] = {"isa": first_runs[0]["isa"], "table": table,
+                                     "path": str(model), "arch": gguf_arch(model),
                                      "bytes_per_token": first_runs[0]["bytes"],
                                      "macs_per_token": first_runs[0]["macs"],
                                      "kiln_runs": k_all, "llama_runs": l_all}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"ceilings": ceil, "models": results}, indent=2))
-    ref = "AVX2 build" if args.isa in ("avx2", "avxvnni") else "default build"
+        # Written after every model, so a long run interrupted keeps what it measured.
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"ceilings": ceil, "models": results,
+                                              "threads": args.threads, "repeat": args.repeat,
+                                              "isa": args.isa}, indent=2))
+    print_tables({"ceilings": ceil, "models": results, "threads": args.threads,
+                  "repeat": args.repeat, "isa": args.isa})
+
+
+def print_tables(doc):
+    """The full markdown table, then one line per file against issue 19's bars."""
+    ceil, results = doc["ceilings"], doc["models"]
+    isa = doc.get("isa")
+    ref = "AVX2 build" if isa in ("avx2", "avxvnni") else "default build"
     first = next(iter(results.values()))
-    print(f"threads={args.threads}, kiln isa={first['isa']}, llama.cpp {ref}, median of "
-          f"{args.repeat} runs, tok/s; ceilings (best of 5): memory read "
+    repeat = doc.get("repeat") or len(next(iter(first["kiln_runs"].values())))
+    print(f"threads={doc.get('threads', ceil.get('threads'))}, kiln isa={first['isa']}, llama.cpp "
+          f"{ref}, median of {repeat} runs, tok/s; ceilings (best of 5): memory read "
           f"{ceil['read_gb_s']:.1f} GB/s, int8 {ceil['int8_gmac_s'] or 0:.0f} G MAC/s\n")
     print("| model | GB/token | metric | kiln | llama.cpp | ratio | kiln / ceiling | llama.cpp / ceiling |")
     print("|---|---:|---|---:|---:|---:|---:|---:|")
@@ -202,6 +264,21 @@ def main():
             ratio = f"{row['ratio']:.2f}x" if row["ratio"] else "n/a"
             print(f"| {name} | {gb} | {row['metric']} | {f(row['kiln'])} | {f(row['llama_cpp'])} "
                   f"| {ratio} | {pct(row['kiln_share'])} | {pct(row['llama_share'])} |")
+    print("\n| model | architecture | prefill pp512 (bar 1.5x) | decode tg128 (bar 1.2x) "
+          "| 16 sequences (bar 1.5x) | bars met |")
+    print("|---|---|---:|---:|---:|---|")
+    for name, r in results.items():
+        cells, met = [], []
+        for metric, bar in BARS:
+            row = next((x for x in r["table"] if x["metric"] == metric), None)
+            if not row or not row["ratio"]:
+                cells.append("n/a")
+                continue
+            cells.append(f"{row['kiln']:.1f} / {row['llama_cpp']:.1f} = {row['ratio']:.2f}x")
+            met.append(row["ratio"] >= bar)
+        verdict = "all" if met and all(met) else f"{sum(met)} of {len(BARS)}"
+        arch = r.get("arch") or "?"
+        print(f"| {name} | {arch} | {' | '.join(cells)} | {verdict} |")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 """Random-weight GGUF files of real model shapes, for speed measurements at the sizes people run.
 
 Speed depends on shapes, not on values: each file has the tensor shapes and hyperparameters of
-a real model (Llama-3.2-1B, ...), random weights, and the default model's vocabulary (its
-tokenizer metadata copied from models/SmolLM2-135M-Instruct.Q4_1.gguf, so the embedding and LM
-head are 49,152 rows). The script writes an F16 file with the PyPI `gguf` package, then
+a real model (Llama-3.2-1B, Qwen3-1.7B, Gemma-3-1B, Phi-4-mini, ...), its architecture's tensors
+(qwen3's q/k norms, gemma3's post-norms and windows, phi3's fused qkv and gate|up and LongRoPE
+factors), random weights, and a real vocabulary: the default model's (tokenizer metadata copied
+from models/SmolLM2-135M-Instruct.Q4_1.gguf, so the embedding and LM head are 49,152 rows), or
+for gemma3 the real gemma-3-270m file's (262,144 rows, as Gemma 3 1B has). The script writes an F16 file with the PyPI `gguf` package, then
 llama-quantize (the reference build, ../shared/tools/llama-cpp-reference.sh) makes each
 quantized type from it; the F16 source is deleted afterwards unless --keep-f16. Files are
 cached outside the repository (KILN_MODELS_CACHE, default ~/.cache/kiln-models) and made only
@@ -28,6 +30,7 @@ from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB_SOURCE = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA_VOCAB = ROOT / "models" / "gemma-3-270m-Q4_K_M.gguf"
 CACHE = Path(os.environ.get("KILN_MODELS_CACHE", Path.home() / ".cache" / "kiln-models"))
 TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q4_0", "Q8_0"]
 
@@ -53,6 +56,7 @@ class Family:
     arch: str
     metadata: Callable[["Shape"], dict]
     tensors: Callable[["Shape", int], Iterator[tuple]]
+    vocab: Path = VOCAB_SOURCE
 
 
 def llama_metadata(s: Shape) -> dict:
@@ -90,17 +94,84 @@ def llama_tensors(s: Shape, n_vocab: int):
         yield "output.weight", (s.n_embd, n_vocab)
 
 
-LLAMA = Family("llama", llama_metadata, llama_tensors)
+def qwen3_tensors(s: Shape, n_vocab: int):
+    """Llama's tensors plus the per-head q/k RMSNorm weights."""
+    for name, dims in llama_tensors(s, n_vocab):
+        yield name, dims
+        if name.endswith("attn_k.weight"):
+            b = name[: -len("attn_k.weight")]
+            yield b + "attn_q_norm.weight", (s.head_dim,)
+            yield b + "attn_k_norm.weight", (s.head_dim,)
 
-# name -> (family, shape, in the default run). Qwen3 sizes are written as llama-arch files with
-# Qwen3's shapes (no q/k norms) until kiln has the qwen3 architecture.
+
+def gemma3_metadata(s: Shape) -> dict:
+    """Gemma 3: 512-position windows on 5 of 6 layers (llama.cpp's default pattern), local
+    RoPE base 10000, global base `rope_theta`."""
+    m = llama_metadata(s)
+    del m["rope.dimension_count"]
+    m["attention.sliding_window"] = 512
+    m["rope.freq_base_swa"] = 10000.0
+    return m
+
+
+def gemma3_tensors(s: Shape, n_vocab: int):
+    """Qwen3's tensors plus the post-attention and post-FFN norms (tied output)."""
+    for name, dims in qwen3_tensors(s, n_vocab):
+        yield name, dims
+        if name.endswith("attn_output.weight"):
+            yield name.replace("attn_output", "post_attention_norm"), (s.n_embd,)
+        if name.endswith("ffn_down.weight"):
+            yield name.replace("ffn_down", "post_ffw_norm"), (s.n_embd,)
+
+
+def phi3_metadata(s: Shape) -> dict:
+    """Phi-4-mini: RoPE on 96 of 128 dimensions, LongRoPE over an original 4096 context
+    (attn_factor sqrt(1 + ln(32) / ln(4096)))."""
+    m = llama_metadata(s)
+    m["rope.dimension_count"] = s.head_dim * 3 // 4
+    m["rope.scaling.original_context_length"] = 4096
+    m["rope.scaling.attn_factor"] = 1.1902380714238083
+    return m
+
+
+def phi3_tensors(s: Shape, n_vocab: int):
+    """Fused attn_qkv and gate|up, one pair of LongRoPE factor vectors."""
+    q, kv = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+    yield "token_embd.weight", (s.n_embd, n_vocab)
+    yield "rope_factors_long.weight", (s.head_dim * 3 // 8,)
+    yield "rope_factors_short.weight", (s.head_dim * 3 // 8,)
+    for i in range(s.n_layer):
+        b = f"blk.{i}."
+        yield b + "attn_norm.weight", (s.n_embd,)
+        yield b + "attn_qkv.weight", (s.n_embd, q + 2 * kv)
+        yield b + "attn_output.weight", (q, s.n_embd)
+        yield b + "ffn_norm.weight", (s.n_embd,)
+        yield b + "ffn_up.weight", (s.n_embd, 2 * s.n_ff)
+        yield b + "ffn_down.weight", (s.n_ff, s.n_embd)
+    yield "output_norm.weight", (s.n_embd,)
+    if not s.tied:
+        yield "output.weight", (s.n_embd, n_vocab)
+
+
+LLAMA = Family("llama", llama_metadata, llama_tensors)
+QWEN3 = Family("qwen3", llama_metadata, qwen3_tensors)
+GEMMA3 = Family("gemma3", gemma3_metadata, gemma3_tensors, GEMMA_VOCAB)
+PHI3 = Family("phi3", phi3_metadata, phi3_tensors)
+
+# name -> (family, shape, in the default run). Shapes from the models' config.json; the
+# vocabulary is the default model's (49,152 tokens) except gemma3's, which is gemma-3-270m's
+# real 262,144-token one (Gemma 3 1B has the same).
 SIZES = {
     "llama-1b": (LLAMA, Shape(2048, 16, 32, 8, 64, 8192), True),
     "llama-3b": (LLAMA, Shape(3072, 28, 24, 8, 128, 8192), True),
-    "qwen3-1.7b": (LLAMA, Shape(2048, 28, 16, 8, 128, 6144, rope_theta=1e6, norm_eps=1e-6,
+    "qwen3-1.7b": (QWEN3, Shape(2048, 28, 16, 8, 128, 6144, rope_theta=1e6, norm_eps=1e-6,
                                 ctx=40960), True),
-    "qwen3-4b": (LLAMA, Shape(2560, 36, 32, 8, 128, 9728, rope_theta=1e6, norm_eps=1e-6,
-                              ctx=40960), True),
+    "qwen3-4b": (QWEN3, Shape(2560, 36, 32, 8, 128, 9728, rope_theta=1e6, norm_eps=1e-6,
+                              ctx=40960), False),
+    "gemma3-1b": (GEMMA3, Shape(1152, 26, 4, 1, 256, 6912, rope_theta=1e6, norm_eps=1e-6,
+                                ctx=32768), True),
+    "phi4-mini": (PHI3, Shape(3072, 32, 24, 8, 128, 8192, rope_theta=10000.0, ctx=131072),
+                  True),
     "llama-8b": (LLAMA, Shape(4096, 32, 32, 8, 128, 14336, tied=False), False),
 }
 
@@ -121,7 +192,10 @@ def write_f16(name: str, path: Path):
     import numpy as np
 
     family, shape, _ = SIZES[name]
-    src = gguf.GGUFReader(str(VOCAB_SOURCE))
+    if not family.vocab.is_file():
+        sys.exit(f"bench_models: {family.vocab} (the vocabulary of {name}) is missing: "
+                 "scripts/fetch-model.sh fetches it")
+    src = gguf.GGUFReader(str(family.vocab))
     tmp = path.with_suffix(".partial")
     w = gguf.GGUFWriter(str(tmp), family.arch)
     w.add_name(f"kiln bench {name} (random weights)")

@@ -2,12 +2,24 @@
 """Records llama.cpp's reference outputs for the real gemma-3-270m Q4_K_M file into
 tests/data/gemma3_270m/golden.json (tests/it/gemma_golden.rs compares kiln against them).
 
-For each prompt: llama.cpp's token ids for its text (llama-tokenize, BOS added as the file
-asks), the top-4 next-token log-probabilities at every prompt position, teacher-forced in
-chunks of 16 (ref_logits.c, a harness over the reference build's libllama: flash attention,
-f16 K/V, 2 threads), and the greedy continuation (argmax of the raw logits, up to 32 tokens,
-stopping after <eos> or <end_of_turn>). One prompt is longer than the model's 512-position
-sliding window, so the local layers' window is exercised.
+For each prompt, with ref_logits.c (a harness over the reference build's libllama: flash
+attention, f16 K/V, 2 threads):
+- llama.cpp's token ids for its text (llama-tokenize, BOS added as the file asks);
+- its greedy continuation (argmax of the raw logits, up to 32 tokens, stopping after <eos> or
+  <end_of_turn>): the prompt fed in chunks of 16, then one token at a time, as llama.cpp
+  generates;
+- the top-4 next-token log-probabilities at every position of `forced`: the prompt followed by
+  that continuation, cut to a multiple of 8 tokens (never shorter than the prompt), teacher-
+  forced in chunks of exactly 8. Why 8: on x86 llama.cpp picks its quantized matmul kernel by
+  the batch's row count (Q6_K: the tiled K-quant matmul for >= 8 rows, the one-row `vec_dot`
+  below; Q4_K: the repacked 4-row GEMM, a batch's last `rows % 4` through the GEMV), and the
+  two orders round differently. Chunks of 8 put every recorded row on its prompt path (the
+  kernels it runs for any prompt of 8 tokens or more), which is the order kiln computes every
+  row in whatever its batch (kiln is batch invariant, so it cannot also take the one-row order
+  for small batches). The greedy continuation keeps llama.cpp's own one-row decode path, so the
+  test's greedy bar measures what the difference does to free-running generation.
+One prompt is longer than the model's 512-position sliding window, so the local layers' window
+is exercised.
 
 Needs: the reference build (../shared/tools/llama-cpp-reference.sh, built once per machine),
 gcc, and models/gemma-3-270m-Q4_K_M.gguf (scripts/fetch-model.sh gemma-3-270m). CI never runs
@@ -25,7 +37,7 @@ from regen_arch_proofs import ROOT, SHARED, build_harness, git_describe, referen
 
 MODEL = ROOT / "models" / "gemma-3-270m-Q4_K_M.gguf"
 OUT = ROOT / "tests" / "data" / "gemma3_270m" / "golden.json"
-TOP, CHUNK, THREADS, GENERATE = 4, 16, 2, 32
+TOP, CHUNK, FORCED_CHUNK, THREADS, GENERATE = 4, 16, 8, 2, 32
 STOP = [1, 106]  # <eos>, <end_of_turn>
 
 PROMPTS = {
@@ -54,13 +66,13 @@ def tokenize(bin_dir: Path, text: str):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def reference(exe: Path, ids, generate: int):
+def reference(exe: Path, ids, generate: int, chunk: int):
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
         f.write(",".join(map(str, ids)))
         f.flush()
         ctx = ((len(ids) + generate) // 256 + 1) * 256
         out = subprocess.run([str(exe), "--model", str(MODEL), "--tokens-file", f.name,
-                              "--top", str(TOP), "--chunk", str(CHUNK), "--ctx", str(ctx),
+                              "--top", str(TOP), "--chunk", str(chunk), "--ctx", str(ctx),
                               "--threads", str(THREADS), "--generate", str(generate),
                               "--stop", ",".join(map(str, STOP))],
                              check=True, capture_output=True, text=True)
@@ -80,15 +92,21 @@ def main():
         ids = tokenize(bin_dir, text)
         gen = 8 if name == "long_window" else GENERATE
         print(f"regen_gemma_golden: {name}: {len(ids)} tokens", file=sys.stderr, flush=True)
-        top, generated, ctx = reference(exe, ids, gen)
-        cases.append({"name": name, "text": text, "prompt": ids, "ctx": ctx, "top": top,
-                      "generated": generated})
+        _, generated, _ = reference(exe, ids, gen, CHUNK)
+        n = (len(ids) + len(generated)) // FORCED_CHUNK * FORCED_CHUNK
+        if n < len(ids):
+            sys.exit(f"regen_gemma_golden: {name}: {len(ids)} prompt tokens and a {len(generated)}"
+                     f"-token continuation do not fill whole {FORCED_CHUNK}-token chunks")
+        forced = (ids + generated)[:n]
+        top, _, ctx = reference(exe, forced, 0, FORCED_CHUNK)
+        cases.append({"name": name, "text": text, "prompt": ids, "generated": generated,
+                      "forced": forced, "ctx": ctx, "top": top})
     doc = {
         "model": "models/gemma-3-270m-Q4_K_M.gguf",
         "model_sha256": sha256(MODEL),
         "reference": {"llama_cpp": f"{git_describe(bin_dir.parents[1])} (llama-cpp-python 0.3.36 sources)",
                       "harness": "scripts/reference/ref_logits.c", "tokenizer": "llama-tokenize",
-                      "threads": THREADS, "chunk": CHUNK, "flash_attn": True, "kv_cache": "f16",
+                      "threads": THREADS, "chunk": CHUNK, "forced_chunk": FORCED_CHUNK, "flash_attn": True, "kv_cache": "f16",
                       "recorded": datetime.date.today().isoformat()},
         "top_k": TOP,
         "stop": STOP,

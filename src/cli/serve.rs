@@ -33,6 +33,10 @@ pub struct Args {
     /// Chat template (Jinja) overriding the model's (model.chat_template).
     #[arg(long, env = "KILN_CHAT_TEMPLATE")]
     chat_template: Option<PathBuf>,
+    /// How /v1/embeddings pools: mean, cls or last (model.pooling; default: the GGUF's
+    /// pooling_type, else mean).
+    #[arg(long, env = "KILN_POOLING")]
+    pooling: Option<String>,
     /// Address to listen on (server.host).
     #[arg(long, env = "KILN_HOST")]
     host: Option<String>,
@@ -107,10 +111,13 @@ impl Args {
                 o.push(("models", Value::Array(Vec::new())));
             }
             several => {
-                if self.model_name.is_some() || self.chat_template.is_some() {
+                if self.model_name.is_some()
+                    || self.chat_template.is_some()
+                    || self.pooling.is_some()
+                {
                     anyhow::bail!(
-                        "--model-name and --chat-template name one model: with several --model, \
-                         give each its name and template in [[models]] of the config file"
+                        "--model-name, --chat-template and --pooling name one model: with \
+                         several --model, give each its own in [[models]] of the config file"
                     );
                 }
                 let entries = several.iter().map(|p| {
@@ -135,6 +142,9 @@ impl Args {
         }
         if let Some(v) = &self.chat_template {
             o.push(("model.chat_template", path(v)));
+        }
+        if let Some(v) = &self.pooling {
+            o.push(("model.pooling", Value::String(v.clone())));
         }
         if let Some(v) = &self.host {
             o.push(("server.host", Value::String(v.clone())));

@@ -5,6 +5,7 @@ use super::check::{in_range, invalid, kv_budget, MAX_THREADS};
 use super::raw::RawModelEntry;
 use super::settings::ModelSpec;
 use super::ConfigError;
+use crate::engine::pooling::Pooling;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -26,6 +27,15 @@ pub(super) fn name(key: &'static str, raw: Option<String>) -> Result<Option<Stri
     Ok(n)
 }
 
+/// `model.pooling` / `models.pooling`: mean, cls or last.
+pub(super) fn pooling(
+    key: &'static str,
+    raw: Option<String>,
+) -> Result<Option<Pooling>, ConfigError> {
+    raw.map(|p| p.parse().map_err(|e: String| invalid(key, e)))
+        .transpose()
+}
+
 /// One `[[models]]` entry (number `i`, for messages); unset engine settings come from
 /// `[engine]` (`defaults`).
 fn entry(i: usize, e: RawModelEntry, defaults: &ModelSpec) -> Result<ModelSpec, ConfigError> {
@@ -44,6 +54,10 @@ fn entry(i: usize, e: RawModelEntry, defaults: &ModelSpec) -> Result<ModelSpec, 
         1,
         64,
     )?;
+    let pooling = pooling("models.pooling", e.pooling).map_err(|e| match e {
+        ConfigError::Invalid { key, message } => invalid(key, at(message)),
+        other => other,
+    })?;
     let kv_cache = match e.kv_cache {
         None => defaults.kv_cache,
         Some(k) => kv_budget("models.kv_cache", Some(k))?,
@@ -53,6 +67,7 @@ fn entry(i: usize, e: RawModelEntry, defaults: &ModelSpec) -> Result<ModelSpec, 
         name,
         aliases: aliases(e.aliases),
         chat_template: e.chat_template,
+        pooling,
         threads,
         workers,
         kv_cache,

@@ -33,6 +33,7 @@ pub(super) struct RawModelEntry {
     pub chat_template: Option<PathBuf>,
     pub name: Option<String>,
     pub aliases: Option<Vec<String>>,
+    pub pooling: Option<String>,
     pub threads: Option<usize>,
     pub workers: Option<usize>,
     pub kv_cache: Option<RawSize>,
@@ -46,6 +47,7 @@ pub(super) struct RawModel {
     pub chat_template: Option<PathBuf>,
     pub name: Option<String>,
     pub aliases: Option<Vec<String>>,
+    pub pooling: Option<String>,
 }
 
 /// `[engine]`.

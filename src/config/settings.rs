@@ -1,5 +1,6 @@
 //! The validated settings, with their defaults (the values `config/default.toml` shows).
 
+use crate::engine::pooling::Pooling;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -17,6 +18,8 @@ pub struct Config {
     pub model_name: Option<String>,
     /// Other ids requests may use for the model.
     pub model_aliases: Vec<String>,
+    /// How embeddings pool, overriding the file's `pooling_type` (None: the file's, else mean).
+    pub pooling: Option<Pooling>,
     /// Threads per engine worker's team; 0 means the physical cores this process may use
     /// divided among the workers ([`crate::engine::cpus::default_threads`]).
     pub threads: usize,
@@ -45,6 +48,7 @@ impl Default for Config {
             scheduler: SchedulerSettings::default(),
             model_name: None,
             model_aliases: Vec::new(),
+            pooling: None,
             server: ServerSettings::default(),
             log: LogSettings::default(),
         }
@@ -60,6 +64,8 @@ pub struct ModelSpec {
     pub name: Option<String>,
     pub aliases: Vec<String>,
     pub chat_template: Option<PathBuf>,
+    /// How embeddings pool, overriding the file's `pooling_type`.
+    pub pooling: Option<Pooling>,
     /// Threads per engine worker (0: the default share of the cores).
     pub threads: usize,
     pub workers: usize,
@@ -75,6 +81,7 @@ impl ModelSpec {
             name: None,
             aliases: Vec::new(),
             chat_template: None,
+            pooling: None,
             threads: 0,
             workers: 1,
             kv_cache: KvBudget::Auto,
@@ -111,6 +118,7 @@ impl Config {
             chat_template: spec.chat_template.clone(),
             model_name: spec.name.clone(),
             model_aliases: spec.aliases.clone(),
+            pooling: spec.pooling,
             threads: spec.threads,
             workers: spec.workers,
             kv_cache: spec.kv_cache,

@@ -200,6 +200,44 @@ fn one_model_by_default_and_models_entries_replace_it() {
 }
 
 #[test]
+fn pooling_is_set_per_model_over_the_file() {
+    use crate::engine::pooling::Pooling;
+    // Unset: the file's pooling_type decides (None here).
+    let c = Config::parse("").unwrap();
+    assert_eq!((c.pooling, c.models[0].pooling), (None, None));
+    let c = Config::parse("[model]\npooling = \"last\"\n").unwrap();
+    assert_eq!(c.pooling, Some(Pooling::Last));
+    assert_eq!(c.models[0].pooling, Some(Pooling::Last));
+    let c = Config::parse(
+        "[[models]]\npath = \"a.gguf\"\npooling = \"CLS\"\n[[models]]\npath = \"b.gguf\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.models[0].pooling, Some(Pooling::Cls));
+    assert_eq!(c.models[1].pooling, None);
+    // What the engine setup reads for each.
+    assert_eq!(c.for_model(&c.models[0]).pooling, Some(Pooling::Cls));
+    assert_eq!(c.for_model(&c.models[1]).pooling, None);
+    for (text, key) in [
+        ("[model]\npooling = \"max\"\n", "model.pooling"),
+        ("[model]\npooling = \"rank\"\n", "model.pooling"),
+        (
+            "[[models]]\npath = \"a.gguf\"\npooling = \"none\"\n",
+            "models.pooling",
+        ),
+    ] {
+        let e = Config::parse(text).expect_err(text);
+        assert!(
+            matches!(&e, ConfigError::Invalid { key: k, .. } if *k == key),
+            "{text}: {e}"
+        );
+        assert!(
+            e.to_string().contains("\"mean\", \"cls\" or \"last\""),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn models_entries_are_checked() {
     for (text, key) in [
         ("[[models]]\nname = \"x\"\n", "models.path"),

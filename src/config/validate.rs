@@ -40,6 +40,7 @@ impl TryFrom<RawConfig> for Config {
         let kv_cache = kv_budget("engine.kv_cache", raw.engine.kv_cache)?;
         let model_name = models::name("model.name", raw.model.name)?;
         let model_aliases = models::aliases(raw.model.aliases);
+        let pooling = models::pooling("model.pooling", raw.model.pooling)?;
         let model_path = raw.model.path.clone().unwrap_or(d.model_path);
         let server = server_settings(raw.server)?;
         let single = ModelSpec {
@@ -47,6 +48,7 @@ impl TryFrom<RawConfig> for Config {
             name: model_name.clone(),
             aliases: model_aliases.clone(),
             chat_template: raw.model.chat_template.clone(),
+            pooling,
             threads,
             workers,
             kv_cache,
@@ -62,6 +64,7 @@ impl TryFrom<RawConfig> for Config {
             chat_template: raw.model.chat_template,
             model_name,
             model_aliases,
+            pooling,
             threads,
             workers,
             kv_cache,

@@ -12,6 +12,7 @@ mod rope;
 pub use arch::{Arch, ArchRules, QueryScale, RopeStyle, SwaRule, ARCHS};
 pub use rope::{RopeScaling, RopeScalingKind};
 
+use crate::engine::pooling::PoolingType;
 use crate::gguf::{GgufError, GgufFile};
 use crate::gguf::{MetaArray, MetaValue};
 use serde::Serialize;
@@ -112,6 +113,9 @@ pub struct HParams {
     pub logit_scale: Option<f32>,
     pub attn_temperature: Option<AttnTemperature>,
     pub sliding_window: Option<SlidingWindow>,
+    /// How the file says an embedding pools its positions (`{arch}.pooling_type`); `None`
+    /// when the key is absent (or llama.cpp's "unspecified", -1).
+    pub pooling: Option<PoolingType>,
 }
 
 /// Why a file's model description is unusable.
@@ -324,6 +328,7 @@ impl HParams {
             None
         };
         let sliding_window = sliding_window(&k, rules.swa, n_layer, rope_freq_base)?;
+        let pooling = pooling_type(&k)?;
 
         let tied_embeddings = rules.always_tied || f.tensor("output.weight").is_none();
         let fused_qkv = f.tensor("blk.0.attn_qkv.weight").is_some();
@@ -365,6 +370,7 @@ impl HParams {
             logit_scale,
             attn_temperature,
             sliding_window,
+            pooling,
         };
         hp.check_tensors(f)?;
         Ok(hp)
@@ -618,6 +624,21 @@ fn sliding_window(
     }))
 }
 
+/// `{arch}.pooling_type` (llama.cpp's codes 0..=4; -1 or absent: not set).
+fn pooling_type(k: &Keys<'_>) -> Result<Option<PoolingType>, HParamsError> {
+    let key = k.key("pooling_type");
+    match k.f.get_i64(&key)? {
+        None => Ok(None),
+        Some(code) => PoolingType::from_code(code).map_err(|v| {
+            invalid(
+                key,
+                v,
+                "must be 0 (none), 1 (mean), 2 (cls), 3 (last) or 4 (rank)",
+            )
+        }),
+    }
+}
+
 /// `{arch}.vocab_size`, else the token list's length, else the embedding's row count.
 fn vocab_size(k: &Keys<'_>) -> Result<u32, HParamsError> {
     let key = k.key("vocab_size");
@@ -668,7 +689,11 @@ impl fmt::Display for HParams {
         writeln!(f, "context (train)   {}", self.n_ctx_train)?;
         writeln!(f, "vocabulary        {}", self.n_vocab)?;
         writeln!(f, "tied embeddings   {}", self.tied_embeddings)?;
-        write!(f, "qkv bias          {}", self.has_qkv_bias)
+        writeln!(f, "qkv bias          {}", self.has_qkv_bias)?;
+        match self.pooling {
+            Some(p) => write!(f, "pooling           {p} (pooling_type)"),
+            None => write!(f, "pooling           not set (kiln embeds with mean)"),
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod matmul;
 pub mod model;
 pub mod ops;
 pub mod pool;
+pub mod pooling;
 pub mod quantize;
 pub mod runner;
 pub mod scratch;

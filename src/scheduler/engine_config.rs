@@ -1,6 +1,7 @@
 //! How the engine is laid out: the settings [`crate::scheduler::setup`] derives from the
 //! configuration and the workers are built from.
 
+use crate::engine::pooling::Pooling;
 use crate::scheduler::fault::FaultInjection;
 use crate::scheduler::state::Limits;
 
@@ -24,6 +25,8 @@ pub struct EngineConfig {
     /// Events a request's stream may leave unread before the request is aborted
     /// ([`MAX_UNREAD_EVENTS`] in servers; tests lower it to reach the limit quickly).
     pub max_unread_events: usize,
+    /// How embeddings pool, overriding the model file's `pooling_type` (None: the file's).
+    pub pooling: Option<Pooling>,
 }
 
 /// Unread events a client may leave behind before its request is aborted (a reader that

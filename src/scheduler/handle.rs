@@ -3,6 +3,7 @@
 //! request gets back. Dropping a stream aborts its request at the next step.
 
 use crate::engine::kv_cache::KvLayout;
+use crate::engine::pooling::PoolingType;
 use crate::engine::{EngineError, LlamaModel};
 use crate::random::random_u64;
 use crate::scheduler::drain::WaitQueue;
@@ -26,6 +27,9 @@ pub struct EngineInfo {
     pub n_vocab: usize,
     /// The width of the model's hidden states (an embedding's length).
     pub n_embd: usize,
+    /// How embeddings pool: the configured pooling, else the file's `pooling_type`, else
+    /// mean. `none` and `rank` give no embedding ([`PoolingType::pooling`]).
+    pub pooling: PoolingType,
     pub workers: usize,
     pub threads_per_worker: usize,
     pub kv_positions_per_worker: usize,
@@ -102,6 +106,11 @@ impl EngineHandle {
         let mut limits = cfg.limits;
         let model_ctx = model.config().n_ctx_train;
         let n_embd = model.config().n_embd;
+        let pooling = cfg
+            .pooling
+            .map(PoolingType::from)
+            .or(model.config().pooling)
+            .unwrap_or(PoolingType::Mean);
         limits.n_ctx = if limits.n_ctx == 0 {
             model_ctx
         } else {
@@ -152,6 +161,7 @@ impl EngineHandle {
             n_ctx: limits.n_ctx,
             n_vocab: tokenizer.n_vocab(),
             n_embd,
+            pooling,
             workers,
             threads_per_worker: threads,
             // Positions of every layer (a windowed model's local layers keep fewer: longer

@@ -28,7 +28,7 @@ pub use engine_config::{EngineConfig, MAX_UNREAD_EVENTS};
 pub use handle::{EngineHandle, EngineInfo, Load, RequestStream};
 pub use observer::{NoopObserver, Observer, RequestStats, StepKind, StepStats};
 pub use request::{
-    Event, FinishReason, GenerationRequest, Pooling, PromptOutput, SubmitError, Timings,
-    TokenLogprob, Usage,
+    Event, FinishReason, GenerationRequest, Pooling, PoolingType, PromptOutput, SubmitError,
+    Timings, TokenLogprob, Usage,
 };
 pub use sampling::SamplingParams;

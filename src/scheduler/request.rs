@@ -1,5 +1,6 @@
 //! What a caller submits, what it gets back, and why a submission can be refused.
 
+pub use crate::engine::pooling::{Pooling, PoolingType};
 use crate::scheduler::sampling::{SamplingError, SamplingParams};
 use crate::scheduler::state::AdmitError;
 pub use crate::scheduler::stop::FinishReason;
@@ -51,18 +52,6 @@ pub enum PromptOutput {
     /// positions pooled as `pooling` says and L2-normalized, one [`Event::Embedding`]; the
     /// request generates nothing (`max_tokens` must be 0).
     Embedding { pooling: Pooling },
-}
-
-/// How an embedding pools the prompt's hidden states.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Pooling {
-    /// The mean over every position.
-    #[default]
-    Mean,
-    /// The first position (BERT's CLS).
-    Cls,
-    /// The last position (decoder embedders: the only one that saw the whole input).
-    Last,
 }
 
 impl PromptOutput {

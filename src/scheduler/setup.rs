@@ -155,6 +155,7 @@ pub fn start_with(
     };
     let model = LlamaModel::from_gguf(&file, threads).map_err(engine_err)?;
     let quant = quant_name(&file);
+    let model_pooling = model.config().pooling;
     drop(file);
 
     let bs = DEFAULT_BLOCK_SIZE;
@@ -205,6 +206,7 @@ pub fn start_with(
             limits,
             faults: faults.to_vec(),
             max_unread_events: MAX_UNREAD_EVENTS,
+            pooling: cfg.pooling,
         },
         observer,
     )
@@ -212,6 +214,12 @@ pub fn start_with(
         path: path.clone(),
         source,
     })?;
+    let how = match (cfg.pooling, model_pooling) {
+        (Some(_), _) => "configured",
+        (None, Some(_)) => "the file's pooling_type",
+        (None, None) => "default",
+    };
+    tracing::info!(pooling = %engine.info().pooling, "embeddings pooling ({how})");
     Ok(Loaded {
         engine,
         tokenizer,

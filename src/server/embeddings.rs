@@ -1,28 +1,44 @@
 //! `POST /v1/embeddings`: each input (text or token ids) runs as a prefill-only engine
 //! request in the same batches as generation ([`PromptOutput::Embedding`]: the final hidden
-//! states of every position, mean-pooled and L2-normalized; no KV kept after), answered in
-//! OpenAI's shape, floats or base64.
+//! states of its positions, pooled as the model's [`EngineInfo::pooling`] says and
+//! L2-normalized; no KV kept after), answered in OpenAI's shape, floats or base64.
+//!
+//! [`EngineInfo::pooling`]: crate::scheduler::EngineInfo::pooling
 
-use crate::scheduler::{Pooling, PromptOutput};
+use crate::scheduler::{Pooling, PoolingType, PromptOutput};
 use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::completions::{tokenize, MAX_PROMPTS};
 use crate::server::error::ApiError;
-use crate::server::generate::{Job, Session};
-use crate::server::params::{Fields, SamplingPlan};
+use crate::server::generate::Session;
+use crate::server::openapi::errors::GenerationErrors;
 use crate::server::state::AppState;
 use crate::server::types::{
     EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, EmbeddingVector,
-    ErrorResponse,
 };
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::sync::Arc;
 
-/// How embeddings pool a prompt: the mean over its positions (llama-server's default for a
-/// model whose GGUF names no pooling).
-pub const POOLING: Pooling = Pooling::Mean;
+/// How `model`'s embeddings pool, or the 400 for a pooling type that gives no one vector per
+/// input (`none`: per position, which llama-server refuses on this route too; `rank`: a
+/// reranker, served by `/v1/rerank`).
+fn pooling_of(model: &str, t: PoolingType) -> Result<Pooling, ApiError> {
+    t.pooling().ok_or_else(|| {
+        let what = match t {
+            PoolingType::Rank => "rank (a reranker: score documents with /v1/rerank)",
+            _ => "none (one vector per position, which this route cannot return)",
+        };
+        ApiError::bad(
+            "model",
+            format!(
+                "model {model:?} pools embeddings as {what}; to embed with it, set its \
+                 `pooling` to \"mean\", \"cls\" or \"last\" in the server's configuration"
+            ),
+        )
+    })
+}
 
 /// Creates an embedding for each input.
 #[utoipa::path(
@@ -32,15 +48,7 @@ pub const POOLING: Pooling = Pooling::Mean;
     request_body(content = EmbeddingRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "One embedding per input, in input order", body = EmbeddingResponse),
-        (status = 400, description = "Invalid request (`param` names the field)", body = ErrorResponse),
-        (status = 401, description = "Missing or wrong API key", body = ErrorResponse),
-        (status = 404, description = "Unknown model", body = ErrorResponse),
-        (status = 408, description = "The request ran past the server's time limit", body = ErrorResponse),
-        (status = 413, description = "Body too large", body = ErrorResponse),
-        (status = 415, description = "Body is not JSON", body = ErrorResponse),
-        (status = 429, description = "Queue full; see Retry-After", body = ErrorResponse),
-        (status = 500, description = "Engine fault", body = ErrorResponse),
-        (status = 503, description = "Loading, draining or engine down", body = ErrorResponse),
+        GenerationErrors,
     ),
     security(("bearer" = []))
 )]
@@ -49,6 +57,7 @@ pub async fn embeddings(
     JsonBody(req): JsonBody<EmbeddingRequest>,
 ) -> Result<Response, ApiError> {
     let session = Session::open(&state, req.model.as_deref()).await?;
+    let pooling = pooling_of(&session.model, session.info().pooling)?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -84,24 +93,8 @@ pub async fn embeddings(
         .into_iter()
         .map(|t| t.ids)
         .collect();
-    let fields = Fields {
-        max_tokens: Some(0),
-        max_tokens_param: "input",
-        zero_max_tokens: true,
-        ..Fields::default()
-    };
-    let plan = SamplingPlan::new(&fields, state.settings(), session.info())?;
-    let model = session.model.clone();
     let out = session
-        .submit(Job {
-            plan,
-            prompts: ids,
-            prompt_param: "input",
-            constraint: None,
-            chat: false,
-            prompt_output: PromptOutput::Embedding { pooling: POOLING },
-        })?
-        .collect()
+        .score(ids, "input", PromptOutput::Embedding { pooling })
         .await?;
     let data = out
         .embeddings
@@ -129,7 +122,7 @@ pub async fn embeddings(
     Ok(Json(EmbeddingResponse {
         object: "list".to_string(),
         data,
-        model,
+        model: out.session.model.clone(),
         usage: EmbeddingUsage {
             prompt_tokens,
             total_tokens: prompt_tokens,
@@ -161,7 +154,22 @@ fn encode_base64(v: &[f32]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::encode_base64;
+    use super::*;
+
+    #[test]
+    fn pooling_none_and_rank_are_a_400_naming_the_fix() {
+        assert_eq!(pooling_of("m", PoolingType::Last).unwrap(), Pooling::Last);
+        assert_eq!(pooling_of("m", PoolingType::Mean).unwrap(), Pooling::Mean);
+        for t in [PoolingType::None, PoolingType::Rank] {
+            match pooling_of("m", t).unwrap_err() {
+                ApiError::BadRequest { message, param, .. } => {
+                    assert_eq!(param.as_deref(), Some("model"));
+                    assert!(message.contains(t.name()) && message.contains("`pooling`"));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn base64_matches_the_standard_alphabet_and_padding() {

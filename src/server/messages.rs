@@ -4,20 +4,23 @@
 //! `system` a system message, `tool_use` blocks an assistant's `tool_calls`, `tool_result`
 //! blocks `tool` messages, a last `assistant` turn the start of the reply) and goes through
 //! [`crate::server::generate`] like every generating route. The reply comes back as content
-//! blocks (`text`, `tool_use` with the arguments object as `input`), or streamed as
-//! Anthropic's events: `message_start`, `ping`, per block `content_block_start` /
-//! `content_block_delta` (`text_delta`, `input_json_delta`) / `content_block_stop`, then
-//! `message_delta` (stop reason, output tokens) and `message_stop`. Errors, streamed or not,
-//! use Anthropic's envelope (see [`crate::server::error`]).
+//! blocks (`thinking` for a reasoning model's `<think>` part, `text`, `tool_use` with the
+//! arguments object as `input`), or streamed as Anthropic's events: `message_start`, `ping`,
+//! per block `content_block_start` / `content_block_delta` (`thinking_delta`, `text_delta`,
+//! `input_json_delta`) / `content_block_stop`, then `message_delta` (stop reason, output
+//! tokens) and `message_stop`. `thinking` sets the template's `enable_thinking`. Errors,
+//! streamed or not, use Anthropic's envelope (see [`crate::server::error`]).
 
 use crate::random::random_id;
 use crate::scheduler::{FinishReason, PromptOutput, TokenLogprob};
 use crate::server::body::JsonBody;
+use crate::server::chat::reply_syntax;
 use crate::server::error::ApiError;
 use crate::server::generate::{Job, Meta, Session};
+use crate::server::openapi::errors::{AnthropicGenerationErrors, AnthropicPromptErrors};
 use crate::server::output_constraint::{self as shapes, Shape};
 use crate::server::params::{Fields, SamplingPlan};
-use crate::server::reply::{read_reply, ReadCall};
+use crate::server::reply::{read_reply, read_reply_text, ReadCall, ReadReply};
 use crate::server::sse::{json_event, ChunkWriter};
 use crate::server::state::AppState;
 use crate::server::types::messages::*;
@@ -25,6 +28,8 @@ use crate::server::types::{
     ChatMessage, FunctionDef, FunctionName, MessageContent, NamedToolChoice, Role, StopSpec,
     TimingsBody, Tool, ToolChoiceSpec, UsageBody,
 };
+use crate::structured::reasoning::{self, ReasoningSplit, ThinkStart};
+use crate::structured::syntax::SyntaxTokens;
 use crate::structured::tools::{ToolDelta, ToolStream};
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
@@ -259,6 +264,34 @@ fn convert(
     })
 }
 
+/// The template's `enable_thinking` for a request's `thinking` (None: the template's default).
+fn thinking_kwargs(t: Option<&ThinkingConfig>) -> Option<serde_json::Map<String, Value>> {
+    let on = match t? {
+        ThinkingConfig::Enabled { .. } | ThinkingConfig::Adaptive => true,
+        ThinkingConfig::Disabled => false,
+    };
+    Some(serde_json::Map::from_iter([(
+        "enable_thinking".to_string(),
+        Value::Bool(on),
+    )]))
+}
+
+/// Where the reply starts once the prompt is followed by `prefill` (the start of the reply
+/// the client wrote): the prefill continues an open block until it closes it; a reply that
+/// continues text is content.
+fn after_prefill(think: Option<ThinkStart>, prefill: Option<&str>) -> Option<ThinkStart> {
+    let p = prefill.filter(|p| !p.is_empty());
+    match (think?, p) {
+        (start, None) => Some(start),
+        (_, Some(p)) if p.contains(reasoning::CLOSE) => Some(ThinkStart::Closed),
+        (ThinkStart::Open, Some(_)) => Some(ThinkStart::Open),
+        (ThinkStart::Detect, Some(p)) if p.trim_start().starts_with(reasoning::OPEN) => {
+            Some(ThinkStart::Open)
+        }
+        (_, Some(_)) => Some(ThinkStart::Closed),
+    }
+}
+
 fn fields<'a>(r: &MessagesRequest, stop: &'a StopSpec) -> Fields<'a> {
     Fields {
         max_tokens: Some(r.max_tokens),
@@ -308,15 +341,7 @@ fn input_of(arguments: &str) -> Value {
                 (MessagesResponse = "application/json"),
                 (String = "text/event-stream"),
             )),
-        (status = 400, description = "Invalid request", body = AnthropicErrorResponse),
-        (status = 401, description = "Missing or wrong API key (`x-api-key` or Bearer)", body = AnthropicErrorResponse),
-        (status = 404, description = "Unknown model", body = AnthropicErrorResponse),
-        (status = 408, description = "The request ran past the server's time limit", body = AnthropicErrorResponse),
-        (status = 413, description = "Body too large", body = AnthropicErrorResponse),
-        (status = 415, description = "Body is not JSON", body = AnthropicErrorResponse),
-        (status = 429, description = "Queue full; see Retry-After", body = AnthropicErrorResponse),
-        (status = 500, description = "Engine fault", body = AnthropicErrorResponse),
-        (status = 503, description = "Loading, draining or engine down", body = AnthropicErrorResponse),
+        AnthropicGenerationErrors,
     ),
     security(("bearer" = []), ("x-api-key" = []))
 )]
@@ -334,11 +359,19 @@ pub async fn messages(
         req.tool_choice.as_ref(),
         req.output_config.as_ref().and_then(|o| o.format.as_ref()),
     )?;
+    let prefill = c.prefill.clone();
     let prompt = session
-        .chat_prompt(c.messages, c.shape, true, c.prefill)
+        .chat_prompt_with(
+            c.messages,
+            c.shape,
+            true,
+            c.prefill,
+            thinking_kwargs(req.thinking.as_ref()),
+        )
         .await?;
     let input_tokens = prompt.ids.len();
     let read_calls = prompt.read_calls;
+    let think = after_prefill(prompt.think, prefill.as_deref());
     let meta = session.meta("msg_");
     let rt = Arc::clone(&session.rt);
     let submitted = session.submit(Job {
@@ -352,10 +385,12 @@ pub async fn messages(
     if req.stream.unwrap_or(false) {
         let reader =
             read_calls.map(|r| ToolStream::new(r.format, r.forced, Arc::clone(&rt.tokenizer)));
+        let thinker = think.map(|t| (ReasoningSplit::new(t), reply_syntax(&rt, read_calls)));
         return Ok(submitted.stream(MessagesWriter {
             meta,
             input_tokens,
             reader,
+            thinker,
             block: None,
             blocks: 0,
             stop_reason: "end_turn",
@@ -364,9 +399,28 @@ pub async fn messages(
     }
     let out = submitted.collect().await?;
     let o = out.choices.into_iter().next().unwrap_or_default();
-    let reply = read_reply(read_calls, &rt.tokenizer, &o.ids, &o.text);
+    let (thought, reply) = match think {
+        None => (
+            String::new(),
+            read_reply(read_calls, &rt.tokenizer, &o.ids, &o.text),
+        ),
+        Some(start) => {
+            let full = reply_syntax(&rt, read_calls)
+                .text(&o.ids, &o.text)
+                .into_owned();
+            let parts = reasoning::split(start, &full);
+            let reply: ReadReply = read_reply_text(read_calls, &rt.tokenizer, &parts.content);
+            (parts.reasoning, reply)
+        }
+    };
     let called = !reply.calls.is_empty();
     let mut content = Vec::new();
+    if !thought.is_empty() {
+        content.push(ContentBlock::Thinking {
+            thinking: thought,
+            signature: String::new(),
+        });
+    }
     if !reply.content.is_empty() {
         content.push(ContentBlock::Text {
             text: reply.content,
@@ -413,12 +467,7 @@ pub async fn messages(
     request_body(content = CountTokensRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The prompt's token count", body = CountTokensResponse),
-        (status = 400, description = "Invalid request", body = AnthropicErrorResponse),
-        (status = 401, description = "Missing or wrong API key", body = AnthropicErrorResponse),
-        (status = 404, description = "Unknown model", body = AnthropicErrorResponse),
-        (status = 413, description = "Body too large", body = AnthropicErrorResponse),
-        (status = 415, description = "Body is not JSON", body = AnthropicErrorResponse),
-        (status = 503, description = "Loading, draining or engine down", body = AnthropicErrorResponse),
+        AnthropicPromptErrors,
     ),
     security(("bearer" = []), ("x-api-key" = []))
 )]
@@ -435,7 +484,13 @@ pub async fn count_tokens(
         None,
     )?;
     let prompt = session
-        .chat_prompt(c.messages, c.shape, true, c.prefill)
+        .chat_prompt_with(
+            c.messages,
+            c.shape,
+            true,
+            c.prefill,
+            thinking_kwargs(req.thinking.as_ref()),
+        )
         .await?;
     Ok(Json(CountTokensResponse {
         input_tokens: prompt.ids.len(),
@@ -445,6 +500,7 @@ pub async fn count_tokens(
 /// The block being streamed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Open {
+    Thinking(usize),
     Text(usize),
     ToolUse(usize),
 }
@@ -455,6 +511,9 @@ struct MessagesWriter {
     input_tokens: usize,
     /// The tool-call reader when the request offers tools.
     reader: Option<ToolStream>,
+    /// The reasoning splitter when the template writes `<think>` blocks, and the syntax
+    /// tokens its text is read with.
+    thinker: Option<(ReasoningSplit, SyntaxTokens)>,
     block: Option<Open>,
     /// Blocks started so far (the next block's index).
     blocks: usize,
@@ -468,11 +527,64 @@ fn event<T: serde::Serialize>(name: &'static str, data: &T) -> SseEvent {
 
 impl MessagesWriter {
     fn close_block(&mut self, out: &mut Vec<SseEvent>) {
-        if let Some(Open::Text(i) | Open::ToolUse(i)) = self.block.take() {
+        if let Some(Open::Thinking(i) | Open::Text(i) | Open::ToolUse(i)) = self.block.take() {
             out.push(event(
                 "content_block_stop",
                 &json!({"type": "content_block_stop", "index": i}),
             ));
+        }
+    }
+
+    /// Closes the open block and starts the next one (`open` of its index) as `block` says;
+    /// returns its index.
+    fn start_block(
+        &mut self,
+        open: fn(usize) -> Open,
+        block: Value,
+        out: &mut Vec<SseEvent>,
+    ) -> usize {
+        self.close_block(out);
+        let i = self.blocks;
+        self.blocks += 1;
+        self.block = Some(open(i));
+        out.push(event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": i, "content_block": block}),
+        ));
+        i
+    }
+
+    fn thinking(&mut self, text: String, out: &mut Vec<SseEvent>) {
+        if text.is_empty() {
+            return;
+        }
+        let i = match self.block {
+            Some(Open::Thinking(i)) => i,
+            _ => self.start_block(
+                Open::Thinking,
+                json!({"type": "thinking", "thinking": "", "signature": ""}),
+                out,
+            ),
+        };
+        out.push(event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": i,
+                    "delta": {"type": "thinking_delta", "thinking": text}}),
+        ));
+    }
+
+    /// Content after the reasoning split: read for tool calls when the request offers tools.
+    fn content(&mut self, text: String, out: &mut Vec<SseEvent>) {
+        if text.is_empty() {
+            return;
+        }
+        match self.reader.as_mut() {
+            None => self.text(text, out),
+            Some(r) => {
+                for d in r.push_text(&text) {
+                    self.tool(d, out);
+                }
+            }
         }
     }
 
@@ -482,18 +594,7 @@ impl MessagesWriter {
         }
         let i = match self.block {
             Some(Open::Text(i)) => i,
-            _ => {
-                self.close_block(out);
-                let i = self.blocks;
-                self.blocks += 1;
-                self.block = Some(Open::Text(i));
-                out.push(event(
-                    "content_block_start",
-                    &json!({"type": "content_block_start", "index": i,
-                            "content_block": {"type": "text", "text": ""}}),
-                ));
-                i
-            }
+            _ => self.start_block(Open::Text, json!({"type": "text", "text": ""}), out),
         };
         out.push(event(
             "content_block_delta",
@@ -506,16 +607,9 @@ impl MessagesWriter {
         match d {
             ToolDelta::Content(t) => self.text(t, out),
             ToolDelta::CallStart { name, .. } => {
-                self.close_block(out);
-                let i = self.blocks;
-                self.blocks += 1;
-                self.block = Some(Open::ToolUse(i));
-                out.push(event(
-                    "content_block_start",
-                    &json!({"type": "content_block_start", "index": i,
-                            "content_block": {"type": "tool_use", "id": tool_use_id(),
-                                              "name": name, "input": {}}}),
-                ));
+                let block = json!({"type": "tool_use", "id": tool_use_id(), "name": name,
+                                   "input": {}});
+                self.start_block(Open::ToolUse, block, out);
             }
             ToolDelta::Arguments { fragment, .. } => {
                 if let Some(Open::ToolUse(i)) = self.block {
@@ -571,6 +665,12 @@ impl ChunkWriter for MessagesWriter {
         _lps: &[TokenLogprob],
     ) -> Vec<SseEvent> {
         let mut out = Vec::new();
+        if let Some((thinker, syntax)) = self.thinker.as_mut() {
+            let parts = thinker.push(&syntax.text(ids, &text));
+            self.thinking(parts.reasoning, &mut out);
+            self.content(parts.content, &mut out);
+            return out;
+        }
         match self.reader.as_mut() {
             None => self.text(text, &mut out),
             Some(r) => {
@@ -589,6 +689,11 @@ impl ChunkWriter for MessagesWriter {
 
     fn finish_chunks(&mut self, _choice: usize, reason: FinishReason) -> Vec<SseEvent> {
         let mut out = Vec::new();
+        if let Some((mut thinker, _)) = self.thinker.take() {
+            let rest = thinker.finish();
+            self.thinking(rest.reasoning, &mut out);
+            self.content(rest.content, &mut out);
+        }
         let mut called = false;
         if let Some(mut r) = self.reader.take() {
             let (rest, _) = r.finish();
@@ -726,6 +831,33 @@ mod tests {
         };
         assert_eq!(t.choice, crate::structured::tools::ToolChoice::Required);
         assert!(!t.parallel);
+    }
+
+    #[test]
+    fn thinking_sets_enable_thinking() {
+        let on = thinking_kwargs(Some(&ThinkingConfig::Enabled {
+            budget_tokens: Some(1024),
+        }));
+        assert_eq!(on.unwrap()["enable_thinking"], true);
+        let adaptive = thinking_kwargs(Some(&ThinkingConfig::Adaptive));
+        assert_eq!(adaptive.unwrap()["enable_thinking"], true);
+        let off = thinking_kwargs(Some(&ThinkingConfig::Disabled));
+        assert_eq!(off.unwrap()["enable_thinking"], false);
+        assert_eq!(thinking_kwargs(None), None);
+    }
+
+    #[test]
+    fn a_prefill_continues_or_closes_the_block() {
+        use ThinkStart::*;
+        assert_eq!(after_prefill(None, Some("x")), None);
+        for t in [Open, Detect, Closed] {
+            assert_eq!(after_prefill(Some(t), None), Some(t));
+            assert_eq!(after_prefill(Some(t), Some("")), Some(t));
+            assert_eq!(after_prefill(Some(t), Some("a</think>b")), Some(Closed));
+        }
+        assert_eq!(after_prefill(Some(Open), Some("Let me see")), Some(Open));
+        assert_eq!(after_prefill(Some(Detect), Some(" <think>hm")), Some(Open));
+        assert_eq!(after_prefill(Some(Detect), Some("1, 2, 3,")), Some(Closed));
     }
 
     #[test]

@@ -297,6 +297,7 @@ mod tests {
             n_ctx: 2048,
             n_vocab: 1000,
             n_embd: 64,
+            pooling: crate::scheduler::PoolingType::Mean,
             workers: 1,
             threads_per_worker: 1,
             kv_positions_per_worker: 4096,

@@ -29,6 +29,29 @@ pub fn read_reply(
     ids: &[u32],
     text: &str,
 ) -> ReadReply {
+    read(reading, tok, text, |r| {
+        r.push(ids, text);
+    })
+}
+
+/// [`read_reply`] for text that has the format's control tokens in place already (the
+/// content a reasoning split left, see [`crate::server::chat::reply_syntax`]).
+pub fn read_reply_text(
+    reading: Option<CallReading>,
+    tok: &Arc<Tokenizer>,
+    text: &str,
+) -> ReadReply {
+    read(reading, tok, text, |r| {
+        r.push_text(text);
+    })
+}
+
+fn read(
+    reading: Option<CallReading>,
+    tok: &Arc<Tokenizer>,
+    text: &str,
+    push: impl FnOnce(&mut ToolStream),
+) -> ReadReply {
     let Some(reading) = reading else {
         return ReadReply {
             content: text.to_string(),
@@ -36,7 +59,7 @@ pub fn read_reply(
         };
     };
     let mut reader = ToolStream::new(reading.format, reading.forced, Arc::clone(tok));
-    reader.push(ids, text);
+    push(&mut reader);
     let (_, reply) = reader.finish();
     let calls: Vec<ReadCall> = reply
         .calls

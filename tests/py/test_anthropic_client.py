@@ -78,6 +78,27 @@ def test_stream_events_in_order_and_text_matches(claude, model_id):
     assert final.stop_reason == whole.stop_reason
 
 
+def test_raw_stream_is_anthropics_event_sequence(kiln, model_id):
+    """The wire itself (the SDK drops `ping`): each `event:` name equals its data's `type`, in
+    Anthropic's order, with the `ping` after `message_start`."""
+    body = {"model": model_id, "max_tokens": 8, "stream": True, "temperature": 0,
+            "messages": [{"role": "user", "content": "Name three colors."}]}
+    r = httpx.post(kiln.base_url + "/v1/messages", json=body, timeout=60,
+                   headers={"x-api-key": "unused", "anthropic-version": "2023-06-01"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = []
+    for block in r.text.split("\n\n"):
+        lines = dict(l.split(": ", 1) for l in block.splitlines() if ": " in l)
+        if "event" in lines:
+            data = json.loads(lines["data"])
+            assert data["type"] == lines["event"], block
+            events.append(lines["event"])
+    assert events[:3] == ["message_start", "ping", "content_block_start"], events
+    assert events[-3:] == ["content_block_stop", "message_delta", "message_stop"], events
+    middle = events[3:-3]
+    assert middle and set(middle) == {"content_block_delta"}, events
+
+
 def test_stop_sequences_and_assistant_prefill(claude, model_id):
     m = create(claude, model_id, max_tokens=24,
                messages=[{"role": "user", "content": "Count from 1 to 10, separated by commas."},

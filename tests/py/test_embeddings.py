@@ -27,6 +27,9 @@ def test_create_returns_unit_vectors_in_input_order(client, model_id):
     a, b, c = (d.embedding for d in r.data)
     assert cos(a, b) > cos(a, c), "similar sentences are closer than unrelated ones"
     assert r.usage.prompt_tokens == r.usage.total_tokens > 10
+    # `dimensions` equal to the model's width is accepted (any other is a 400, below).
+    same = client.embeddings.create(model=model_id, input=texts[0], dimensions=N_EMBD)
+    assert same.data[0].embedding == pytest.approx(a, abs=2e-3)
 
 
 def test_float_and_base64_agree_and_batching_changes_nothing(client, kiln, model_id):
@@ -56,11 +59,15 @@ def test_token_ids_equal_the_text(client, kiln, model_id):
     assert by_ids[1].embedding != pytest.approx(by_text, abs=1e-3)
 
 
-def test_a_long_input_is_pooled_over_several_steps(client, model_id):
-    """Longer than one step's rows (32): every position counts once."""
+def test_a_long_input_is_pooled_over_several_steps(client, kiln, model_id):
+    """Longer than one step's rows (32): every position counts once. Nothing keeps KV after
+    (prefill-only: no sequence holds a block once the answer is back)."""
     text = " ".join(f"word{i}" for i in range(80))
     e = client.embeddings.create(model=model_id, input=text).data[0].embedding
     assert math.sqrt(sum(x * x for x in e)) == pytest.approx(1.0, abs=1e-4)
+    stats = httpx.get(kiln.base_url + "/stats", timeout=30).json()
+    m = stats["models"][0]
+    assert (m["running"], m["kv_blocks_used"]) == (0, 0), m
 
 
 @pytest.mark.parametrize(

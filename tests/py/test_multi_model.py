@@ -7,11 +7,13 @@ its file's size plus 16 MiB, and the memory budget holds the two configured mode
 of a third: loading the directory's model must unload the least recently used idle one.
 The tests run in file order (a story: route, list, refuse, lazy load, LRU unload, unload and
 load by hand); each request is a few tokens. A second small server (the default model, an
-API key, a half-second keep-alive) checks the idle unload and that the admin routes need the key.
+API key, a half-second keep-alive, `pooling = "last"`) checks the idle unload, that the admin
+routes need the key, and a configured embedding pooling against the shared server's mean.
 """
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import urllib.error
@@ -187,25 +189,103 @@ def test_load_and_unload_by_hand(mc, multi):
     assert s == 503 and body["error"]["code"] == "model_unavailable"
 
 
-def test_an_idle_model_unloads_after_the_keep_alive_and_admin_routes_need_the_key(
-        model_path, tmp_path_factory):
-    key = "sk-admin"
-    cfg = config(engine={"kv_cache": "16MiB", "threads": 1})
-    with start_kiln(model_path, cfg, env={"KILN_API_KEYS": key},
+KEY = "sk-admin"
+
+
+@pytest.fixture(scope="module")
+def single(model_path, tmp_path_factory):
+    """The second small server: the default model, an API key, a half-second keep-alive, and
+    `[model] pooling = "last"` (the GGUF names no pooling_type: the shared server pools mean)."""
+    cfg = config(engine={"kv_cache": "16MiB", "threads": 1}, model={"pooling": "last"})
+    with start_kiln(model_path, cfg, env={"KILN_API_KEYS": KEY},
                     args=["--models-keep-alive", "0.5"],
                     log_dir=tmp_path_factory.mktemp("kiln-keep-alive")) as server:
-        c = client_for(server.base_url, api_key=key)
-        smol = model_path.stem
-        s, body, _ = post(server.base_url, "/models/unload", {"model": smol})
-        assert s == 401 and body["error"]["code"] == "invalid_api_key"
-        deadline = time.monotonic() + 20
-        while statuses(c)[smol] != "unloaded":
-            assert time.monotonic() < deadline, "not unloaded after its keep-alive"
-            time.sleep(0.1)
-        assert "unloading an idle model" in server.log_path.read_text()
-        # Its next request loads it again; the server stayed ready all along.
-        r = c.completions.create(model=smol, prompt="Hi", max_tokens=2)
-        assert r.model == smol
-        assert urllib.request.urlopen(server.base_url + "/ready", timeout=10).status == 200
-        s, body, _ = post(server.base_url, "/models/load", {"model": smol}, key=key)
-        assert s == 200 and body["status"] == "loaded"
+        yield server
+
+
+def test_an_idle_model_unloads_after_the_keep_alive_and_admin_routes_need_the_key(
+        single, model_path):
+    server, key = single, KEY
+    c = client_for(server.base_url, api_key=key)
+    smol = model_path.stem
+    s, body, _ = post(server.base_url, "/models/unload", {"model": smol})
+    assert s == 401 and body["error"]["code"] == "invalid_api_key"
+    deadline = time.monotonic() + 20
+    while statuses(c)[smol] != "unloaded":
+        assert time.monotonic() < deadline, "not unloaded after its keep-alive"
+        time.sleep(0.1)
+    assert "unloading an idle model" in server.log_path.read_text()
+    # Its next request loads it again; the server stayed ready all along.
+    r = c.completions.create(model=smol, prompt="Hi", max_tokens=2)
+    assert r.model == smol
+    assert urllib.request.urlopen(server.base_url + "/ready", timeout=10).status == 200
+    s, body, _ = post(server.base_url, "/models/load", {"model": smol}, key=key)
+    assert s == 200 and body["status"] == "loaded"
+
+
+def test_a_configured_pooling_overrides_the_file_per_model(single, kiln, client, model_id):
+    """`pooling = "last"` embeds with the last position's hidden state: one position pools
+    alike either way; over three, the shared server's mean (h0 + h1 + h2) lies in the plane
+    of the mean of the first two (h0 + h1) and this server's last (h2), and not in the plane
+    of the first two means (which a wrong position would give)."""
+    ids = post(kiln.base_url, "/tokenize", {"prompt": "The capital of France is"})[1]["tokens"]
+    assert len(ids) >= 3
+    c = client_for(single.base_url, api_key=KEY)
+    last = [d.embedding for d in c.embeddings.create(model=model_id, input=[ids[:1], ids[:3]]).data]
+    mean = [d.embedding for d in client.embeddings.create(
+        model=model_id, input=[ids[:1], ids[:2], ids[:3]]).data]
+    assert last[0] == pytest.approx(mean[0], abs=1e-4)
+    assert last[1] != pytest.approx(mean[2], abs=1e-2)
+
+    def residual(v, u, w):
+        """|v - (a u + b w)| for the least-squares a, b."""
+        dot = lambda x, y: sum(p * q for p, q in zip(x, y))
+        uu, uw, ww, vu, vw = dot(u, u), dot(u, w), dot(w, w), dot(v, u), dot(v, w)
+        det = uu * ww - uw * uw
+        a, b = (vu * ww - vw * uw) / det, (vw * uu - vu * uw) / det
+        return math.sqrt(sum((x - a * p - b * q) ** 2 for x, p, q in zip(v, u, w))), a, b
+
+    r, a, b = residual(mean[2], mean[1], last[1])
+    assert r < 1e-3 and a > 0 and b > 0, (r, a, b)
+    assert residual(mean[2], mean[1], mean[0])[0] > 0.05
+
+
+def test_a_load_that_busy_models_block_is_a_bounded_wait_then_503(model_path, tmp_path_factory):
+    """A model whose load needs the memory of a model with a request in flight waits for it,
+    at most `server.models_load_timeout` (half a second here), then gets 503 `model_loading`
+    with Retry-After; the busy request is not cut, and once it ends the model loads."""
+    d = tmp_path_factory.mktemp("budget-dir")
+    (d / "other.gguf").symlink_to(model_path.resolve())
+    smol_bytes = model_path.stat().st_size + KV
+    cfg = config(engine={"kv_cache": "16MiB", "threads": 1},
+                 server={"models_dir": str(d), "models_memory_budget": smol_bytes * 3 // 2,
+                         "models_load_timeout": 0.5})
+    with start_kiln(model_path, cfg, log_dir=tmp_path_factory.mktemp("kiln-budget")) as server:
+        c = client_for(server.base_url)
+        stream = c.chat.completions.create(
+            model=model_path.stem, max_tokens=256, stream=True, extra_body={"ignore_eos": True},
+            messages=[{"role": "user", "content": "Tell a long story"}])
+        chunks = iter(stream)
+        try:
+            next(chunks)
+            t0 = time.monotonic()
+            s, body, headers = post(server.base_url, "/v1/completions",
+                                    {"model": "other", "prompt": "x", "max_tokens": 1})
+            waited = time.monotonic() - t0
+            assert s == 503 and body["error"]["code"] == "model_loading", body
+            retry = {k.lower(): v for k, v in headers.items()}["retry-after"]
+            assert int(retry) >= 1 and waited >= 0.45, (retry, waited)
+            # The request in flight went on.
+            assert next(chunks).choices is not None
+        finally:
+            stream.close()
+        deadline = time.monotonic() + 30
+        while True:
+            s, body, _ = post(server.base_url, "/v1/completions",
+                              {"model": "other", "prompt": "x", "max_tokens": 1})
+            if s == 200 or time.monotonic() > deadline:
+                break
+            assert body["error"]["code"] == "model_loading", body
+            time.sleep(0.2)
+        assert s == 200 and body["model"] == "other", body
+        assert statuses(c)[model_path.stem] == "unloaded"

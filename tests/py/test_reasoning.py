@@ -110,3 +110,34 @@ def test_responses_api_returns_reasoning_items(r1):
     assert [e.sequence_number for e in events] == list(range(len(events)))
     off = client.responses.create(reasoning={"effort": "none"}, **kw)
     assert [o.type for o in off.output] == ["message"] and off.output_text
+
+
+def test_messages_api_returns_thinking_blocks(r1):
+    """The Anthropic Messages API on the same server, through the `anthropic` SDK: `thinking`
+    enabled turns the template's thinking on and the reasoning comes back as a `thinking`
+    block (streamed as `thinking_delta`s that join to it), never inside the text; disabled,
+    the reply is text only; count_tokens counts the prompt `thinking` renders."""
+    import anthropic
+
+    claude = anthropic.Anthropic(base_url=r1.base_url, api_key="unused", max_retries=0,
+                                 timeout=60.0)
+    model = client_for(r1.base_url).models.list().data[0].id
+    kw = dict(model=model, messages=ASK, max_tokens=12, extra_body={"temperature": 0})
+    on = claude.messages.create(thinking={"type": "enabled", "budget_tokens": 1024}, **kw)
+    assert [b.type for b in on.content] == ["thinking"], on.content
+    thought = on.content[0].thinking
+    assert thought and "<think>" not in thought and on.stop_reason == "max_tokens"
+    with claude.messages.stream(thinking={"type": "enabled", "budget_tokens": 1024}, **kw) as s:
+        events = list(s)
+        final = s.get_final_message()
+    deltas = [e.delta for e in events if e.type == "content_block_delta"]
+    assert all(d.type == "thinking_delta" for d in deltas), deltas
+    assert "".join(d.thinking for d in deltas) == thought
+    assert final.content[0].type == "thinking" and final.content[0].thinking == thought
+    off = claude.messages.create(thinking={"type": "disabled"}, **kw)
+    assert [b.type for b in off.content] == ["text"] and off.content[0].text, off.content
+    counted = [claude.messages.count_tokens(model=model, messages=ASK, thinking=t).input_tokens
+               for t in ({"type": "enabled", "budget_tokens": 1024}, {"type": "disabled"})]
+    assert counted[0] == on.usage.input_tokens + (on.usage.cache_read_input_tokens or 0)
+    assert counted[1] == off.usage.input_tokens + (off.usage.cache_read_input_tokens or 0)
+    assert counted[0] != counted[1]

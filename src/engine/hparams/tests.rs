@@ -167,3 +167,43 @@ fn unsupported_architecture_lists_the_supported_ones() {
         assert!(e.contains(name), "{e} lacks {name}");
     }
 }
+
+#[test]
+fn pooling_type_is_read_with_llama_cpp_s_codes() {
+    use crate::engine::pooling::PoolingType;
+    assert_eq!(hparams_of("llama", |_| {}).pooling, None);
+    for (code, want) in [
+        (0, PoolingType::None),
+        (1, PoolingType::Mean),
+        (2, PoolingType::Cls),
+        (3, PoolingType::Last),
+        (4, PoolingType::Rank),
+    ] {
+        let h = hparams_of("llama", |m| {
+            set(m, "llama.pooling_type", MetaValue::U32(code))
+        });
+        assert_eq!(h.pooling, Some(want));
+        assert!(
+            h.to_string()
+                .ends_with(&format!("pooling           {} (pooling_type)", want.name())),
+            "{h}"
+        );
+    }
+    // llama.cpp's "unspecified" (-1, as a signed value) is not set.
+    let h = hparams_of("llama", |m| {
+        set(m, "llama.pooling_type", MetaValue::I32(-1))
+    });
+    assert_eq!(h.pooling, None);
+    assert!(h.to_string().ends_with("not set (kiln embeds with mean)"));
+    // Another code is an error naming the key.
+    let mut v = proof_variants()
+        .into_iter()
+        .find(|v| v.name == "llama")
+        .unwrap();
+    set(&mut v.spec.meta, "llama.pooling_type", MetaValue::U32(7));
+    let w = build(&v.spec, "llama", &tiny_vocab(), Quant::F16, 1).unwrap();
+    let e = HParams::from_gguf(&GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("llama.pooling_type = 7"), "{e}");
+}

@@ -9,6 +9,7 @@ use crate::engine::hparams::{
     Activation, AttnTemperature, HParams, RopeScaling, RopeScalingKind, RopeStyle,
 };
 use crate::engine::ops::{yarn_corr_dims, RopeKind, RopeTable};
+use crate::engine::pooling::PoolingType;
 use crate::gguf::GgufFile;
 
 /// Per layer: which RoPE table applies and how far back attention sees.
@@ -57,6 +58,8 @@ pub struct LlamaConfig {
     pub residual_scale: Option<f32>,
     pub logit_scale: Option<f32>,
     pub attn_temperature: Option<AttnTemperature>,
+    /// The file's pooling type for embeddings (`HParams::pooling`).
+    pub pooling: Option<PoolingType>,
 }
 
 /// One RoPE table with llama.cpp's context-time parameters (`llama-context.cpp`): the
@@ -187,6 +190,7 @@ impl LlamaConfig {
             residual_scale: hp.residual_scale,
             logit_scale: hp.logit_scale,
             attn_temperature: hp.attn_temperature,
+            pooling: hp.pooling,
         })
     }
 

@@ -9,11 +9,12 @@
 
 use super::sample::Draw;
 use super::shared::WorkerShared;
+use crate::engine::pooling::Pooler;
 use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::fault::{FaultStage, Faults};
 use crate::scheduler::observer::{Observer, RequestStats};
 use crate::scheduler::request::{
-    Event, FinishReason, GenerationRequest, Pooling, PromptOutput, Timings, TokenLogprob, Usage,
+    Event, FinishReason, GenerationRequest, PromptOutput, Timings, TokenLogprob, Usage,
 };
 use crate::scheduler::sampling::{Sampled, Sampler};
 use crate::scheduler::state::{Scheduler, SeqId};
@@ -111,9 +112,8 @@ pub(super) struct Req {
     prompt_scores: Vec<TokenLogprob>,
     /// The prompt logprobs (or the embedding) were sent.
     prompt_sent: bool,
-    /// An embedding's pooled hidden states so far, and the next prompt position to pool.
-    pooled: Vec<f64>,
-    pooled_upto: usize,
+    /// An embedding's hidden states pooled so far (from its first rows).
+    pooler: Option<Pooler>,
 }
 
 impl Req {
@@ -143,8 +143,7 @@ impl Req {
             error: None,
             prompt_scores: Vec::new(),
             prompt_sent: false,
-            pooled: Vec::new(),
-            pooled_upto: 0,
+            pooler: None,
         }
     }
 
@@ -353,38 +352,15 @@ impl Outputs {
             return;
         }
         let len = r.req.prompt.len();
-        if r.pooled.len() != n_embd {
-            r.pooled = vec![0.0; n_embd];
-        }
-        for (j, row) in hidden.chunks_exact(n_embd).enumerate() {
-            let pos = start + j;
-            if pos != r.pooled_upto {
-                continue;
-            }
-            r.pooled_upto += 1;
-            let take = match pooling {
-                Pooling::Mean => true,
-                Pooling::Cls => pos == 0,
-                Pooling::Last => pos + 1 == len,
-            };
-            if take {
-                for (p, &v) in r.pooled.iter_mut().zip(row) {
-                    *p += f64::from(v);
-                }
-            }
-        }
-        if r.pooled_upto < len {
+        let pooler = r
+            .pooler
+            .get_or_insert_with(|| Pooler::new(pooling, len, n_embd));
+        pooler.add(start, hidden);
+        if !pooler.is_complete() {
             return;
         }
         r.prompt_sent = true;
-        let norm = r.pooled.iter().map(|v| v * v).sum::<f64>().sqrt();
-        let scale = if norm > 0.0 && norm.is_finite() {
-            1.0 / norm
-        } else {
-            0.0
-        };
-        let embedding: Vec<f32> = r.pooled.iter().map(|v| (v * scale) as f32).collect();
-        r.pooled = Vec::new();
+        let embedding = r.pooler.take().map(Pooler::finish).unwrap_or_default();
         let reason = if r.send(Event::Embedding { embedding }) {
             FinishReason::Length
         } else {

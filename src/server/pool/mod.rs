@@ -200,6 +200,7 @@ impl ModelPool {
                     name: None,
                     aliases: Vec::new(),
                     chat_template: None,
+                    pooling: None,
                     threads: cfg.threads,
                     workers: cfg.workers,
                     kv_cache: cfg.kv_cache,

@@ -158,7 +158,7 @@ pub enum ContentBlockParam {
         #[serde(default)]
         is_error: Option<bool>,
     },
-    /// Earlier reasoning (kept for the template's reasoning field).
+    /// Earlier reasoning: dropped (templates leave out earlier turns' reasoning).
     Thinking {
         thinking: String,
         #[serde(default)]
