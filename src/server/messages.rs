@@ -25,8 +25,8 @@ use crate::server::sse::{json_event, ChunkWriter};
 use crate::server::state::AppState;
 use crate::server::types::messages::*;
 use crate::server::types::{
-    ChatMessage, FunctionDef, FunctionName, MessageContent, NamedToolChoice, Role, StopSpec,
-    TimingsBody, Tool, ToolChoiceSpec, UsageBody,
+    ChatMessage, FunctionDef, FunctionName, NamedToolChoice, Role, StopSpec, TimingsBody, Tool,
+    ToolChoiceSpec, UsageBody,
 };
 use crate::structured::reasoning::{self, ReasoningSplit, ThinkStart};
 use crate::structured::syntax::SyntaxTokens;
@@ -60,16 +60,6 @@ fn text_of(blocks: &AnthropicContent) -> String {
     }
 }
 
-fn message(role: Role, text: String) -> ChatMessage {
-    ChatMessage {
-        role,
-        content: Some(MessageContent::Text(text)),
-        name: None,
-        tool_call_id: None,
-        tool_calls: None,
-    }
-}
-
 /// One Anthropic turn as chat messages: a user turn's `tool_result` blocks become `tool`
 /// messages (before its text), an assistant turn's `tool_use` blocks its `tool_calls`.
 fn turn(i: usize, m: &AnthropicMessage, out: &mut Vec<ChatMessage>) -> Result<(), ApiError> {
@@ -79,7 +69,7 @@ fn turn(i: usize, m: &AnthropicMessage, out: &mut Vec<ChatMessage>) -> Result<()
                 AnthropicRole::User => Role::User,
                 AnthropicRole::Assistant => Role::Assistant,
             };
-            out.push(message(role, s.clone()));
+            out.push(ChatMessage::text(role, s.clone()));
             return Ok(());
         }
         AnthropicContent::Blocks(b) => b,
@@ -112,7 +102,7 @@ fn turn(i: usize, m: &AnthropicMessage, out: &mut Vec<ChatMessage>) -> Result<()
                 };
                 out.push(ChatMessage {
                     tool_call_id: Some(tool_use_id.clone()),
-                    ..message(Role::Tool, text)
+                    ..ChatMessage::text(Role::Tool, text)
                 });
             }
             (
@@ -142,7 +132,7 @@ fn turn(i: usize, m: &AnthropicMessage, out: &mut Vec<ChatMessage>) -> Result<()
     if !texts.is_empty() || !calls.is_empty() {
         out.push(ChatMessage {
             tool_calls: (!calls.is_empty()).then_some(calls),
-            ..message(role, texts.join("\n"))
+            ..ChatMessage::text(role, texts.join("\n"))
         });
     }
     Ok(())
@@ -224,7 +214,7 @@ fn convert(
     }
     let mut messages = Vec::with_capacity(turns.len() + 1);
     if let Some(s) = system {
-        messages.push(message(Role::System, s.text()));
+        messages.push(ChatMessage::text(Role::System, s.text()));
     }
     let (last, earlier) = turns.split_last().expect("not empty");
     for (i, m) in earlier.iter().enumerate() {

@@ -22,7 +22,7 @@ use crate::server::openapi::errors::GenerationErrors;
 use crate::server::prompt::render_chat;
 use crate::server::state::{AppState, Runtime};
 use crate::server::types::rerank::*;
-use crate::server::types::{ChatMessage, MessageContent, Role};
+use crate::server::types::{ChatMessage, Role};
 use crate::structured::reasoning::ThinkStart;
 use axum::extract::State;
 use axum::Json;
@@ -37,16 +37,6 @@ const DEFAULT_INSTRUCTION: &str =
     "Given a web search query, retrieve relevant passages that answer the query";
 /// Alternatives read at the answer position.
 const TOP: usize = 20;
-
-fn message(role: Role, text: String) -> ChatMessage {
-    ChatMessage {
-        role,
-        content: Some(MessageContent::Text(text)),
-        name: None,
-        tool_call_id: None,
-        tool_calls: None,
-    }
-}
 
 /// The first token of `word` (without a leading space: the answer starts the reply).
 fn answer_token(rt: &Runtime, word: &str) -> Result<u32, ApiError> {
@@ -66,8 +56,8 @@ fn prompt(
     yes: u32,
 ) -> Result<Vec<u32>, ApiError> {
     let messages = [
-        message(Role::System, JUDGE.to_string()),
-        message(
+        ChatMessage::text(Role::System, JUDGE.to_string()),
+        ChatMessage::text(
             Role::User,
             format!("<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}"),
         ),
