@@ -52,8 +52,6 @@ impl GroupTerms for NoTerms {
         usize::MAX
     }
 
-    /// # Safety
-    /// As [`GroupTerms::fill`].
     #[inline(always)]
     unsafe fn fill(&mut self, _a: *const u8, _ar: usize, _n: usize, _nb: usize) {}
 }

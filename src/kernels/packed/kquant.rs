@@ -193,8 +193,6 @@ impl<const N: usize> GroupTerms for ActTable<N> {
         N / nb
     }
 
-    /// # Safety
-    /// As [`GroupTerms::fill`].
     #[inline(always)]
     unsafe fn fill(&mut self, a: *const u8, ar: usize, n: usize, nb: usize) {
         // SAFETY: `a` holds `n` rows of `ar` bytes (caller contract).

@@ -44,8 +44,6 @@ impl<const N: usize> GroupTerms for BlockTerms<N> {
         N / nb
     }
 
-    /// # Safety
-    /// As [`GroupTerms::fill`].
     #[inline(always)]
     unsafe fn fill(&mut self, a: *const u8, ar: usize, n: usize, nb: usize) {
         assert!(n * nb <= N, "block terms of {N} entries");

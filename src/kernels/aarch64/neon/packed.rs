@@ -358,8 +358,6 @@ impl<const T: u8> PanelTile for DotTile<'_, T> {
         }
     }
 
-    /// # Safety
-    /// As [`PanelTile::tile`].
     #[inline(always)]
     unsafe fn tile(&self, t: &Tile, _: &NoTerms) {
         // SAFETY: the driver's tile contract is tile_lanes' (one token) or tile_dot's with
@@ -392,8 +390,6 @@ impl<const T: u8> PanelTile for MmTile<'_, T> {
         }
     }
 
-    /// # Safety
-    /// As [`PanelTile::tile`].
     #[inline(always)]
     unsafe fn tile(&self, t: &Tile, _: &NoTerms) {
         let (l, p, a, ar, o, os, v) = (self.0, t.panel, t.a, t.ar, t.out, t.os, t.valid);

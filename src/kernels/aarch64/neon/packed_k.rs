@@ -160,8 +160,6 @@ impl PanelTile for KTile<'_> {
         TT_MAX.min(left)
     }
 
-    /// # Safety
-    /// As [`PanelTile::tile`].
     #[inline(always)]
     unsafe fn tile(&self, t: &Tile, _: &NoTerms) {
         let (l, p, a, ar, o, os, v) = (self.0, t.panel, t.a, t.ar, t.out, t.os, t.valid);

@@ -417,8 +417,6 @@ macro_rules! panel_gemm {
                     1
                 }
 
-                /// # Safety
-                /// As [`PanelTile::tile`].
                 #[inline(always)]
                 unsafe fn tile(&self, t: &Tile, _: &NoTerms) {
                     // SAFETY: the driver's tile contract is tile_lanes' for half t.sub.
@@ -439,8 +437,6 @@ macro_rules! panel_gemm {
                     MAX_TT.min(left)
                 }
 
-                /// # Safety
-                /// As [`PanelTile::tile`].
                 #[inline(always)]
                 unsafe fn tile(&self, t: &Tile, tab: &BlockTerms<N>) {
                     let (l, n) = (self.0, t.n);

@@ -242,8 +242,6 @@ impl<const T: u8, const N: usize> PanelTile for RowsTile<T, N> {
         MAX_TT.min(left)
     }
 
-    /// # Safety
-    /// As [`PanelTile::tile`].
     #[inline(always)]
     unsafe fn tile(&self, t: &Tile, tab: &BlockTerms<N>) {
         let rows: [*const u8; LANES] =

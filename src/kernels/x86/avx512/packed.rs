@@ -309,8 +309,6 @@ impl<const T: u8> PanelTile for LanesTile<'_, T> {
         LANES_TT.min(left)
     }
 
-    /// # Safety
-    /// As [`PanelTile::tile`].
     #[inline(always)]
     unsafe fn tile(&self, t: &Tile, _: &NoTerms) {
         // SAFETY: the driver's tile contract is tile_lanes' with TT = t.n (features: the
@@ -337,8 +335,6 @@ impl<const T: u8, const N: usize> PanelTile for Q0Tile<'_, T, N> {
         MAX_TT.min(left)
     }
 
-    /// # Safety
-    /// As [`PanelTile::tile`].
     #[inline(always)]
     unsafe fn tile(&self, t: &Tile, terms: &BlockTerms<N>) {
         let l = self.0;

@@ -315,8 +315,6 @@ impl<const T: u8, const E: usize> PanelTile for KTile<'_, T, E> {
         TT.min(left)
     }
 
-    /// # Safety
-    /// As [`PanelTile::tile`].
     #[inline(always)]
     unsafe fn tile(&self, t: &Tile, tab: &ActTable<E>) {
         let (l, (p, a, ar, e, o, os, v)) =
