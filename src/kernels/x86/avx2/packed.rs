@@ -271,13 +271,7 @@ macro_rules! panel_gemm {
                         // SAFETY: `start` is 8 i32.
                         unsafe { _mm256_storeu_si256(start.as_mut_ptr() as *mut __m256i, v) };
                     }
-                    // A Q4 chunk's low nibbles (dword i), then its high ones (i + 4): one
-                    // weight chunk live at a time. With all four chunks held, the 8 sums,
-                    // the minimum sum and the constants outgrew the 16 ymm registers and
-                    // the sums spilled (Q4_1 18% slower when this tile was inlined into the
-                    // shared loop). Each sum's order over blocks is the same either way.
-                    for i in [0, 4, 1, 5, 2, 6, 3, 7] {
-                        let acc_i = &mut acc[i];
+                    for (i, acc_i) in acc.iter_mut().enumerate() {
                         // SAFETY: q is block b's aligned quants; dword i of the token's quants.
                         let (w, x) = unsafe { (weights::<T>(q, h, i), act(blk.add(qo), i)) };
                         let p = if $plain && T == Q8_0 {
