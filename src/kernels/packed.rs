@@ -26,7 +26,10 @@
 
 use super::DType;
 
+pub(crate) mod driver;
 pub mod kquant;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod terms;
 
 /// Rows per panel (one zmm of i32 lanes).
 pub const PANEL: usize = 16;

@@ -320,7 +320,11 @@ impl Worker {
             self.outputs.refuse(r, message);
             return;
         }
-        let constraint = r.req.constraint.as_ref().map(|c| c.sequence());
+        let constraint = r
+            .req
+            .constraint
+            .as_ref()
+            .map(|c| c.sequence_within(r.req.max_tokens));
         let out = SeqOut::new(id, 0, &r, constraint, n == 1);
         let prompt = r.req.prompt.clone();
         let rows = r.req.prompt_output.wants_rows();

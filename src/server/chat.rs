@@ -7,14 +7,15 @@ use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
 use crate::server::generate::{Job, Meta, Session};
 use crate::server::logprobs::chat_entries;
+use crate::server::openapi::errors::GenerationErrors;
 use crate::server::output_constraint::{self as shapes, Shape};
 use crate::server::params::{Fields, SamplingPlan};
 use crate::server::sse::{json_event, ChunkWriter};
 use crate::server::state::{AppState, Runtime};
 use crate::server::types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
-    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ErrorResponse,
-    FunctionCall, FunctionCallDelta, TimingsBody, ToolCall, ToolCallDelta, UsageBody,
+    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, FunctionCall,
+    FunctionCallDelta, TimingsBody, ToolCall, ToolCallDelta, UsageBody,
 };
 use crate::structured::reasoning::{self, ReasoningSplit, ThinkStart};
 use crate::structured::syntax::SyntaxTokens;
@@ -48,15 +49,7 @@ fn fields(r: &ChatCompletionRequest) -> Fields<'_> {
                 (ChatCompletionResponse = "application/json"),
                 (ChatCompletionChunk = "text/event-stream"),
             )),
-        (status = 400, description = "Invalid request (`param` names the field)", body = ErrorResponse),
-        (status = 401, description = "Missing or wrong API key", body = ErrorResponse),
-        (status = 404, description = "Unknown model", body = ErrorResponse),
-        (status = 408, description = "The request ran past the server's time limit", body = ErrorResponse),
-        (status = 413, description = "Body too large", body = ErrorResponse),
-        (status = 415, description = "Body is not JSON", body = ErrorResponse),
-        (status = 429, description = "Queue full; see Retry-After", body = ErrorResponse),
-        (status = 500, description = "Engine fault", body = ErrorResponse),
-        (status = 503, description = "Loading, draining or engine down", body = ErrorResponse),
+        GenerationErrors,
     ),
     security(("bearer" = []))
 )]

@@ -7,12 +7,12 @@ use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
 use crate::server::generate::{Job, Meta, Session};
 use crate::server::logprobs::CompletionLogprobBuilder;
+use crate::server::openapi::errors::GenerationErrors;
 use crate::server::params::{Fields, SamplingPlan};
 use crate::server::sse::{json_event, ChunkWriter};
 use crate::server::state::{AppState, Runtime};
 use crate::server::types::{
-    CompletionChoice, CompletionRequest, CompletionResponse, ErrorResponse, OnePrompt, TimingsBody,
-    UsageBody,
+    CompletionChoice, CompletionRequest, CompletionResponse, OnePrompt, TimingsBody, UsageBody,
 };
 use crate::tokenizer::Tokenizer;
 use axum::extract::State;
@@ -96,15 +96,7 @@ pub(crate) fn tokenize(
                 (CompletionResponse = "application/json"),
                 (CompletionResponse = "text/event-stream"),
             )),
-        (status = 400, description = "Invalid request (`param` names the field)", body = ErrorResponse),
-        (status = 401, description = "Missing or wrong API key", body = ErrorResponse),
-        (status = 404, description = "Unknown model", body = ErrorResponse),
-        (status = 408, description = "The request ran past the server's time limit", body = ErrorResponse),
-        (status = 413, description = "Body too large", body = ErrorResponse),
-        (status = 415, description = "Body is not JSON", body = ErrorResponse),
-        (status = 429, description = "Queue full; see Retry-After", body = ErrorResponse),
-        (status = 500, description = "Engine fault", body = ErrorResponse),
-        (status = 503, description = "Loading, draining or engine down", body = ErrorResponse),
+        GenerationErrors,
     ),
     security(("bearer" = []))
 )]

@@ -10,12 +10,11 @@ use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::completions::{tokenize, MAX_PROMPTS};
 use crate::server::error::ApiError;
-use crate::server::generate::{Job, Session};
-use crate::server::params::{Fields, SamplingPlan};
+use crate::server::generate::Session;
+use crate::server::openapi::errors::GenerationErrors;
 use crate::server::state::AppState;
 use crate::server::types::{
     EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, EmbeddingVector,
-    ErrorResponse,
 };
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -49,15 +48,7 @@ fn pooling_of(model: &str, t: PoolingType) -> Result<Pooling, ApiError> {
     request_body(content = EmbeddingRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "One embedding per input, in input order", body = EmbeddingResponse),
-        (status = 400, description = "Invalid request (`param` names the field)", body = ErrorResponse),
-        (status = 401, description = "Missing or wrong API key", body = ErrorResponse),
-        (status = 404, description = "Unknown model", body = ErrorResponse),
-        (status = 408, description = "The request ran past the server's time limit", body = ErrorResponse),
-        (status = 413, description = "Body too large", body = ErrorResponse),
-        (status = 415, description = "Body is not JSON", body = ErrorResponse),
-        (status = 429, description = "Queue full; see Retry-After", body = ErrorResponse),
-        (status = 500, description = "Engine fault", body = ErrorResponse),
-        (status = 503, description = "Loading, draining or engine down", body = ErrorResponse),
+        GenerationErrors,
     ),
     security(("bearer" = []))
 )]
@@ -102,24 +93,8 @@ pub async fn embeddings(
         .into_iter()
         .map(|t| t.ids)
         .collect();
-    let fields = Fields {
-        max_tokens: Some(0),
-        max_tokens_param: "input",
-        zero_max_tokens: true,
-        ..Fields::default()
-    };
-    let plan = SamplingPlan::new(&fields, state.settings(), session.info())?;
-    let model = session.model.clone();
     let out = session
-        .submit(Job {
-            plan,
-            prompts: ids,
-            prompt_param: "input",
-            constraint: None,
-            chat: false,
-            prompt_output: PromptOutput::Embedding { pooling },
-        })?
-        .collect()
+        .score(ids, "input", PromptOutput::Embedding { pooling })
         .await?;
     let data = out
         .embeddings
@@ -147,7 +122,7 @@ pub async fn embeddings(
     Ok(Json(EmbeddingResponse {
         object: "list".to_string(),
         data,
-        model,
+        model: out.session.model.clone(),
         usage: EmbeddingUsage {
             prompt_tokens,
             total_tokens: prompt_tokens,

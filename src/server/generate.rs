@@ -23,7 +23,7 @@ use crate::scheduler::{EngineInfo, GenerationRequest, PromptOutput, RequestStrea
 use crate::server::admission;
 use crate::server::error::ApiError;
 use crate::server::output_constraint::{self as shapes, Shape};
-use crate::server::params::SamplingPlan;
+use crate::server::params::{Fields, SamplingPlan};
 use crate::server::run::{collect, ChoiceOutput};
 use crate::server::sse::{self, ChunkWriter};
 use crate::server::state::{unix_now, AppState, InFlight, Runtime};
@@ -184,6 +184,34 @@ impl Session {
     }
 
     /// Queues every prompt of `job`; see the module docs.
+    /// Runs `prompts` prefill-only (nothing generated, no KV kept after) for what `output`
+    /// asks of them (an embedding, prompt logprobs) and collects it; `param` is the request
+    /// field the prompts came from.
+    pub async fn score(
+        self,
+        prompts: Vec<Vec<u32>>,
+        param: &'static str,
+        output: PromptOutput,
+    ) -> Result<Collected, ApiError> {
+        let fields = Fields {
+            max_tokens: Some(0),
+            max_tokens_param: param,
+            zero_max_tokens: true,
+            ..Fields::default()
+        };
+        let plan = SamplingPlan::new(&fields, self.state.settings(), self.info())?;
+        self.submit(Job {
+            plan,
+            prompts,
+            prompt_param: param,
+            constraint: None,
+            chat: false,
+            prompt_output: output,
+        })?
+        .collect()
+        .await
+    }
+
     pub fn submit(self, job: Job) -> Result<Submitted, ApiError> {
         let mut streams = Vec::with_capacity(job.prompts.len());
         // The queue place taken before the body was read goes to the first prompt.

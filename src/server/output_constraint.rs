@@ -201,7 +201,7 @@ pub fn compile_json(rt: &Runtime, shape: &Shape) -> Result<Option<Arc<Constraint
             param,
             label,
         } => Constraint::json_schema(grammars(rt)?, schema, param, label)
-            .map(|c| Some(Arc::new(c)))
+            .map(|c| Some(Arc::new(c.closing())))
             .map_err(constraint_error),
         _ => Ok(None),
     }
@@ -250,7 +250,7 @@ pub fn prepare_chat(
         return Ok(Prepared {
             messages: history(messages, format),
             template_tools: None,
-            constraint: answer_constraint.map(Arc::new),
+            constraint: answer_constraint.map(|c| Arc::new(c.closing())),
             read_calls: None,
         });
     }

@@ -17,12 +17,12 @@ use crate::scheduler::{PromptOutput, TokenLogprob};
 use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
-use crate::server::generate::{Job, Session};
-use crate::server::params::{Fields, SamplingPlan};
+use crate::server::generate::Session;
+use crate::server::openapi::errors::GenerationErrors;
 use crate::server::prompt::render_chat;
 use crate::server::state::{AppState, Runtime};
 use crate::server::types::rerank::*;
-use crate::server::types::{ChatMessage, ErrorResponse, MessageContent, Role};
+use crate::server::types::{ChatMessage, Role};
 use crate::structured::reasoning::ThinkStart;
 use axum::extract::State;
 use axum::Json;
@@ -37,16 +37,6 @@ const DEFAULT_INSTRUCTION: &str =
     "Given a web search query, retrieve relevant passages that answer the query";
 /// Alternatives read at the answer position.
 const TOP: usize = 20;
-
-fn message(role: Role, text: String) -> ChatMessage {
-    ChatMessage {
-        role,
-        content: Some(MessageContent::Text(text)),
-        name: None,
-        tool_call_id: None,
-        tool_calls: None,
-    }
-}
 
 /// The first token of `word` (without a leading space: the answer starts the reply).
 fn answer_token(rt: &Runtime, word: &str) -> Result<u32, ApiError> {
@@ -66,8 +56,8 @@ fn prompt(
     yes: u32,
 ) -> Result<Vec<u32>, ApiError> {
     let messages = [
-        message(Role::System, JUDGE.to_string()),
-        message(
+        ChatMessage::text(Role::System, JUDGE.to_string()),
+        ChatMessage::text(
             Role::User,
             format!("<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}"),
         ),
@@ -118,15 +108,7 @@ fn score(entry: Option<&TokenLogprob>, no: u32) -> f64 {
     request_body(content = RerankRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The documents' scores, most relevant first", body = RerankResponse),
-        (status = 400, description = "Invalid request (`param` names the field)", body = ErrorResponse),
-        (status = 401, description = "Missing or wrong API key", body = ErrorResponse),
-        (status = 404, description = "Unknown model", body = ErrorResponse),
-        (status = 408, description = "The request ran past the server's time limit", body = ErrorResponse),
-        (status = 413, description = "Body too large", body = ErrorResponse),
-        (status = 415, description = "Body is not JSON", body = ErrorResponse),
-        (status = 429, description = "Queue full; see Retry-After", body = ErrorResponse),
-        (status = 500, description = "Engine fault", body = ErrorResponse),
-        (status = 503, description = "Loading, draining or engine down", body = ErrorResponse),
+        GenerationErrors,
     ),
     security(("bearer" = []))
 )]
@@ -169,24 +151,8 @@ pub async fn rerank(
         Ok((prompts, no))
     })
     .await?;
-    let fields = Fields {
-        max_tokens: Some(0),
-        max_tokens_param: "documents",
-        zero_max_tokens: true,
-        ..Fields::default()
-    };
-    let plan = SamplingPlan::new(&fields, state.settings(), session.info())?;
-    let model = session.model.clone();
     let out = session
-        .submit(Job {
-            plan,
-            prompts,
-            prompt_param: "documents",
-            constraint: None,
-            chat: false,
-            prompt_output: PromptOutput::Logprobs { top: TOP },
-        })?
-        .collect()
+        .score(prompts, "documents", PromptOutput::Logprobs { top: TOP })
         .await?;
     let mut results: Vec<RerankResult> = out
         .prompt_logprobs
@@ -210,7 +176,7 @@ pub async fn rerank(
     Ok(Json(RerankResponse {
         id: random_id("rerank-"),
         object: "list".to_string(),
-        model,
+        model: out.session.model.clone(),
         results,
         usage: RerankUsage {
             prompt_tokens,

@@ -4,10 +4,11 @@
 use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
+use crate::server::openapi::errors::PromptErrors;
 use crate::server::prompt;
 use crate::server::state::AppState;
 use crate::server::types::{
-    DetokenizeRequest, DetokenizeResponse, ErrorResponse, TokenizeRequest, TokenizeResponse,
+    DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse,
 };
 use axum::extract::State;
 use axum::Json;
@@ -21,12 +22,7 @@ use std::sync::Arc;
     request_body(content = TokenizeRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The token ids", body = TokenizeResponse),
-        (status = 400, description = "Invalid request", body = ErrorResponse),
-        (status = 401, description = "Missing or wrong API key", body = ErrorResponse),
-        (status = 404, description = "Unknown model", body = ErrorResponse),
-        (status = 413, description = "Body too large", body = ErrorResponse),
-        (status = 415, description = "Body is not JSON", body = ErrorResponse),
-        (status = 503, description = "Loading, draining or engine down", body = ErrorResponse),
+        PromptErrors,
     ),
     security(("bearer" = []))
 )]
@@ -76,12 +72,7 @@ pub async fn tokenize(
     request_body(content = DetokenizeRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The text", body = DetokenizeResponse),
-        (status = 400, description = "Invalid request (an id outside the vocabulary)", body = ErrorResponse),
-        (status = 401, description = "Missing or wrong API key", body = ErrorResponse),
-        (status = 404, description = "Unknown model", body = ErrorResponse),
-        (status = 413, description = "Body too large", body = ErrorResponse),
-        (status = 415, description = "Body is not JSON", body = ErrorResponse),
-        (status = 503, description = "Loading, draining or engine down", body = ErrorResponse),
+        PromptErrors,
     ),
     security(("bearer" = []))
 )]

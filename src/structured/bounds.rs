@@ -7,9 +7,20 @@
 //! The bounds never make a reply impossible: where no allowed token keeps within them (a
 //! schema that needs a 20-digit number), the grammar's own mask stands. String lengths are
 //! the grammar's business (`maxLength` compiles into it).
+//!
+//! Closing: a reply that nears its `max_tokens` would be cut mid-value (a string a small model
+//! at temperature 1.0 never closes, an object it keeps adding keys to) and fail to parse.
+//! Within [`Limits::close_within`] tokens of the budget, [`JsonBounds::close`] narrows the mask
+//! to the tokens that only close (`"`, `}`, `]` and the end of generation) wherever the
+//! grammar allows one, so the value ends valid; where none is allowed (a required key still
+//! to write) the grammar's mask stands. Only constraints built with
+//! [`super::Constraint::closing`] (`response_format`) close; tool calls cut short stay partial.
 
-use llguidance::toktrie::SimpleVob;
+use llguidance::toktrie::{SimpleVob, TokTrie};
 use std::sync::Arc;
+
+/// The byte a control token's word starts with.
+const SPECIAL_MARKER: u8 = TokTrie::SPECIAL_TOKEN_MARKER;
 
 /// What the bounds allow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +39,9 @@ pub struct Limits {
     pub ws_between: u32,
     /// Whitespace characters in a row inside a string (raw or escaped `\n`, `\t`, `\r`).
     pub ws_in_string: u32,
+    /// Tokens before `max_tokens` from which a reply is steered to close (at most a quarter
+    /// of the budget).
+    pub close_within: u32,
 }
 
 /// kiln's bounds.
@@ -38,6 +52,7 @@ pub const LIMITS: Limits = Limits {
     max_magnitude: 300,
     ws_between: 4,
     ws_in_string: 32,
+    close_within: 64,
 };
 
 /// Each token's bytes as the bounds read them, and the longest digit and whitespace runs any
@@ -47,6 +62,9 @@ pub struct TokenBytes {
     words: Vec<Vec<u8>>,
     max_digits: u32,
     max_ws: u32,
+    /// Tokens that only close: their bytes are all `"`, `}` or `]`, or they are control
+    /// tokens (the end of generation is one).
+    closers: Vec<u32>,
 }
 
 impl TokenBytes {
@@ -68,7 +86,17 @@ impl TokenBytes {
                 })
             })
             .max();
+        let closers = words
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| {
+                w.first() == Some(&SPECIAL_MARKER)
+                    || (!w.is_empty() && w.iter().all(|b| matches!(b, b'"' | b'}' | b']')))
+            })
+            .map(|(i, _)| i as u32)
+            .collect();
         TokenBytes {
+            closers,
             max_digits: max_digits.unwrap_or(0),
             max_ws: max_ws.unwrap_or(0),
             words,
@@ -179,6 +207,32 @@ impl JsonBounds {
             mask.disallow_token(id);
         }
         over.len()
+    }
+
+    /// How many tokens before the end of a `max_tokens` budget closing starts.
+    pub fn close_margin(&self, max_tokens: usize) -> usize {
+        (self.limits.close_within as usize).min(max_tokens / 4)
+    }
+
+    /// Narrows `mask` to the closing tokens it allows (see the module docs), unless it allows
+    /// none or the output is outside JSON (embedded text). Returns how many tokens it removed.
+    pub fn close(&self, mask: &mut SimpleVob) -> usize {
+        if self.lex == Lex::Text {
+            return 0;
+        }
+        let closers = &self.table.closers;
+        if !closers.iter().any(|&id| mask.is_allowed(id)) {
+            return 0;
+        }
+        let keep: Vec<u32> = closers
+            .iter()
+            .copied()
+            .filter(|&id| mask.is_allowed(id))
+            .collect();
+        let removed = mask.num_set() - keep.len();
+        mask.set_all(false);
+        keep.into_iter().for_each(|id| mask.allow_token(id));
+        removed
     }
 
     /// Whether some token could cross a bound from here.
@@ -378,7 +432,8 @@ mod tests {
 
     fn table() -> Arc<TokenBytes> {
         let words: Vec<Vec<u8>> = [
-            "0", "1", "12", "9", ".", "e", "-", ",", "}", "{", "\"", " ", "\\n", "a", "123, ", "e+",
+            "0", "1", "12", "9", ".", "e", "-", ",", "}", "{", "\"", " ", "\\n", "a", "123, ",
+            "e+", "b", "\"}",
         ]
         .iter()
         .map(|w| w.as_bytes().to_vec())
@@ -479,6 +534,27 @@ mod tests {
         mask.allow_token(id(&t, "9"));
         assert_eq!(b.narrow(&mut mask), 0);
         assert_eq!(mask.num_set(), 2);
+    }
+
+    #[test]
+    fn closing_keeps_only_the_closers_the_grammar_allows() {
+        let t = table();
+        let mut b = JsonBounds::new(Arc::clone(&t), false, LIMITS);
+        feed(&mut b, &["{", "\"", "a"]);
+        let mut mask = SimpleVob::alloc(t.words.len());
+        for w in ["b", "\"", "\"}", "1"] {
+            mask.allow_token(id(&t, w));
+        }
+        assert_eq!(b.close(&mut mask), 2);
+        assert!(mask.is_allowed(id(&t, "\"")) && mask.is_allowed(id(&t, "\"}")));
+        // No closer allowed: the grammar's mask stands.
+        let mut mask = SimpleVob::alloc(t.words.len());
+        mask.allow_token(id(&t, "b"));
+        assert_eq!(b.close(&mut mask), 0);
+        assert_eq!(mask.num_set(), 1);
+        // A quarter of a small budget, at most `close_within` of a large one.
+        assert_eq!(b.close_margin(40), 10);
+        assert_eq!(b.close_margin(4096), LIMITS.close_within as usize);
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub struct Constraint {
     /// The bounds on JSON runs ([`super::bounds`]): the token bytes, and whether the JSON
     /// is embedded amid other text; None when the output holds free text they would distort.
     bounds: Option<(Arc<TokenBytes>, bool)>,
+    /// Near `max_tokens`, steer the reply to close its JSON ([`JsonBounds::close`]): set for
+    /// `response_format`, not for tool calls (a call cut short is reported as partial).
+    closes: bool,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -91,6 +94,7 @@ impl Constraint {
             matcher,
             label: label.to_string(),
             bounds: Some((Arc::clone(g.token_bytes()), false)),
+            closes: false,
         })
     }
 
@@ -116,6 +120,7 @@ impl Constraint {
             matcher,
             label: label.to_string(),
             bounds: json_bounds.then(|| (Arc::clone(g.token_bytes()), true)),
+            closes: false,
         })
     }
 
@@ -143,6 +148,24 @@ impl Constraint {
             .as_ref()
             .map(|(t, embedded)| JsonBounds::new(Arc::clone(t), *embedded, LIMITS));
         SeqConstraint::with_bounds(self.matcher.clone(), bounds)
+    }
+
+    /// The same constraint, closing its JSON near the end of a sequence's budget (see
+    /// [`super::bounds`]): what `response_format` asks for, a value that parses.
+    pub fn closing(mut self) -> Constraint {
+        self.closes = true;
+        self
+    }
+
+    /// [`Constraint::sequence`] for a sequence that may draw `max_tokens`: it closes near the
+    /// end when this constraint is [`Constraint::closing`].
+    pub fn sequence_within(&self, max_tokens: usize) -> SeqConstraint {
+        let seq = self.sequence();
+        if self.closes {
+            seq.with_budget(max_tokens)
+        } else {
+            seq
+        }
     }
 
     pub fn label(&self) -> &str {

@@ -6,7 +6,8 @@
 //!   match them), and the shared [`Grammars`] factory;
 //! - [`rewrite`]: schema keywords the engine refuses, rewritten into equivalent ones it
 //!   accepts (`dependencies`, `not: {required}`, `not: {}`, `oneOf` over required lists or
-//!   provably disjoint branches ([`disjoint`]), undefined formats);
+//!   provably disjoint branches ([`disjoint`]), undefined formats, property counts
+//!   ([`counts`]), conditions on a tag property ([`conditional`]));
 //! - [`grammar`]: a request's constraint (`response_format`, a tool envelope) compiled into a
 //!   [`Constraint`], with typed errors naming the unsupported feature;
 //! - [`seq`]: one sequence's matcher in the scheduler: mask, accept, end-of-generation rule;
@@ -18,7 +19,10 @@
 //! Like `tokenizer` and `chat_template`, this module sits beside the layers: the scheduler
 //! runs a [`Constraint`] per sequence, the server builds them; it imports neither.
 
+mod annotations;
 pub mod bounds;
+mod conditional;
+mod counts;
 mod disjoint;
 pub mod error;
 pub mod grammar;

@@ -8,7 +8,11 @@
 //!   or refuses them).
 //! - `dependencies` / `dependentRequired` / `dependentSchemas`: "if `a` is present then ..."
 //!   is `anyOf: [{a absent}, {a present and ...}]`, added to the node's `allOf`.
-//! - `not: {"required": [...]}`: "not all of these present" is `anyOf` of each one absent.
+//! - `not: {"required": [...]}`: "not all of these present" is `anyOf` of each one absent
+//!   (narrowed when `properties` or `type: object` stand beside the list: an instance that
+//!   has them all but fails one of those no longer is produced).
+//! - `minProperties`/`maxProperties` over optional properties: [`super::counts`].
+//! - `if`/`then`/`else` switching on one property with listed values: [`super::conditional`].
 //! - `oneOf` whose branches differ only in which properties they require (`{"required":
 //!   ["ssn"]}, {"required": ["ein"]}`): each branch also forbids the properties only the
 //!   others require, which makes the branches disjoint, so `anyOf` is `oneOf` (narrowed:
@@ -31,6 +35,9 @@
 //! - A schema with `not: {}` (or `not: true`) matches nothing: `false` (a property that must
 //!   be absent).
 
+use super::annotations::ANNOTATIONS;
+use super::conditional::rewrite_conditionals;
+use super::counts::rewrite_counts;
 use super::disjoint::{discriminator, disjoint, only_types, pointer};
 use serde_json::{json, Map, Value};
 
@@ -55,19 +62,6 @@ const DEFINED_FORMATS: &[&str] = &[
     "json-pointer",
     "relative-json-pointer",
     "regex",
-];
-
-/// Keys that only annotate a schema (they never change what validates).
-const ANNOTATIONS: &[&str] = &[
-    "title",
-    "description",
-    "$comment",
-    "examples",
-    "default",
-    "deprecated",
-    "readOnly",
-    "writeOnly",
-    "markdownDescription",
 ];
 
 /// Rewrites `schema` in place (see the module docs); returns how many rewrites it made.
@@ -168,6 +162,12 @@ fn rewrite_node(o: &mut Map<String, Value>, root: &Value, n: &mut usize) {
         }
     }
     *n += drop_repeated_by_match_all(o);
+    if rewrite_counts(o) {
+        *n += 1;
+    }
+    if rewrite_conditionals(o) {
+        *n += 1;
+    }
     let mut all_of: Vec<Value> = Vec::new();
     for key in ["dependencies", "dependentRequired", "dependentSchemas"] {
         let Some(Value::Object(deps)) = o.get(key) else {
@@ -199,9 +199,13 @@ fn rewrite_node(o: &mut Map<String, Value>, root: &Value, n: &mut usize) {
     }
     if let Some(Value::Object(not)) = o.get("not") {
         let required = not.get("required").and_then(Value::as_array);
-        let only_required = not
-            .keys()
-            .all(|k| k == "required" || ANNOTATIONS.contains(&k.as_str()));
+        // `properties`/`type: object` beside the list only add ways to fail it: an object
+        // lacking one listed property still fails `not`'s schema (narrowed).
+        let only_required = not.iter().all(|(k, v)| match k.as_str() {
+            "required" | "properties" => true,
+            "type" => v == "object",
+            k => ANNOTATIONS.contains(&k),
+        });
         if let (true, Some(req)) = (only_required, required) {
             if !req.is_empty() && req.iter().all(Value::is_string) {
                 let branches: Vec<Value> =

@@ -36,6 +36,9 @@ pub struct SeqConstraint {
     /// Narrows each mask so JSON numbers and whitespace runs end ([`super::bounds`]).
     bounds: Option<JsonBounds>,
     mask: Option<SimpleVob>,
+    /// Tokens the sequence may still draw (`max_tokens` less those committed) and the margin
+    /// within which the bounds steer the JSON to close ([`JsonBounds::close`]), when known.
+    budget: Option<(usize, usize)>,
     /// The mask could not be computed; the sequence must end.
     failed: Option<String>,
     stats: MaskStats,
@@ -57,6 +60,7 @@ impl Clone for SeqConstraint {
             matcher: self.matcher.deep_clone(),
             bounds: self.bounds.clone(),
             mask: self.mask.clone(),
+            budget: self.budget,
             failed: self.failed.clone(),
             stats: MaskStats::default(),
         }
@@ -74,10 +78,21 @@ impl SeqConstraint {
         SeqConstraint {
             matcher,
             bounds,
+            budget: None,
             mask: None,
             failed: None,
             stats: MaskStats::default(),
         }
+    }
+
+    /// Sets the tokens this sequence may draw in all (its `max_tokens`): within the bounds'
+    /// closing margin of it, masks keep only closing tokens where the grammar allows one.
+    pub fn with_budget(mut self, max_tokens: usize) -> SeqConstraint {
+        self.budget = self
+            .bounds
+            .as_ref()
+            .map(|b| (max_tokens, b.close_margin(max_tokens)));
+        self
     }
 
     /// Whether the next token's mask is still to be computed.
@@ -99,6 +114,9 @@ impl SeqConstraint {
             if m.num_set() > 0 {
                 if let Some(b) = &self.bounds {
                     b.narrow(&mut m);
+                    if self.budget.is_some_and(|(left, margin)| left <= margin) {
+                        b.close(&mut m);
+                    }
                 }
             }
             Ok::<_, String>(m)
@@ -136,6 +154,9 @@ impl SeqConstraint {
         }
         if let Some(b) = &mut self.bounds {
             b.commit(id);
+        }
+        if let Some((left, _)) = &mut self.budget {
+            *left = left.saturating_sub(1);
         }
         if self.matcher.is_stopped() {
             Step::Complete

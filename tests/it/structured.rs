@@ -169,6 +169,46 @@ fn biased_walk(
     None
 }
 
+/// A reply near its `max_tokens` is steered to close: a walk that favours letters (a string
+/// that never ends, keys added forever) still ends valid within its budget, while the same
+/// walk without a budget runs past it.
+#[test]
+fn a_reply_near_max_tokens_closes_its_json() {
+    let g = grammars();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "title": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "meta": {"type": "object", "additionalProperties": {"type": "string"}}
+        },
+        "required": ["title", "tags", "meta"]
+    });
+    let c = Constraint::json_schema(g, &schema, "response_format", "open")
+        .unwrap()
+        .closing();
+    let letters = |w: &[u8]| !w.is_empty() && w.iter().all(u8::is_ascii_alphabetic);
+    for seed in 0..4 {
+        let budget = 120;
+        assert!(
+            biased_walk(c.sequence(), &letters, 12.0, seed, budget).is_none(),
+            "seed {seed}: ended without closing"
+        );
+        let text = biased_walk(
+            c.sequence().with_budget(budget),
+            &letters,
+            12.0,
+            seed,
+            budget,
+        )
+        .unwrap_or_else(|| panic!("seed {seed}: not closed within {budget} tokens"));
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        for key in ["title", "tags", "meta"] {
+            assert!(v.get(key).is_some(), "{key} missing in {text}");
+        }
+    }
+}
+
 /// The numbers of a JSON text as written (outside strings).
 fn json_numbers(text: &str) -> Vec<String> {
     let (mut out, mut cur, mut in_str, mut esc) = (Vec::new(), String::new(), false, false);

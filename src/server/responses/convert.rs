@@ -8,8 +8,7 @@ use crate::server::error::ApiError;
 use crate::server::output_constraint::{self as shapes, Shape, ToolRequest};
 use crate::server::types::responses::*;
 use crate::server::types::{
-    ChatMessage, FunctionDef, FunctionName, MessageContent, NamedToolChoice, Role, Tool,
-    ToolChoiceSpec,
+    ChatMessage, FunctionDef, FunctionName, NamedToolChoice, Role, Tool, ToolChoiceSpec,
 };
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -21,16 +20,6 @@ pub struct Converted {
     /// This request's input alone (what a stored turn keeps).
     pub input: Vec<ChatMessage>,
     pub shape: Shape,
-}
-
-pub fn message(role: Role, text: String) -> ChatMessage {
-    ChatMessage {
-        role,
-        content: Some(MessageContent::Text(text)),
-        name: None,
-        tool_call_id: None,
-        tool_calls: None,
-    }
 }
 
 /// A call as chat's `tool_calls` entry.
@@ -47,7 +36,7 @@ fn input_messages(
 ) -> Result<Vec<ChatMessage>, ApiError> {
     let items = match input {
         None => return Ok(Vec::new()),
-        Some(ResponseInput::Text(s)) => return Ok(vec![message(Role::User, s.clone())]),
+        Some(ResponseInput::Text(s)) => return Ok(vec![ChatMessage::text(Role::User, s.clone())]),
         Some(ResponseInput::Items(items)) => items,
     };
     let mut out: Vec<ChatMessage> = Vec::with_capacity(items.len());
@@ -60,7 +49,7 @@ fn input_messages(
                     InputRole::System => Role::System,
                     InputRole::Developer => Role::Developer,
                 };
-                out.push(message(role, m.content.text()));
+                out.push(ChatMessage::text(role, m.content.text()));
             }
             InputItem::FunctionCall(c) => {
                 if c.call_id.is_empty() {
@@ -78,14 +67,14 @@ fn input_messages(
                     }
                     _ => out.push(ChatMessage {
                         tool_calls: Some(vec![call]),
-                        ..message(Role::Assistant, String::new())
+                        ..ChatMessage::text(Role::Assistant, String::new())
                     }),
                 }
             }
             InputItem::FunctionCallOutput(o) => out.push(ChatMessage {
                 tool_call_id: Some(o.call_id.clone()),
                 name: names.get(&o.call_id).cloned(),
-                ..message(Role::Tool, o.output.text())
+                ..ChatMessage::text(Role::Tool, o.output.text())
             }),
             InputItem::Reasoning(_) => {}
         }
@@ -203,7 +192,7 @@ pub fn convert(req: &ResponsesRequest, history: Vec<ChatMessage>) -> Result<Conv
     }
     let mut messages = Vec::with_capacity(history.len() + input.len() + 1);
     if let Some(text) = req.instructions.as_ref().filter(|t| !t.is_empty()) {
-        messages.push(message(Role::System, text.clone()));
+        messages.push(ChatMessage::text(Role::System, text.clone()));
     }
     messages.extend(history);
     messages.extend(input.iter().cloned());
@@ -250,7 +239,7 @@ pub fn output_message(output: &[OutputItem]) -> Option<ChatMessage> {
     }
     Some(ChatMessage {
         tool_calls: (!calls.is_empty()).then_some(calls),
-        ..message(Role::Assistant, text)
+        ..ChatMessage::text(Role::Assistant, text)
     })
 }
 
@@ -317,7 +306,7 @@ mod tests {
     #[test]
     fn a_string_is_one_user_message_after_the_history() {
         let r: ResponsesRequest = parse_json(br#"{"input": "and then?"}"#).unwrap();
-        let c = convert(&r, vec![message(Role::User, "hi".to_string())]).unwrap();
+        let c = convert(&r, vec![ChatMessage::text(Role::User, "hi".to_string())]).unwrap();
         assert_eq!(c.messages.len(), 2);
         assert_eq!(c.input.len(), 1);
         assert_eq!(c.messages[1].content.as_ref().unwrap().text(), "and then?");

@@ -156,7 +156,7 @@ pub async fn list_input_items(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::responses::convert::{message, tool_call};
+    use crate::server::responses::convert::tool_call;
 
     #[test]
     fn query_pages_and_their_errors() {
@@ -183,13 +183,17 @@ mod tests {
 
     #[test]
     fn messages_become_items_again() {
-        let mut call = message(Role::Assistant, String::new());
+        let mut call = ChatMessage::text(Role::Assistant, String::new());
         call.tool_calls = Some(vec![tool_call("call_1", "f", "{}")]);
-        let mut out = message(Role::Tool, "sunny".to_string());
+        let mut out = ChatMessage::text(Role::Tool, "sunny".to_string());
         out.tool_call_id = Some("call_1".to_string());
         let got = items(
             "r",
-            &[message(Role::Developer, "be brief".to_string()), call, out],
+            &[
+                ChatMessage::text(Role::Developer, "be brief".to_string()),
+                call,
+                out,
+            ],
         );
         let kinds: Vec<&str> = got.iter().map(|i| i["type"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["message", "function_call", "function_call_output"]);

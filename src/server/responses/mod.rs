@@ -21,6 +21,7 @@ use crate::server::chat::reply_parts;
 use crate::server::error::ApiError;
 use crate::server::generate::{Job, Meta, Session};
 use crate::server::logprobs::chat_entries;
+use crate::server::openapi::errors::GenerationErrors;
 use crate::server::params::{Fields, SamplingPlan};
 use crate::server::state::{AppState, Runtime};
 use crate::server::types::responses::*;
@@ -270,15 +271,7 @@ fn output_items(
                 (ResponseObject = "application/json"),
                 (String = "text/event-stream"),
             )),
-        (status = 400, description = "Invalid request (`param` names the field)", body = ErrorResponse),
-        (status = 401, description = "Missing or wrong API key", body = ErrorResponse),
-        (status = 404, description = "Unknown model, or `previous_response_id` not stored", body = ErrorResponse),
-        (status = 408, description = "The request ran past the server's time limit", body = ErrorResponse),
-        (status = 413, description = "Body too large", body = ErrorResponse),
-        (status = 415, description = "Body is not JSON", body = ErrorResponse),
-        (status = 429, description = "Queue full; see Retry-After", body = ErrorResponse),
-        (status = 500, description = "Engine fault", body = ErrorResponse),
-        (status = 503, description = "Loading, draining or engine down", body = ErrorResponse),
+        GenerationErrors,
     ),
     security(("bearer" = []))
 )]

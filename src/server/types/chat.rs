@@ -93,6 +93,19 @@ pub struct ChatMessage {
     pub tool_calls: Option<Vec<serde_json::Value>>,
 }
 
+impl ChatMessage {
+    /// A message of `role` whose content is `text`.
+    pub fn text(role: Role, text: String) -> ChatMessage {
+        ChatMessage {
+            role,
+            content: Some(MessageContent::Text(text)),
+            name: None,
+            tool_call_id: None,
+            tool_calls: None,
+        }
+    }
+}
+
 /// Message content: a string, or a list of content parts (only text parts are supported).
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[serde(untagged)]

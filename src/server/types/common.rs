@@ -1,6 +1,8 @@
 //! Pieces shared by the endpoints: stop sequences, stream options, usage, errors.
 
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
+use std::fmt;
 use utoipa::ToSchema;
 
 /// `stop`: one string or a list of strings.
@@ -147,4 +149,44 @@ pub struct CompletionLogprobs {
     pub top_logprobs: Vec<Option<serde_json::Map<String, serde_json::Value>>>,
     /// Where each token starts in the choice's text (in characters).
     pub text_offset: Vec<usize>,
+}
+
+/// A string, or a list decoded as `B` (a visitor rather than `#[serde(untagged)]`, so an
+/// error inside an item keeps its path and message): the shape of Responses' `input` and
+/// content, and of Messages' `system` and content.
+pub(super) fn text_or_list<'de, D, B, T>(
+    d: D,
+    text: fn(String) -> T,
+    list: fn(Vec<B>) -> T,
+    what: &'static str,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    B: Deserialize<'de>,
+{
+    struct V<B, T> {
+        text: fn(String) -> T,
+        list: fn(Vec<B>) -> T,
+        what: &'static str,
+    }
+    impl<'de, B: Deserialize<'de>, T> Visitor<'de> for V<B, T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.what)
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
+            Ok((self.text)(s.to_string()))
+        }
+        fn visit_string<E: de::Error>(self, s: String) -> Result<T, E> {
+            Ok((self.text)(s))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+            let mut out = Vec::new();
+            while let Some(b) = seq.next_element::<B>()? {
+                out.push(b);
+            }
+            Ok((self.list)(out))
+        }
+    }
+    d.deserialize_any(V { text, list, what })
 }

@@ -1,9 +1,9 @@
 //! `POST /v1/messages` bodies: Anthropic's Messages API, as its SDKs and coding agents send
 //! it. Unknown fields are ignored (`metadata`, `service_tier`, `cache_control` on blocks).
 
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use super::common::text_or_list;
+use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use utoipa::ToSchema;
 
 /// A Messages request.
@@ -317,45 +317,6 @@ pub struct AnthropicErrorBody {
     #[serde(rename = "type")]
     pub kind: String,
     pub message: String,
-}
-
-/// A string, or a list decoded as `B` (visitors rather than `#[serde(untagged)]`, so an error
-/// inside a block keeps its path and message).
-fn text_or_list<'de, D, B, T>(
-    d: D,
-    text: fn(String) -> T,
-    list: fn(Vec<B>) -> T,
-    what: &'static str,
-) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    B: Deserialize<'de>,
-{
-    struct V<B, T> {
-        text: fn(String) -> T,
-        list: fn(Vec<B>) -> T,
-        what: &'static str,
-    }
-    impl<'de, B: Deserialize<'de>, T> Visitor<'de> for V<B, T> {
-        type Value = T;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str(self.what)
-        }
-        fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
-            Ok((self.text)(s.to_string()))
-        }
-        fn visit_string<E: de::Error>(self, s: String) -> Result<T, E> {
-            Ok((self.text)(s))
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
-            let mut out = Vec::new();
-            while let Some(b) = seq.next_element::<B>()? {
-                out.push(b);
-            }
-            Ok((self.list)(out))
-        }
-    }
-    d.deserialize_any(V { text, list, what })
 }
 
 impl<'de> Deserialize<'de> for BlockText {

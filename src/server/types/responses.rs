@@ -2,11 +2,11 @@
 //! SDK send it. Unknown fields are ignored (`include`, `truncation`, `prompt_cache_key`,
 //! `service_tier`, ...); a known field of the wrong type is a 400 naming it.
 
+use super::common::text_or_list;
 use super::common::ChatTokenLogprob;
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::fmt;
 use utoipa::ToSchema;
 
 /// A Responses request.
@@ -428,45 +428,6 @@ pub struct ResponseDeleted {
     pub object: String,
     /// Always true.
     pub deleted: bool,
-}
-
-/// A string, or a list decoded as `B` (a visitor rather than `#[serde(untagged)]`, so an
-/// error inside an item keeps its path and message).
-fn text_or_list<'de, D, B, T>(
-    d: D,
-    text: fn(String) -> T,
-    list: fn(Vec<B>) -> T,
-    what: &'static str,
-) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    B: Deserialize<'de>,
-{
-    struct V<B, T> {
-        text: fn(String) -> T,
-        list: fn(Vec<B>) -> T,
-        what: &'static str,
-    }
-    impl<'de, B: Deserialize<'de>, T> Visitor<'de> for V<B, T> {
-        type Value = T;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str(self.what)
-        }
-        fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
-            Ok((self.text)(s.to_string()))
-        }
-        fn visit_string<E: de::Error>(self, s: String) -> Result<T, E> {
-            Ok((self.text)(s))
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
-            let mut out = Vec::new();
-            while let Some(b) = seq.next_element::<B>()? {
-                out.push(b);
-            }
-            Ok((self.list)(out))
-        }
-    }
-    d.deserialize_any(V { text, list, what })
 }
 
 impl<'de> Deserialize<'de> for ResponseInput {

@@ -18,6 +18,8 @@
 use std::arch::x86_64::*;
 
 use crate::kernels::legacy_kind::*;
+use crate::kernels::packed::driver::{self, NoTerms, PanelTile, Shape, Tile};
+use crate::kernels::packed::terms::BlockTerms;
 use crate::kernels::packed::{PanelLayout, PANEL};
 
 /// Per-(token, block) activation table entries (stack: 2 x 16 KiB).
@@ -26,18 +28,8 @@ const SCRATCH: usize = 4096;
 const SMALL: usize = 256;
 /// Largest token tile of the Q4_0 / Q5_1 kernel (16 accumulators + 8 weights + temporaries).
 const MAX_TT: usize = 16;
-/// Tokens whose activations stay in L1 while a call's panels stream past (prefill).
-const TOKEN_GROUP: usize = 64;
 /// Token tile of the llama.cpp-order kernel (8 accumulators + 1 minimum sum per token).
 const LANES_TT: usize = 2;
-
-/// Activation terms of one token group, `[t * nb + b]`: d_a, s_a (Q8_1) and
-/// `-offset * sum(a)`.
-struct ActTables<const N: usize> {
-    d: [f32; N],
-    s: [f32; N],
-    start: [i32; N],
-}
 
 /// Weight register `i` (dword i = values 4i..4i+4, unsigned) of the block at `q`.
 ///
@@ -216,7 +208,7 @@ unsafe fn tile_q0<const T: u8, const TT: usize, const N: usize>(
     panel: *const u8,
     a: *const u8,
     ar: usize,
-    tab: &ActTables<N>,
+    tab: &BlockTerms<N>,
     tab0: usize,
     out: *mut f32,
     os: usize,
@@ -288,7 +280,7 @@ unsafe fn tile_q0_dyn<const T: u8, const N: usize>(
     panel: *const u8,
     a: *const u8,
     ar: usize,
-    tab: &ActTables<N>,
+    tab: &BlockTerms<N>,
     tab0: usize,
     out: *mut f32,
     os: usize,
@@ -306,94 +298,69 @@ unsafe fn tile_q0_dyn<const T: u8, const N: usize>(
     go!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
 }
 
-/// Sum of the 32 signed quants at `q`.
-///
-/// # Safety
-/// CPU features as enabled; 32 readable bytes at `q`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn sum_i8x32(q: *const u8) -> i32 {
-    // SAFETY: caller contract.
-    let v = unsafe { _mm256_loadu_si256(q as *const __m256i) };
-    // (a + 128) as unsigned bytes, summed in 4 u64 lanes by vpsadbw.
-    let s = _mm256_sad_epu8(
-        _mm256_xor_si256(v, _mm256_set1_epi8(-128)),
-        _mm256_setzero_si256(),
-    );
-    let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-    let s = _mm_add_epi64(s, _mm_unpackhi_epi64(s, s));
-    _mm_cvtsi128_si32(s) - 32 * 128
-}
+/// The llama.cpp-order kinds' tile (Q4_1, Q5_0, Q8_0): [`tile_lanes`] on 2 tokens, or 1.
+struct LanesTile<'a, const T: u8>(&'a PanelLayout);
 
-/// Q4_0 / Q5_1 GEMM with `N`-entry activation tables.
-///
-/// # Safety
-/// As [`gemm_packed`], with the lengths checked and `nb <= N`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_q0<const T: u8, const N: usize>(
-    l: &PanelLayout,
-    packed: *const u8,
-    n_rows: usize,
-    a: *const u8,
-    ar: usize,
-    n_tok: usize,
-    out: *mut f32,
-    os: usize,
-) {
-    debug_assert!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
-    let nb = l.nb;
-    let offset = if T == Q5_1 { 0 } else { 8 };
-    let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
-    let mut tab = ActTables::<N> {
-        d: [0.0; N],
-        s: [0.0; N],
-        start: [0; N],
-    };
-    let group = (N / nb).min(TOKEN_GROUP);
-    for g0 in (0..n_tok).step_by(group) {
-        let gn = group.min(n_tok - g0);
-        for t in 0..gn {
-            for b in 0..nb {
-                let blk = a.wrapping_add((g0 + t) * ar + b * ab);
-                // SAFETY: token g0 + t < n_tok, block b < nb: `ab` bytes inside `a`.
-                let (h, sum) =
-                    unsafe { ((blk as *const u16).read_unaligned(), sum_i8x32(blk.add(qo))) };
-                tab.d[t * nb + b] = half::f16::from_bits(h).to_f32();
-                if has_min(T) {
-                    // SAFETY: a Q8_1 block's second f16 is its s.
-                    let hs = unsafe { (blk as *const u16).add(1).read_unaligned() };
-                    tab.s[t * nb + b] = half::f16::from_bits(hs).to_f32();
-                }
-                tab.start[t * nb + b] = -offset * sum;
-            }
-        }
-        for p in 0..PanelLayout::panels(n_rows) {
-            let valid = PANEL.min(n_rows - p * PANEL);
-            let panel = packed.wrapping_add(p * l.panel_bytes);
-            for t0 in (0..gn).step_by(MAX_TT) {
-                let tt = MAX_TT.min(gn - t0);
-                let tok = g0 + t0;
-                // SAFETY: panel p, tokens tok..tok + tt and their output cells are in range
-                // (checked by the caller); the table holds tokens g0..g0 + gn.
-                unsafe {
-                    tile_q0_dyn::<T, N>(
-                        tt,
-                        l,
-                        panel,
-                        a.add(tok * ar),
-                        ar,
-                        &tab,
-                        t0 * nb,
-                        out.add(tok * os + p * PANEL),
-                        os,
-                        valid,
-                    )
-                };
+impl<const T: u8> PanelTile for LanesTile<'_, T> {
+    type Terms = NoTerms;
+
+    #[inline(always)]
+    fn tokens(&self, left: usize) -> usize {
+        LANES_TT.min(left)
+    }
+
+    /// # Safety
+    /// As [`PanelTile::tile`].
+    #[inline(always)]
+    unsafe fn tile(&self, t: &Tile, _: &NoTerms) {
+        // SAFETY: the driver's tile contract is tile_lanes' with TT = t.n (features: the
+        // caller's).
+        unsafe {
+            if t.n == 2 {
+                tile_lanes::<T, 2>(self.0, t.panel, t.a, t.ar, t.out, t.os, t.valid)
+            } else {
+                tile_lanes::<T, 1>(self.0, t.panel, t.a, t.ar, t.out, t.os, t.valid)
             }
         }
     }
+}
+
+/// The block-sum kinds' tile (Q4_0, Q5_1): [`tile_q0`] on up to [`MAX_TT`] tokens, with
+/// `N`-entry terms.
+struct Q0Tile<'a, const T: u8, const N: usize>(&'a PanelLayout);
+
+impl<const T: u8, const N: usize> PanelTile for Q0Tile<'_, T, N> {
+    type Terms = BlockTerms<N>;
+
+    #[inline(always)]
+    fn tokens(&self, left: usize) -> usize {
+        MAX_TT.min(left)
+    }
+
+    /// # Safety
+    /// As [`PanelTile::tile`].
+    #[inline(always)]
+    unsafe fn tile(&self, t: &Tile, terms: &BlockTerms<N>) {
+        let l = self.0;
+        // SAFETY: the driver's tile contract is tile_q0's with TT = t.n.
+        unsafe {
+            tile_q0_dyn::<T, N>(
+                t.n, l, t.panel, t.a, t.ar, terms, t.e0, t.out, t.os, t.valid,
+            )
+        }
+    }
+}
+
+/// The Q4_0 / Q5_1 GEMM with `N`-entry terms.
+///
+/// # Safety
+/// As [`driver::run`]; `s.nb <= N`.
+#[inline(always)]
+unsafe fn run_q0<const T: u8, const N: usize>(l: &PanelLayout, s: &Shape) {
+    debug_assert!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
+    let offset = if T == Q5_1 { 0 } else { 8 };
+    // SAFETY: caller contract.
+    unsafe { driver::run(&Q0Tile::<T, N>(l), &mut BlockTerms::<N>::new(T, offset), s) }
 }
 
 /// Panel GEMM: `out[t * out_stride + r] = dot(row r, activation row t)` for `r < n_rows`,
@@ -414,39 +381,18 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
     os: usize,
 ) {
     let l = PanelLayout::new(wdt(T), k).expect("dtype with a panel layout");
-    let ar = l.check_gemm(packed, n_rows, a.len(), n_tok, out.len(), os);
-    if n_rows == 0 || n_tok == 0 {
+    let Some(s) = Shape::packed(&l, packed, n_rows, a, n_tok, out, os) else {
         return;
-    }
-    let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    if ggml_lanes(T) {
-        // Token groups keep their activations in L1 while every panel streams past.
-        for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
-            let g1 = (g0 + TOKEN_GROUP).min(n_tok);
-            for p in 0..PanelLayout::panels(n_rows) {
-                let valid = PANEL.min(n_rows - p * PANEL);
-                let panel = pp.wrapping_add(p * l.panel_bytes);
-                for t0 in (g0..g1).step_by(LANES_TT) {
-                    // SAFETY: lengths checked above; panel p and tokens t0.. are in range.
-                    unsafe {
-                        let (a, o) = (ap.add(t0 * ar), op.add(t0 * os + p * PANEL));
-                        if g1 - t0 >= 2 {
-                            tile_lanes::<T, 2>(&l, panel, a, ar, o, os, valid)
-                        } else {
-                            tile_lanes::<T, 1>(&l, panel, a, ar, o, os, valid)
-                        }
-                    }
-                }
-            }
-        }
-        return;
-    }
-    // SAFETY: lengths checked above; `PanelLayout::new` caps nb at SCRATCH.
+    };
+    // SAFETY: `Shape::packed` checked the lengths; `PanelLayout::new` caps nb at SCRATCH; the
+    // CPU features are this function's contract.
     unsafe {
-        if n_tok * l.nb <= SMALL {
-            gemm_q0::<T, SMALL>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+        if ggml_lanes(T) {
+            driver::run(&LanesTile::<T>(&l), &mut NoTerms, &s)
+        } else if n_tok * l.nb <= SMALL {
+            run_q0::<T, SMALL>(&l, &s)
         } else {
-            gemm_q0::<T, SCRATCH>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+            run_q0::<T, SCRATCH>(&l, &s)
         }
     }
 }

@@ -1,0 +1,81 @@
+//! The error responses the handlers' `#[utoipa::path]` share, each set once per envelope
+//! (OpenAI's [`ErrorResponse`], Anthropic's [`AnthropicErrorResponse`]), so every route of a
+//! kind documents the same statuses with the same words.
+
+use crate::server::types::messages::AnthropicErrorResponse;
+use crate::server::types::ErrorResponse;
+
+/// An enum of error responses, one variant per `(Variant, status, description)`, each with
+/// the body `$body`.
+macro_rules! error_set {
+    ($(#[$doc:meta])* $name:ident, $body:ty, [$(($variant:ident, $status:literal, $desc:expr)),* $(,)?]) => {
+        $(#[$doc])*
+        #[derive(utoipa::IntoResponses)]
+        #[allow(dead_code)]
+        pub enum $name {
+            $(
+                #[response(status = $status, description = $desc)]
+                $variant($body),
+            )*
+        }
+    };
+}
+
+/// The errors of a route that generates: refused before any work (400, 401, 404, 413, 415,
+/// 429, 503) or failed while running (408, 500).
+macro_rules! generation_errors {
+    ($(#[$doc:meta])* $name:ident, $body:ty, $bad:literal, $auth:literal) => {
+        error_set!($(#[$doc])* $name, $body, [
+            (BadRequest, 400, $bad),
+            (Unauthorized, 401, $auth),
+            (NotFound, 404, "Unknown model (on /v1/responses also: `previous_response_id` not stored)"),
+            (Timeout, 408, "The request ran past the server's time limit"),
+            (TooLarge, 413, "Body too large"),
+            (NotJson, 415, "Body is not JSON"),
+            (Overloaded, 429, "Queue full; see Retry-After"),
+            (Fault, 500, "Engine fault"),
+            (Unavailable, 503, "Loading, draining or engine down"),
+        ]);
+    };
+}
+
+/// The errors of a route that renders a prompt without running it.
+macro_rules! prompt_errors {
+    ($(#[$doc:meta])* $name:ident, $body:ty, $auth:literal) => {
+        error_set!($(#[$doc])* $name, $body, [
+            (BadRequest, 400, "Invalid request"),
+            (Unauthorized, 401, $auth),
+            (NotFound, 404, "Unknown model"),
+            (TooLarge, 413, "Body too large"),
+            (NotJson, 415, "Body is not JSON"),
+            (Unavailable, 503, "Loading, draining or engine down"),
+        ]);
+    };
+}
+
+generation_errors!(
+    /// Chat, completions, embeddings, rerank and responses.
+    GenerationErrors,
+    ErrorResponse,
+    "Invalid request (`param` names the field)",
+    "Missing or wrong API key"
+);
+generation_errors!(
+    /// Messages.
+    AnthropicGenerationErrors,
+    AnthropicErrorResponse,
+    "Invalid request",
+    "Missing or wrong API key (`x-api-key` or Bearer)"
+);
+prompt_errors!(
+    /// Tokenize and detokenize.
+    PromptErrors,
+    ErrorResponse,
+    "Missing or wrong API key"
+);
+prompt_errors!(
+    /// Messages' count_tokens.
+    AnthropicPromptErrors,
+    AnthropicErrorResponse,
+    "Missing or wrong API key (`x-api-key` or Bearer)"
+);
