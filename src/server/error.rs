@@ -288,6 +288,16 @@ impl ApiError {
         }
     }
 
+    /// Anthropic's status code: its own where it documents one (529 overloaded, 504 timeout),
+    /// else the OpenAI routes' code.
+    pub fn anthropic_status(&self) -> StatusCode {
+        match self.anthropic_kind() {
+            "overloaded_error" => StatusCode::from_u16(529).unwrap_or(self.status()),
+            "timeout_error" => StatusCode::GATEWAY_TIMEOUT,
+            _ => self.status(),
+        }
+    }
+
     /// Anthropic's envelope: `{"type": "error", "error": {"type", "message"}}`.
     pub fn anthropic_envelope(&self) -> AnthropicErrorResponse {
         AnthropicErrorResponse {
@@ -302,7 +312,8 @@ impl ApiError {
 
 /// The middleware that gives each route its API's error shape: a response made from an
 /// [`ApiError`] (by a handler, a body extractor, the key check or a fallback) on an Anthropic
-/// route is rendered again in Anthropic's envelope, keeping its status and headers.
+/// route is rendered again in Anthropic's envelope and status code
+/// ([`ApiError::anthropic_status`]), keeping its headers.
 pub async fn reshape(req: Request, next: Next) -> Response {
     let anthropic = is_anthropic_route(req.uri().path());
     let resp = next.run(req).await;
@@ -313,6 +324,7 @@ pub async fn reshape(req: Request, next: Next) -> Response {
         return resp;
     };
     let (mut parts, _) = resp.into_parts();
+    parts.status = e.anthropic_status();
     let body = serde_json::to_vec(&e.anthropic_envelope()).unwrap_or_default();
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.insert(
@@ -325,6 +337,45 @@ pub async fn reshape(req: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Through the real middleware: the same error is OpenAI's status on an OpenAI route and
+    /// Anthropic's (529, 504) on `/v1/messages`.
+    #[tokio::test]
+    async fn anthropic_routes_get_anthropic_status_codes() {
+        use axum::routing::post;
+        use tower::ServiceExt;
+        let failing = |e: ApiError| move || async move { e.into_response() };
+        for (e, openai, anthropic) in [
+            (ApiError::Unavailable("draining".into()), 503, 529),
+            (
+                ApiError::Timeout(std::time::Duration::from_secs(1)),
+                408,
+                504,
+            ),
+            (ApiError::Unauthorized, 401, 401),
+        ] {
+            let app = axum::Router::new()
+                .route("/v1/messages", post(failing(e.clone())))
+                .route("/v1/chat/completions", post(failing(e)))
+                .layer(axum::middleware::from_fn(reshape));
+            for (path, want) in [
+                ("/v1/chat/completions", openai),
+                ("/v1/messages", anthropic),
+            ] {
+                let req = axum::http::Request::post(path)
+                    .body(axum::body::Body::empty())
+                    .unwrap();
+                let resp = app.clone().oneshot(req).await.unwrap();
+                assert_eq!(resp.status().as_u16(), want, "{path}");
+                let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+                    .await
+                    .unwrap();
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let is_anthropic = v.get("type").is_some_and(|t| t == "error");
+                assert_eq!(is_anthropic, path == "/v1/messages", "{v}");
+            }
+        }
+    }
 
     #[test]
     fn submit_errors_map_to_statuses_and_params() {

@@ -60,12 +60,22 @@ generation_errors!(
     "Invalid request (`param` names the field)",
     "Missing or wrong API key"
 );
-generation_errors!(
-    /// Messages.
+error_set!(
+    /// Messages: Anthropic's codes for a timeout (504) and an overloaded server (529).
     AnthropicGenerationErrors,
     AnthropicErrorResponse,
-    "Invalid request",
-    "Missing or wrong API key (`x-api-key` or Bearer)"
+    [
+        (BadRequest, 400, "Invalid request"),
+        (Unauthorized, 401, "Missing or wrong API key (`x-api-key` or Bearer)"),
+        (NotFound, 404, "Unknown model"),
+        (TooLarge, 413, "Body too large"),
+        (NotJson, 415, "Body is not JSON"),
+        (Overloaded, 429, "Queue full; see Retry-After"),
+        (Fault, 500, "Engine fault"),
+        (ModelFailed, 503, "The model failed to load"),
+        (Timeout, 504, "The request ran past the server's time limit"),
+        (Unavailable, 529, "Loading or draining (`overloaded_error`)"),
+    ]
 );
 prompt_errors!(
     /// Tokenize and detokenize.
@@ -73,9 +83,17 @@ prompt_errors!(
     ErrorResponse,
     "Missing or wrong API key"
 );
-prompt_errors!(
+error_set!(
     /// Messages' count_tokens.
     AnthropicPromptErrors,
     AnthropicErrorResponse,
-    "Missing or wrong API key (`x-api-key` or Bearer)"
+    [
+        (BadRequest, 400, "Invalid request"),
+        (Unauthorized, 401, "Missing or wrong API key (`x-api-key` or Bearer)"),
+        (NotFound, 404, "Unknown model"),
+        (TooLarge, 413, "Body too large"),
+        (NotJson, 415, "Body is not JSON"),
+        (ModelFailed, 503, "The model failed to load"),
+        (Unavailable, 529, "Loading or draining (`overloaded_error`)"),
+    ]
 );
