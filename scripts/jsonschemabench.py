@@ -214,10 +214,20 @@ def main() -> int:
         }
         server = start_kiln(args.model, config)
         base_url = server.base_url
+    def run(p: Path) -> dict:
+        r = one_schema(p, base_url, args)
+        # One line per schema as it finishes (stderr), so a run cut short still says something.
+        samples = r.get("samples") or []
+        print(json.dumps({"schema": r["schema"], "refused": r["refused"],
+                          "ok": sum(s["ok"] for s in samples), "samples": len(samples),
+                          "why": [s["why"] for s in samples if not s["ok"]]}),
+              file=sys.stderr, flush=True)
+        return r
+
     t0 = time.monotonic()
     try:
         with ThreadPoolExecutor(args.concurrency) as pool:
-            results = list(pool.map(lambda p: one_schema(p, base_url, args), paths))
+            results = list(pool.map(run, paths))
     finally:
         if server is not None:
             server.stop()

@@ -17,4 +17,5 @@ mod quantize;
 mod scheduler;
 mod server;
 mod structured;
+mod structured_tools;
 mod tokenizer;
