@@ -11,7 +11,8 @@
 //! Closing: a reply that nears its `max_tokens` would be cut mid-value (a string a small model
 //! at temperature 1.0 never closes, an object it keeps adding keys to) and fail to parse.
 //! Within [`Limits::close_within`] tokens of the budget, [`JsonBounds::close`] narrows the mask
-//! to the tokens that only close (`"`, `}`, `]` and the end of generation) wherever the
+//! to the tokens that only close (in a string `"`, maybe followed by `}`/`]`; elsewhere `}`,
+//! `]` and the end of generation) wherever the
 //! grammar allows one, so the value ends valid; where none is allowed (a required key still
 //! to write) the grammar's mask stands. Only constraints built with
 //! [`super::Constraint::closing`] (`response_format`) close; tool calls cut short stay partial.
@@ -62,9 +63,12 @@ pub struct TokenBytes {
     words: Vec<Vec<u8>>,
     max_digits: u32,
     max_ws: u32,
-    /// Tokens that only close: their bytes are all `"`, `}` or `]`, or they are control
-    /// tokens (the end of generation is one).
+    /// Tokens that only close, between JSON tokens: their bytes are all `}` or `]`, or they
+    /// are control tokens (the end of generation is one).
     closers: Vec<u32>,
+    /// Tokens that close a string: `"` and then only `}` or `]` (inside a string those two
+    /// are plain characters, so they close nothing there).
+    string_closers: Vec<u32>,
 }
 
 impl TokenBytes {
@@ -86,17 +90,17 @@ impl TokenBytes {
                 })
             })
             .max();
-        let closers = words
-            .iter()
-            .enumerate()
-            .filter(|(_, w)| {
-                w.first() == Some(&SPECIAL_MARKER)
-                    || (!w.is_empty() && w.iter().all(|b| matches!(b, b'"' | b'}' | b']')))
-            })
-            .map(|(i, _)| i as u32)
-            .collect();
+        let brackets = |w: &[u8]| w.iter().all(|b| matches!(b, b'}' | b']'));
+        let ids = |keep: &dyn Fn(&[u8]) -> bool| -> Vec<u32> {
+            let kept = words.iter().enumerate().filter(|(_, w)| keep(w));
+            kept.map(|(i, _)| i as u32).collect()
+        };
+        let closers =
+            ids(&|w| w.first() == Some(&SPECIAL_MARKER) || (!w.is_empty() && brackets(w)));
+        let string_closers = ids(&|w| w.first() == Some(&b'"') && brackets(&w[1..]));
         TokenBytes {
             closers,
+            string_closers,
             max_digits: max_digits.unwrap_or(0),
             max_ws: max_ws.unwrap_or(0),
             words,
@@ -217,10 +221,11 @@ impl JsonBounds {
     /// Narrows `mask` to the closing tokens it allows (see the module docs), unless it allows
     /// none or the output is outside JSON (embedded text). Returns how many tokens it removed.
     pub fn close(&self, mask: &mut SimpleVob) -> usize {
-        if self.lex == Lex::Text {
-            return 0;
-        }
-        let closers = &self.table.closers;
+        let closers = match self.lex {
+            Lex::Between { .. } | Lex::Num { .. } => &self.table.closers,
+            Lex::Str { esc: false, .. } => &self.table.string_closers,
+            Lex::Str { esc: true, .. } | Lex::Text | Lex::Literal => return 0,
+        };
         if !closers.iter().any(|&id| mask.is_allowed(id)) {
             return 0;
         }
@@ -433,7 +438,7 @@ mod tests {
     fn table() -> Arc<TokenBytes> {
         let words: Vec<Vec<u8>> = [
             "0", "1", "12", "9", ".", "e", "-", ",", "}", "{", "\"", " ", "\\n", "a", "123, ",
-            "e+", "b", "\"}",
+            "e+", "b", "\"}", ":",
         ]
         .iter()
         .map(|w| w.as_bytes().to_vec())
@@ -547,6 +552,22 @@ mod tests {
         }
         assert_eq!(b.close(&mut mask), 2);
         assert!(mask.is_allowed(id(&t, "\"")) && mask.is_allowed(id(&t, "\"}")));
+        // In a string `}` is a character: it closes nothing, so it is no closer there.
+        let mut mask = SimpleVob::alloc(t.words.len());
+        for w in ["}", "\""] {
+            mask.allow_token(id(&t, w));
+        }
+        assert_eq!(b.close(&mut mask), 1);
+        assert!(mask.is_allowed(id(&t, "\"")));
+        // Between tokens it is the closer, and `"` (which would open a string) is not.
+        let mut between = JsonBounds::new(Arc::clone(&t), false, LIMITS);
+        feed(&mut between, &["{", "\"", "a", "\"", ":", "1"]);
+        let mut mask = SimpleVob::alloc(t.words.len());
+        for w in ["}", "\"", ","] {
+            mask.allow_token(id(&t, w));
+        }
+        assert_eq!(between.close(&mut mask), 2);
+        assert!(mask.is_allowed(id(&t, "}")));
         // No closer allowed: the grammar's mask stands.
         let mut mask = SimpleVob::alloc(t.words.len());
         mask.allow_token(id(&t, "b"));
