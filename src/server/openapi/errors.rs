@@ -22,33 +22,35 @@ macro_rules! error_set {
 }
 
 /// The errors of a route that generates: refused before any work (400, 401, 404, 413, 415,
-/// 429, 503) or failed while running (408, 500).
+/// 429, and the envelope's "unavailable" rows) or failed while running (timeout, 500).
+/// OpenAI's and Anthropic's sets differ only in the timeout status and those rows.
 macro_rules! generation_errors {
-    ($(#[$doc:meta])* $name:ident, $body:ty, $bad:literal, $auth:literal) => {
+    ($(#[$doc:meta])* $name:ident, $body:ty, $bad:literal, $auth:literal, $not_found:literal,
+     $timeout:literal, [$($unavailable:tt)*]) => {
         error_set!($(#[$doc])* $name, $body, [
             (BadRequest, 400, $bad),
             (Unauthorized, 401, $auth),
-            (NotFound, 404, "Unknown model (on /v1/responses also: `previous_response_id` not stored)"),
-            (Timeout, 408, "The request ran past the server's time limit"),
+            (NotFound, 404, $not_found),
+            (Timeout, $timeout, "The request ran past the server's time limit"),
             (TooLarge, 413, "Body too large"),
             (NotJson, 415, "Body is not JSON"),
             (Overloaded, 429, "Queue full; see Retry-After"),
             (Fault, 500, "Engine fault"),
-            (Unavailable, 503, "Loading, draining or engine down"),
+            $($unavailable)*
         ]);
     };
 }
 
 /// The errors of a route that renders a prompt without running it.
 macro_rules! prompt_errors {
-    ($(#[$doc:meta])* $name:ident, $body:ty, $auth:literal) => {
+    ($(#[$doc:meta])* $name:ident, $body:ty, $bad:literal, $auth:literal, [$($unavailable:tt)*]) => {
         error_set!($(#[$doc])* $name, $body, [
-            (BadRequest, 400, "Invalid request"),
+            (BadRequest, 400, $bad),
             (Unauthorized, 401, $auth),
             (NotFound, 404, "Unknown model"),
             (TooLarge, 413, "Body too large"),
             (NotJson, 415, "Body is not JSON"),
-            (Unavailable, 503, "Loading, draining or engine down"),
+            $($unavailable)*
         ]);
     };
 }
@@ -58,22 +60,21 @@ generation_errors!(
     GenerationErrors,
     ErrorResponse,
     "Invalid request (`param` names the field)",
-    "Missing or wrong API key"
+    "Missing or wrong API key",
+    "Unknown model (on /v1/responses also: `previous_response_id` not stored)",
+    408,
+    [(Unavailable, 503, "Loading, draining or engine down"),]
 );
-error_set!(
+generation_errors!(
     /// Messages: Anthropic's codes for a timeout (504) and an overloaded server (529).
     AnthropicGenerationErrors,
     AnthropicErrorResponse,
+    "Invalid request",
+    "Missing or wrong API key (`x-api-key` or Bearer)",
+    "Unknown model",
+    504,
     [
-        (BadRequest, 400, "Invalid request"),
-        (Unauthorized, 401, "Missing or wrong API key (`x-api-key` or Bearer)"),
-        (NotFound, 404, "Unknown model"),
-        (TooLarge, 413, "Body too large"),
-        (NotJson, 415, "Body is not JSON"),
-        (Overloaded, 429, "Queue full; see Retry-After"),
-        (Fault, 500, "Engine fault"),
         (ModelFailed, 503, "The model failed to load"),
-        (Timeout, 504, "The request ran past the server's time limit"),
         (Unavailable, 529, "Loading or draining (`overloaded_error`)"),
     ]
 );
@@ -81,18 +82,17 @@ prompt_errors!(
     /// Tokenize and detokenize.
     PromptErrors,
     ErrorResponse,
-    "Missing or wrong API key"
+    "Invalid request",
+    "Missing or wrong API key",
+    [(Unavailable, 503, "Loading, draining or engine down"),]
 );
-error_set!(
+prompt_errors!(
     /// Messages' count_tokens.
     AnthropicPromptErrors,
     AnthropicErrorResponse,
+    "Invalid request",
+    "Missing or wrong API key (`x-api-key` or Bearer)",
     [
-        (BadRequest, 400, "Invalid request"),
-        (Unauthorized, 401, "Missing or wrong API key (`x-api-key` or Bearer)"),
-        (NotFound, 404, "Unknown model"),
-        (TooLarge, 413, "Body too large"),
-        (NotJson, 415, "Body is not JSON"),
         (ModelFailed, 503, "The model failed to load"),
         (Unavailable, 529, "Loading or draining (`overloaded_error`)"),
     ]
