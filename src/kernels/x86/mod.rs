@@ -12,19 +12,37 @@ use crate::kernels::packed::PanelLayout;
 /// read of the same panels runs at 33 GB/s; with it 25 GB/s; Q6_K 13.5 -> 21 GB/s).
 #[inline(always)]
 pub(crate) fn prefetch_k_block(l: &PanelLayout, q: *const u8, sc: *const u8) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    let p = q.wrapping_add(PF_BLOCKS * l.quant_bytes);
-    for c in (0..l.quant_bytes).step_by(64) {
-        // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never faults, whatever
-        // the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
+    use std::arch::x86_64::*;
+    use std::sync::atomic::Ordering::Relaxed;
+    let d = PF_KNOB[0].load(Relaxed);
+    let hint = PF_KNOB[1].load(Relaxed);
+    let p = q.wrapping_add(d * l.quant_bytes);
+    let s = sc.wrapping_add(d * l.scale_bytes);
+    macro_rules! go {
+        ($h:ident) => {{
+            for c in (0..l.quant_bytes).step_by(64) {
+                unsafe { _mm_prefetch::<$h>(p.wrapping_add(c) as *const i8) };
+            }
+            for c in (0..l.scale_bytes).step_by(64) {
+                unsafe { _mm_prefetch::<$h>(s.wrapping_add(c) as *const i8) };
+            }
+        }};
     }
-    let p = sc.wrapping_add(PF_BLOCKS * l.scale_bytes);
-    for c in (0..l.scale_bytes).step_by(64) {
-        // SAFETY: as above.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
+    match hint {
+        0 => go!(_MM_HINT_T0),
+        1 => go!(_MM_HINT_T1),
+        2 => go!(_MM_HINT_T2),
+        3 => go!(_MM_HINT_NTA),
+        _ => {}
     }
 }
+
+/// TEMPORARY experiment knob: [blocks ahead, hint].
+#[doc(hidden)]
+pub static PF_KNOB: [std::sync::atomic::AtomicUsize; 2] = [
+    std::sync::atomic::AtomicUsize::new(PF_BLOCKS),
+    std::sync::atomic::AtomicUsize::new(0),
+];
 
 /// How many blocks ahead decode-sized K-quant tiles prefetch (2: 4-6 KiB, ~150 ns of the
 /// stream).

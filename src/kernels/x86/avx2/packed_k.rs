@@ -29,7 +29,7 @@ fn dtype(t: u8) -> DType {
     }
 }
 
-/// First qh chunk of a block (Q5_K, Q6_K).
+/// First qh chunk of a block (Q5_K).
 const QH: usize = QH_AT / 64;
 /// Tokens whose activations stay in cache while a call's panels stream past (prefill).
 const TOKEN_GROUP: usize = 64;
@@ -163,8 +163,12 @@ unsafe fn block_q6<const N: usize>(
 ) {
     // SAFETY: (whole body) as in `block_k4`.
     unsafe {
-        let nib = _mm256_set1_epi8(0x0F);
-        let two = _mm256_set1_epi8(0x30);
+        let m6 = _mm256_set1_epi8(0x3F);
+        let (b01, b23, b45) = (
+            _mm256_set1_epi8(0x03),
+            _mm256_set1_epi8(0x0C),
+            _mm256_set1_epi8(0x30),
+        );
         let lo16 = _mm256_set1_epi32(0xFFFF);
         let chunk = |c: usize| _mm256_load_si256(q.add(64 * c) as *const __m256i);
         let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
@@ -182,26 +186,21 @@ unsafe fn block_q6<const N: usize>(
                 let mut p = [[_mm256_setzero_si256(); 4]; N];
                 for jj in 0..4 {
                     let j = 4 * half + jj;
-                    let a = chunk(16 * h + j);
-                    let b = chunk(16 * h + 8 + j);
-                    let hb = chunk(QH + 8 * h + j);
+                    // Chunks A, B, C of step 8h + j (packed/kquant.rs): v0..v2 are their low
+                    // 6 bits, v3 their top 2 bits each (the 16-bit shifts move bits within
+                    // their own byte: the other bits are masked off).
+                    let st = 3 * (8 * h + j);
+                    let (a, b, c) = (chunk(st), chunk(st + 1), chunk(st + 2));
+                    let v3 = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<6>(b), b01),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(c), b23),
+                    );
+                    let v3 = _mm256_or_si256(v3, _mm256_and_si256(_mm256_srli_epi16::<2>(a), b45));
                     let w = [
-                        _mm256_or_si256(
-                            _mm256_and_si256(a, nib),
-                            _mm256_and_si256(_mm256_slli_epi16::<4>(hb), two),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(b, nib),
-                            _mm256_and_si256(_mm256_slli_epi16::<2>(hb), two),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(a), nib),
-                            _mm256_and_si256(hb, two),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(b), nib),
-                            _mm256_and_si256(_mm256_srli_epi16::<2>(hb), two),
-                        ),
+                        _mm256_and_si256(a, m6),
+                        _mm256_and_si256(b, m6),
+                        _mm256_and_si256(c, m6),
+                        v3,
                     ];
                     for (qt, wq) in w.iter().enumerate() {
                         for t in 0..N {

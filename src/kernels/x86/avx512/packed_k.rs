@@ -31,7 +31,7 @@ fn dtype(t: u8) -> DType {
     }
 }
 
-/// First qh chunk of a block (Q5_K, Q6_K).
+/// First qh chunk of a block (Q5_K).
 const QH: usize = QH_AT / 64;
 /// Tokens whose activations stay in cache while a call's panels stream past (prefill).
 const TOKEN_GROUP: usize = 64;
@@ -175,37 +175,36 @@ unsafe fn block_q6<const N: usize>(
 ) {
     // SAFETY: (whole body) as in `block_k4`.
     unsafe {
-        let nib = _mm512_set1_epi8(0x0F);
-        let two = _mm512_set1_epi8(0x30);
+        let m6 = _mm512_set1_epi8(0x3F);
+        let (b01, b23, b45) = (
+            _mm512_set1_epi8(0x03),
+            _mm512_set1_epi8(0x0C),
+            _mm512_set1_epi8(0x30),
+        );
         let chunk = |c: usize| _mm512_load_si512(q.add(64 * c) as *const __m512i);
         let bcast = |p: *const u8| _mm512_set1_epi32((p as *const i32).read_unaligned());
         let line = |at: usize| _mm512_cvtepi8_epi32(_mm_loadu_si128(sc.add(at) as *const __m128i));
+        // x | (y & m): vpternlog's 0xF8.
+        let or_masked = |x: __m512i, y: __m512i, m: __m512i| _mm512_ternarylogic_epi32::<0xF8>(x, y, m);
         for h in 0..2 {
             for half in 0..2 {
                 // Groups 8h + 2qt + half (qt = 0..4): values 128h + 32qt + 16half .. + 16.
                 let mut s = [[_mm512_setzero_si512(); 4]; N];
                 for jj in 0..4 {
                     let j = 4 * half + jj;
-                    let a = chunk(16 * h + j);
-                    let b = chunk(16 * h + 8 + j);
-                    let hb = chunk(QH + 8 * h + j);
+                    // Chunks A, B, C of step 8h + j (packed/kquant.rs): v0..v2 are their low
+                    // 6 bits, v3 their top 2 bits each (the 16-bit shifts move bits within
+                    // their own byte: the other bits are masked off).
+                    let st = 3 * (8 * h + j);
+                    let (a, b, c) = (chunk(st), chunk(st + 1), chunk(st + 2));
+                    let v3 = _mm512_and_si512(_mm512_srli_epi16::<6>(b), b01);
+                    let v3 = or_masked(v3, _mm512_srli_epi16::<4>(c), b23);
+                    let v3 = or_masked(v3, _mm512_srli_epi16::<2>(a), b45);
                     let w = [
-                        _mm512_or_si512(
-                            _mm512_and_si512(a, nib),
-                            _mm512_and_si512(_mm512_slli_epi16::<4>(hb), two),
-                        ),
-                        _mm512_or_si512(
-                            _mm512_and_si512(b, nib),
-                            _mm512_and_si512(_mm512_slli_epi16::<2>(hb), two),
-                        ),
-                        _mm512_or_si512(
-                            _mm512_and_si512(_mm512_srli_epi16::<4>(a), nib),
-                            _mm512_and_si512(hb, two),
-                        ),
-                        _mm512_or_si512(
-                            _mm512_and_si512(_mm512_srli_epi16::<4>(b), nib),
-                            _mm512_and_si512(_mm512_srli_epi16::<2>(hb), two),
-                        ),
+                        _mm512_and_si512(a, m6),
+                        _mm512_and_si512(b, m6),
+                        _mm512_and_si512(c, m6),
+                        v3,
                     ];
                     for (qt, wq) in w.iter().enumerate() {
                         for t in 0..N {
