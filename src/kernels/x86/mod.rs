@@ -39,10 +39,38 @@ pub(crate) fn prefetch_k_block(l: &PanelLayout, q: *const u8, sc: *const u8) {
 
 /// TEMPORARY experiment knob: [blocks ahead, hint].
 #[doc(hidden)]
-pub static PF_KNOB: [std::sync::atomic::AtomicUsize; 2] = [
+pub static PF_KNOB: [std::sync::atomic::AtomicUsize; 3] = [
     std::sync::atomic::AtomicUsize::new(PF_BLOCKS),
     std::sync::atomic::AtomicUsize::new(0),
+    std::sync::atomic::AtomicUsize::new(0),
 ];
+
+/// TEMPORARY: the spread-prefetch pointer for the block at `q` (null unless knob 2 is 1),
+/// after prefetching the scale lines in a burst.
+#[inline(always)]
+pub(crate) fn spread_pf(l: &PanelLayout, q: *const u8, sc: *const u8) -> *const u8 {
+    use std::arch::x86_64::*;
+    use std::sync::atomic::Ordering::Relaxed;
+    if PF_KNOB[2].load(Relaxed) != 1 {
+        prefetch_k_block(l, q, sc);
+        return std::ptr::null();
+    }
+    let d = PF_KNOB[0].load(Relaxed);
+    let s = sc.wrapping_add(d * l.scale_bytes);
+    for c in (0..l.scale_bytes).step_by(64) {
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(c) as *const i8) };
+    }
+    q.wrapping_add(d * l.quant_bytes)
+}
+
+/// TEMPORARY: prefetch line `c` of `pf` unless null.
+#[inline(always)]
+pub(crate) fn pf_line(pf: *const u8, c: usize) {
+    use std::arch::x86_64::*;
+    if !pf.is_null() {
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64 * c) as *const i8) };
+    }
+}
 
 /// How many blocks ahead decode-sized K-quant tiles prefetch (2: 4-6 KiB, ~150 ns of the
 /// stream).

@@ -66,6 +66,7 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     scale: &[(__m512, __m512); N],
     acc: &mut [__m512; N],
     accm: &mut [__m512; N],
+    pf: *const u8,
 ) {
     // Q5_K: one sum per block; Q4_K: one per pair of sub-blocks (see scalar/packed_k.rs).
     let mut isum = [_mm512_setzero_si512(); N];
@@ -83,7 +84,10 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     unsafe {
         let nib = _mm512_set1_epi8(0x0F);
         let bit4 = _mm512_set1_epi8(0x10);
-        let chunk = |c: usize| _mm512_load_si512(q.add(64 * c) as *const __m512i);
+        let chunk = |c: usize| {
+            super::super::pf_line(pf, c);
+            _mm512_load_si512(q.add(64 * c) as *const __m512i)
+        };
         let bcast = |p: *const u8| _mm512_set1_epi32((p as *const i32).read_unaligned());
         let line = |at: usize| _mm512_cvtepu8_epi32(_mm_loadu_si128(sc.add(at) as *const __m128i));
         for kk in 0..4 {
@@ -172,6 +176,7 @@ unsafe fn block_q6<const N: usize>(
     x: &[*const u8; N],
     pairs: &[&[i32; 8]; N],
     isum: &mut [__m512i; N],
+    pf: *const u8,
 ) {
     // SAFETY: (whole body) as in `block_k4`.
     unsafe {
@@ -181,7 +186,10 @@ unsafe fn block_q6<const N: usize>(
             _mm512_set1_epi8(0x0C),
             _mm512_set1_epi8(0x30),
         );
-        let chunk = |c: usize| _mm512_load_si512(q.add(64 * c) as *const __m512i);
+        let chunk = |c: usize| {
+            super::super::pf_line(pf, c);
+            _mm512_load_si512(q.add(64 * c) as *const __m512i)
+        };
         let bcast = |p: *const u8| _mm512_set1_epi32((p as *const i32).read_unaligned());
         let line = |at: usize| _mm512_cvtepi8_epi32(_mm_loadu_si128(sc.add(at) as *const __m128i));
         // x | (y & m): vpternlog's 0xF8.
@@ -260,11 +268,12 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     let nb = l.nb;
     let mut acc = [_mm512_setzero_ps(); N];
     let mut accm = [_mm512_setzero_ps(); N];
+    let mut pf = std::ptr::null();
     for b in 0..nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
         let sc = panel.wrapping_add(l.scales_at(b));
         if N <= 2 {
-            super::super::prefetch_k_block(l, q, sc);
+            pf = super::super::spread_pf(l, q, sc);
         }
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
@@ -280,7 +289,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
             let mut isum = [_mm512_setzero_si512(); N];
             // SAFETY: block b's quants and scales lie in the panel; x[t] are the tokens'
             // block b quants (caller contract).
-            unsafe { block_q6::<N>(q, sc, &x, &pairs, &mut isum) };
+            unsafe { block_q6::<N>(q, sc, &x, &pairs, &mut isum, pf) };
             for t in 0..N {
                 // llama.cpp's prompt-path order (see scalar/packed_k.rs).
                 let x = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[t]), d);
@@ -290,7 +299,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
             let scale: [(__m512, __m512); N] =
                 std::array::from_fn(|t| (_mm512_mul_ps(d, dy[t]), _mm512_mul_ps(dmin, dy[t])));
             // SAFETY: as above.
-            unsafe { block_k4::<T, N>(q, sc, &x, &pairs, &scale, &mut acc, &mut accm) };
+            unsafe { block_k4::<T, N>(q, sc, &x, &pairs, &scale, &mut acc, &mut accm, pf) };
         }
     }
     for t in 0..N {
