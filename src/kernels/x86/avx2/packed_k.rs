@@ -184,6 +184,7 @@ unsafe fn block_q6<const N: usize>(
             for half in 0..2 {
                 // Groups 8h + 2qt + half (qt = 0..4): values 128h + 32qt + 16half .. + 16.
                 let mut p = [[_mm256_setzero_si256(); 4]; N];
+                let sg: [__m256i; 4] = std::array::from_fn(|qt| twice(line(8 * h + 2 * qt + half)));
                 for jj in 0..4 {
                     let j = 4 * half + jj;
                     // Chunks A, B, C of step 8h + j (packed/kquant.rs): v0..v2 are their low
@@ -211,9 +212,8 @@ unsafe fn block_q6<const N: usize>(
                     if jj % 2 == 1 {
                         // Two 16128-bounded pair sums fit in i16; fold them into i32 now.
                         for qt in 0..4 {
-                            let sg = twice(line(8 * h + 2 * qt + half));
                             for t in 0..N {
-                                let s = _mm256_madd_epi16(p[t][qt], sg);
+                                let s = _mm256_madd_epi16(p[t][qt], sg[qt]);
                                 isum[t] = _mm256_add_epi32(isum[t], s);
                                 p[t][qt] = _mm256_setzero_si256();
                             }
@@ -239,9 +239,9 @@ unsafe fn block_q6<const N: usize>(
     }
 }
 
-/// Half panel `h` x `N` tokens over all blocks; token `t`'s Q8_K row at `a + t * ar`, its
-/// table entries from `tab0 + t * nb`, its outputs at `out + t * os` (`valid` <= 8 of them,
-/// rows `8h..`).
+/// One panel x `N` tokens over all blocks, both 8-row halves of each block in turn (one pass
+/// over the panel's bytes); token `t`'s Q8_K row at `a + t * ar`, its table entries from
+/// `tab0 + t * nb`, its outputs at `out + t * os` (`valid` <= 16 of them).
 ///
 /// # Safety
 /// CPU features as enabled; `panel` is a whole aligned panel of `l` (kind `T`), the `N`
@@ -252,7 +252,6 @@ unsafe fn block_q6<const N: usize>(
 unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     l: &PanelLayout,
     panel: *const u8,
-    h: usize,
     a: *const u8,
     ar: usize,
     tab: &ActTable<E>,
@@ -262,50 +261,59 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     valid: usize,
 ) {
     let nb = l.nb;
-    let mut acc = [_mm256_setzero_ps(); N];
-    let mut accm = [_mm256_setzero_ps(); N];
+    let halves = if valid > 8 { 2 } else { 1 };
+    let mut acc = [[_mm256_setzero_ps(); N]; 2];
+    let mut accm = [[_mm256_setzero_ps(); N]; 2];
     for b in 0..nb {
-        let q = panel.wrapping_add(b * l.quant_bytes + 32 * h);
-        let sc = panel.wrapping_add(l.scales_at(b));
-        if N <= 2 && h == 0 {
-            super::super::prefetch_k_block(l, q, sc);
+        let q0 = panel.wrapping_add(b * l.quant_bytes);
+        let sc0 = panel.wrapping_add(l.scales_at(b));
+        if N <= 2 {
+            super::super::prefetch_k_block(l, q0, sc0);
         }
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
-        let f16s = |at: usize| {
-            // SAFETY: 8 f16 of the 16 at `at` inside the scale area.
-            _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sc.add(at + 16 * h) as *const __m128i) })
-        };
-        let (d, dmin) = (f16s(scale_at::D), f16s(scale_at::DMIN));
         let dy: [__m256; N] = std::array::from_fn(|t| _mm256_set1_ps(tab.dy[tab0 + t * nb + b]));
-        if T == Q6K {
-            let mut isum = [_mm256_setzero_si256(); N];
-            // SAFETY: block b's quants (half h) and scales lie in the panel; x[t] are the
-            // tokens' block b quants (caller contract).
-            unsafe { block_q6::<N>(q, sc.add(8 * h), &x, &pairs, &mut isum) };
-            for t in 0..N {
-                // llama.cpp's prompt-path order (see scalar/packed_k.rs).
-                let x = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), d);
-                acc[t] = _mm256_fmadd_ps(x, dy[t], acc[t]);
+        for h in 0..halves {
+            let (q, sc) = (q0.wrapping_add(32 * h), sc0.wrapping_add(8 * h));
+            let f16s = |at: usize| {
+                // SAFETY: 8 f16 of the 16 at `at` inside the scale area.
+                _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sc0.add(at + 16 * h) as *const __m128i) })
+            };
+            let (d, dmin) = (f16s(scale_at::D), f16s(scale_at::DMIN));
+            if T == Q6K {
+                let mut isum = [_mm256_setzero_si256(); N];
+                // SAFETY: block b's quants (half h) and scales lie in the panel; x[t] are the
+                // tokens' block b quants (caller contract).
+                unsafe { block_q6::<N>(q, sc, &x, &pairs, &mut isum) };
+                for t in 0..N {
+                    // llama.cpp's prompt-path order (see scalar/packed_k.rs).
+                    let x = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), d);
+                    acc[h][t] = _mm256_fmadd_ps(x, dy[t], acc[h][t]);
+                }
+            } else {
+                let scale: [(__m256, __m256); N] =
+                    std::array::from_fn(|t| (_mm256_mul_ps(d, dy[t]), _mm256_mul_ps(dmin, dy[t])));
+                // SAFETY: as above.
+                unsafe {
+                    block_k4::<T, N>(q, sc, &x, &pairs, &scale, &mut acc[h], &mut accm[h])
+                };
             }
-        } else {
-            let scale: [(__m256, __m256); N] =
-                std::array::from_fn(|t| (_mm256_mul_ps(d, dy[t]), _mm256_mul_ps(dmin, dy[t])));
-            // SAFETY: as above.
-            unsafe { block_k4::<T, N>(q, sc.add(8 * h), &x, &pairs, &scale, &mut acc, &mut accm) };
         }
     }
-    for t in 0..N {
-        let r = if T == Q6K {
-            acc[t]
-        } else {
-            _mm256_sub_ps(acc[t], accm[t])
-        };
-        let mut v = [0f32; 8];
-        // SAFETY: `v` is 8 f32, the 32 bytes the store writes.
-        unsafe { _mm256_storeu_ps(v.as_mut_ptr(), r) };
-        // SAFETY: `valid` cells of token row t (caller contract).
-        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * os), valid) };
+    for h in 0..halves {
+        for t in 0..N {
+            let r = if T == Q6K {
+                acc[h][t]
+            } else {
+                _mm256_sub_ps(acc[h][t], accm[h][t])
+            };
+            let mut v = [0f32; 8];
+            // SAFETY: `v` is 8 f32, the 32 bytes the store writes.
+            unsafe { _mm256_storeu_ps(v.as_mut_ptr(), r) };
+            let n = 8.min(valid - 8 * h);
+            // SAFETY: `valid` cells of token row t (caller contract), rows 8h..8h + n.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * os + 8 * h), n) };
+        }
     }
 }
 
@@ -335,30 +343,24 @@ unsafe fn gemm_tab<const T: u8, const E: usize>(
         let rows = unsafe { std::slice::from_raw_parts(ap.add(g0 * ar), gn * ar) };
         tab.fill(dtype(T), rows, ar, gn, nb);
         for p in 0..PanelLayout::panels(n_rows) {
+            let valid = PANEL.min(n_rows - p * PANEL);
             let panel = pp.wrapping_add(p * l.panel_bytes);
-            for h in 0..2 {
-                let r0 = p * PANEL + 8 * h;
-                if r0 >= n_rows {
-                    break;
-                }
-                let valid = 8.min(n_rows - r0);
-                let mut t0 = 0;
-                while t0 < gn {
-                    let n = TT.min(gn - t0);
-                    let tok = g0 + t0;
-                    // SAFETY: panel p, rows r0.., tokens tok..tok + n, their table entries
-                    // and output cells are in range (checked by the caller).
-                    unsafe {
-                        let (a, o) = (ap.add(tok * ar), op.add(tok * os + r0));
-                        let e = t0 * nb;
-                        if n == 1 {
-                            tile::<T, 1, E>(l, panel, h, a, ar, &tab, e, o, os, valid)
-                        } else {
-                            tile::<T, TT, E>(l, panel, h, a, ar, &tab, e, o, os, valid)
-                        }
+            let mut t0 = 0;
+            while t0 < gn {
+                let n = TT.min(gn - t0);
+                let tok = g0 + t0;
+                // SAFETY: panel p, tokens tok..tok + n, their table entries and output cells
+                // are in range (checked by the caller).
+                unsafe {
+                    let (a, o) = (ap.add(tok * ar), op.add(tok * os + p * PANEL));
+                    let e = t0 * nb;
+                    if n == 1 {
+                        tile::<T, 1, E>(l, panel, a, ar, &tab, e, o, os, valid)
+                    } else {
+                        tile::<T, TT, E>(l, panel, a, ar, &tab, e, o, os, valid)
                     }
-                    t0 += n;
                 }
+                t0 += n;
             }
         }
     }
