@@ -82,11 +82,19 @@ unsafe fn block_k4<const T: u8, const N: usize>(
                 let mut wl = _mm256_and_si256(w, nib);
                 let mut wh = _mm256_and_si256(_mm256_srli_epi16::<4>(w), nib);
                 if T == Q5K {
+                    // Bit 2kk (2kk + 1) of each qh byte moved to bit 4 by one 16-bit shift
+                    // (bit 4 of each byte comes from the same byte).
                     let h = chunk(QH + m);
-                    let hl = _mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * kk as i32));
-                    let hh = _mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * kk as i32 + 1));
-                    wl = _mm256_or_si256(wl, _mm256_and_si256(_mm256_slli_epi16::<4>(hl), bit4));
-                    wh = _mm256_or_si256(wh, _mm256_and_si256(_mm256_slli_epi16::<4>(hh), bit4));
+                    let to4 = |k: i32| {
+                        if k <= 4 {
+                            _mm256_sll_epi16(h, _mm_cvtsi32_si128(4 - k))
+                        } else {
+                            _mm256_srl_epi16(h, _mm_cvtsi32_si128(k - 4))
+                        }
+                    };
+                    let (hl, hh) = (to4(2 * kk as i32), to4(2 * kk as i32 + 1));
+                    wl = _mm256_or_si256(wl, _mm256_and_si256(hl, bit4));
+                    wh = _mm256_or_si256(wh, _mm256_and_si256(hh, bit4));
                 }
                 for t in 0..N {
                     let xl = bcast(x[t].add(64 * kk + 4 * m));

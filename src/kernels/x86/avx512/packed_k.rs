@@ -105,12 +105,13 @@ unsafe fn block_k4<const T: u8, const N: usize>(
                 };
                 if T == Q5K {
                     // Bit 2kk (2kk + 1) of each qh byte is bit 4 of sub-block 2kk's (2kk + 1's)
-                    // value in that byte.
+                    // value in that byte: a dword rotation moves it there (bit 4 of each byte
+                    // comes from the same byte), vpternlog ORs it in (`x | (y & bit4)`).
                     let h = chunk(QH + m);
-                    let hl = _mm512_srlv_epi16(h, _mm512_set1_epi16(2 * kk as i16));
-                    let hh = _mm512_srlv_epi16(h, _mm512_set1_epi16(2 * kk as i16 + 1));
-                    wl = _mm512_or_si512(wl, _mm512_and_si512(_mm512_slli_epi16::<4>(hl), bit4));
-                    wh = _mm512_or_si512(wh, _mm512_and_si512(_mm512_slli_epi16::<4>(hh), bit4));
+                    let hl = _mm512_rolv_epi32(h, _mm512_set1_epi32((4 - 2 * kk as i32) & 31));
+                    let hh = _mm512_rolv_epi32(h, _mm512_set1_epi32((3 - 2 * kk as i32) & 31));
+                    wl = _mm512_ternarylogic_epi32::<0xF8>(wl, hl, bit4);
+                    wh = _mm512_ternarylogic_epi32::<0xF8>(wh, hh, bit4);
                 }
                 let c = m % chains(N);
                 for t in 0..N {
