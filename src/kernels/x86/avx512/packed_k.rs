@@ -6,15 +6,15 @@
 //! load holding dword `c` of all 16 rows; after nibble (and high-bit) masking, one `vpdpbusd`
 //! with the broadcast activation dword adds 64 products. Each sub-block's dwords are summed in
 //! i32 chains (values stay far below 2^31), multiplied by the rows' sub-block scales with one
-//! `vpmulld` per sub-block, and the mins (Q4_K/Q5_K) or the `-32` offset (Q6_K) come from
-//! `vpdpwssd` of the rows' scale/min pairs with the token's group-sum pairs, computed once
-//! per call into a table. Per block and token the float work is one convert and one `fma`
-//! (two with mins), so the kernel keeps up with memory at one token and with `vpdpbusd` at
-//! many.
+//! `vpmulld` per sub-block; the mins (Q4_K/Q5_K) come from `vpdpwssd` of the rows' min
+//! pairs with the token's group-sum pairs, computed once per call into a table, and Q6_K's
+//! `-32` offset is each group chain's start value (`-32` times the token's group sum). Per
+//! block and token the float work is one convert and one `fma` (two with mins), so the kernel
+//! keeps up with memory at one token and with `vpdpbusd` at many.
 
 use std::arch::x86_64::*;
 
-use crate::kernels::packed::kquant::{scale_at, ActTable, Q8K_BYTES, QH_AT};
+use crate::kernels::packed::kquant::{scale_at, ActTable, Q8K_BYTES, QH_AT, QK_K};
 use crate::kernels::packed::{PanelLayout, PANEL};
 use crate::kernels::DType;
 
@@ -175,7 +175,6 @@ unsafe fn block_q6<const N: usize>(
     q: *const u8,
     sc: *const u8,
     x: &[*const u8; N],
-    pairs: &[&[i32; 8]; N],
     isum: &mut [__m512i; N],
     pf: *const u8,
 ) {
@@ -198,7 +197,15 @@ unsafe fn block_q6<const N: usize>(
         for h in 0..2 {
             for half in 0..2 {
                 // Groups 8h + 2qt + half (qt = 0..4): values 128h + 32qt + 16half .. + 16.
-                let mut s = [[_mm512_setzero_si512(); 4]; N];
+                // Each group's sum starts at the offset term -32 * bsum_g (the Q8_K group sum
+                // after the block's 256 quants), so it needs no pass of its own.
+                let mut s: [[__m512i; 4]; N] = std::array::from_fn(|t| {
+                    std::array::from_fn(|qt| {
+                        let g = 8 * h + 2 * qt + half;
+                        let bs = (x[t].add(QK_K + 2 * g) as *const i16).read_unaligned();
+                        _mm512_set1_epi32(-32 * bs as i32)
+                    })
+                });
                 for jj in 0..4 {
                     let j = 4 * half + jj;
                     // Chunks A, B, C of step 8h + j (packed/kquant.rs): v0..v2 are their low
@@ -229,19 +236,6 @@ unsafe fn block_q6<const N: usize>(
                     }
                 }
             }
-        }
-        let lo16 = _mm512_set1_epi32(0xFFFF);
-        let mut corr = [_mm512_setzero_si512(); N];
-        for m in 0..8 {
-            let se = _mm512_and_si512(line(scale_at::SC_Q6 + 16 * (2 * m)), lo16);
-            let so = line(scale_at::SC_Q6 + 16 * (2 * m + 1));
-            let sp = _mm512_or_si512(se, _mm512_slli_epi32::<16>(so));
-            for t in 0..N {
-                corr[t] = _mm512_dpwssd_epi32(corr[t], sp, _mm512_set1_epi32(pairs[t][m]));
-            }
-        }
-        for t in 0..N {
-            isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32::<5>(corr[t]));
         }
     }
 }
@@ -290,7 +284,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
             let mut isum = [_mm512_setzero_si512(); N];
             // SAFETY: block b's quants and scales lie in the panel; x[t] are the tokens'
             // block b quants (caller contract).
-            unsafe { block_q6::<N>(q, sc, &x, &pairs, &mut isum, pf) };
+            unsafe { block_q6::<N>(q, sc, &x, &mut isum, pf) };
             for t in 0..N {
                 // llama.cpp's prompt-path order (see scalar/packed_k.rs).
                 let x = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[t]), d);
