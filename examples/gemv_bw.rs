@@ -84,12 +84,6 @@ impl OutPtr {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Ok(v) = std::env::var("KILN_PF") {
-        let v: Vec<usize> = v.split(',').map(|x| x.parse().unwrap()).collect();
-        for (i, x) in v.iter().enumerate() {
-            kiln::kernels::x86::PF_KNOB[i].store(*x, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
     let dt = DType::from_name(args.first().map_or("Q4_K", |s| s)).expect("dtype");
     let threads: usize = args.get(1).map_or(2, |s| s.parse().expect("threads"));
     let rounds: usize = args.get(2).map_or(20, |s| s.parse().expect("rounds"));

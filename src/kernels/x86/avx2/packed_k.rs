@@ -42,13 +42,14 @@ const LARGE: usize = 1024;
 /// One Q4_K/Q5_K block (half panel) for `N` tokens: the integer sums `isum` (scaled quants)
 /// and `msum` (mins) added to `acc` / `accm` with `scale[t]` = (d * d_a, dmin * d_a): once per
 /// block for Q5_K, once per pair of sub-blocks (64 values) for Q4_K (scalar/packed_k.rs).
+/// Each quant chunk load also prefetches that line of `pf` (`x86::prefetch_line`; null: none).
 ///
 /// # Safety
 /// CPU features as enabled; `q` is a block's quants plus `32h` (32-byte aligned), `sc` its
 /// scale area plus `8h`, `x[t]` token t's Q8_K quants of that block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::needless_range_loop)]
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 unsafe fn block_k4<const T: u8, const N: usize>(
     q: *const u8,
     sc: *const u8,
@@ -57,6 +58,7 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     scale: &[(__m256, __m256); N],
     acc: &mut [__m256; N],
     accm: &mut [__m256; N],
+    pf: *const u8,
 ) {
     // Q5_K: one sum per block; Q4_K: one per pair of sub-blocks (see scalar/packed_k.rs).
     let mut isum = [_mm256_setzero_si256(); N];
@@ -66,7 +68,10 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     unsafe {
         let nib = _mm256_set1_epi8(0x0F);
         let bit4 = _mm256_set1_epi8(0x10);
-        let chunk = |c: usize| _mm256_load_si256(q.add(64 * c) as *const __m256i);
+        let chunk = |c: usize| {
+            super::super::prefetch_line(pf, c);
+            _mm256_load_si256(q.add(64 * c) as *const __m256i)
+        };
         let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
         // 8 rows' bytes of a scale line as i32 lanes, each value twice (an i16 pair).
         let line = |at: usize| {
@@ -155,7 +160,8 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     }
 }
 
-/// Integer sum of one Q6_K block (half panel) for `N` tokens, the `-32` offset included.
+/// Integer sum of one Q6_K block (half panel) for `N` tokens, the `-32` offset included;
+/// prefetches `pf` as [`block_k4`].
 ///
 /// # Safety
 /// As [`block_k4`].
@@ -168,6 +174,7 @@ unsafe fn block_q6<const N: usize>(
     x: &[*const u8; N],
     pairs: &[&[i32; 8]; N],
     isum: &mut [__m256i; N],
+    pf: *const u8,
 ) {
     // SAFETY: (whole body) as in `block_k4`.
     unsafe {
@@ -178,7 +185,10 @@ unsafe fn block_q6<const N: usize>(
             _mm256_set1_epi8(0x30),
         );
         let lo16 = _mm256_set1_epi32(0xFFFF);
-        let chunk = |c: usize| _mm256_load_si256(q.add(64 * c) as *const __m256i);
+        let chunk = |c: usize| {
+            super::super::prefetch_line(pf, c);
+            _mm256_load_si256(q.add(64 * c) as *const __m256i)
+        };
         let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
         // 8 rows' signed scales of group g as i32 lanes (sign-extended).
         let line = |g: usize| {
@@ -275,14 +285,18 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     for b in 0..nb {
         let q0 = panel.wrapping_add(b * l.quant_bytes);
         let sc0 = panel.wrapping_add(l.scales_at(b));
-        if N <= 2 {
-            super::super::prefetch_k_block(l, q0, sc0);
-        }
+        let pf = if N <= 2 {
+            super::super::prefetch_k_ahead(l, q0, sc0)
+        } else {
+            std::ptr::null()
+        };
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
         let dy: [__m256; N] = std::array::from_fn(|t| _mm256_set1_ps(tab.dy[tab0 + t * nb + b]));
         for h in 0..halves {
             let (q, sc) = (q0.wrapping_add(32 * h), sc0.wrapping_add(8 * h));
+            // The first half's chunk loads prefetch the block ahead's lines (module docs).
+            let pf = if h == 0 { pf } else { std::ptr::null() };
             let f16s = |at: usize| {
                 // SAFETY: 8 f16 of the 16 at `at` inside the scale area.
                 _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sc0.add(at + 16 * h) as *const __m128i) })
@@ -292,7 +306,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
                 let mut isum = [_mm256_setzero_si256(); N];
                 // SAFETY: block b's quants (half h) and scales lie in the panel; x[t] are the
                 // tokens' block b quants (caller contract).
-                unsafe { block_q6::<N>(q, sc, &x, &pairs, &mut isum) };
+                unsafe { block_q6::<N>(q, sc, &x, &pairs, &mut isum, pf) };
                 for t in 0..N {
                     // llama.cpp's prompt-path order (see scalar/packed_k.rs).
                     let x = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), d);
@@ -303,7 +317,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
                     std::array::from_fn(|t| (_mm256_mul_ps(d, dy[t]), _mm256_mul_ps(dmin, dy[t])));
                 // SAFETY: as above.
                 unsafe {
-                    block_k4::<T, N>(q, sc, &x, &pairs, &scale, &mut acc[h], &mut accm[h])
+                    block_k4::<T, N>(q, sc, &x, &pairs, &scale, &mut acc[h], &mut accm[h], pf)
                 };
             }
         }

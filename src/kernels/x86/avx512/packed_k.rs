@@ -51,13 +51,14 @@ fn mask(valid: usize) -> __mmask16 {
 }
 
 /// Integer sums of one Q4_K/Q5_K block for `N` tokens: `isum` and the mins term `msum`.
+/// Each quant chunk load also prefetches that line of `pf` (`x86::prefetch_line`; null: none).
 ///
 /// # Safety
 /// CPU features as enabled; `q` / `sc` are a block's aligned quants / scale area of kind
 /// `T`, `x[t]` token t's Q8_K quants of that block.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::needless_range_loop)]
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 unsafe fn block_k4<const T: u8, const N: usize>(
     q: *const u8,
     sc: *const u8,
@@ -85,7 +86,7 @@ unsafe fn block_k4<const T: u8, const N: usize>(
         let nib = _mm512_set1_epi8(0x0F);
         let bit4 = _mm512_set1_epi8(0x10);
         let chunk = |c: usize| {
-            super::super::pf_line(pf, c);
+            super::super::prefetch_line(pf, c);
             _mm512_load_si512(q.add(64 * c) as *const __m512i)
         };
         let bcast = |p: *const u8| _mm512_set1_epi32((p as *const i32).read_unaligned());
@@ -164,7 +165,8 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     }
 }
 
-/// Integer sum of one Q6_K block for `N` tokens, the `-32` offset included.
+/// Integer sum of one Q6_K block for `N` tokens, the `-32` offset included; prefetches `pf`
+/// as [`block_k4`].
 ///
 /// # Safety
 /// As [`block_k4`].
@@ -187,13 +189,14 @@ unsafe fn block_q6<const N: usize>(
             _mm512_set1_epi8(0x30),
         );
         let chunk = |c: usize| {
-            super::super::pf_line(pf, c);
+            super::super::prefetch_line(pf, c);
             _mm512_load_si512(q.add(64 * c) as *const __m512i)
         };
         let bcast = |p: *const u8| _mm512_set1_epi32((p as *const i32).read_unaligned());
         let line = |at: usize| _mm512_cvtepi8_epi32(_mm_loadu_si128(sc.add(at) as *const __m128i));
         // x | (y & m): vpternlog's 0xF8.
-        let or_masked = |x: __m512i, y: __m512i, m: __m512i| _mm512_ternarylogic_epi32::<0xF8>(x, y, m);
+        let or_masked =
+            |x: __m512i, y: __m512i, m: __m512i| _mm512_ternarylogic_epi32::<0xF8>(x, y, m);
         for h in 0..2 {
             for half in 0..2 {
                 // Groups 8h + 2qt + half (qt = 0..4): values 128h + 32qt + 16half .. + 16.
@@ -268,7 +271,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
         let q = panel.wrapping_add(b * l.quant_bytes);
         let sc = panel.wrapping_add(l.scales_at(b));
         if N <= 2 {
-            pf = super::super::spread_pf(l, q, sc);
+            pf = super::super::prefetch_k_ahead(l, q, sc);
         }
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
