@@ -257,9 +257,11 @@ unsafe fn block_q6<const N: usize>(
     }
 }
 
-/// One panel x `N` tokens over all blocks, both 8-row halves of each block in turn (one pass
-/// over the panel's bytes); token `t`'s Q8_K row at `a + t * ar`, its table entries from
-/// `tab0 + t * nb`, its outputs at `out + t * os` (`valid` <= 16 of them).
+/// One panel x `N` tokens over all blocks: its 8-row half `which` (0 or 1), or with `which == 2` both
+/// halves of each block in turn (one pass over the panel's bytes: Q5_K, Q6_K; Q4_K runs
+/// faster half by half, the second half from cache). Token `t`'s Q8_K row at `a + t * ar`,
+/// its table entries from `tab0 + t * nb`, its outputs at `out + t * os` (the panel's first
+/// row; `valid` <= 16 rows are real).
 ///
 /// # Safety
 /// CPU features as enabled; `panel` is a whole aligned panel of `l` (kind `T`), the `N`
@@ -270,6 +272,7 @@ unsafe fn block_q6<const N: usize>(
 unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     l: &PanelLayout,
     panel: *const u8,
+    which: usize,
     a: *const u8,
     ar: usize,
     tab: &ActTable<E>,
@@ -280,12 +283,13 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
 ) {
     let nb = l.nb;
     let halves = if valid > 8 { 2 } else { 1 };
+    let runs = |hh: usize| if which == 2 { hh < halves } else { hh == which };
     let mut acc = [[_mm256_setzero_ps(); N]; 2];
     let mut accm = [[_mm256_setzero_ps(); N]; 2];
     for b in 0..nb {
         let q0 = panel.wrapping_add(b * l.quant_bytes);
         let sc0 = panel.wrapping_add(l.scales_at(b));
-        let pf = if N <= 2 {
+        let pf = if N <= 2 && which != 1 {
             super::super::prefetch_k_ahead(l, q0, sc0)
         } else {
             std::ptr::null()
@@ -293,7 +297,10 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
         let dy: [__m256; N] = std::array::from_fn(|t| _mm256_set1_ps(tab.dy[tab0 + t * nb + b]));
-        for h in 0..halves {
+        for h in 0..2 {
+            if !runs(h) {
+                continue;
+            }
             let (q, sc) = (q0.wrapping_add(32 * h), sc0.wrapping_add(8 * h));
             // The first half's chunk loads prefetch the block ahead's lines (module docs).
             let pf = if h == 0 { pf } else { std::ptr::null() };
@@ -322,7 +329,10 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
             }
         }
     }
-    for h in 0..halves {
+    for h in 0..2 {
+        if !runs(h) {
+            continue;
+        }
         for t in 0..N {
             let r = if T == Q6K {
                 acc[h][t]
@@ -376,10 +386,15 @@ unsafe fn gemm_tab<const T: u8, const E: usize>(
                 unsafe {
                     let (a, o) = (ap.add(tok * ar), op.add(tok * os + p * PANEL));
                     let e = t0 * nb;
-                    if n == 1 {
-                        tile::<T, 1, E>(l, panel, a, ar, &tab, e, o, os, valid)
-                    } else {
-                        tile::<T, TT, E>(l, panel, a, ar, &tab, e, o, os, valid)
+                    for h in if T == Q4K { 0..2 } else { 2..3 } {
+                        if 8 * (h % 2) >= valid {
+                            break;
+                        }
+                        if n == 1 {
+                            tile::<T, 1, E>(l, panel, h, a, ar, &tab, e, o, os, valid)
+                        } else {
+                            tile::<T, TT, E>(l, panel, h, a, ar, &tab, e, o, os, valid)
+                        }
                     }
                 }
                 t0 += n;
