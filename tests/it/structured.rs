@@ -218,7 +218,8 @@ fn a_reply_near_max_tokens_closes_its_json() {
 fn a_pattern_constrained_string_near_max_tokens_closes() {
     let g = grammars();
     let digits = |w: &[u8]| !w.is_empty() && w.iter().all(|b| b.is_ascii_digit() || *b == b'.');
-    let valid: [(Value, fn(&str) -> bool); 2] = [
+    type Check = fn(&str) -> bool;
+    let valid: [(Value, Check); 2] = [
         (
             json!({"type": "string", "pattern": "^[0-9]+#[A-Za-z0-9]+"}),
             |s| {
