@@ -264,6 +264,9 @@ def print_tables(doc):
             ratio = f"{row['ratio']:.2f}x" if row["ratio"] else "n/a"
             print(f"| {name} | {gb} | {row['metric']} | {f(row['kiln'])} | {f(row['llama_cpp'])} "
                   f"| {ratio} | {pct(row['kiln_share'])} | {pct(row['llama_share'])} |")
+    bar_metrics = {metric for metric, _ in BARS}
+    if not any(x["metric"] in bar_metrics for r in results.values() for x in r["table"]):
+        return  # --depth runs: the bars are for the figures without context
     print("\n| model | architecture | prefill pp512 (bar 1.5x) | decode tg128 (bar 1.2x) "
           "| 16 sequences (bar 1.5x) | bars met |")
     print("|---|---|---:|---:|---:|---|")

@@ -2,9 +2,10 @@
 //! the small f32 norm vectors and biases, and the matrices the ISA multiplies faster in a
 //! repacked panel layout: those get one packed copy at load, see [`Weight::packed`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::engine::error::EngineError;
+use crate::engine::pool::Pool;
 use crate::gguf::TensorData;
 use crate::kernels::packed::{pack, PackedWeights};
 use crate::kernels::table::{kernels, FromF32Fn, PackedKernels, TypeKernels};
@@ -70,16 +71,8 @@ impl Weight {
         let act_row_bytes = vec_dot_type
             .bytes_for(k as u64)
             .ok_or_else(|| unsupported("row length"))? as usize;
-        let packed = kern.packed.and_then(|pk| {
-            let bytes = data.bytes();
-            let p = pack(dtype, k, bytes, n_out)?;
-            // The packed copy serves every matmul; the file's pages are read again only for
-            // embedding rows, so they need not stay resident.
-            data.release_pages();
-            Some((pk, Arc::new(p)))
-        });
         Ok(Weight {
-            packed,
+            packed: None,
             dtype,
             kern,
             quantize_act,
@@ -90,6 +83,20 @@ impl Weight {
             row_bytes,
             act_row_bytes,
         })
+    }
+
+    /// Makes the panel copy ([`Weight::packed`]) when the ISA has a panel GEMM for this dtype and
+    /// row length; afterwards the file's pages of this matrix are released (the copy serves
+    /// every matmul; they are read again only for embedding rows). Idempotent.
+    pub fn repack(&mut self) {
+        if self.packed.is_some() {
+            return;
+        }
+        self.packed = self.kern.packed.and_then(|pk| {
+            let p = pack(self.dtype, self.k, self.data.bytes(), self.n_out)?;
+            self.data.release_pages();
+            Some((pk, Arc::new(p)))
+        });
     }
 
     /// The bytes of rows `r0..r1`.
@@ -198,6 +205,19 @@ pub struct LayerWeights {
 }
 
 impl LayerWeights {
+    /// The layer's matrices, mutably (for the load-time repacking).
+    pub fn matrices_mut(&mut self) -> [&mut Weight; 7] {
+        [
+            &mut self.wq,
+            &mut self.wk,
+            &mut self.wv,
+            &mut self.wo,
+            &mut self.w_gate,
+            &mut self.w_up,
+            &mut self.w_down,
+        ]
+    }
+
     /// The layer's matrices.
     pub fn matrices(&self) -> [&Weight; 7] {
         [
@@ -226,6 +246,27 @@ pub struct LlamaWeights {
 }
 
 impl LlamaWeights {
+    /// Repacks every matrix into its panel copy ([`Weight::repack`]) on `pool`'s threads, the
+    /// largest first so the team finishes together; a tied LM head then shares the embedding's
+    /// copy. Load time is mostly this pass: page faults on the new copy and the file's reads.
+    pub fn repack(&mut self, pool: &Pool) {
+        let mut mats: Vec<&mut Weight> = vec![&mut self.token_embd];
+        if !self.tied_output {
+            mats.push(&mut self.output);
+        }
+        for l in &mut self.layers {
+            mats.extend(l.matrices_mut());
+        }
+        mats.sort_by_key(|w| std::cmp::Reverse(w.data.bytes().len()));
+        let slots: Vec<Mutex<&mut Weight>> = mats.into_iter().map(Mutex::new).collect();
+        pool.run(slots.len(), &|i, _| {
+            slots[i].lock().unwrap_or_else(|e| e.into_inner()).repack()
+        });
+        if self.tied_output {
+            self.output = self.token_embd.clone();
+        }
+    }
+
     /// What one decode step reads and computes in its matmuls (every layer's matrices and the
     /// LM head): `(bytes, multiply-adds)` per token. The figures speed is stated against.
     pub fn decode_footprint(&self) -> (u64, u64) {

@@ -42,11 +42,13 @@ pub const MAX_K: usize = 32 * 4096;
 #[repr(C, align(64))]
 pub struct Line(pub [u8; 64]);
 
-/// `n` zeroed lines, in transparent huge pages where the OS offers them on request (Linux's
-/// `madvise` mode): decode streams every packed byte once per token, and with 4 KiB pages the
-/// CPU's stream prefetchers stop at every page boundary and each page costs a TLB walk.
-pub(crate) fn zeroed_lines(n: usize) -> Vec<Line> {
-    let mut v: Vec<Line> = Vec::with_capacity(n);
+/// An empty vector with room for `n` lines, in transparent huge pages where the OS offers them
+/// on request (Linux's `madvise` mode): decode streams every packed byte once per token, and
+/// with 4 KiB pages the CPU's stream prefetchers stop at every page boundary and each page costs
+/// a TLB walk. Callers push the lines: the pages are touched once, by the thread that writes
+/// them, with no zeroing pass before.
+pub(crate) fn line_buffer(n: usize) -> Vec<Line> {
+    let v: Vec<Line> = Vec::with_capacity(n);
     #[cfg(target_os = "linux")]
     {
         const HUGE: usize = 2 << 20;
@@ -59,8 +61,16 @@ pub(crate) fn zeroed_lines(n: usize) -> Vec<Line> {
             unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE) };
         }
     }
-    v.resize(n, Line([0; 64]));
     v
+}
+
+/// Appends `panel` (a whole number of 64-byte lines) to `lines`.
+pub(crate) fn push_lines(lines: &mut Vec<Line>, panel: &[u8]) {
+    lines.extend(panel.chunks_exact(64).map(|c| {
+        let mut l = Line([0; 64]);
+        l.0.copy_from_slice(c);
+        l
+    }));
 }
 
 /// Sizes of the panel layout of one dtype and row length.
@@ -208,7 +218,7 @@ pub fn pack(dtype: DType, k: usize, rows: &[u8], n_rows: usize) -> Option<Packed
         return None;
     }
     let n_panels = PanelLayout::panels(n_rows);
-    let mut lines = zeroed_lines(n_panels * layout.panel_bytes / 64);
+    let mut lines = line_buffer(n_panels * layout.panel_bytes / 64);
     let mut buf = vec![0u8; layout.panel_bytes];
     let has_min = matches!(dtype, DType::Q4_1 | DType::Q5_1);
     // Q5 blocks: f16 d, (f16 m,) u32 qh, 16 nibble bytes.
@@ -243,10 +253,7 @@ pub fn pack(dtype: DType, k: usize, rows: &[u8], n_rows: usize) -> Option<Packed
                 }
             }
         }
-        let dst = &mut lines[p * layout.panel_bytes / 64..(p + 1) * layout.panel_bytes / 64];
-        for (l, src) in dst.iter_mut().zip(buf.chunks_exact(64)) {
-            l.0.copy_from_slice(src);
-        }
+        push_lines(&mut lines, &buf);
     }
     Some(PackedWeights {
         layout,

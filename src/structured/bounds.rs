@@ -12,9 +12,10 @@
 //! at temperature 1.0 never closes, an object it keeps adding keys to) and fail to parse.
 //! Within [`Limits::close_within`] tokens of the budget, [`JsonBounds::close`] narrows the mask
 //! to the tokens that only close (in a string `"`, maybe followed by `}`/`]`; elsewhere `}`,
-//! `]` and the end of generation) wherever the
-//! grammar allows one, so the value ends valid; where none is allowed (a required key still
-//! to write) the grammar's mask stands. Only constraints built with
+//! `]` and the end of generation) wherever the grammar allows one, so the value ends valid.
+//! Where none is allowed inside a string (a `pattern` that wants more text first),
+//! [`super::lookahead`] steers toward the shortest way to a quote; elsewhere (a required key
+//! still to write) the grammar's mask stands. Only constraints built with
 //! [`super::Constraint::closing`] (`response_format`) close; tool calls cut short stay partial.
 
 use llguidance::toktrie::{SimpleVob, TokTrie};
@@ -69,6 +70,8 @@ pub struct TokenBytes {
     /// Tokens that close a string: `"` and then only `}` or `]` (inside a string those two
     /// are plain characters, so they close nothing there).
     string_closers: Vec<u32>,
+    /// The token whose bytes are exactly one byte, for each byte (the lowest such id).
+    byte_tokens: Vec<Option<u32>>,
 }
 
 impl TokenBytes {
@@ -98,9 +101,16 @@ impl TokenBytes {
         let closers =
             ids(&|w| w.first() == Some(&SPECIAL_MARKER) || (!w.is_empty() && brackets(w)));
         let string_closers = ids(&|w| w.first() == Some(&b'"') && brackets(&w[1..]));
+        let mut byte_tokens = vec![None; 256];
+        for (i, w) in words.iter().enumerate() {
+            if let [b] = w.as_slice() {
+                byte_tokens[*b as usize].get_or_insert(i as u32);
+            }
+        }
         TokenBytes {
             closers,
             string_closers,
+            byte_tokens,
             max_digits: max_digits.unwrap_or(0),
             max_ws: max_ws.unwrap_or(0),
             words,
@@ -109,6 +119,15 @@ impl TokenBytes {
 
     pub fn word(&self, id: u32) -> &[u8] {
         self.words.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// The token that is exactly the byte `b`, if the vocabulary has one (the special
+    /// marker byte is never one: it starts control tokens).
+    pub fn byte_token(&self, b: u8) -> Option<u32> {
+        if b == SPECIAL_MARKER {
+            return None;
+        }
+        self.byte_tokens[b as usize]
     }
 }
 
@@ -218,16 +237,17 @@ impl JsonBounds {
         (self.limits.close_within as usize).min(max_tokens / 4)
     }
 
-    /// Narrows `mask` to the closing tokens it allows (see the module docs), unless it allows
-    /// none or the output is outside JSON (embedded text). Returns how many tokens it removed.
-    pub fn close(&self, mask: &mut SimpleVob) -> usize {
+    /// Narrows `mask` to the closing tokens it allows (see the module docs) and returns how
+    /// many tokens it removed; None (the mask untouched) when it allows no closer or the
+    /// output is outside JSON (embedded text).
+    pub fn close(&self, mask: &mut SimpleVob) -> Option<usize> {
         let closers = match self.lex {
             Lex::Between { .. } | Lex::Num { .. } => &self.table.closers,
             Lex::Str { esc: false, .. } => &self.table.string_closers,
-            Lex::Str { esc: true, .. } | Lex::Text | Lex::Literal => return 0,
+            Lex::Str { esc: true, .. } | Lex::Text | Lex::Literal => return None,
         };
         if !closers.iter().any(|&id| mask.is_allowed(id)) {
-            return 0;
+            return None;
         }
         let keep: Vec<u32> = closers
             .iter()
@@ -237,7 +257,17 @@ impl JsonBounds {
         let removed = mask.num_set() - keep.len();
         mask.set_all(false);
         keep.into_iter().for_each(|id| mask.allow_token(id));
-        removed
+        Some(removed)
+    }
+
+    /// Whether the output is inside a JSON string, past any escape (where a `"` would close).
+    pub fn in_string(&self) -> bool {
+        matches!(self.lex, Lex::Str { esc: false, .. })
+    }
+
+    /// The token bytes these bounds read.
+    pub fn table(&self) -> &Arc<TokenBytes> {
+        &self.table
     }
 
     /// Whether some token could cross a bound from here.
@@ -550,14 +580,14 @@ mod tests {
         for w in ["b", "\"", "\"}", "1"] {
             mask.allow_token(id(&t, w));
         }
-        assert_eq!(b.close(&mut mask), 2);
+        assert_eq!(b.close(&mut mask), Some(2));
         assert!(mask.is_allowed(id(&t, "\"")) && mask.is_allowed(id(&t, "\"}")));
         // In a string `}` is a character: it closes nothing, so it is no closer there.
         let mut mask = SimpleVob::alloc(t.words.len());
         for w in ["}", "\""] {
             mask.allow_token(id(&t, w));
         }
-        assert_eq!(b.close(&mut mask), 1);
+        assert_eq!(b.close(&mut mask), Some(1));
         assert!(mask.is_allowed(id(&t, "\"")));
         // Between tokens it is the closer, and `"` (which would open a string) is not.
         let mut between = JsonBounds::new(Arc::clone(&t), false, LIMITS);
@@ -566,12 +596,12 @@ mod tests {
         for w in ["}", "\"", ","] {
             mask.allow_token(id(&t, w));
         }
-        assert_eq!(between.close(&mut mask), 2);
+        assert_eq!(between.close(&mut mask), Some(2));
         assert!(mask.is_allowed(id(&t, "}")));
         // No closer allowed: the grammar's mask stands.
         let mut mask = SimpleVob::alloc(t.words.len());
         mask.allow_token(id(&t, "b"));
-        assert_eq!(b.close(&mut mask), 0);
+        assert_eq!(b.close(&mut mask), None);
         assert_eq!(mask.num_set(), 1);
         // A quarter of a small budget, at most `close_within` of a large one.
         assert_eq!(b.close_margin(40), 10);

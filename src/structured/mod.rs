@@ -12,7 +12,9 @@
 //!   [`Constraint`], with typed errors naming the unsupported feature;
 //! - [`seq`]: one sequence's matcher in the scheduler: mask, accept, end-of-generation rule;
 //! - [`bounds`]: what JSON allows but no client wants (endless numbers and whitespace),
-//!   narrowed out of each mask;
+//!   narrowed out of each mask, and near `max_tokens` the mask narrowed to what closes;
+//! - [`lookahead`]: near `max_tokens`, a string whose pattern does not let it close yet
+//!   steered toward the shortest way to its quote;
 //! - [`tools`]: tool definitions, the model family's tool-call syntax, and parsers that keep
 //!   calls out of the content (whole replies and streams).
 //!
@@ -26,6 +28,7 @@ mod counts;
 mod disjoint;
 pub mod error;
 pub mod grammar;
+pub mod lookahead;
 pub mod reasoning;
 pub mod rewrite;
 pub mod seq;

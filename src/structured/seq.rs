@@ -8,6 +8,7 @@
 //! token on the end marker.
 
 use super::bounds::JsonBounds;
+use super::lookahead::Lookahead;
 use llguidance::toktrie::SimpleVob;
 use llguidance::Matcher;
 use std::time::{Duration, Instant};
@@ -39,6 +40,9 @@ pub struct SeqConstraint {
     /// Tokens the sequence may still draw (`max_tokens` less those committed) and the margin
     /// within which the bounds steer the JSON to close ([`JsonBounds::close`]), when known.
     budget: Option<(usize, usize)>,
+    /// Within the closing margin, steers a string the grammar does not let close yet toward
+    /// a quote ([`super::lookahead`]); set with the budget.
+    lookahead: Option<Lookahead>,
     /// The mask could not be computed; the sequence must end.
     failed: Option<String>,
     stats: MaskStats,
@@ -61,6 +65,7 @@ impl Clone for SeqConstraint {
             bounds: self.bounds.clone(),
             mask: self.mask.clone(),
             budget: self.budget,
+            lookahead: self.lookahead.clone(),
             failed: self.failed.clone(),
             stats: MaskStats::default(),
         }
@@ -79,6 +84,7 @@ impl SeqConstraint {
             matcher,
             bounds,
             budget: None,
+            lookahead: None,
             mask: None,
             failed: None,
             stats: MaskStats::default(),
@@ -86,12 +92,17 @@ impl SeqConstraint {
     }
 
     /// Sets the tokens this sequence may draw in all (its `max_tokens`): within the bounds'
-    /// closing margin of it, masks keep only closing tokens where the grammar allows one.
+    /// closing margin of it, masks keep only closing tokens where the grammar allows one, and
+    /// inside a string that may not close yet, the tokens on the way to its quote.
     pub fn with_budget(mut self, max_tokens: usize) -> SeqConstraint {
         self.budget = self
             .bounds
             .as_ref()
             .map(|b| (max_tokens, b.close_margin(max_tokens)));
+        self.lookahead = self
+            .bounds
+            .as_ref()
+            .map(|b| Lookahead::new(std::sync::Arc::clone(b.table())));
         self
     }
 
@@ -114,8 +125,11 @@ impl SeqConstraint {
             if m.num_set() > 0 {
                 if let Some(b) = &self.bounds {
                     b.narrow(&mut m);
-                    if self.budget.is_some_and(|(left, margin)| left <= margin) {
-                        b.close(&mut m);
+                    let closing = self.budget.is_some_and(|(left, margin)| left <= margin);
+                    if closing && b.close(&mut m).is_none() && b.in_string() {
+                        if let Some(l) = &mut self.lookahead {
+                            l.steer(&mut self.matcher, &mut m);
+                        }
                     }
                 }
             }
@@ -154,6 +168,9 @@ impl SeqConstraint {
         }
         if let Some(b) = &mut self.bounds {
             b.commit(id);
+        }
+        if let Some(l) = &mut self.lookahead {
+            l.commit(id);
         }
         if let Some((left, _)) = &mut self.budget {
             *left = left.saturating_sub(1);

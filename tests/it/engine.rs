@@ -246,3 +246,33 @@ fn long_context_logits_ignore_chunking() {
         assert_bits_eq(a, b, &format!("position {}", n - tail + i));
     }
 }
+
+/// Load repacks every matrix whose kernel has a panel GEMM (on the pool's threads, largest
+/// first), once: a tied LM head shares the embedding's copy rather than packing a second one.
+#[test]
+fn load_packs_every_panel_matrix_once() {
+    use kiln::kernels::table::kernels;
+    let w = model().weights();
+    let mut mats = vec![&w.token_embd, &w.output];
+    for l in &w.layers {
+        mats.extend(l.matrices());
+    }
+    for m in mats {
+        let has_panel = kernels(m.dtype).expect("kernel row").packed.is_some();
+        assert_eq!(
+            m.packed.is_some(),
+            has_panel,
+            "{:?} {}x{}",
+            m.dtype,
+            m.n_out,
+            m.k
+        );
+    }
+    assert!(w.tied_output, "SmolLM2 ties its LM head to the embedding");
+    if let (Some((_, a)), Some((_, b))) = (&w.token_embd.packed, &w.output.packed) {
+        assert!(
+            std::sync::Arc::ptr_eq(a, b),
+            "the tied LM head has its own packed copy"
+        );
+    }
+}

@@ -210,6 +210,57 @@ fn a_reply_near_max_tokens_closes_its_json() {
     }
 }
 
+/// A string whose `pattern` or `format` forbids the quote until more text comes (`#` and a
+/// letter after the digits; a date-time's zone after its fractional seconds) is steered to
+/// that text near the budget: a walk that favours digits still ends valid within it, while
+/// the same walk without a budget runs past it.
+#[test]
+fn a_pattern_constrained_string_near_max_tokens_closes() {
+    let g = grammars();
+    let digits = |w: &[u8]| !w.is_empty() && w.iter().all(|b| b.is_ascii_digit() || *b == b'.');
+    type Check = fn(&str) -> bool;
+    let valid: [(Value, Check); 2] = [
+        (
+            json!({"type": "string", "pattern": "^[0-9]+#[A-Za-z0-9]+"}),
+            |s| {
+                s.split_once('#').is_some_and(|(n, t)| {
+                    !n.is_empty()
+                        && n.bytes().all(|b| b.is_ascii_digit())
+                        && t.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+                })
+            },
+        ),
+        (json!({"type": "string", "format": "date-time"}), |s| {
+            let b = s.as_bytes();
+            b.len() >= 20
+                && (b[10] == b'T' || b[10] == b't')
+                && (s.ends_with(['Z', 'z']) || b[b.len() - 3] == b':')
+        }),
+    ];
+    for (field, ok) in valid {
+        let schema = json!({
+            "type": "object",
+            "properties": {"v": field},
+            "required": ["v"],
+            "additionalProperties": false
+        });
+        let c = Constraint::json_schema(g, &schema, "response_format", "pattern")
+            .unwrap()
+            .closing();
+        for seed in 0..3 {
+            let budget = 100;
+            assert!(
+                biased_walk(c.sequence(), &digits, 12.0, seed, budget).is_none(),
+                "{field} seed {seed}: ended without closing"
+            );
+            let text = biased_walk(c.sequence_within(budget), &digits, 12.0, seed, budget)
+                .unwrap_or_else(|| panic!("{field} seed {seed}: not closed in {budget} tokens"));
+            let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert!(ok(v["v"].as_str().unwrap()), "{field}: {text}");
+        }
+    }
+}
+
 /// The numbers of a JSON text as written (outside strings).
 fn json_numbers(text: &str) -> Vec<String> {
     let (mut out, mut cur, mut in_str, mut esc) = (Vec::new(), String::new(), false, false);

@@ -76,11 +76,13 @@ impl LlamaModel {
     /// The model in an opened GGUF file (its weights stay borrowed from the file's map).
     pub fn from_gguf(file: &GgufFile, threads: usize) -> Result<LlamaModel, EngineError> {
         let mut cfg = LlamaConfig::from_gguf(file)?;
-        let w = load_weights(file, &mut cfg)?;
+        let mut w = load_weights(file, &mut cfg)?;
+        let pool = Pool::new(threads)?;
+        w.repack(&pool);
         Ok(LlamaModel {
             cfg,
             w: Arc::new(w),
-            pool: Pool::new(threads)?,
+            pool,
             #[cfg(feature = "trace")]
             trace: None,
         })

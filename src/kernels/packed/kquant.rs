@@ -88,7 +88,7 @@ pub(super) fn pack(l: &PanelLayout, rows: &[u8], n_rows: usize) -> Option<Vec<Li
         return None;
     }
     let n_panels = PanelLayout::panels(n_rows);
-    let mut lines = super::zeroed_lines(n_panels * l.panel_bytes / 64);
+    let mut lines = super::line_buffer(n_panels * l.panel_bytes / 64);
     let mut buf = vec![0u8; l.panel_bytes];
     for p in 0..n_panels {
         for r in 0..PANEL {
@@ -124,10 +124,7 @@ pub(super) fn pack(l: &PanelLayout, rows: &[u8], n_rows: usize) -> Option<Vec<Li
                 }
             }
         }
-        let dst = &mut lines[p * l.panel_bytes / 64..(p + 1) * l.panel_bytes / 64];
-        for (line, src) in dst.iter_mut().zip(buf.chunks_exact(64)) {
-            line.0.copy_from_slice(src);
-        }
+        super::push_lines(&mut lines, &buf);
     }
     Some(lines)
 }
