@@ -1,5 +1,6 @@
 //! Decode attention over the paged KV cache for the default model's shape (9 query heads,
-//! 3 KV heads of 64, blocks of 16): one query token against 128..2048 cached positions; and
+//! 3 KV heads of 64, blocks of 16), and the same heads at 128 values (`-h128`, the head size of
+//! most larger models): one query token against 128..2048 cached positions; and
 //! the long-context order (`long/`) for Llama-3.2-1B's shape (32 query heads, 8 KV heads of
 //! 64) at 4096 and 16384 positions, one layer, one thread.
 //!
@@ -58,11 +59,11 @@ fn bench(c: &mut Criterion) {
         .filter(|isa| isa.supported())
         .collect();
     let mut group = c.benchmark_group("attend");
-    for n_layer in [1usize, 30] {
+    for (head_dim, n_layer) in [(HEAD_DIM, 1usize), (HEAD_DIM, 30), (128, 1), (128, 30)] {
         let cfg = KvCacheConfig {
             n_layer,
             n_head_kv: N_HEAD_KV,
-            head_dim: HEAD_DIM,
+            head_dim,
             block_size: 16,
             n_blocks: 2048 / 16,
             windows: LayerWindows::NONE,
@@ -70,7 +71,7 @@ fn bench(c: &mut Criterion) {
         let mut cache = KvCache::new(cfg).expect("cache");
         let mut table = cache.new_table();
         table.reserve(2048).expect("blocks");
-        let row = N_HEAD_KV * HEAD_DIM;
+        let row = N_HEAD_KV * head_dim;
         for layer in 0..n_layer {
             for pos in 0..2048 {
                 let k = values(row, (layer * 4096 + pos) as u32);
@@ -78,9 +79,14 @@ fn bench(c: &mut Criterion) {
                 cache.write(layer, &table, pos, &k, &v).expect("write");
             }
         }
-        let q = values(N_HEAD * HEAD_DIM, 99);
-        let mut out = vec![0.0f32; N_HEAD * HEAD_DIM];
+        let q = values(N_HEAD * head_dim, 99);
+        let mut out = vec![0.0f32; N_HEAD * head_dim];
         let place = if n_layer == 1 { "hot" } else { "30-layer" };
+        let place = if head_dim == HEAD_DIM {
+            place.to_string()
+        } else {
+            format!("{place}-h{head_dim}")
+        };
         for &isa in &isas {
             let mut scratch = AttnScratch::new(&cfg);
             scratch.force_isa(isa);

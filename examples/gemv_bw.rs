@@ -3,10 +3,11 @@
 //! until they far exceed the last-level cache, multiplied by one Q8_K/Q8_0 activation row on
 //! the engine's pool (one row half per thread, one region per matrix, as a decode step does).
 //!
-//!   cargo run --release --example gemv_bw -- [DTYPE=Q4_K] [THREADS=2] [ROUNDS=20] [cache|mem] [TASKS]
+//!   cargo run --release --example gemv_bw -- [DTYPE=Q4_K] [THREADS=2] [ROUNDS=20] [cache|mem] [TASKS] [ROWS=1]
 //!
 //! (`cache`: one 512 x 2048 matrix that stays in L2, the kernel's compute speed; TASKS: also
-//! split each matrix into that many tasks per thread, alternating with one, as the engine may.)
+//! split each matrix into that many tasks per thread, alternating with one, as the engine may
+//! (0: only one); ROWS: activation rows per call, 1 for decode, more for a batched step.)
 //!
 //! Prints the best GB/s of the GEMV and of a plain read of the same panels with the same split
 //! (alternating), so the ratio is meaningful on a shared machine; with one thread the time is
@@ -115,10 +116,12 @@ fn main() {
         }
     }
     let total: usize = mats.iter().map(|m| m.p.bytes().len()).sum();
-    let a_d = quant(adt, &data(d, 7));
-    let a_f = quant(adt, &data(f, 9));
+    let n_tok: usize = args.get(5).map_or(1, |s| s.parse().expect("rows"));
+    assert!(n_tok >= 1, "ROWS must be at least 1");
+    let a_d = quant(adt, &data(d * n_tok, 7));
+    let a_f = quant(adt, &data(f * n_tok, 9));
     let pool = Pool::new(threads).expect("pool");
-    let mut out = vec![0f32; f];
+    let mut out = vec![0f32; f * n_tok];
     let step = |gemv: bool, out: &mut [f32], split: usize| {
         let o = OutPtr(out.as_mut_ptr());
         for m in &mats {
@@ -128,9 +131,11 @@ fn main() {
                 let r0 = t * rows;
                 let r1 = (r0 + rows).min(m.n);
                 if gemv {
-                    // SAFETY: tasks write disjoint row ranges of `out` (>= n values).
-                    let o = unsafe { std::slice::from_raw_parts_mut(o.get().add(r0), r1 - r0) };
-                    (pk.gemm)(m.k, m.p.from_row(r0), r1 - r0, a, 1, o, r1 - r0);
+                    // Task outputs: `n_tok` rows of `r1 - r0` cells at `r0 * n_tok`.
+                    let len = (r1 - r0) * n_tok;
+                    // SAFETY: tasks write disjoint ranges of `out` (>= n * n_tok values).
+                    let o = unsafe { std::slice::from_raw_parts_mut(o.get().add(r0 * n_tok), len) };
+                    (pk.gemm)(m.k, m.p.from_row(r0), r1 - r0, a, n_tok, o, r1 - r0);
                 } else {
                     let bytes = m.p.from_row(r0);
                     let len = (r1 - r0).div_ceil(16) * m.p.layout.panel_bytes;
@@ -140,14 +145,18 @@ fn main() {
         }
     };
     println!(
-        "{dt} x {adt}: {} matrices, {:.0} MB packed, {threads} threads, isa {}",
+        "{dt} x {adt}: {} matrices, {:.0} MB packed, {threads} threads, {n_tok} row(s), isa {}",
         mats.len(),
         total as f64 / 1e6,
         kiln::kernels::isa()
     );
     // Tasks per thread of each matrix: 1, then (when given) the 4th argument, alternating.
     let splits: Vec<usize> = std::iter::once(1)
-        .chain(args.get(4).map(|s| s.parse().expect("tasks per thread")))
+        .chain(
+            args.get(4)
+                .map(|s| s.parse().expect("tasks per thread"))
+                .filter(|&n: &usize| n > 0),
+        )
         .collect();
     let mut times = vec![[Vec::new(), Vec::new()]; splits.len()];
     for _ in 0..rounds {
