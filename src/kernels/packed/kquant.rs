@@ -7,15 +7,24 @@
 //! quants  64-byte chunk c: bytes 4r..4r+4 = dword c of row r's quant arrays (GGUF bytes as is)
 //!   Q4_K: chunks 0..32 = qs                      (2048 bytes)
 //!   Q5_K: chunks 0..32 = qs, 32..40 = qh          (2560 bytes)
-//!   Q6_K: chunks 0..32 = ql, 32..48 = qh          (3072 bytes)
+//!   Q6_K: chunks 3s, 3s+1, 3s+2 = A, B, C of step s = 8h + j (h < 2, j < 8)  (3072 bytes)
 //! scales  (pre-decoded, row r at byte r of each 16-byte line)
 //!   Q4_K / Q5_K: 16 f16 d | 16 f16 dmin | 8 lines of the 6-bit scales | 8 lines of mins (320)
 //!   Q6_K:        16 f16 d | 16 lines of the signed 8-bit scales                        (288)
 //! ```
 //!
 //! "Dword u" of a block (values 4u..4u+4) is where a kernel's integer lane structure is
-//! defined (see `scalar/packed_k.rs`); the quant chunks keep GGUF's bit planes so the packed
-//! copy is no bigger than the GGUF rows (Q4_K: +64 bytes of decoded scales per block-panel).
+//! defined (see `scalar/packed_k.rs`). Q4_K/Q5_K chunks keep GGUF's bit planes; Q6_K's are
+//! re-cut so each step's four values cost few operations to unpack (no bigger than GGUF's
+//! `ql`/`qh`): byte `4r + i` of step `s = 8h + j`'s chunks holds row r's 6-bit values
+//! `v_t` = value `128h + 32t + 4j + i` (t < 4) as
+//!
+//! ```text
+//! A = v0 | (v3 >> 4) << 6      B = v1 | (v3 & 3) << 6      C = v2 | (v3 >> 2 & 3) << 6
+//! ```
+//!
+//! so `v0..v2` are one mask each and `v3 = B >> 6 | (C >> 6) << 2 | (A >> 6) << 4`.
+//! Everything else is the GGUF bytes as is (Q4_K: +64 bytes of decoded scales per block-panel).
 
 use super::{Line, PanelLayout, MAX_K, PANEL};
 use crate::kernels::blocks::kquants::scales_mins_k4;
@@ -38,7 +47,7 @@ pub mod scale_at {
     pub const SC_Q6: usize = 32;
 }
 
-/// Byte offset of the qh chunks inside a block's quants (Q5_K, Q6_K).
+/// Byte offset of the qh chunks inside a block's quants (Q5_K).
 pub const QH_AT: usize = 32 * 64;
 
 /// Whether `dtype` uses this layout.
@@ -68,14 +77,36 @@ pub(super) fn layout(dtype: DType, k: usize) -> Option<PanelLayout> {
     })
 }
 
-/// Where a GGUF block's quant arrays start and how many dwords each has, in chunk order.
+/// Where a GGUF block's quant arrays start and how many dwords each has, in chunk order
+/// (Q4_K, Q5_K).
 fn quant_arrays(dtype: DType) -> &'static [(usize, usize)] {
     // (byte offset in the GGUF block, dwords); offsets from ggml-common.h's block structs.
     match dtype {
         DType::Q4_K => &[(16, 32)],
         DType::Q5_K => &[(48, 32), (16, 8)],
-        DType::Q6_K => &[(0, 32), (128, 16)],
-        _ => unreachable!("not a K-quant"),
+        _ => unreachable!("not a 4/5-bit K-quant"),
+    }
+}
+
+/// Writes row `r`'s bytes of the Q6_K chunks A, B, C (module docs) of GGUF block `blk`
+/// (`ql[128]`, `qh[64]`, ...) into the block's quants `q`.
+fn pack_q6_quants(blk: &[u8], q: &mut [u8], r: usize) {
+    let (ql, qh) = (&blk[..128], &blk[128..192]);
+    for h in 0..2 {
+        for l in 0..32 {
+            let (lo, hi, bits) = (ql[64 * h + l], ql[64 * h + 32 + l], qh[32 * h + l]);
+            let v = [
+                lo & 0xF | (bits & 3) << 4,
+                hi & 0xF | (bits >> 2 & 3) << 4,
+                lo >> 4 | (bits >> 4 & 3) << 4,
+                hi >> 4 | (bits >> 6) << 4,
+            ];
+            let s = 8 * h + l / 4;
+            let at = |c: usize| 64 * (3 * s + c) + 4 * r + l % 4;
+            q[at(0)] = v[0] | (v[3] >> 4) << 6;
+            q[at(1)] = v[1] | (v[3] & 3) << 6;
+            q[at(2)] = v[2] | (v[3] >> 2 & 3) << 6;
+        }
     }
 }
 
@@ -96,12 +127,16 @@ pub(super) fn pack(l: &PanelLayout, rows: &[u8], n_rows: usize) -> Option<Vec<Li
             for b in 0..l.nb {
                 let blk = &rows[row * rb + b * bb..][..bb];
                 let q = &mut buf[b * l.quant_bytes..(b + 1) * l.quant_bytes];
-                let mut c = 0;
-                for &(at, dwords) in quant_arrays(l.dtype) {
-                    for j in 0..dwords {
-                        q[c * 64 + 4 * r..c * 64 + 4 * r + 4]
-                            .copy_from_slice(&blk[at + 4 * j..at + 4 * j + 4]);
-                        c += 1;
+                if l.dtype == DType::Q6_K {
+                    pack_q6_quants(blk, q, r);
+                } else {
+                    let mut c = 0;
+                    for &(at, dwords) in quant_arrays(l.dtype) {
+                        for j in 0..dwords {
+                            q[c * 64 + 4 * r..c * 64 + 4 * r + 4]
+                                .copy_from_slice(&blk[at + 4 * j..at + 4 * j + 4]);
+                            c += 1;
+                        }
                     }
                 }
                 let s = l.scales_at(b);

@@ -54,9 +54,16 @@ fn value(dt: DType, q: &[u8], r: usize, v: usize) -> i32 {
             }
         }
         DType::Q6_K => {
-            let (h, l, qt) = (v / 128, v % 32, (v % 128) / 32);
-            let lo = nibbles(64 * h + 32 * (qt % 2) + l, qt >= 2);
-            lo | ((((at(32 * h + l, QH_AT) >> (2 * qt)) & 3) as i32) << 4)
+            // Chunks A, B, C of step 8h + l / 4 (packed/kquant.rs).
+            let (h, qt, l) = (v / 128, (v % 128) / 32, v % 32);
+            let abc = |c: usize| q[64 * (3 * (8 * h + l / 4) + c) + 4 * r + l % 4] as i32;
+            let (a, b, c) = (abc(0), abc(1), abc(2));
+            match qt {
+                0 => a & 0x3F,
+                1 => b & 0x3F,
+                2 => c & 0x3F,
+                _ => b >> 6 | (c >> 6) << 2 | (a >> 6) << 4,
+            }
         }
         _ => unreachable!("not a K-quant"),
     }

@@ -194,6 +194,8 @@ fn packed_k_gemm_is_bit_identical_many_tokens_and_long_rows() {
     for dt in TYPES {
         check(dt, 4096, 33, &[1, 3], 99, true);
         check(dt, 512, 17 + 16, &[64, 67, 130], 5, false);
+        // A last panel of 13 rows: both 8-row halves of the AVX2 tile, the second partial.
+        check(dt, 256, 45, &[1, 2, 5], 11, false);
     }
 }
 

@@ -5,27 +5,52 @@ pub mod avx512;
 
 use crate::kernels::packed::PanelLayout;
 
-/// Prefetches the quants and scales of the K-quant block [`PF_BLOCKS`] ahead of the one at
-/// `q` / `sc` (past a panel's last block: the next panel's first quants, and the scale area's
-/// tail); the AVX-512 and AVX2 decode-sized tiles call it once per block. Without it the
-/// unpacking and the memory stream barely overlap (single-threaded Q4_K 19 GB/s where a plain
-/// read of the same panels runs at 33 GB/s; with it 25 GB/s; Q6_K 13.5 -> 21 GB/s).
+/// Starts the prefetch of the K-quant block [`PF_BLOCKS`] ahead of the one at `q` / `sc`
+/// (past a panel's last block: the scale area's tail, then the next panel's first quants):
+/// its scale lines now, and returns where its quants are, for the block kernels to prefetch
+/// one line per quant chunk they load ([`prefetch_line`]). The AVX-512 and AVX2
+/// decode-sized tiles call it once per block.
+///
+/// Spread over the block's work, the prefetches keep the memory stream going while the block
+/// unpacks; issued all at once at the block's start (~50 lines) they queue up behind the
+/// core's few miss buffers and stall the loads behind them. Single-threaded, Llama-3.2-1B
+/// layers from memory (`examples/gemv_bw`, 2026-11-26): Q6_K 21.6 GB/s with the burst, 28.5
+/// spread, against a 35 GB/s plain read; two blocks ahead was the best distance (1-6 tried).
 #[inline(always)]
-pub(crate) fn prefetch_k_block(l: &PanelLayout, q: *const u8, sc: *const u8) {
+pub(crate) fn prefetch_k_ahead(l: &PanelLayout, q: *const u8, sc: *const u8) -> *const u8 {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    let p = q.wrapping_add(PF_BLOCKS * l.quant_bytes);
-    for c in (0..l.quant_bytes).step_by(64) {
+    let p = sc.wrapping_add(PF_BLOCKS * l.scale_bytes);
+    for c in (0..l.scale_bytes).step_by(64) {
         // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never faults, whatever
         // the address.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
     }
-    let p = sc.wrapping_add(PF_BLOCKS * l.scale_bytes);
-    for c in (0..l.scale_bytes).step_by(64) {
-        // SAFETY: as above.
+    q.wrapping_add(PF_BLOCKS * l.quant_bytes)
+}
+
+/// Prefetches all of the K-quant block [`PF_BLOCKS`] ahead at once (quants and scales): the
+/// AVX2 Q4_K tile, whose half-panel passes ran slower with the spread prefetch's per-chunk
+/// work (23 -> 20 GB/s from memory).
+#[inline(always)]
+pub(crate) fn prefetch_k_block(l: &PanelLayout, q: *const u8, sc: *const u8) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let p = prefetch_k_ahead(l, q, sc);
+    for c in (0..l.quant_bytes).step_by(64) {
+        // SAFETY: a prefetch never faults, whatever the address.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
     }
 }
 
-/// How many blocks ahead decode-sized K-quant tiles prefetch (2: 4-6 KiB, ~150 ns of the
-/// stream).
+/// Prefetches line `c` of the block quants at `pf` (from [`prefetch_k_ahead`]); nothing when
+/// `pf` is null (tiles of many tokens, whose blocks stay in cache while the tokens pass).
+#[inline(always)]
+pub(crate) fn prefetch_line(pf: *const u8, c: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    if !pf.is_null() {
+        // SAFETY: a prefetch never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64 * c) as *const i8) };
+    }
+}
+
+/// How many blocks ahead decode-sized K-quant tiles prefetch (2: 4.7-6.7 KiB of the stream).
 const PF_BLOCKS: usize = 2;

@@ -29,7 +29,7 @@ fn dtype(t: u8) -> DType {
     }
 }
 
-/// First qh chunk of a block (Q5_K, Q6_K).
+/// First qh chunk of a block (Q5_K).
 const QH: usize = QH_AT / 64;
 /// Tokens whose activations stay in cache while a call's panels stream past (prefill).
 const TOKEN_GROUP: usize = 64;
@@ -42,13 +42,15 @@ const LARGE: usize = 1024;
 /// One Q4_K/Q5_K block (half panel) for `N` tokens: the integer sums `isum` (scaled quants)
 /// and `msum` (mins) added to `acc` / `accm` with `scale[t]` = (d * d_a, dmin * d_a): once per
 /// block for Q5_K, once per pair of sub-blocks (64 values) for Q4_K (scalar/packed_k.rs).
+/// Each quant chunk load also prefetches that line of `pf` (`x86::prefetch_line`; null: none;
+/// Q4_K: never, its tile prefetches whole blocks).
 ///
 /// # Safety
 /// CPU features as enabled; `q` is a block's quants plus `32h` (32-byte aligned), `sc` its
 /// scale area plus `8h`, `x[t]` token t's Q8_K quants of that block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::needless_range_loop)]
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 unsafe fn block_k4<const T: u8, const N: usize>(
     q: *const u8,
     sc: *const u8,
@@ -57,6 +59,7 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     scale: &[(__m256, __m256); N],
     acc: &mut [__m256; N],
     accm: &mut [__m256; N],
+    pf: *const u8,
 ) {
     // Q5_K: one sum per block; Q4_K: one per pair of sub-blocks (see scalar/packed_k.rs).
     let mut isum = [_mm256_setzero_si256(); N];
@@ -66,7 +69,12 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     unsafe {
         let nib = _mm256_set1_epi8(0x0F);
         let bit4 = _mm256_set1_epi8(0x10);
-        let chunk = |c: usize| _mm256_load_si256(q.add(64 * c) as *const __m256i);
+        let chunk = |c: usize| {
+            if T != Q4K {
+                super::super::prefetch_line(pf, c);
+            }
+            _mm256_load_si256(q.add(64 * c) as *const __m256i)
+        };
         let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
         // 8 rows' bytes of a scale line as i32 lanes, each value twice (an i16 pair).
         let line = |at: usize| {
@@ -82,11 +90,19 @@ unsafe fn block_k4<const T: u8, const N: usize>(
                 let mut wl = _mm256_and_si256(w, nib);
                 let mut wh = _mm256_and_si256(_mm256_srli_epi16::<4>(w), nib);
                 if T == Q5K {
+                    // Bit 2kk (2kk + 1) of each qh byte moved to bit 4 by one 16-bit shift
+                    // (bit 4 of each byte comes from the same byte).
                     let h = chunk(QH + m);
-                    let hl = _mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * kk as i32));
-                    let hh = _mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * kk as i32 + 1));
-                    wl = _mm256_or_si256(wl, _mm256_and_si256(_mm256_slli_epi16::<4>(hl), bit4));
-                    wh = _mm256_or_si256(wh, _mm256_and_si256(_mm256_slli_epi16::<4>(hh), bit4));
+                    let to4 = |k: i32| {
+                        if k <= 4 {
+                            _mm256_sll_epi16(h, _mm_cvtsi32_si128(4 - k))
+                        } else {
+                            _mm256_srl_epi16(h, _mm_cvtsi32_si128(k - 4))
+                        }
+                    };
+                    let (hl, hh) = (to4(2 * kk as i32), to4(2 * kk as i32 + 1));
+                    wl = _mm256_or_si256(wl, _mm256_and_si256(hl, bit4));
+                    wh = _mm256_or_si256(wh, _mm256_and_si256(hh, bit4));
                 }
                 for t in 0..N {
                     let xl = bcast(x[t].add(64 * kk + 4 * m));
@@ -147,7 +163,8 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     }
 }
 
-/// Integer sum of one Q6_K block (half panel) for `N` tokens, the `-32` offset included.
+/// Integer sum of one Q6_K block (half panel) for `N` tokens, the `-32` offset included;
+/// prefetches `pf` as [`block_k4`].
 ///
 /// # Safety
 /// As [`block_k4`].
@@ -160,13 +177,21 @@ unsafe fn block_q6<const N: usize>(
     x: &[*const u8; N],
     pairs: &[&[i32; 8]; N],
     isum: &mut [__m256i; N],
+    pf: *const u8,
 ) {
     // SAFETY: (whole body) as in `block_k4`.
     unsafe {
-        let nib = _mm256_set1_epi8(0x0F);
-        let two = _mm256_set1_epi8(0x30);
+        let m6 = _mm256_set1_epi8(0x3F);
+        let (b01, b23, b45) = (
+            _mm256_set1_epi8(0x03),
+            _mm256_set1_epi8(0x0C),
+            _mm256_set1_epi8(0x30),
+        );
         let lo16 = _mm256_set1_epi32(0xFFFF);
-        let chunk = |c: usize| _mm256_load_si256(q.add(64 * c) as *const __m256i);
+        let chunk = |c: usize| {
+            super::super::prefetch_line(pf, c);
+            _mm256_load_si256(q.add(64 * c) as *const __m256i)
+        };
         let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
         // 8 rows' signed scales of group g as i32 lanes (sign-extended).
         let line = |g: usize| {
@@ -180,28 +205,24 @@ unsafe fn block_q6<const N: usize>(
             for half in 0..2 {
                 // Groups 8h + 2qt + half (qt = 0..4): values 128h + 32qt + 16half .. + 16.
                 let mut p = [[_mm256_setzero_si256(); 4]; N];
+                let sg: [__m256i; 4] = std::array::from_fn(|qt| twice(line(8 * h + 2 * qt + half)));
                 for jj in 0..4 {
                     let j = 4 * half + jj;
-                    let a = chunk(16 * h + j);
-                    let b = chunk(16 * h + 8 + j);
-                    let hb = chunk(QH + 8 * h + j);
+                    // Chunks A, B, C of step 8h + j (packed/kquant.rs): v0..v2 are their low
+                    // 6 bits, v3 their top 2 bits each (the 16-bit shifts move bits within
+                    // their own byte: the other bits are masked off).
+                    let st = 3 * (8 * h + j);
+                    let (a, b, c) = (chunk(st), chunk(st + 1), chunk(st + 2));
+                    let v3 = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<6>(b), b01),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(c), b23),
+                    );
+                    let v3 = _mm256_or_si256(v3, _mm256_and_si256(_mm256_srli_epi16::<2>(a), b45));
                     let w = [
-                        _mm256_or_si256(
-                            _mm256_and_si256(a, nib),
-                            _mm256_and_si256(_mm256_slli_epi16::<4>(hb), two),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(b, nib),
-                            _mm256_and_si256(_mm256_slli_epi16::<2>(hb), two),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(a), nib),
-                            _mm256_and_si256(hb, two),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(b), nib),
-                            _mm256_and_si256(_mm256_srli_epi16::<2>(hb), two),
-                        ),
+                        _mm256_and_si256(a, m6),
+                        _mm256_and_si256(b, m6),
+                        _mm256_and_si256(c, m6),
+                        v3,
                     ];
                     for (qt, wq) in w.iter().enumerate() {
                         for t in 0..N {
@@ -212,9 +233,8 @@ unsafe fn block_q6<const N: usize>(
                     if jj % 2 == 1 {
                         // Two 16128-bounded pair sums fit in i16; fold them into i32 now.
                         for qt in 0..4 {
-                            let sg = twice(line(8 * h + 2 * qt + half));
                             for t in 0..N {
-                                let s = _mm256_madd_epi16(p[t][qt], sg);
+                                let s = _mm256_madd_epi16(p[t][qt], sg[qt]);
                                 isum[t] = _mm256_add_epi32(isum[t], s);
                                 p[t][qt] = _mm256_setzero_si256();
                             }
@@ -240,9 +260,11 @@ unsafe fn block_q6<const N: usize>(
     }
 }
 
-/// Half panel `h` x `N` tokens over all blocks; token `t`'s Q8_K row at `a + t * ar`, its
-/// table entries from `tab0 + t * nb`, its outputs at `out + t * os` (`valid` <= 8 of them,
-/// rows `8h..`).
+/// One panel x `N` tokens over all blocks: its 8-row half `which` (0 or 1), or with
+/// `which == 2` both halves of each block in turn (one pass over the panel's bytes: Q5_K, Q6_K; Q4_K runs
+/// faster half by half, the second half from cache). Token `t`'s Q8_K row at `a + t * ar`,
+/// its table entries from `tab0 + t * nb`, its outputs at `out + t * os` (the panel's first
+/// row; `valid` <= 16 rows are real).
 ///
 /// # Safety
 /// CPU features as enabled; `panel` is a whole aligned panel of `l` (kind `T`), the `N`
@@ -253,7 +275,7 @@ unsafe fn block_q6<const N: usize>(
 unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     l: &PanelLayout,
     panel: *const u8,
-    h: usize,
+    which: usize,
     a: *const u8,
     ar: usize,
     tab: &ActTable<E>,
@@ -263,50 +285,73 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     valid: usize,
 ) {
     let nb = l.nb;
-    let mut acc = [_mm256_setzero_ps(); N];
-    let mut accm = [_mm256_setzero_ps(); N];
+    let halves = if valid > 8 { 2 } else { 1 };
+    let runs = |hh: usize| if which == 2 { hh < halves } else { hh == which };
+    let mut acc = [[_mm256_setzero_ps(); N]; 2];
+    let mut accm = [[_mm256_setzero_ps(); N]; 2];
     for b in 0..nb {
-        let q = panel.wrapping_add(b * l.quant_bytes + 32 * h);
-        let sc = panel.wrapping_add(l.scales_at(b));
-        if N <= 2 && h == 0 {
-            super::super::prefetch_k_block(l, q, sc);
-        }
+        let q0 = panel.wrapping_add(b * l.quant_bytes);
+        let sc0 = panel.wrapping_add(l.scales_at(b));
+        let pf = if N > 2 || which == 1 {
+            std::ptr::null()
+        } else if T == Q4K {
+            super::super::prefetch_k_block(l, q0, sc0);
+            std::ptr::null()
+        } else {
+            super::super::prefetch_k_ahead(l, q0, sc0)
+        };
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
-        let f16s = |at: usize| {
-            // SAFETY: 8 f16 of the 16 at `at` inside the scale area.
-            _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sc.add(at + 16 * h) as *const __m128i) })
-        };
-        let (d, dmin) = (f16s(scale_at::D), f16s(scale_at::DMIN));
         let dy: [__m256; N] = std::array::from_fn(|t| _mm256_set1_ps(tab.dy[tab0 + t * nb + b]));
-        if T == Q6K {
-            let mut isum = [_mm256_setzero_si256(); N];
-            // SAFETY: block b's quants (half h) and scales lie in the panel; x[t] are the
-            // tokens' block b quants (caller contract).
-            unsafe { block_q6::<N>(q, sc.add(8 * h), &x, &pairs, &mut isum) };
-            for t in 0..N {
-                // llama.cpp's prompt-path order (see scalar/packed_k.rs).
-                let x = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), d);
-                acc[t] = _mm256_fmadd_ps(x, dy[t], acc[t]);
+        for h in 0..2 {
+            if !runs(h) {
+                continue;
             }
-        } else {
-            let scale: [(__m256, __m256); N] =
-                std::array::from_fn(|t| (_mm256_mul_ps(d, dy[t]), _mm256_mul_ps(dmin, dy[t])));
-            // SAFETY: as above.
-            unsafe { block_k4::<T, N>(q, sc.add(8 * h), &x, &pairs, &scale, &mut acc, &mut accm) };
+            let (q, sc) = (q0.wrapping_add(32 * h), sc0.wrapping_add(8 * h));
+            // The first half's chunk loads prefetch the block ahead's lines (module docs).
+            let pf = if h == 0 { pf } else { std::ptr::null() };
+            let f16s = |at: usize| {
+                // SAFETY: 8 f16 of the 16 at `at` inside the scale area.
+                _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sc0.add(at + 16 * h) as *const __m128i) })
+            };
+            let (d, dmin) = (f16s(scale_at::D), f16s(scale_at::DMIN));
+            if T == Q6K {
+                let mut isum = [_mm256_setzero_si256(); N];
+                // SAFETY: block b's quants (half h) and scales lie in the panel; x[t] are the
+                // tokens' block b quants (caller contract).
+                unsafe { block_q6::<N>(q, sc, &x, &pairs, &mut isum, pf) };
+                for t in 0..N {
+                    // llama.cpp's prompt-path order (see scalar/packed_k.rs).
+                    let x = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), d);
+                    acc[h][t] = _mm256_fmadd_ps(x, dy[t], acc[h][t]);
+                }
+            } else {
+                let scale: [(__m256, __m256); N] =
+                    std::array::from_fn(|t| (_mm256_mul_ps(d, dy[t]), _mm256_mul_ps(dmin, dy[t])));
+                // SAFETY: as above.
+                unsafe {
+                    block_k4::<T, N>(q, sc, &x, &pairs, &scale, &mut acc[h], &mut accm[h], pf)
+                };
+            }
         }
     }
-    for t in 0..N {
-        let r = if T == Q6K {
-            acc[t]
-        } else {
-            _mm256_sub_ps(acc[t], accm[t])
-        };
-        let mut v = [0f32; 8];
-        // SAFETY: `v` is 8 f32, the 32 bytes the store writes.
-        unsafe { _mm256_storeu_ps(v.as_mut_ptr(), r) };
-        // SAFETY: `valid` cells of token row t (caller contract).
-        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * os), valid) };
+    for h in 0..2 {
+        if !runs(h) {
+            continue;
+        }
+        for t in 0..N {
+            let r = if T == Q6K {
+                acc[h][t]
+            } else {
+                _mm256_sub_ps(acc[h][t], accm[h][t])
+            };
+            let mut v = [0f32; 8];
+            // SAFETY: `v` is 8 f32, the 32 bytes the store writes.
+            unsafe { _mm256_storeu_ps(v.as_mut_ptr(), r) };
+            let n = 8.min(valid - 8 * h);
+            // SAFETY: `valid` cells of token row t (caller contract), rows 8h..8h + n.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * os + 8 * h), n) };
+        }
     }
 }
 
@@ -336,30 +381,29 @@ unsafe fn gemm_tab<const T: u8, const E: usize>(
         let rows = unsafe { std::slice::from_raw_parts(ap.add(g0 * ar), gn * ar) };
         tab.fill(dtype(T), rows, ar, gn, nb);
         for p in 0..PanelLayout::panels(n_rows) {
+            let valid = PANEL.min(n_rows - p * PANEL);
             let panel = pp.wrapping_add(p * l.panel_bytes);
-            for h in 0..2 {
-                let r0 = p * PANEL + 8 * h;
-                if r0 >= n_rows {
-                    break;
-                }
-                let valid = 8.min(n_rows - r0);
-                let mut t0 = 0;
-                while t0 < gn {
-                    let n = TT.min(gn - t0);
-                    let tok = g0 + t0;
-                    // SAFETY: panel p, rows r0.., tokens tok..tok + n, their table entries
-                    // and output cells are in range (checked by the caller).
-                    unsafe {
-                        let (a, o) = (ap.add(tok * ar), op.add(tok * os + r0));
-                        let e = t0 * nb;
+            let mut t0 = 0;
+            while t0 < gn {
+                let n = TT.min(gn - t0);
+                let tok = g0 + t0;
+                // SAFETY: panel p, tokens tok..tok + n, their table entries and output cells
+                // are in range (checked by the caller).
+                unsafe {
+                    let (a, o) = (ap.add(tok * ar), op.add(tok * os + p * PANEL));
+                    let e = t0 * nb;
+                    for h in if T == Q4K { 0..2 } else { 2..3 } {
+                        if 8 * (h % 2) >= valid {
+                            break;
+                        }
                         if n == 1 {
                             tile::<T, 1, E>(l, panel, h, a, ar, &tab, e, o, os, valid)
                         } else {
                             tile::<T, TT, E>(l, panel, h, a, ar, &tab, e, o, os, valid)
                         }
                     }
-                    t0 += n;
                 }
+                t0 += n;
             }
         }
     }

@@ -6,15 +6,15 @@
 //! load holding dword `c` of all 16 rows; after nibble (and high-bit) masking, one `vpdpbusd`
 //! with the broadcast activation dword adds 64 products. Each sub-block's dwords are summed in
 //! i32 chains (values stay far below 2^31), multiplied by the rows' sub-block scales with one
-//! `vpmulld` per sub-block, and the mins (Q4_K/Q5_K) or the `-32` offset (Q6_K) come from
-//! `vpdpwssd` of the rows' scale/min pairs with the token's group-sum pairs, computed once
-//! per call into a table. Per block and token the float work is one convert and one `fma`
-//! (two with mins), so the kernel keeps up with memory at one token and with `vpdpbusd` at
-//! many.
+//! `vpmulld` per sub-block; the mins (Q4_K/Q5_K) come from `vpdpwssd` of the rows' min
+//! pairs with the token's group-sum pairs, computed once per call into a table, and Q6_K's
+//! `-32` offset is each group chain's start value (`-32` times the token's group sum). Per
+//! block and token the float work is one convert and one `fma` (two with mins), so the kernel
+//! keeps up with memory at one token and with `vpdpbusd` at many.
 
 use std::arch::x86_64::*;
 
-use crate::kernels::packed::kquant::{scale_at, ActTable, Q8K_BYTES, QH_AT};
+use crate::kernels::packed::kquant::{scale_at, ActTable, Q8K_BYTES, QH_AT, QK_K};
 use crate::kernels::packed::{PanelLayout, PANEL};
 use crate::kernels::DType;
 
@@ -31,7 +31,7 @@ fn dtype(t: u8) -> DType {
     }
 }
 
-/// First qh chunk of a block (Q5_K, Q6_K).
+/// First qh chunk of a block (Q5_K).
 const QH: usize = QH_AT / 64;
 /// Tokens whose activations stay in cache while a call's panels stream past (prefill).
 const TOKEN_GROUP: usize = 64;
@@ -51,13 +51,14 @@ fn mask(valid: usize) -> __mmask16 {
 }
 
 /// Integer sums of one Q4_K/Q5_K block for `N` tokens: `isum` and the mins term `msum`.
+/// Each quant chunk load also prefetches that line of `pf` (`x86::prefetch_line`; null: none).
 ///
 /// # Safety
 /// CPU features as enabled; `q` / `sc` are a block's aligned quants / scale area of kind
 /// `T`, `x[t]` token t's Q8_K quants of that block.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::needless_range_loop)]
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 unsafe fn block_k4<const T: u8, const N: usize>(
     q: *const u8,
     sc: *const u8,
@@ -66,6 +67,7 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     scale: &[(__m512, __m512); N],
     acc: &mut [__m512; N],
     accm: &mut [__m512; N],
+    pf: *const u8,
 ) {
     // Q5_K: one sum per block; Q4_K: one per pair of sub-blocks (see scalar/packed_k.rs).
     let mut isum = [_mm512_setzero_si512(); N];
@@ -83,7 +85,10 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     unsafe {
         let nib = _mm512_set1_epi8(0x0F);
         let bit4 = _mm512_set1_epi8(0x10);
-        let chunk = |c: usize| _mm512_load_si512(q.add(64 * c) as *const __m512i);
+        let chunk = |c: usize| {
+            super::super::prefetch_line(pf, c);
+            _mm512_load_si512(q.add(64 * c) as *const __m512i)
+        };
         let bcast = |p: *const u8| _mm512_set1_epi32((p as *const i32).read_unaligned());
         let line = |at: usize| _mm512_cvtepu8_epi32(_mm_loadu_si128(sc.add(at) as *const __m128i));
         for kk in 0..4 {
@@ -101,12 +106,13 @@ unsafe fn block_k4<const T: u8, const N: usize>(
                 };
                 if T == Q5K {
                     // Bit 2kk (2kk + 1) of each qh byte is bit 4 of sub-block 2kk's (2kk + 1's)
-                    // value in that byte.
+                    // value in that byte: a dword rotation moves it there (bit 4 of each byte
+                    // comes from the same byte), vpternlog ORs it in (`x | (y & bit4)`).
                     let h = chunk(QH + m);
-                    let hl = _mm512_srlv_epi16(h, _mm512_set1_epi16(2 * kk as i16));
-                    let hh = _mm512_srlv_epi16(h, _mm512_set1_epi16(2 * kk as i16 + 1));
-                    wl = _mm512_or_si512(wl, _mm512_and_si512(_mm512_slli_epi16::<4>(hl), bit4));
-                    wh = _mm512_or_si512(wh, _mm512_and_si512(_mm512_slli_epi16::<4>(hh), bit4));
+                    let hl = _mm512_rolv_epi32(h, _mm512_set1_epi32((4 - 2 * kk as i32) & 31));
+                    let hh = _mm512_rolv_epi32(h, _mm512_set1_epi32((3 - 2 * kk as i32) & 31));
+                    wl = _mm512_ternarylogic_epi32::<0xF8>(wl, hl, bit4);
+                    wh = _mm512_ternarylogic_epi32::<0xF8>(wh, hh, bit4);
                 }
                 let c = m % chains(N);
                 for t in 0..N {
@@ -159,7 +165,8 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     }
 }
 
-/// Integer sum of one Q6_K block for `N` tokens, the `-32` offset included.
+/// Integer sum of one Q6_K block for `N` tokens, the `-32` offset included; prefetches `pf`
+/// as [`block_k4`].
 ///
 /// # Safety
 /// As [`block_k4`].
@@ -170,42 +177,53 @@ unsafe fn block_q6<const N: usize>(
     q: *const u8,
     sc: *const u8,
     x: &[*const u8; N],
-    pairs: &[&[i32; 8]; N],
     isum: &mut [__m512i; N],
+    pf: *const u8,
 ) {
     // SAFETY: (whole body) as in `block_k4`.
     unsafe {
-        let nib = _mm512_set1_epi8(0x0F);
-        let two = _mm512_set1_epi8(0x30);
-        let chunk = |c: usize| _mm512_load_si512(q.add(64 * c) as *const __m512i);
+        let m6 = _mm512_set1_epi8(0x3F);
+        let (b01, b23, b45) = (
+            _mm512_set1_epi8(0x03),
+            _mm512_set1_epi8(0x0C),
+            _mm512_set1_epi8(0x30),
+        );
+        let chunk = |c: usize| {
+            super::super::prefetch_line(pf, c);
+            _mm512_load_si512(q.add(64 * c) as *const __m512i)
+        };
         let bcast = |p: *const u8| _mm512_set1_epi32((p as *const i32).read_unaligned());
         let line = |at: usize| _mm512_cvtepi8_epi32(_mm_loadu_si128(sc.add(at) as *const __m128i));
+        // x | (y & m): vpternlog's 0xF8.
+        let or_masked =
+            |x: __m512i, y: __m512i, m: __m512i| _mm512_ternarylogic_epi32::<0xF8>(x, y, m);
         for h in 0..2 {
             for half in 0..2 {
                 // Groups 8h + 2qt + half (qt = 0..4): values 128h + 32qt + 16half .. + 16.
-                let mut s = [[_mm512_setzero_si512(); 4]; N];
+                // Each group's sum starts at the offset term -32 * bsum_g (the Q8_K group sum
+                // after the block's 256 quants), so it needs no pass of its own.
+                let mut s: [[__m512i; 4]; N] = std::array::from_fn(|t| {
+                    std::array::from_fn(|qt| {
+                        let g = 8 * h + 2 * qt + half;
+                        let bs = (x[t].add(QK_K + 2 * g) as *const i16).read_unaligned();
+                        _mm512_set1_epi32(-32 * bs as i32)
+                    })
+                });
                 for jj in 0..4 {
                     let j = 4 * half + jj;
-                    let a = chunk(16 * h + j);
-                    let b = chunk(16 * h + 8 + j);
-                    let hb = chunk(QH + 8 * h + j);
+                    // Chunks A, B, C of step 8h + j (packed/kquant.rs): v0..v2 are their low
+                    // 6 bits, v3 their top 2 bits each (the 16-bit shifts move bits within
+                    // their own byte: the other bits are masked off).
+                    let st = 3 * (8 * h + j);
+                    let (a, b, c) = (chunk(st), chunk(st + 1), chunk(st + 2));
+                    let v3 = _mm512_and_si512(_mm512_srli_epi16::<6>(b), b01);
+                    let v3 = or_masked(v3, _mm512_srli_epi16::<4>(c), b23);
+                    let v3 = or_masked(v3, _mm512_srli_epi16::<2>(a), b45);
                     let w = [
-                        _mm512_or_si512(
-                            _mm512_and_si512(a, nib),
-                            _mm512_and_si512(_mm512_slli_epi16::<4>(hb), two),
-                        ),
-                        _mm512_or_si512(
-                            _mm512_and_si512(b, nib),
-                            _mm512_and_si512(_mm512_slli_epi16::<2>(hb), two),
-                        ),
-                        _mm512_or_si512(
-                            _mm512_and_si512(_mm512_srli_epi16::<4>(a), nib),
-                            _mm512_and_si512(hb, two),
-                        ),
-                        _mm512_or_si512(
-                            _mm512_and_si512(_mm512_srli_epi16::<4>(b), nib),
-                            _mm512_and_si512(_mm512_srli_epi16::<2>(hb), two),
-                        ),
+                        _mm512_and_si512(a, m6),
+                        _mm512_and_si512(b, m6),
+                        _mm512_and_si512(c, m6),
+                        v3,
                     ];
                     for (qt, wq) in w.iter().enumerate() {
                         for t in 0..N {
@@ -221,19 +239,6 @@ unsafe fn block_q6<const N: usize>(
                     }
                 }
             }
-        }
-        let lo16 = _mm512_set1_epi32(0xFFFF);
-        let mut corr = [_mm512_setzero_si512(); N];
-        for m in 0..8 {
-            let se = _mm512_and_si512(line(scale_at::SC_Q6 + 16 * (2 * m)), lo16);
-            let so = line(scale_at::SC_Q6 + 16 * (2 * m + 1));
-            let sp = _mm512_or_si512(se, _mm512_slli_epi32::<16>(so));
-            for t in 0..N {
-                corr[t] = _mm512_dpwssd_epi32(corr[t], sp, _mm512_set1_epi32(pairs[t][m]));
-            }
-        }
-        for t in 0..N {
-            isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32::<5>(corr[t]));
         }
     }
 }
@@ -261,11 +266,12 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     let nb = l.nb;
     let mut acc = [_mm512_setzero_ps(); N];
     let mut accm = [_mm512_setzero_ps(); N];
+    let mut pf = std::ptr::null();
     for b in 0..nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
         let sc = panel.wrapping_add(l.scales_at(b));
         if N <= 2 {
-            super::super::prefetch_k_block(l, q, sc);
+            pf = super::super::prefetch_k_ahead(l, q, sc);
         }
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
@@ -281,7 +287,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
             let mut isum = [_mm512_setzero_si512(); N];
             // SAFETY: block b's quants and scales lie in the panel; x[t] are the tokens'
             // block b quants (caller contract).
-            unsafe { block_q6::<N>(q, sc, &x, &pairs, &mut isum) };
+            unsafe { block_q6::<N>(q, sc, &x, &mut isum, pf) };
             for t in 0..N {
                 // llama.cpp's prompt-path order (see scalar/packed_k.rs).
                 let x = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[t]), d);
@@ -291,7 +297,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
             let scale: [(__m512, __m512); N] =
                 std::array::from_fn(|t| (_mm512_mul_ps(d, dy[t]), _mm512_mul_ps(dmin, dy[t])));
             // SAFETY: as above.
-            unsafe { block_k4::<T, N>(q, sc, &x, &pairs, &scale, &mut acc, &mut accm) };
+            unsafe { block_k4::<T, N>(q, sc, &x, &pairs, &scale, &mut acc, &mut accm, pf) };
         }
     }
     for t in 0..N {
