@@ -1,5 +1,5 @@
-//! The vector operations the long-context attention kernels are written against, once for
-//! every x86 width: [`Avx512`] (16 f32 lanes) and [`Avx2`] (8 lanes). A kernel is one generic
+//! The vector operations the attention kernels (the long-context order, and llama.cpp's order
+//! in `ggml_order/simd_twin.rs`) are written against, once for every x86 width: [`Avx512`] (16 f32 lanes) and [`Avx2`] (8 lanes). A kernel is one generic
 //! body over [`Simd`], marked `#[inline(always)]` and called from a thin
 //! `#[target_feature]` wrapper per width, so each instantiation compiles with its width's
 //! instructions. Every operation is lane-wise (or an exact maximum), so a kernel computes the
@@ -45,6 +45,19 @@ pub(super) trait Simd: Copy {
     /// # Safety
     /// The trait's contract.
     unsafe fn exp_fast(x: Self::V) -> Self::V;
+    /// The C library's `expf` lane by lane, for lanes `<= 0` or NaN ([`super::expf`]).
+    unsafe fn expf_nonpositive(x: Self::V) -> Self::V;
+    /// Each lane rounded to f16 (to nearest, ties to even) and widened back.
+    unsafe fn round_f16(x: Self::V) -> Self::V;
+
+    /// Half a register's lanes as f64 (two of these hold one [`Simd::V`]).
+    type W: Copy;
+    /// The lanes of `x` as f64: the low half, then the high half.
+    unsafe fn widen(x: Self::V) -> [Self::W; 2];
+    /// `w + widen(x)`, lane by lane in f64.
+    unsafe fn add_wide(w: [Self::W; 2], x: Self::V) -> [Self::W; 2];
+    /// The f64 lanes of `w` rounded to f32, in [`Simd::widen`]'s order.
+    unsafe fn narrow(w: [Self::W; 2]) -> Self::V;
 }
 
 /// AVX-512F with FMA and F16C: 16 lanes.
@@ -154,6 +167,54 @@ impl Simd for Avx512 {
                 _mm512_set1_epi32(127),
             )));
             _mm512_maskz_mov_ps(keep, _mm512_mul_ps(y, pow2n))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn expf_nonpositive(x: __m512) -> __m512 {
+        // SAFETY: AVX-512F (this impl's contract).
+        unsafe { super::expf::expf16_nonpositive(x) }
+    }
+    #[inline(always)]
+    unsafe fn round_f16(x: __m512) -> __m512 {
+        // SAFETY: AVX-512F (this impl's contract).
+        unsafe {
+            _mm512_cvtph_ps(_mm512_cvtps_ph::<
+                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+            >(x))
+        }
+    }
+
+    type W = __m512d;
+    #[inline(always)]
+    unsafe fn widen(x: __m512) -> [__m512d; 2] {
+        // SAFETY: AVX-512F (this impl's contract).
+        unsafe {
+            [
+                _mm512_cvtps_pd(_mm512_castps512_ps256(x)),
+                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                    _mm512_castps_pd(x),
+                ))),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn add_wide(w: [__m512d; 2], x: __m512) -> [__m512d; 2] {
+        // SAFETY: AVX-512F (this impl's contract).
+        unsafe {
+            let x = Self::widen(x);
+            [_mm512_add_pd(w[0], x[0]), _mm512_add_pd(w[1], x[1])]
+        }
+    }
+    #[inline(always)]
+    unsafe fn narrow(w: [__m512d; 2]) -> __m512 {
+        // SAFETY: AVX-512F (this impl's contract).
+        unsafe {
+            let lo = _mm512_castps256_ps512(_mm512_cvtpd_ps(w[0]));
+            _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                _mm512_castps_pd(lo),
+                _mm256_castps_pd(_mm512_cvtpd_ps(w[1])),
+            ))
         }
     }
 }
@@ -279,5 +340,40 @@ impl Simd for Avx2 {
             )));
             _mm256_and_ps(keep, _mm256_mul_ps(y, pow2n))
         }
+    }
+    #[inline(always)]
+    unsafe fn expf_nonpositive(x: __m256) -> __m256 {
+        // SAFETY: AVX2 and FMA (this impl's contract).
+        unsafe { super::expf::expf8_nonpositive(x) }
+    }
+    #[inline(always)]
+    unsafe fn round_f16(x: __m256) -> __m256 {
+        // SAFETY: F16C (this impl's contract).
+        unsafe { _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)) }
+    }
+
+    type W = __m256d;
+    #[inline(always)]
+    unsafe fn widen(x: __m256) -> [__m256d; 2] {
+        // SAFETY: AVX2 (this impl's contract).
+        unsafe {
+            [
+                _mm256_cvtps_pd(_mm256_castps256_ps128(x)),
+                _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x)),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn add_wide(w: [__m256d; 2], x: __m256) -> [__m256d; 2] {
+        // SAFETY: AVX2 (this impl's contract).
+        unsafe {
+            let x = Self::widen(x);
+            [_mm256_add_pd(w[0], x[0]), _mm256_add_pd(w[1], x[1])]
+        }
+    }
+    #[inline(always)]
+    unsafe fn narrow(w: [__m256d; 2]) -> __m256 {
+        // SAFETY: AVX2 (this impl's contract).
+        unsafe { _mm256_set_m128(_mm256_cvtpd_ps(w[1]), _mm256_cvtpd_ps(w[0])) }
     }
 }

@@ -1,0 +1,278 @@
+//! The SIMD twins of [`super::attend_group`] (bit-identical), one body for both x86 widths
+//! ([`Simd`]: AVX-512's 16 f32 lanes, AVX2's 8).
+//!
+//! Scores of `S::LANES` positions at once: every f16·f16 product is exact in f32, so only the
+//! order of the additions matters, and that order is reproduced lane-wise over positions. The
+//! reference's 16 score lanes are not vector lanes here but 16 separate partial sums, each
+//! vectorized over positions, so the register width changes no per-position operation: every
+//! position gets the four-part fused multiply-adds, the `(0 + 2) + (1 + 3)` combination and
+//! the halving over the 16 lanes of [`super::reduce_lanes`]. Then the sequential online
+//! softmax, the exps of a register's positions as one vector (bit-identical to `expf`), and
+//! the f16 accumulator rounded through `vcvtps2ph` after every step. Up to a width's head
+//! count of query heads of the group run side by side (their K/V tiles are converted from
+//! f16 once, and their independent softmax chains interleave); each head's arithmetic is
+//! exactly the one-head order.
+
+use super::{HeadView, Scores, LANES, PARTS};
+use crate::engine::attention::simd::{Avx2, Avx512, Simd};
+use half::f16;
+
+/// `G` query heads of one KV head, `C` registers of `S::LANES` values per head; `q` and `out`
+/// hold `G` heads, `qh` at least `G * head_dim` values (the f16-rounded queries).
+///
+/// # Safety
+/// `S`'s CPU features; `head_dim == C * S::LANES`, one of [`super::simd_head_dim`]'s; the
+/// block size a multiple of `S::LANES`.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // indices address registers of several heads
+unsafe fn heads<S: Simd, const G: usize, const C: usize>(
+    view: &HeadView,
+    q: &[f32],
+    out: &mut [f32],
+    scale: Scores,
+    qh: &mut [f32],
+) {
+    // SAFETY: `S`'s CPU features (every `S::` operation) are this function's contract; each
+    // pointer is justified where it is formed (the "in bounds:" comments).
+    unsafe {
+        let (d, bs) = (view.head_dim, view.block_size);
+        debug_assert_eq!(d, C * S::LANES);
+        debug_assert!(S::LANES <= LANES);
+        let full = d - d % (LANES * PARTS);
+        let qh = &mut qh[..G * d];
+        for (h, &x) in qh.iter_mut().zip(&q[..G * d]) {
+            *h = f16::from_f32(x).to_f32();
+        }
+        let mut acc = [[S::zero(); C]; G];
+        let (mut m, mut l) = ([f32::NEG_INFINITY; G], [0.0f32; G]);
+        // A register's positions (the first `S::LANES` of 16).
+        let mut scores = [[0f32; LANES]; G];
+        for bi in view.first_block()..view.n_blocks() {
+            let (k, v, lo, n) = view.block(bi);
+            assert!(k.len() == bs * d && v.len() >= n * d);
+            // Scores start at a vector boundary; positions before `lo` (outside a sliding
+            // window) are scored but skipped.
+            for t in (lo - lo % S::LANES..n).step_by(S::LANES) {
+                let skip = lo.saturating_sub(t);
+                // s[j][lane]: head j's lane-`lane` partial sums, vectorized over positions.
+                let mut s = [[S::zero(); LANES]; G];
+                for lane in 0..LANES {
+                    let mut parts = [[S::zero(); PARTS]; G];
+                    for base in (0..full).step_by(LANES * PARTS) {
+                        for pj in 0..PARTS {
+                            let i = base + pj * LANES + lane;
+                            // In bounds: t is a multiple of S::LANES below n <= bs, and bs is one
+                            // too, so i * bs + t + S::LANES <= (d - 1) * bs + bs = k.len().
+                            let kk = S::load_f16(k.as_ptr().add(i * bs + t));
+                            for j in 0..G {
+                                // In bounds: j < G and i < d, and `qh` holds G * d values.
+                                let qi = *qh.get_unchecked(j * d + i);
+                                parts[j][pj] = S::fma(S::set1(qi), kk, parts[j][pj]);
+                            }
+                        }
+                    }
+                    for j in 0..G {
+                        let [p0, p1, p2, p3] = parts[j];
+                        s[j][lane] = S::add(S::add(p0, p2), S::add(p1, p3));
+                    }
+                }
+                for j in 0..G {
+                    let mut w = LANES / 2;
+                    while w >= 1 {
+                        for lane in 0..w {
+                            s[j][lane] = S::add(s[j][lane], s[j][lane + w]);
+                        }
+                        w /= 2;
+                    }
+                }
+                if full < d {
+                    // The reference's tail: the tree's sum widened to f64, then each f32 product
+                    // added in f64, in order.
+                    let mut wide = [S::widen(s[0][0]); G];
+                    for j in 0..G {
+                        wide[j] = S::widen(s[j][0]);
+                    }
+                    for i in full..d {
+                        // In bounds: as for the tree above (i < d).
+                        let kk = S::load_f16(k.as_ptr().add(i * bs + t));
+                        for j in 0..G {
+                            // In bounds: j < G and i < d, and `qh` holds G * d values.
+                            let qi = *qh.get_unchecked(j * d + i);
+                            wide[j] = S::add_wide(wide[j], S::mul(S::set1(qi), kk));
+                        }
+                    }
+                    for j in 0..G {
+                        s[j][0] = S::narrow(wide[j]);
+                    }
+                }
+                for j in 0..G {
+                    // In bounds: `scores[j]` holds 16 >= S::LANES f32.
+                    S::store(scores[j].as_mut_ptr(), s[j][0]);
+                }
+                // The running max and each position's exp argument are a cheap serial scan; the
+                // exps of the register's positions then run as one vector (bit-identical to
+                // expf); positions past `n` get exp(0) and are never read.
+                let nv = (n - t).min(S::LANES);
+                let mut grew = [0u32; G];
+                let mut e = [[0f32; LANES]; G];
+                for j in 0..G {
+                    let mut arg = [0f32; LANES];
+                    for p in skip..nv {
+                        let sc = scale.apply(scores[j][p]);
+                        if sc > m[j] {
+                            arg[p] = m[j] - sc;
+                            m[j] = sc;
+                            grew[j] |= 1 << p;
+                        } else {
+                            arg[p] = sc - m[j];
+                        }
+                    }
+                    // In bounds: `arg` and `e[j]` hold 16 >= S::LANES f32; the arguments are <= 0
+                    // or NaN.
+                    let x = S::expf_nonpositive(S::load(arg.as_ptr()));
+                    S::store(e[j].as_mut_ptr(), x);
+                }
+                for p in skip..nv {
+                    let mut vsv = [S::zero(); G];
+                    for j in 0..G {
+                        let (ms, vs) = if grew[j] & (1 << p) != 0 {
+                            let ms = e[j][p];
+                            let msv = S::set1(ms);
+                            for a in acc[j].iter_mut() {
+                                *a = S::round_f16(S::mul(*a, msv));
+                            }
+                            (ms, 1.0f32)
+                        } else {
+                            (1.0f32, e[j][p])
+                        };
+                        vsv[j] = S::set1(vs);
+                        l[j] = l[j].mul_add(ms, vs);
+                    }
+                    let row = (t + p) * d;
+                    for ci in 0..C {
+                        // In bounds: row + (ci + 1) * S::LANES <= (t + p + 1) * d <= n * d <= v.len().
+                        let vv = S::load_f16(v.as_ptr().add(row + ci * S::LANES));
+                        for j in 0..G {
+                            acc[j][ci] = S::round_f16(S::fma(vv, vsv[j], acc[j][ci]));
+                        }
+                    }
+                }
+            }
+        }
+        for j in 0..G {
+            let inv = S::set1(if l[j] == 0.0 { 0.0 } else { 1.0 / l[j] });
+            for ci in 0..C {
+                // In bounds: j * d + (ci + 1) * S::LANES <= (j + 1) * d <= out.len().
+                S::store(
+                    out.as_mut_ptr().add(j * d + ci * S::LANES),
+                    S::mul(acc[j][ci], inv),
+                );
+            }
+        }
+    }
+}
+
+/// One width's entry point: `$attend` (the twin), `$heads` (its `#[target_feature]` instances
+/// of [`heads`]), `$S` the width, `$feat` its features, `$covers` its shape test, `$max` heads
+/// per pass, `$($c)*` the registers per head of the [`super::simd_head_dim`] sizes.
+macro_rules! simd_twin {
+    ($attend:ident, $heads:ident, $S:ty, $feat:literal, $covers:ident, $max:literal,
+     [$($g:literal)*], [$($c:literal)*]) => {
+        /// `G` heads of `C` registers with this width's features (see [`heads`]).
+        ///
+        /// # Safety
+        /// As [`heads`].
+        #[target_feature(enable = $feat)]
+        unsafe fn $heads<const G: usize, const C: usize>(
+            view: &HeadView,
+            q: &[f32],
+            out: &mut [f32],
+            scale: Scores,
+            qh: &mut [f32],
+        ) {
+            // SAFETY: this function's contract is `heads`'.
+            unsafe { heads::<$S, G, C>(view, q, out, scale, qh) }
+        }
+
+        #[doc = concat!("The `", stringify!($S), "` twin of [`super::attend_group`] (see the ")]
+        #[doc = concat!("module docs), up to ", stringify!($max), " heads a pass. `scratch` holds ")]
+        /// the f16-rounded queries: at least [`super::SCRATCH_HEADS`] `* head_dim` values.
+        #[doc = concat!("Panics unless [`super::", stringify!($covers), "`] accepts the view's ")]
+        /// shape, `q` and `out` have the same length and `scratch` is long enough.
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU must support ", $feat, ".")]
+        #[target_feature(enable = $feat)]
+        pub(in crate::engine::attention) unsafe fn $attend(
+            view: &HeadView,
+            q: &[f32],
+            out: &mut [f32],
+            scale: Scores,
+            scratch: &mut [f32],
+        ) {
+            let (d, bs) = (view.head_dim, view.block_size);
+            assert!(
+                super::$covers(d, bs) && q.len() == out.len(),
+                concat!(stringify!($attend), ": head_dim {}, block size {} not covered"),
+                d,
+                bs
+            );
+            /// Dispatches `G` heads to the instance of this head size.
+            ///
+            /// # Safety
+            /// As [`heads`] for `G` heads of `view.head_dim` values.
+            #[inline(always)]
+            unsafe fn by_width<const G: usize>(
+                view: &HeadView,
+                q: &[f32],
+                out: &mut [f32],
+                scale: Scores,
+                qh: &mut [f32],
+            ) {
+                // SAFETY: forwarded contract; the head size picks C = head_dim / LANES.
+                unsafe {
+                    match view.head_dim / <$S as Simd>::LANES {
+                        $($c => $heads::<G, $c>(view, q, out, scale, qh),)*
+                        c => unreachable!("{c} registers per head"),
+                    }
+                }
+            }
+            let g = q.len() / d;
+            for j0 in (0..g).step_by($max) {
+                let span = j0 * d..(j0 + $max).min(g) * d;
+                let (qs, os) = (&q[span.clone()], &mut out[span]);
+                // SAFETY: features as required by this function; d and bs checked above.
+                unsafe {
+                    match (g - j0).min($max) {
+                        $($g => by_width::<$g>(view, qs, os, scale, scratch),)*
+                        n => unreachable!("{n} heads per pass"),
+                    }
+                }
+            }
+        }
+    };
+}
+
+// Four heads: AVX-512 has 32 registers (four heads' 4 partial score vectors fit beside the K
+// vector and broadcasts). Three on AVX2: three heads' 12 partial vectors plus the K vector and
+// a broadcast fit its 16 registers, and three is the default model's group.
+simd_twin!(
+    attend_group_avx512,
+    heads_avx512,
+    Avx512,
+    "avx512f,fma,f16c",
+    avx512_covers,
+    4,
+    [1 2 3 4],
+    [4 6 8 12 16]
+);
+simd_twin!(
+    attend_group_avx2,
+    heads_avx2,
+    Avx2,
+    "avx2,fma,f16c",
+    avx2_covers,
+    3,
+    [1 2 3],
+    [8 12 16 24 32]
+);
