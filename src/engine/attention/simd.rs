@@ -170,6 +170,8 @@ impl Simd for Avx512 {
         }
     }
 
+    /// # Safety
+    /// The trait's contract: the CPU supports AVX-512F.
     #[inline(always)]
     unsafe fn expf_nonpositive(x: __m512) -> __m512 {
         // SAFETY: AVX-512F (this impl's contract).
@@ -341,6 +343,8 @@ impl Simd for Avx2 {
             _mm256_and_ps(keep, _mm256_mul_ps(y, pow2n))
         }
     }
+    /// # Safety
+    /// The trait's contract: the CPU supports AVX2 and FMA.
     #[inline(always)]
     unsafe fn expf_nonpositive(x: __m256) -> __m256 {
         // SAFETY: AVX2 and FMA (this impl's contract).
