@@ -67,6 +67,7 @@ fn bench(c: &mut Criterion) {
             block_size: 16,
             n_blocks: 2048 / 16,
             windows: LayerWindows::NONE,
+            kv_type: kiln::engine::kv_cache::KvType::F16,
         };
         let mut cache = KvCache::new(cfg).expect("cache");
         let mut table = cache.new_table();
@@ -134,6 +135,7 @@ fn bench(c: &mut Criterion) {
         block_size: 16,
         n_blocks: n_max / 16,
         windows: LayerWindows::NONE,
+        kv_type: kiln::engine::kv_cache::KvType::F16,
     };
     let mut cache = KvCache::new(cfg).expect("cache");
     let mut table = cache.new_table();

@@ -3,7 +3,7 @@
 // this prints (scripts/reference/regen_arch_proofs.py, regen_gemma_golden.py); CI never runs it.
 //
 //   ref_logits --model M.gguf --tokens 1,2,3 [--threads 2] [--chunk 16] [--top 8] [--ctx 256]
-//              [--generate N] [--stop ID,...] [--dump 1]
+//              [--generate N] [--stop ID,...] [--dump 1] [--kv-type f16|q8_0]
 //
 // --dump 1 prints every F32 tensor the graph computes (name, sum, first values) on stderr and,
 // with REF_DUMP_DIR set, writes each as raw f32 to REF_DUMP_DIR/NAME.f32 (to compare with
@@ -13,7 +13,7 @@
 // flash-attention path, so every position takes the same one-query path kiln follows), with
 // logits at every position. Then, with --generate N, up to N tokens are chosen greedily (argmax
 // of the raw logits) and fed back one at a time, stopping after an id of --stop. Flash attention
-// on, f16 K/V cache, one sequence. The context is --ctx cells (llama.cpp pads it to 256); keep
+// on, f16 K/V cache (--kv-type q8_0: Q8_0 K and V, llama.cpp's -ctk/-ctv q8_0), one sequence. The context is --ctx cells (llama.cpp pads it to 256); keep
 // fed + generated positions below 512 so decode never takes the split-KV path.
 //
 // Prints JSON: {"n_vocab", "threads", "chunk", "ctx", "steps": [{"pos", "input", "top": [[id,
@@ -162,6 +162,7 @@ int main(int argc, char ** argv) {
     int * stop = NULL;
     int n_stop = 0;
     int dump = 0;
+    int kv_q8 = 0;
     for (int i = 1; i < argc; i++) {
         const char * a = argv[i];
         const char * v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -179,6 +180,13 @@ int main(int argc, char ** argv) {
         else if (!strcmp(a, "--generate")) generate = atoi(v);
         else if (!strcmp(a, "--stop")) n_stop = parse_ids(v, &stop);
         else if (!strcmp(a, "--dump")) dump = atoi(v);
+        else if (!strcmp(a, "--kv-type")) {
+            if (!strcmp(v, "q8_0")) kv_q8 = 1;
+            else if (strcmp(v, "f16")) {
+                fprintf(stderr, "ref_logits: --kv-type is f16 or q8_0\n");
+                return 2;
+            }
+        }
         else {
             fprintf(stderr, "ref_logits: unknown option %s\n", a);
             return 2;
@@ -187,7 +195,8 @@ int main(int argc, char ** argv) {
     }
     if (!model_path || !tokens_arg || chunk < 1 || chunk >= 64 || top < 1 || threads < 1) {
         fprintf(stderr, "usage: ref_logits --model M --tokens IDS|--tokens-file F [--threads N] "
-                        "[--chunk 1..63] [--top K] [--ctx N] [--generate N] [--stop IDS]\n");
+                        "[--chunk 1..63] [--top K] [--ctx N] [--generate N] [--stop IDS] "
+                        "[--kv-type f16|q8_0]\n");
         return 2;
     }
     int * tokens;
@@ -211,6 +220,10 @@ int main(int argc, char ** argv) {
     cp.n_threads_batch = threads;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
     cp.no_perf = true;
+    if (kv_q8) {
+        cp.type_k = GGML_TYPE_Q8_0;
+        cp.type_v = GGML_TYPE_Q8_0;
+    }
     if (dump) {
         cp.cb_eval = dump_cb;
         cp.cb_eval_user_data = NULL;

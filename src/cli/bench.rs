@@ -34,6 +34,10 @@ pub struct Args {
     /// Worker threads (default: the config's engine.threads; 0 = the usable physical cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// How the KV cache stores K and V: "f16" or "q8_0" (default: the config's
+    /// engine.kv_type).
+    #[arg(long)]
+    kv_type: Option<String>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -78,6 +82,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         return crate::cli::bench_ceilings::run(args.threads.unwrap_or(2), args.json);
     }
     let mut cfg = load_config(config)?;
+    cfg.kv_type = crate::cli::generate::kv_type(&cfg, args.kv_type.as_deref())?;
     if let Some(concurrency) = args.concurrency.clone() {
         if let Some(t) = args.threads {
             cfg.threads = t;
@@ -114,7 +119,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         + (args.n_prompt + 16)
             .max(args.n_gen + 16)
             .max(max_batch * (BATCH_PROMPT + args.n_gen + 16));
-    let mut runner = Runner::new(&model, limits, positions)?;
+    let mut runner = Runner::with_kv_type(&model, limits, positions, cfg.kv_type)?;
     let mut rng = Rng::new(1);
     // The shared context of `--depth`: its blocks are read-only to the runs, which fork it.
     let mut context = runner.new_seq();
@@ -223,6 +228,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
             "isa": isa,
             "threads": threads,
             "depth": depth,
+            "kv_type": cfg.kv_type.name(),
             "weight_bytes_per_token": footprint.0,
             "macs_per_token": footprint.1,
             "prefill_tok_s": pp,
@@ -235,8 +241,9 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         println!("{obj}");
     } else {
         println!(
-            "model: {}  isa: {isa}  threads: {threads}  depth: {depth}  (median of {repeat})",
-            model_path.display()
+            "model: {}  isa: {isa}  threads: {threads}  depth: {depth}  kv: {}  (median of {repeat})",
+            model_path.display(),
+            cfg.kv_type
         );
         println!("| test | tok/s |");
         println!("|---|---:|");

@@ -3,6 +3,7 @@
 use anyhow::{bail, Context};
 use kiln::chat_template::{ChatTemplate, TemplateSource};
 use kiln::config::Config;
+use kiln::engine::kv_cache::KvType;
 use kiln::engine::runner::Runner;
 use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
 use kiln::gguf::GgufFile;
@@ -47,6 +48,10 @@ pub struct Args {
     /// Worker threads (default: the config's engine.threads; 0 = the usable physical cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// How the KV cache stores K and V: "f16" or "q8_0" (default: the config's
+    /// engine.kv_type).
+    #[arg(long)]
+    kv_type: Option<String>,
     /// Print one JSON object at the end instead of streaming text.
     #[arg(long)]
     json: bool,
@@ -55,6 +60,20 @@ pub struct Args {
 /// The configuration: `--config`, else config/default.toml when present, else defaults.
 pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     Ok(Config::load(kiln::config::config_file(path), &[])?)
+}
+
+/// The KV cache type of a `--kv-type` flag, else the configuration's `engine.kv_type`.
+pub fn kv_type(cfg: &Config, flag: Option<&str>) -> anyhow::Result<KvType> {
+    match flag {
+        None => Ok(cfg.kv_type),
+        Some(t) => KvType::parse(t).with_context(|| {
+            let names: Vec<&str> = KvType::ALL.iter().map(|k| k.name()).collect();
+            format!(
+                "--kv-type {t:?}: not a KV cache type ({})",
+                names.join(", ")
+            )
+        }),
+    }
 }
 
 /// Prefill chunk size (tokens per forward call).
@@ -105,7 +124,8 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         max_seqs: 1,
         max_logit_rows: 1,
     };
-    let mut runner = Runner::new(&model, limits, total + 1)?;
+    let kv_type = kv_type(&cfg, args.kv_type.as_deref())?;
+    let mut runner = Runner::with_kv_type(&model, limits, total + 1, kv_type)?;
     let mut table = runner.new_seq();
     let params = SamplingParams {
         temperature: args.temperature,

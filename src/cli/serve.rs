@@ -52,6 +52,9 @@ pub struct Args {
     /// KV cache budget: "auto", a size ("512MiB") or positions (engine.kv_cache).
     #[arg(long, env = "KILN_KV_CACHE")]
     kv_cache: Option<String>,
+    /// How the KV cache stores K and V: "f16" or "q8_0" (half the memory) (engine.kv_type).
+    #[arg(long, env = "KILN_KV_TYPE")]
+    kv_type: Option<String>,
     /// Sequences per step (scheduler.max_num_seqs).
     #[arg(long, env = "KILN_MAX_NUM_SEQS")]
     max_num_seqs: Option<usize>,
@@ -160,6 +163,9 @@ impl Args {
         }
         if let Some(v) = &self.kv_cache {
             o.push(("engine.kv_cache", size(v)));
+        }
+        if let Some(v) = &self.kv_type {
+            o.push(("engine.kv_type", Value::String(v.clone())));
         }
         if let Some(v) = self.max_num_seqs {
             o.push(("scheduler.max_num_seqs", int(v)));

@@ -3,6 +3,7 @@
 use super::raw::RawSize;
 use super::settings::KvBudget;
 use super::{parse_bytes, ConfigError};
+use crate::engine::kv_cache::KvType;
 
 /// Upper bound on `engine.threads`, to catch typos such as 20000.
 pub(super) const MAX_THREADS: usize = 1024;
@@ -46,4 +47,21 @@ pub(super) fn kv_budget(key: &'static str, raw: Option<RawSize>) -> Result<KvBud
         return Err(invalid(key, "0 holds no position: no request could run"));
     }
     Ok(b)
+}
+
+/// A KV storage type (`engine.kv_type`, `models.kv_type`): "f16" or "q8_0"; `None` when unset.
+pub(super) fn kv_type(
+    key: &'static str,
+    raw: Option<String>,
+) -> Result<Option<KvType>, ConfigError> {
+    raw.map(|t| {
+        KvType::parse(t.trim()).ok_or_else(|| {
+            let names: Vec<&str> = KvType::ALL.iter().map(|k| k.name()).collect();
+            invalid(
+                key,
+                format!("{t:?} is not a KV cache type ({})", names.join(", ")),
+            )
+        })
+    })
+    .transpose()
 }

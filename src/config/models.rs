@@ -1,7 +1,7 @@
 //! The models a server serves: `[model]` with `[engine]`'s settings, or the `[[models]]`
 //! entries, each checked like `[model]` and `[engine]`; every id and alias names one model.
 
-use super::check::{in_range, invalid, kv_budget, MAX_THREADS};
+use super::check::{in_range, invalid, kv_budget, kv_type, MAX_THREADS};
 use super::raw::RawModelEntry;
 use super::settings::ModelSpec;
 use super::ConfigError;
@@ -62,6 +62,12 @@ fn entry(i: usize, e: RawModelEntry, defaults: &ModelSpec) -> Result<ModelSpec, 
         None => defaults.kv_cache,
         Some(k) => kv_budget("models.kv_cache", Some(k))?,
     };
+    let kv_type = kv_type("models.kv_type", e.kv_type)
+        .map_err(|e| match e {
+            ConfigError::Invalid { key, message } => invalid(key, at(message)),
+            other => other,
+        })?
+        .unwrap_or(defaults.kv_type);
     Ok(ModelSpec {
         path,
         name,
@@ -71,6 +77,7 @@ fn entry(i: usize, e: RawModelEntry, defaults: &ModelSpec) -> Result<ModelSpec, 
         threads,
         workers,
         kv_cache,
+        kv_type,
     })
 }
 

@@ -37,6 +37,7 @@ pub(super) struct RawModelEntry {
     pub threads: Option<usize>,
     pub workers: Option<usize>,
     pub kv_cache: Option<RawSize>,
+    pub kv_type: Option<String>,
 }
 
 /// `[model]`.
@@ -57,6 +58,7 @@ pub(super) struct RawEngine {
     pub threads: Option<usize>,
     pub workers: Option<usize>,
     pub kv_cache: Option<RawSize>,
+    pub kv_type: Option<String>,
 }
 
 /// A size with a unit ("2GiB", "512MiB", "auto") or a plain number (positions for

@@ -1,5 +1,6 @@
 //! The validated settings, with their defaults (the values `config/default.toml` shows).
 
+use crate::engine::kv_cache::KvType;
 use crate::engine::pooling::Pooling;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,6 +28,8 @@ pub struct Config {
     pub workers: usize,
     /// The KV cache budget over all workers.
     pub kv_cache: KvBudget,
+    /// How the KV cache stores its values (`engine.kv_type`).
+    pub kv_type: KvType,
     /// The models served by name (`[[models]]`, else `[model]` with `[engine]`'s settings;
     /// empty only when `server.models_dir` provides them all). The first is the default: the
     /// one a request naming no model runs on.
@@ -44,6 +47,7 @@ impl Default for Config {
             threads: 0,
             workers: 1,
             kv_cache: KvBudget::Auto,
+            kv_type: KvType::F16,
             models: vec![ModelSpec::new(PathBuf::from(DEFAULT_MODEL_PATH))],
             scheduler: SchedulerSettings::default(),
             model_name: None,
@@ -71,6 +75,8 @@ pub struct ModelSpec {
     pub workers: usize,
     /// This model's own KV cache budget (over its workers).
     pub kv_cache: KvBudget,
+    /// How this model's KV cache stores its values.
+    pub kv_type: KvType,
 }
 
 impl ModelSpec {
@@ -85,6 +91,7 @@ impl ModelSpec {
             threads: 0,
             workers: 1,
             kv_cache: KvBudget::Auto,
+            kv_type: KvType::F16,
         }
     }
 
@@ -122,6 +129,7 @@ impl Config {
             threads: spec.threads,
             workers: spec.workers,
             kv_cache: spec.kv_cache,
+            kv_type: spec.kv_type,
             models: vec![spec.clone()],
             ..self.clone()
         }

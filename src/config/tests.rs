@@ -23,6 +23,35 @@ fn unknown_key_is_rejected() {
 }
 
 #[test]
+fn kv_type_setting() {
+    use crate::engine::kv_cache::KvType;
+    assert_eq!(Config::parse("").unwrap().kv_type, KvType::F16);
+    let c = Config::parse("[engine]\nkv_type = \"q8_0\"\n").unwrap();
+    assert_eq!(c.kv_type, KvType::Q8_0);
+    assert_eq!(
+        c.models[0].kv_type,
+        KvType::Q8_0,
+        "[model] takes [engine]'s"
+    );
+    let c = Config::parse(
+        "[engine]\nkv_type = \"q8_0\"\n[[models]]\npath = \"a.gguf\"\n[[models]]\npath = \"b.gguf\"\nkv_type = \"f16\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        (c.models[0].kv_type, c.models[1].kv_type),
+        (KvType::Q8_0, KvType::F16)
+    );
+    assert_eq!(c.for_model(&c.models[1]).kv_type, KvType::F16);
+    let e = Config::parse("[engine]\nkv_type = \"q4_0\"\n").unwrap_err();
+    assert!(
+        e.to_string().contains("engine.kv_type") && e.to_string().contains("q8_0"),
+        "{e}"
+    );
+    let e = Config::parse("[[models]]\npath = \"a.gguf\"\nkv_type = \"fp8\"\n").unwrap_err();
+    assert!(e.to_string().contains("models.kv_type"), "{e}");
+}
+
+#[test]
 fn kv_budget_forms() {
     let c = Config::parse("[engine]\nkv_cache = \"512MiB\"\n").unwrap();
     assert_eq!(c.kv_cache, KvBudget::Bytes(512 << 20));

@@ -3,7 +3,7 @@
 //! cache of 0, fewer batch tokens than sequences, ...) is an error naming its key, never a
 //! server that starts and then refuses or hangs.
 
-use super::check::{in_range, invalid, kv_budget, MAX_THREADS};
+use super::check::{in_range, invalid, kv_budget, kv_type, MAX_THREADS};
 use super::models;
 use super::raw::{RawConfig, RawLog, RawScheduler, RawServer, RawSize};
 use super::settings::{
@@ -38,6 +38,7 @@ impl TryFrom<RawConfig> for Config {
             64,
         )?;
         let kv_cache = kv_budget("engine.kv_cache", raw.engine.kv_cache)?;
+        let kv_type = kv_type("engine.kv_type", raw.engine.kv_type)?.unwrap_or(d.kv_type);
         let model_name = models::name("model.name", raw.model.name)?;
         let model_aliases = models::aliases(raw.model.aliases);
         let pooling = models::pooling("model.pooling", raw.model.pooling)?;
@@ -52,6 +53,7 @@ impl TryFrom<RawConfig> for Config {
             threads,
             workers,
             kv_cache,
+            kv_type,
         };
         let served = models::served(
             raw.models,
@@ -68,6 +70,7 @@ impl TryFrom<RawConfig> for Config {
             threads,
             workers,
             kv_cache,
+            kv_type,
             models: served,
             scheduler: scheduler_settings(raw.scheduler)?,
             server,

@@ -19,6 +19,7 @@
 //! This module reads the cache ([`KvCache`]); the cache knows nothing of attention.
 
 mod batch;
+mod dequant;
 mod exp_fast;
 mod expf;
 mod ggml_order;
@@ -27,10 +28,13 @@ mod long;
 mod simd;
 
 pub use batch::{attend_batch, AttnBatch, AttnPlan};
+use dequant::DequantTiles;
 use long::{LongKernel, LongScratch};
 pub use long::{LONG_FROM, SPAN};
 
-use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig, KvCacheError, RELEASED};
+use crate::engine::kv_cache::{
+    BlockTable, KvCache, KvCacheConfig, KvCacheError, KvType, LayerKv, RELEASED,
+};
 use crate::kernels::isa::Isa;
 use half::f16;
 
@@ -140,6 +144,9 @@ pub struct AttnScratch {
     /// The cache shape this scratch was made for.
     head_dim: usize,
     block_size: usize,
+    kv_type: KvType,
+    /// A Q8_0 cache's tiles, widened to f16 for the kernels (empty for an f16 cache).
+    tiles: DequantTiles,
     /// The scalar kernel's f16-rounded query and f16 accumulator, the SIMD kernels' f16-rounded
     /// queries: `head_dim` values each.
     buf: Vec<f32>,
@@ -155,6 +162,15 @@ impl AttnScratch {
             long_scratch: LongScratch::new(cfg.head_dim),
             head_dim: cfg.head_dim,
             block_size: cfg.block_size,
+            kv_type: cfg.kv_type,
+            tiles: DequantTiles::new(
+                match cfg.kv_type {
+                    KvType::F16 => 0,
+                    KvType::Q8_0 => cfg.block_size * cfg.head_dim,
+                },
+                cfg.block_size,
+                AttnIsa::Scalar,
+            ),
             buf: vec![0.0; ggml_order::SCRATCH_HEADS * cfg.head_dim],
         };
         // The long kernel of the selected width when it covers the shape; `force_isa` also
@@ -182,6 +198,7 @@ impl AttnScratch {
             AttnIsa::Avx2 if long_ok => LongKernel::Avx2,
             _ => LongKernel::Scalar,
         };
+        self.tiles.force_isa(isa, self.block_size);
     }
 
     /// The kernel `attend` runs with this scratch below [`LONG_FROM`].
@@ -201,12 +218,14 @@ impl AttnScratch {
     }
 }
 
-/// The K and V tiles of one layer and one KV head along a sequence's block table.
+/// The K and V tiles of one layer and one KV head along a sequence's block table, as f16
+/// (a Q8_0 cache's tiles are widened one block at a time into the scratch's tiles).
 struct HeadView<'a> {
-    /// The layer's K values, `[block][kv_head][head_dim][block_size]`.
-    k: &'a [f16],
-    /// The layer's V values, `[block][kv_head][block_size][head_dim]`.
-    v: &'a [f16],
+    /// The layer's K (`[block][kv_head][head_dim][block_size]`) and V
+    /// (`[block][kv_head][block_size][head_dim]`) values.
+    kv: LayerKv<'a>,
+    /// Where a Q8_0 block is widened.
+    tiles: &'a mut DequantTiles,
     blocks: &'a [u32],
     /// Positions attended: `start..n_pos` (`start` > 0 under a sliding window).
     start: usize,
@@ -220,7 +239,8 @@ struct HeadView<'a> {
 
 impl<'a> HeadView<'a> {
     /// KV head `h` of `layer` along `table` (the layer's own blocks: a windowed layer's table
-    /// may have released some), positions `start..n_pos`.
+    /// may have released some), positions `start..n_pos`, widening Q8_0 tiles into `tiles`
+    /// (made for this cache's shape).
     fn new(
         cache: &'a KvCache,
         layer: usize,
@@ -228,12 +248,14 @@ impl<'a> HeadView<'a> {
         h: usize,
         start: usize,
         n_pos: usize,
+        tiles: &'a mut DequantTiles,
     ) -> Self {
         let cfg = cache.config();
         let (d, hk, bs) = (cfg.head_dim, cfg.n_head_kv, cfg.block_size);
+        tiles.reset();
         HeadView {
-            k: cache.layer_k(layer),
-            v: cache.layer_v(layer),
+            kv: cache.layer_kv(layer),
+            tiles,
             blocks: cache.layer_blocks(layer, table),
             start,
             n_pos,
@@ -256,19 +278,22 @@ impl<'a> HeadView<'a> {
     }
 
     /// Logical block `i`: its whole K tile and V tile (`block_size * head_dim` values each).
-    fn tile(&self, i: usize) -> (&'a [f16], &'a [f16]) {
-        let tile = self.block_size * self.head_dim;
+    fn tile(&mut self, i: usize) -> (&[f16], &[f16]) {
+        let (bs, d) = (self.block_size, self.head_dim);
         let base = self.blocks[i] as usize * self.block_stride + self.head_off;
-        (&self.k[base..][..tile], &self.v[base..][..tile])
+        match self.kv {
+            LayerKv::F16 { k, v } => (&k[base..][..bs * d], &v[base..][..bs * d]),
+            LayerKv::Q8 { .. } => self.tiles.load(&self.kv, base, bs, d),
+        }
     }
 
     /// Logical block `i`: its K tile, V tile (each `block_size * head_dim` values) and the
     /// attended positions in it, `lo..n` within the block.
-    fn block(&self, i: usize) -> (&'a [f16], &'a [f16], usize, usize) {
-        let (k, v) = self.tile(i);
+    fn block(&mut self, i: usize) -> (&[f16], &[f16], usize, usize) {
         let first = i * self.block_size;
         let n = self.block_size.min(self.n_pos - first);
         let lo = self.start.saturating_sub(first).min(n);
+        let (k, v) = self.tile(i);
         (k, v, lo, n)
     }
 }
@@ -371,16 +396,19 @@ pub fn attend_with(
     let (d, hk) = (cfg.head_dim, cfg.n_head_kv);
     let group = n_head / hk;
     let start = params.start(pos);
+    // Out of the scratch while views borrow it (moving it allocates nothing).
+    let mut tiles = std::mem::take(&mut scratch.tiles);
     for h in 0..hk {
-        let view = HeadView::new(cache, layer, table, h, start, pos + 1);
+        let mut view = HeadView::new(cache, layer, table, h, start, pos + 1, &mut tiles);
         let span = h * group * d..(h + 1) * group * d;
         let (qg, og) = (&q[span.clone()], &mut out[span]);
         if params.long_at(pos) {
-            attend_long(&view, qg, og, 0, pos + 1, params.scale, scratch);
+            attend_long(&mut view, qg, og, 0, pos + 1, params.scale, scratch);
         } else {
-            attend_short(&view, qg, og, params, scratch);
+            attend_short(&mut view, qg, og, params, scratch);
         }
     }
+    scratch.tiles = tiles;
     Ok(())
 }
 
@@ -428,6 +456,12 @@ fn check(
             got: scratch.block_size,
         });
     }
+    if scratch.kv_type != cfg.kv_type {
+        return Err(KvCacheError::InvalidConfig(format!(
+            "attention scratch made for a {} cache, the cache is {} (AttnScratch::new for this cache)",
+            scratch.kv_type, cfg.kv_type
+        )));
+    }
     let start = params.start(pos);
     let blocks = cache.layer_blocks(layer, table);
     if let Some(b) = blocks[start / bs..=pos / bs]
@@ -444,7 +478,7 @@ fn check(
 
 /// The one-row order for the query heads `q` of one KV head (see [`attend_with`]).
 fn attend_short(
-    view: &HeadView,
+    view: &mut HeadView,
     q: &[f32],
     out: &mut [f32],
     params: &AttnParams,
@@ -483,7 +517,7 @@ fn attend_short(
 /// `lo..hi` with scores scaled by `scale` (see [`attend_with`]): the heads in sets of at most
 /// `long::MAX_ROWS`.
 fn attend_long(
-    view: &HeadView,
+    view: &mut HeadView,
     q: &[f32],
     out: &mut [f32],
     lo: usize,

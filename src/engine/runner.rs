@@ -4,7 +4,7 @@
 
 use crate::engine::batch::{LogitsWanted, SeqInput};
 use crate::engine::error::EngineError;
-use crate::engine::kv_cache::{BlockTable, KvCache, DEFAULT_BLOCK_SIZE};
+use crate::engine::kv_cache::{BlockTable, KvCache, KvType, DEFAULT_BLOCK_SIZE};
 use crate::engine::model::LlamaModel;
 use crate::engine::scratch::{BatchLimits, ForwardScratch};
 use crate::engine::Logits;
@@ -25,13 +25,25 @@ impl<'m> Runner<'m> {
         limits: BatchLimits,
         kv_positions: usize,
     ) -> Result<Runner<'m>, EngineError> {
+        Runner::with_kv_type(model, limits, kv_positions, KvType::F16)
+    }
+
+    /// As [`Runner::new`], the cache storing its values as `kv_type`.
+    pub fn with_kv_type(
+        model: &'m LlamaModel,
+        limits: BatchLimits,
+        kv_positions: usize,
+        kv_type: KvType,
+    ) -> Result<Runner<'m>, EngineError> {
         let groups = model
             .kv_config(DEFAULT_BLOCK_SIZE, DEFAULT_BLOCK_SIZE)
             .layout()
             .n_groups()
             .max(1);
         let blocks = kv_positions.div_ceil(DEFAULT_BLOCK_SIZE);
-        let kv_cfg = model.kv_config(blocks * groups * DEFAULT_BLOCK_SIZE, DEFAULT_BLOCK_SIZE);
+        let kv_cfg = model
+            .kv_config(blocks * groups * DEFAULT_BLOCK_SIZE, DEFAULT_BLOCK_SIZE)
+            .with_kv_type(kv_type);
         let kv = KvCache::new(kv_cfg)?;
         let scratch = model.new_scratch(limits, &kv_cfg)?;
         Ok(Runner { model, kv, scratch })

@@ -1,6 +1,7 @@
 //! How the engine is laid out: the settings [`crate::scheduler::setup`] derives from the
 //! configuration and the workers are built from.
 
+use crate::engine::kv_cache::KvType;
 use crate::engine::pooling::Pooling;
 use crate::scheduler::fault::FaultInjection;
 use crate::scheduler::state::Limits;
@@ -17,6 +18,8 @@ pub struct EngineConfig {
     pub kv_positions: usize,
     /// Positions per KV block.
     pub block_size: usize,
+    /// How the KV cache stores its values.
+    pub kv_type: KvType,
     /// Scheduler limits (`n_ctx` is taken from the model when 0, and capped by it).
     pub limits: Limits,
     /// Testing only: faults to inject (each worker has its own copy), to exercise the fault

@@ -63,8 +63,9 @@ pub fn mem_total_bytes() -> Option<u64> {
 }
 
 /// Bytes the configured model will take once loaded, read from its file without loading it:
-/// the file (its weights) plus the KV cache its budget allows (f16 K and V of every layer,
-/// without a sliding-window discount, so never below what the load takes).
+/// the file (its weights) plus the KV cache its budget allows (K and V of every layer in the
+/// configured `kv_type`, without a sliding-window discount, so never below what the load
+/// takes).
 pub fn memory_estimate(cfg: &Config) -> Result<u64, SetupError> {
     let path = cfg.model_path.clone();
     let file = GgufFile::open(&path).map_err(|source| SetupError::Open {
@@ -75,7 +76,9 @@ pub fn memory_estimate(cfg: &Config) -> Result<u64, SetupError> {
         path: path.clone(),
         source,
     })?;
-    let per_pos = (c.n_layer as u64) * (c.n_head_kv as u64) * (c.head_dim as u64) * 2 * 2;
+    let (num, den) = cfg.kv_type.bytes_per_value();
+    let per_pos = (c.n_layer as u64) * (c.n_head_kv as u64) * (c.head_dim as u64) * 2 * num as u64
+        / den as u64;
     let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     Ok(len.saturating_add(cfg.kv_cache.bytes(per_pos.max(1), mem_total_bytes())))
 }
@@ -161,7 +164,7 @@ pub fn start_with(
     let bs = DEFAULT_BLOCK_SIZE;
     // A page holds one block of a group of layers (every layer without sliding windows); one
     // position of the whole model takes a page's share times the number of groups.
-    let kv_shape = model.kv_config(bs, bs);
+    let kv_shape = model.kv_config(bs, bs).with_kv_type(cfg.kv_type);
     let block_bytes = kv_shape.bytes_per_block() as u64;
     let groups = kv_shape.layout().n_groups() as u64;
     let per_pos = (block_bytes * groups / bs as u64).max(1);
@@ -186,6 +189,7 @@ pub fn start_with(
         mib_per_worker = (per_worker_blocks * block_bytes) >> 20,
         bytes_per_position = per_pos,
         block_size = bs,
+        kv_type = %cfg.kv_type,
         "KV cache ({how})"
     );
     let model_stem = path
@@ -203,6 +207,7 @@ pub fn start_with(
             threads,
             kv_positions,
             block_size: bs,
+            kv_type: cfg.kv_type,
             limits,
             faults: faults.to_vec(),
             max_unread_events: MAX_UNREAD_EVENTS,

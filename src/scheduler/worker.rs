@@ -90,7 +90,9 @@ struct StepState {
 
 impl StepState {
     fn new(model: &LlamaModel, cfg: &EngineConfig, limits: Limits) -> Result<Self, EngineError> {
-        let kv_cfg: KvCacheConfig = model.kv_config(cfg.kv_positions, cfg.block_size);
+        let kv_cfg: KvCacheConfig = model
+            .kv_config(cfg.kv_positions, cfg.block_size)
+            .with_kv_type(cfg.kv_type);
         let kv = KvCache::new(kv_cfg)?;
         let batch = BatchLimits {
             max_tokens: limits.max_batch_tokens,

@@ -223,6 +223,7 @@ fn seeded_reproducibility(name: &str, file: &GgufFile, tokens: &[u32]) {
         threads: 1,
         kv_positions: 2048,
         block_size: 16,
+        kv_type: kiln::engine::kv_cache::KvType::F16,
         limits: Limits {
             max_num_seqs: 4,
             max_batch_tokens: 128,

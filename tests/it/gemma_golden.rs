@@ -252,6 +252,7 @@ fn gemma3_holds_a_window_of_kv_on_local_layers() {
     );
     let full = KvCacheConfig {
         windows: LayerWindows::NONE,
+        kv_type: kiln::engine::kv_cache::KvType::F16,
         ..windowed
     };
     let full_bytes = n.div_ceil(bs) * full.bytes_per_block();

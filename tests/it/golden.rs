@@ -22,6 +22,7 @@
 //! attention for >= 512 cached positions, which kiln does not replicate).
 
 use crate::common;
+use kiln::engine::kv_cache::KvType;
 use kiln::engine::ops::log_softmax_at;
 use kiln::engine::runner::Runner;
 use kiln::engine::token_choice::argmax;
@@ -97,8 +98,49 @@ fn load_cases(tok: &Tokenizer) -> Vec<Case> {
 
 const EOS: u32 = 2;
 
+/// What one run against the reference measured.
+pub(crate) struct Figures {
+    pub n_steps: usize,
+    pub mean_dev: f64,
+    pub max_dev: f32,
+    pub worst: String,
+    /// Top-1 agreement at reference margin >= 0.05: (agreeing, confident steps).
+    pub agree: usize,
+    pub confident: usize,
+    pub disagreements: Vec<String>,
+    /// Cases whose free-running greedy sequence differs from the reference's.
+    pub missed: Vec<String>,
+}
+
 #[test]
 fn golden_teacher_forced_and_greedy() {
+    let f = run(KvType::F16);
+    // What the README and docs/architecture.md claim (change them together).
+    assert_eq!(f.n_steps, 648, "comparable teacher-forced steps");
+    assert!(f.mean_dev < 0.002, "mean logprob deviation {}", f.mean_dev);
+    assert!(
+        f.max_dev < 0.20,
+        "max logprob deviation {} at {}",
+        f.max_dev,
+        f.worst
+    );
+    assert_eq!(
+        (f.agree, f.confident),
+        (621, 621),
+        "top-1 agreement at margin >= 0.05: {:?}",
+        f.disagreements
+    );
+    assert_eq!(
+        f.missed,
+        ["text_unicode"],
+        "greedy sequences not reproduced ({}/24 were)",
+        24 - f.missed.len()
+    );
+}
+
+/// Teacher-forced and free-running greedy runs of the 24 cases with a cache of `kv_type`,
+/// printing the figures (`--nocapture`).
+pub(crate) fn run(kv_type: KvType) -> Figures {
     let file = GgufFile::open(common::default_model()).expect("open model");
     let tok = Tokenizer::from_gguf(&file).expect("tokenizer");
     let model = LlamaModel::from_gguf(&file, 2).expect("load model");
@@ -109,7 +151,7 @@ fn golden_teacher_forced_and_greedy() {
         max_seqs: 32,
         max_logit_rows: 64,
     };
-    let mut runner = Runner::new(&model, limits, 4096).expect("runner");
+    let mut runner = Runner::with_kv_type(&model, limits, 4096, kv_type).expect("runner");
 
     // Teacher forcing: the prompt without logits, then the prompt's last token and the
     // reference outputs with logits at every step.
@@ -229,44 +271,43 @@ fn golden_teacher_forced_and_greedy() {
                 .zip(&c.output)
                 .take_while(|(a, b)| a == b)
                 .count();
-            println!("golden: {} diverges at step {diverge}", c.name);
+            println!(
+                "golden ({kv_type} KV): {} diverges at step {diverge}",
+                c.name
+            );
         }
     }
 
     println!(
-        "golden: {n_steps} steps, logprob deviation mean {mean_dev:.4} max {max_dev:.4} ({worst}); \
+        "golden ({kv_type} KV): {n_steps} steps, logprob deviation mean {mean_dev:.4} max {max_dev:.4} ({worst}); \
          top-1 agreement {agree}/{confident} at margin >= 0.05; greedy sequences matched {matched}/{}",
         cases.len()
     );
     if !disagreements.is_empty() {
-        println!("golden: top-1 disagreements: {disagreements:?}");
+        println!("golden ({kv_type} KV): top-1 disagreements: {disagreements:?}");
     }
     let bar = |ok: bool| if ok { "MET" } else { "NOT MET" };
     println!(
-        "golden: issue bars: mean <= 0.03 {}; max <= 0.25 {}; top-1 agreement {}; >= 16 sequences {}",
+        "golden ({kv_type} KV): issue bars: mean <= 0.03 {}; max <= 0.25 {}; top-1 agreement {}; >= 16 sequences {}",
         bar(mean_dev <= 0.03),
         bar(max_dev <= 0.25),
         bar(agree == confident),
         bar(matched >= 16)
     );
-    // What the README and docs/architecture.md claim (change them together).
-    assert_eq!(n_steps, 648, "comparable teacher-forced steps");
-    assert!(mean_dev < 0.002, "mean logprob deviation {mean_dev}");
-    assert!(max_dev < 0.20, "max logprob deviation {max_dev} at {worst}");
-    assert_eq!(
-        (agree, confident),
-        (621, 621),
-        "top-1 agreement at margin >= 0.05: {disagreements:?}"
-    );
-    let missed: Vec<&str> = cases
+    let missed = cases
         .iter()
         .zip(&gen)
         .filter(|(c, g)| **g != c.output)
-        .map(|(c, _)| c.name.as_str())
+        .map(|(c, _)| c.name.clone())
         .collect();
-    assert_eq!(
+    Figures {
+        n_steps,
+        mean_dev,
+        max_dev,
+        worst,
+        agree,
+        confident,
+        disagreements,
         missed,
-        ["text_unicode"],
-        "greedy sequences not reproduced ({matched}/24 were)"
-    );
+    }
 }

@@ -12,6 +12,7 @@ mod gguf_inspect;
 mod gguf_malformed;
 mod golden;
 mod kv_cache;
+mod kv_q8_fidelity;
 mod mask_thread;
 mod quantize;
 mod scheduler;

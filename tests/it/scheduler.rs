@@ -361,6 +361,7 @@ pub(crate) fn small_engine_with(
         threads: 1,
         kv_positions: 4096,
         block_size: 16,
+        kv_type: kiln::engine::kv_cache::KvType::F16,
         limits: Limits {
             max_num_seqs: 4,
             max_batch_tokens: 256,

@@ -168,7 +168,9 @@ pub fn attend_batch(
                 let (t0, h) = (tok as usize, kvh as usize);
                 let seq = batch.tok_seq[t0] as usize;
                 let last = batch.tok_pos[t0 + n as usize - 1] as usize;
-                let view = HeadView::new(cache, layer, (batch.table)(seq), h, 0, last + 1);
+                let sc = &mut *sc;
+                let table = (batch.table)(seq);
+                let mut view = HeadView::new(cache, layer, table, h, 0, last + 1, &mut sc.tiles);
                 let kernel = sc.long;
                 let ls = &mut sc.long_scratch;
                 ls.clear();
@@ -178,7 +180,7 @@ pub fn attend_batch(
                         ls.push(&batch.q[t * nq + (h * group + j) * d..][..d], 0, pos + 1);
                     }
                 }
-                long::attend_rows(kernel, &view, ls, scale);
+                long::attend_rows(kernel, &mut view, ls, scale);
                 for r in 0..ls.rows() {
                     let (t, j) = (t0 + r / group, r % group);
                     // SAFETY: this (token, query head) row of `out` belongs to this task
@@ -201,14 +203,15 @@ pub fn attend_batch(
                 let (t, h) = (tok as usize, kvh as usize);
                 let pos = batch.tok_pos[t] as usize;
                 let table = (batch.table)(batch.tok_seq[t] as usize);
-                let view = HeadView::new(cache, layer, table, h, 0, pos + 1);
+                let sc = &mut *sc;
+                let mut view = HeadView::new(cache, layer, table, h, 0, pos + 1, &mut sc.tiles);
                 let kernel = sc.long;
                 let ls = &mut sc.long_scratch;
                 ls.clear();
                 for j in 0..group {
                     ls.push(&batch.q[t * nq + (h * group + j) * d..][..d], 0, pos + 1);
                 }
-                long::span_partial(kernel, &view, ls, span as usize, scale);
+                long::span_partial(kernel, &mut view, ls, span as usize, scale);
                 for j in 0..group {
                     let (m, l, acc) = ls.partial(j);
                     let at = (slot as usize * n_head + h * group + j) * part_w;

@@ -94,7 +94,7 @@ fn score(q: &[f32], k: &[f16], bs: usize, pos: usize) -> f32 {
 /// writing `out` (same shape as `q`). `scratch` must hold at least `2 * head_dim` values. Any
 /// head_dim and block size (a block size of 1 included).
 pub(super) fn attend_group(
-    view: &HeadView,
+    view: &mut HeadView,
     q: &[f32],
     out: &mut [f32],
     sc: Scores,

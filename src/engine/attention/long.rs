@@ -190,7 +190,7 @@ fn reduce16(lv: &[f32]) -> f32 {
 /// partials are left stale: check [`LongScratch::in_span`]).
 pub(super) fn span_partial(
     kernel: LongKernel,
-    view: &HeadView,
+    view: &mut HeadView,
     sc: &mut LongScratch,
     j: usize,
     scale: f32,
@@ -228,7 +228,12 @@ pub(super) fn span_partial(
 
 /// Attends every row of `sc` over all its spans, folding them in order; the outputs are then
 /// [`LongScratch::output`].
-pub(super) fn attend_rows(kernel: LongKernel, view: &HeadView, sc: &mut LongScratch, scale: f32) {
+pub(super) fn attend_rows(
+    kernel: LongKernel,
+    view: &mut HeadView,
+    sc: &mut LongScratch,
+    scale: f32,
+) {
     let (n, d) = (sc.n, sc.d);
     let (mut first, mut end) = (usize::MAX, 0);
     for r in 0..n {
@@ -283,7 +288,7 @@ fn dot4(q: &[f32], k: impl Fn(usize) -> f32) -> f32 {
 
 /// The scalar twin: tiles `begin..end` (tile-aligned `begin`) of every row, any head size and
 /// block size.
-fn tiles_scalar(view: &HeadView, sc: &mut LongScratch, begin: usize, end: usize, scale: f32) {
+fn tiles_scalar(view: &mut HeadView, sc: &mut LongScratch, begin: usize, end: usize, scale: f32) {
     let (d, bs) = (view.head_dim, view.block_size);
     for t0 in (begin..end).step_by(TILE) {
         for r in 0..sc.n {

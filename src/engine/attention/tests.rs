@@ -3,8 +3,8 @@
 //! batch scheduler relies on.
 
 use super::*;
-use crate::engine::kv_cache::LayerWindows;
 use crate::engine::kv_cache::DEFAULT_BLOCK_SIZE;
+use crate::engine::kv_cache::{KvType, LayerWindows};
 
 /// Small deterministic generator (xorshift64*), values in [-1, 1).
 struct Rng(u64);
@@ -37,6 +37,7 @@ fn cfg_for(n_head_kv: usize, head_dim: usize, block_size: usize, n_pos: usize) -
         block_size,
         n_blocks: 64.max(n_pos.div_ceil(block_size) + 16),
         windows: LayerWindows::NONE,
+        kv_type: KvType::F16,
     }
 }
 
@@ -455,6 +456,7 @@ fn bad_inputs_are_named_errors() {
         block_size: 16,
         n_blocks: 4,
         windows: LayerWindows::NONE,
+        kv_type: KvType::F16,
     };
     let cache = KvCache::new(c).unwrap();
     let mut t = cache.new_table();
@@ -506,3 +508,4 @@ fn scratch_is_send_and_sync() {
 }
 
 mod long;
+mod q8;

@@ -1,5 +1,5 @@
-//! The paged KV cache: one pool of fixed-size pages holding K and V in f16, a page allocator
-//! (free list + reference counts) and per-sequence block tables.
+//! The paged KV cache: one pool of fixed-size pages holding K and V in f16 or Q8_0
+//! ([`KvType`]), a page allocator (free list + reference counts) and per-sequence block tables.
 //!
 //! # Pages and sliding windows
 //!
@@ -11,7 +11,8 @@
 //!
 //! # Storage layout
 //!
-//! K and V are two separate `f16` arrays, allocated once in [`KvCache::new`], both indexed
+//! K and V are two separate `f16` arrays (with [`KvType::Q8_0`]: two `i8` arrays at the same
+//! indices plus two arrays of scales, see [`kv_type`]), allocated once in [`KvCache::new`], both indexed
 //! `[slot][page][kv_head]` (a slot is a layer's place in its group's pages) and then by a tile
 //! of `block_size x head_dim` values (2 KiB for 16 x 64), contiguous so the query heads of one
 //! GQA group stream it once, in order:
@@ -30,12 +31,15 @@
 //! [`BlockTable`] and [`BlockAllocator`] are `Send + Sync`.
 //!
 //! This module is storage and block allocation only: it imports nothing of attention, which
-//! reads it through `KvCache::layer_k`, `KvCache::layer_v` and `KvCache::locate` (crate-only).
+//! reads it through `KvCache::layer_kv` and `KvCache::locate` (crate-only).
 
 mod free_list;
+pub mod kv_type;
 pub mod layout;
 mod table;
 
+pub use kv_type::KvType;
+use kv_type::{quantize_row, QK};
 pub use layout::{KvLayout, LayerWindows};
 pub use table::{BlockAllocator, BlockTable, RELEASED};
 
@@ -85,6 +89,8 @@ pub struct KvCacheConfig {
     pub n_blocks: usize,
     /// The local layers and their window ([`LayerWindows::NONE`]: every layer global).
     pub windows: LayerWindows,
+    /// How K and V values are stored.
+    pub kv_type: KvType,
 }
 
 /// Positions per block unless configured otherwise.
@@ -109,11 +115,17 @@ impl KvCacheConfig {
             block_size,
             n_blocks: 0,
             windows: LayerWindows::NONE,
+            kv_type: KvType::F16,
         };
         cfg.n_blocks = capacity_bytes
             .checked_div(cfg.bytes_per_block())
             .unwrap_or(0);
         cfg
+    }
+
+    /// This shape storing its values as `kv_type`.
+    pub fn with_kv_type(self, kv_type: KvType) -> KvCacheConfig {
+        KvCacheConfig { kv_type, ..self }
     }
 
     /// The page layout of this shape.
@@ -122,12 +134,14 @@ impl KvCacheConfig {
     }
 
     /// Bytes of one page: K and V of its layers (all of them without sliding windows), all KV
-    /// heads (saturating on overflow).
+    /// heads, values and (Q8_0) scales (saturating on overflow).
     pub fn bytes_per_block(&self) -> usize {
         let per_page = self.layout().layers_per_page();
+        let (num, den) = self.kv_type.bytes_per_value();
         [per_page, self.n_head_kv, self.block_size, self.head_dim]
             .iter()
-            .fold(2 * size_of::<f16>(), |acc, &x| acc.saturating_mul(x))
+            .fold(2 * num, |acc, &x| acc.saturating_mul(x))
+            / den
     }
 
     /// Bytes of K and V one sequence of `positions` positions holds at most when computed in
@@ -143,7 +157,7 @@ impl KvCacheConfig {
         self.bytes_per_block().saturating_mul(self.n_blocks)
     }
 
-    /// f16 values in one of the K (or V) arrays, or an error naming an invalid setting.
+    /// Values in one of the K (or V) arrays, or an error naming an invalid setting.
     fn values_per_array(&self) -> Result<usize, KvCacheError> {
         let bad = |m: &str| Err(KvCacheError::InvalidConfig(m.to_string()));
         if self.n_layer == 0 || self.n_head_kv == 0 || self.head_dim == 0 {
@@ -151,6 +165,9 @@ impl KvCacheConfig {
         }
         if self.head_dim > MAX_HEAD_DIM {
             return bad("head_dim above 1024");
+        }
+        if self.kv_type == KvType::Q8_0 && !self.head_dim.is_multiple_of(QK) {
+            return bad("kv_type q8_0 needs a head_dim that is a multiple of 32");
         }
         if self.block_size == 0 {
             return bad("block_size must be positive");
@@ -169,54 +186,119 @@ impl KvCacheConfig {
     }
 }
 
-/// f16 values per 64-byte line: arrays start on a line boundary.
-const LINE: usize = 64 / size_of::<f16>();
+/// One array of the pool: a backing store and the offset of its first 64-byte aligned value
+/// (the array proper is `store[off..]`).
+#[derive(Debug)]
+struct Array<T> {
+    store: Vec<T>,
+    off: usize,
+}
+
+impl<T: ZeroValid> Array<T> {
+    /// `len` zeroed values plus slack for the alignment. The memory comes zeroed from the
+    /// allocator (`calloc`: fresh pages from the OS for a pool this big) and is not touched
+    /// here: a page is mapped when a sequence first writes to it, so start-up and RSS do not pay
+    /// for the whole KV budget up front (writing 2 GiB of zeros took 1-17 s of `kiln serve`'s
+    /// start-up).
+    fn zeroed(len: usize) -> Result<Array<T>, KvCacheError> {
+        let size = size_of::<T>();
+        let line = 64 / size;
+        let bytes = len.saturating_mul(size);
+        let total = len.checked_add(line).ok_or(KvCacheError::Alloc { bytes })?;
+        let layout =
+            std::alloc::Layout::array::<T>(total).map_err(|_| KvCacheError::Alloc { bytes })?;
+        // SAFETY: `layout` has a non-zero size (total >= line > 0 and T is not zero-sized).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
+        if p.is_null() {
+            return Err(KvCacheError::Alloc { bytes });
+        }
+        // SAFETY: `p` was allocated by the global allocator with the layout of `total` values
+        // of T (so capacity `total`), and all-zero bytes are a valid T (`ZeroValid`).
+        let store = unsafe { Vec::from_raw_parts(p, total, total) };
+        let misalign = (store.as_ptr() as usize % 64) / size;
+        let off = (line - misalign) % line;
+        Ok(Array { store, off })
+    }
+
+    /// An array of no values (the arrays a [`KvType`] does not use).
+    fn empty() -> Array<T> {
+        Array {
+            store: Vec::new(),
+            off: 0,
+        }
+    }
+
+    fn get(&self) -> &[T] {
+        &self.store[self.off..]
+    }
+
+    fn get_mut(&mut self) -> &mut [T] {
+        &mut self.store[self.off..]
+    }
+}
+
+/// Element types of the pool's arrays.
+///
+/// # Safety
+/// All-zero bytes must be a valid value of the type, and its size a power of two at most 64.
+unsafe trait ZeroValid: Copy {}
+// SAFETY: all-zero bits are f16 0.0; 2 bytes.
+unsafe impl ZeroValid for f16 {}
+// SAFETY: all-zero bits are 0; 1 byte.
+unsafe impl ZeroValid for i8 {}
+
+/// One layer's stored K and V values (see [`KvType`] and the module docs' layouts), as the
+/// attention reads them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LayerKv<'a> {
+    F16 {
+        k: &'a [f16],
+        v: &'a [f16],
+    },
+    /// Values at the f16 layout's indices, one scale per [`QK`] of them (`kv_type` docs).
+    Q8 {
+        k: &'a [i8],
+        v: &'a [i8],
+        k_scale: &'a [f16],
+        v_scale: &'a [f16],
+    },
+}
 
 /// The K/V pool (see the module docs for layout and threading).
 #[derive(Debug)]
 pub struct KvCache {
     cfg: KvCacheConfig,
     alloc: BlockAllocator,
-    /// Backing store of K; the array proper is `k[k_off..k_off + len]`.
-    k: Vec<f16>,
-    v: Vec<f16>,
-    k_off: usize,
-    v_off: usize,
-    /// f16 values per slot (a layer's place in its group's pages) in each array.
+    /// f16: the K and V values. Q8_0: their scales (a [`QK`]th of the values' length).
+    k: Array<f16>,
+    v: Array<f16>,
+    /// Q8_0: the K and V values (empty for f16).
+    kq: Array<i8>,
+    vq: Array<i8>,
+    /// Values per slot (a layer's place in its group's pages) in each array.
     layer_len: usize,
     /// Per layer: its group and slot.
     place: Vec<(usize, usize)>,
-}
-
-/// Allocates `len` zeroed f16 values plus slack, returning the store and the offset of the first
-/// 64-byte aligned value. The memory comes zeroed from the allocator (`calloc`: fresh pages
-/// from the OS for a pool this big) and is not touched here: a page is mapped when a sequence
-/// first writes to it, so start-up and RSS do not pay for the whole KV budget up front (writing
-/// 2 GiB of zeros took 1-17 s of `kiln serve`'s start-up).
-fn alloc_array(len: usize) -> Result<(Vec<f16>, usize), KvCacheError> {
-    let bytes = len.saturating_mul(size_of::<f16>());
-    let total = len.checked_add(LINE).ok_or(KvCacheError::Alloc { bytes })?;
-    let layout =
-        std::alloc::Layout::array::<f16>(total).map_err(|_| KvCacheError::Alloc { bytes })?;
-    // SAFETY: `layout` has a non-zero size (total >= LINE > 0).
-    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut f16;
-    if p.is_null() {
-        return Err(KvCacheError::Alloc { bytes });
-    }
-    // SAFETY: `p` was allocated by the global allocator with the layout of `total` f16 values
-    // (so capacity `total`), and all-zero bytes are a valid f16 (0.0) for every element.
-    let v = unsafe { Vec::from_raw_parts(p, total, total) };
-    let misalign = (v.as_ptr() as usize % 64) / size_of::<f16>();
-    let off = (LINE - misalign) % LINE;
-    Ok((v, off))
 }
 
 impl KvCache {
     /// Allocates the pool (all of it, up front) and its block allocator.
     pub fn new(cfg: KvCacheConfig) -> Result<KvCache, KvCacheError> {
         let len = cfg.values_per_array()?;
-        let (k, k_off) = alloc_array(len)?;
-        let (v, v_off) = alloc_array(len)?;
+        let (k, v, kq, vq) = match cfg.kv_type {
+            KvType::F16 => (
+                Array::zeroed(len)?,
+                Array::zeroed(len)?,
+                Array::empty(),
+                Array::empty(),
+            ),
+            KvType::Q8_0 => (
+                Array::zeroed(len / QK)?,
+                Array::zeroed(len / QK)?,
+                Array::zeroed(len)?,
+                Array::zeroed(len)?,
+            ),
+        };
         let layout = cfg.layout();
         let place = (0..cfg.n_layer).map(|l| layout.place(l)).collect();
         let slots = layout.layers_per_page();
@@ -226,8 +308,8 @@ impl KvCache {
             alloc: BlockAllocator::new(cfg.n_blocks as u32, cfg.block_size, layout),
             k,
             v,
-            k_off,
-            v_off,
+            kq,
+            vq,
             layer_len: len / slots,
             place,
         })
@@ -327,20 +409,46 @@ impl KvCache {
         }
         let p = pos % bs;
         let slot = self.place[layer].1;
-        let mut row = [f16::ZERO; MAX_HEAD_DIM];
-        let row = &mut row[..d];
         for h in 0..hk {
             let tile = slot * self.layer_len + (block * hk + h) * bs * d;
             let src = h * d..(h + 1) * d;
-            // K tile is [head_dim][pos]: scatter the converted row down column `p`.
-            row.convert_from_f32_slice(&k[src.clone()]);
-            let kt = &mut self.k[self.k_off + tile..][..bs * d];
-            for (i, &x) in row.iter().enumerate() {
-                kt[i * bs + p] = x;
-            }
-            self.v[self.v_off + tile + p * d..][..d].convert_from_f32_slice(&v[src]);
+            self.write_head(tile, p, &k[src.clone()], &v[src]);
         }
         Ok(())
+    }
+
+    /// Stores one KV head's `k` and `v` rows at position `p` of the tiles starting at value
+    /// `tile` (K scattered down column `p` of `[head_dim][pos]`, V as row `p`).
+    fn write_head(&mut self, tile: usize, p: usize, k: &[f32], v: &[f32]) {
+        let (d, bs) = (self.cfg.head_dim, self.cfg.block_size);
+        match self.cfg.kv_type {
+            KvType::F16 => {
+                let mut row = [f16::ZERO; MAX_HEAD_DIM];
+                let row = &mut row[..d];
+                row.convert_from_f32_slice(k);
+                let kt = &mut self.k.get_mut()[tile..][..bs * d];
+                for (i, &x) in row.iter().enumerate() {
+                    kt[i * bs + p] = x;
+                }
+                self.v.get_mut()[tile + p * d..][..d].convert_from_f32_slice(v);
+            }
+            KvType::Q8_0 => {
+                let (mut q, mut sc) = ([0i8; MAX_HEAD_DIM], [f16::ZERO; MAX_HEAD_DIM / QK]);
+                let (q, sc) = (&mut q[..d], &mut sc[..d / QK]);
+                quantize_row(k, q, sc);
+                let kt = &mut self.kq.get_mut()[tile..][..bs * d];
+                for (i, &x) in q.iter().enumerate() {
+                    kt[i * bs + p] = x;
+                }
+                let ks = &mut self.k.get_mut()[tile / QK..][..bs * d / QK];
+                for (b, &x) in sc.iter().enumerate() {
+                    ks[b * bs + p] = x;
+                }
+                quantize_row(v, q, sc);
+                self.vq.get_mut()[tile + p * d..][..d].copy_from_slice(q);
+                self.v.get_mut()[(tile + p * d) / QK..][..d / QK].copy_from_slice(sc);
+            }
+        }
     }
 
     /// Copies the K/V of every slot from page `src` to page `dst` (copy on write, after
@@ -353,28 +461,44 @@ impl KvCache {
         }
         // A page's values in one slot are contiguous: `[kv_head][tile]`.
         let span = self.cfg.n_head_kv * self.cfg.block_size * self.cfg.head_dim;
+        // The f16 arrays hold a value per value (f16) or per QK values (Q8_0 scales).
+        let per = match self.cfg.kv_type {
+            KvType::F16 => 1,
+            KvType::Q8_0 => QK,
+        };
         for slot in 0..self.alloc.layout().layers_per_page() {
             let base = slot * self.layer_len;
             let (s, d) = (base + src as usize * span, base + dst as usize * span);
-            self.k
-                .copy_within(self.k_off + s..self.k_off + s + span, self.k_off + d);
-            self.v
-                .copy_within(self.v_off + s..self.v_off + s + span, self.v_off + d);
+            for a in [&mut self.k, &mut self.v] {
+                a.get_mut().copy_within(s / per..(s + span) / per, d / per);
+            }
+            if self.cfg.kv_type == KvType::Q8_0 {
+                for a in [&mut self.kq, &mut self.vq] {
+                    a.get_mut().copy_within(s..s + span, d);
+                }
+            }
         }
         Ok(())
     }
 
-    /// The K values of one layer's slot: `[page][kv_head][head_dim][pos_in_block]` (pages of
-    /// other groups hold other layers there; the layer's table group names its own pages).
-    pub(crate) fn layer_k(&self, layer: usize) -> &[f16] {
-        let slot = self.place[layer].1;
-        &self.k[self.k_off + slot * self.layer_len..][..self.layer_len]
-    }
-
-    /// The V values of one layer's slot: `[page][kv_head][pos_in_block][head_dim]`.
-    pub(crate) fn layer_v(&self, layer: usize) -> &[f16] {
-        let slot = self.place[layer].1;
-        &self.v[self.v_off + slot * self.layer_len..][..self.layer_len]
+    /// The K and V of one layer's slot: K `[page][kv_head][head_dim][pos_in_block]`, V
+    /// `[page][kv_head][pos_in_block][head_dim]` (pages of other groups hold other layers
+    /// there; the layer's table group names its own pages).
+    pub(crate) fn layer_kv(&self, layer: usize) -> LayerKv<'_> {
+        let at = self.place[layer].1 * self.layer_len;
+        let n = self.layer_len;
+        match self.cfg.kv_type {
+            KvType::F16 => LayerKv::F16 {
+                k: &self.k.get()[at..][..n],
+                v: &self.v.get()[at..][..n],
+            },
+            KvType::Q8_0 => LayerKv::Q8 {
+                k: &self.kq.get()[at..][..n],
+                v: &self.vq.get()[at..][..n],
+                k_scale: &self.k.get()[at / QK..][..n / QK],
+                v_scale: &self.v.get()[at / QK..][..n / QK],
+            },
+        }
     }
 }
 

@@ -11,6 +11,28 @@ fn cfg(n_head_kv: usize, head_dim: usize, block_size: usize, n_blocks: usize) ->
         block_size,
         n_blocks,
         windows: LayerWindows::NONE,
+        kv_type: KvType::F16,
+    }
+}
+
+/// The f16 K and V values of `layer` (an f16 cache).
+fn f16_kv(cache: &KvCache, layer: usize) -> (&[f16], &[f16]) {
+    match cache.layer_kv(layer) {
+        LayerKv::F16 { k, v } => (k, v),
+        LayerKv::Q8 { .. } => panic!("an f16 cache"),
+    }
+}
+
+/// The Q8_0 values and scales of `layer`: (K, V, K scales, V scales).
+fn q8_kv(cache: &KvCache, layer: usize) -> (&[i8], &[i8], &[f16], &[f16]) {
+    match cache.layer_kv(layer) {
+        LayerKv::Q8 {
+            k,
+            v,
+            k_scale,
+            v_scale,
+        } => (k, v, k_scale, v_scale),
+        LayerKv::F16 { .. } => panic!("a q8_0 cache"),
     }
 }
 
@@ -28,13 +50,45 @@ fn write_stores_rounded_values() {
     for h in 0..hk {
         let tile = (block * hk + h) * bs * d;
         for i in 0..d {
-            let kk = cache.layer_k(1)[tile + i * bs + 1];
-            let vv = cache.layer_v(1)[tile + d + i];
+            let kk = f16_kv(&cache, 1).0[tile + i * bs + 1];
+            let vv = f16_kv(&cache, 1).1[tile + d + i];
             assert_eq!(kk, f16::from_f32(k[h * d + i]));
             assert_eq!(vv, f16::from_f32(v[h * d + i]));
         }
     }
-    assert!(cache.layer_k(0).iter().all(|x| *x == f16::ZERO));
+    assert!(f16_kv(&cache, 0).0.iter().all(|x| *x == f16::ZERO));
+}
+
+#[test]
+fn q8_0_write_stores_values_and_scales_in_the_tile_layouts() {
+    let (hk, d, bs) = (2, 64, 4);
+    let c = cfg(hk, d, bs, 4).with_kv_type(KvType::Q8_0);
+    let mut cache = KvCache::new(c).unwrap();
+    let mut t = cache.new_table();
+    t.reserve(6).unwrap();
+    let k: Vec<f32> = (0..hk * d).map(|i| (i as f32 - 50.0) * 0.03).collect();
+    let v: Vec<f32> = (0..hk * d).map(|i| (i as f32).sin()).collect();
+    cache.write(1, &t, 5, &k, &v).unwrap();
+    let block = t.blocks()[1] as usize;
+    let (kq, vq, ks, vs) = q8_kv(&cache, 1);
+    for h in 0..hk {
+        let tile = (block * hk + h) * bs * d;
+        let (mut q, mut sc) = (vec![0i8; d], vec![f16::ZERO; d / QK]);
+        quantize_row(&k[h * d..][..d], &mut q, &mut sc);
+        for i in 0..d {
+            assert_eq!(kq[tile + i * bs + 1], q[i]);
+            assert_eq!(ks[tile / QK + (i / QK) * bs + 1], sc[i / QK]);
+        }
+        quantize_row(&v[h * d..][..d], &mut q, &mut sc);
+        assert_eq!(&vq[tile + d..][..d], &q[..]);
+        assert_eq!(&vs[(tile + d) / QK..][..d / QK], &sc[..]);
+    }
+    assert!(q8_kv(&cache, 0).0.iter().all(|&x| x == 0));
+    // A head size Q8_0 cannot split into blocks of 32 is a named config error.
+    assert!(matches!(
+        KvCache::new(cfg(2, 4, 4, 4).with_kv_type(KvType::Q8_0)),
+        Err(KvCacheError::InvalidConfig(m)) if m.contains("q8_0")
+    ));
 }
 
 #[test]
@@ -121,6 +175,9 @@ fn config_sizes() {
     assert!(KvCache::new(cfg(0, 64, 16, 4)).is_err());
     assert!(KvCache::new(cfg(1, 64, 0, 4)).is_err());
     assert!(KvCache::new(cfg(1, 4096, 16, 4)).is_err());
+    // Q8_0: 34 bytes per 32 values instead of 64.
+    let q8 = c.with_kv_type(KvType::Q8_0);
+    assert_eq!(q8.bytes_per_block() * 64, c.bytes_per_block() * 34);
 }
 
 #[test]
@@ -156,7 +213,7 @@ fn copy_on_write_gives_a_fork_its_own_copy() {
     cache.copy_block(old, new).unwrap();
     let span = 2 * 4 * 4;
     for layer in 0..2 {
-        let (k, v) = (cache.layer_k(layer), cache.layer_v(layer));
+        let (k, v) = f16_kv(&cache, layer);
         let (o, n) = (old as usize * span, new as usize * span);
         assert_eq!(k[o..o + span], k[n..n + span]);
         assert_eq!(v[o..o + span], v[n..n + span]);
@@ -168,6 +225,34 @@ fn copy_on_write_gives_a_fork_its_own_copy() {
     assert!(cache.copy_block(99, new).is_err());
     drop((a, b));
     assert_eq!(cache.free_blocks(), 6);
+}
+
+#[test]
+fn q8_0_copy_on_write_copies_values_and_scales() {
+    let (hk, d, bs) = (2, 32, 4);
+    let mut cache = KvCache::new(cfg(hk, d, bs, 6).with_kv_type(KvType::Q8_0)).unwrap();
+    let mut a = cache.new_table();
+    a.reserve(6).unwrap();
+    let row = |x: f32| -> Vec<f32> { (0..hk * d).map(|i| x + i as f32).collect() };
+    for layer in 0..2 {
+        for pos in 0..6 {
+            let x = (layer * 100 + pos * 10) as f32;
+            cache.write(layer, &a, pos, &row(x), &row(-x)).unwrap();
+        }
+    }
+    let mut b = a.fork();
+    let (old, new) = b.unshare(1).unwrap()[0];
+    cache.copy_block(old, new).unwrap();
+    let span = hk * bs * d;
+    for layer in 0..2 {
+        let (k, v, ks, vs) = q8_kv(&cache, layer);
+        let (o, n) = (old as usize * span, new as usize * span);
+        assert_eq!(k[o..o + span], k[n..n + span]);
+        assert_eq!(v[o..o + span], v[n..n + span]);
+        assert_eq!(ks[o / QK..(o + span) / QK], ks[n / QK..(n + span) / QK]);
+        assert_eq!(vs[o / QK..(o + span) / QK], vs[n / QK..(n + span) / QK]);
+        assert!(ks[n / QK..(n + span) / QK].iter().any(|s| *s != f16::ZERO));
+    }
 }
 
 #[test]

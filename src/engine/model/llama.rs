@@ -3,7 +3,7 @@
 
 use crate::engine::batch::{Logits, LogitsWanted, SeqInput};
 use crate::engine::error::EngineError;
-use crate::engine::kv_cache::{KvCache, KvCacheConfig, LayerWindows};
+use crate::engine::kv_cache::{KvCache, KvCacheConfig, KvType, LayerWindows};
 use crate::engine::model::config::LlamaConfig;
 use crate::engine::model::load::load_weights;
 use crate::engine::pool::{Pool, SendPtr};
@@ -127,6 +127,7 @@ impl LlamaModel {
             n_blocks: n_positions.div_ceil(block_size.max(1)),
             windows: LayerWindows::new(self.cfg.max_window().unwrap_or(0), &local)
                 .unwrap_or(LayerWindows::NONE),
+            kv_type: KvType::F16,
         }
     }
 

@@ -204,6 +204,7 @@ impl ModelPool {
                     threads: cfg.threads,
                     workers: cfg.workers,
                     kv_cache: cfg.kv_cache,
+                    kv_type: cfg.kv_type,
                 };
                 let id = spec.id();
                 if specs.iter().any(|(s, _)| s.ids().contains(&id)) {

@@ -26,7 +26,7 @@ use half::f16;
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // indices address registers of several heads
 unsafe fn heads<S: Simd, const G: usize, const C: usize>(
-    view: &HeadView,
+    view: &mut HeadView,
     q: &[f32],
     out: &mut [f32],
     scale: Scores,
@@ -184,7 +184,7 @@ macro_rules! simd_twin {
         /// As [`heads`].
         #[target_feature(enable = $feat)]
         unsafe fn $heads<const G: usize, const C: usize>(
-            view: &HeadView,
+            view: &mut HeadView,
             q: &[f32],
             out: &mut [f32],
             scale: Scores,
@@ -204,7 +204,7 @@ macro_rules! simd_twin {
         #[doc = concat!("The CPU must support ", $feat, ".")]
         #[target_feature(enable = $feat)]
         pub(in crate::engine::attention) unsafe fn $attend(
-            view: &HeadView,
+            view: &mut HeadView,
             q: &[f32],
             out: &mut [f32],
             scale: Scores,
@@ -223,7 +223,7 @@ macro_rules! simd_twin {
             /// As [`heads`] for `G` heads of `view.head_dim` values.
             #[inline(always)]
             unsafe fn by_width<const G: usize>(
-                view: &HeadView,
+                view: &mut HeadView,
                 q: &[f32],
                 out: &mut [f32],
                 scale: Scores,

@@ -11,7 +11,7 @@ use half::f16;
 /// AVX-512F, FMA and F16C; [`super::simd_covers`] accepts the view's shape.
 #[target_feature(enable = "avx512f,fma,f16c")]
 pub(super) unsafe fn tiles_avx512(
-    view: &HeadView,
+    view: &mut HeadView,
     sc: &mut LongScratch,
     begin: usize,
     end: usize,
@@ -27,7 +27,7 @@ pub(super) unsafe fn tiles_avx512(
 /// AVX2, FMA and F16C; [`super::simd_covers`] accepts the view's shape.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tiles_avx2(
-    view: &HeadView,
+    view: &mut HeadView,
     sc: &mut LongScratch,
     begin: usize,
     end: usize,
@@ -47,7 +47,7 @@ pub(super) unsafe fn tiles_avx2(
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // indices address registers of several rows
 unsafe fn tiles_simd<S: Simd>(
-    view: &HeadView,
+    view: &mut HeadView,
     sc: &mut LongScratch,
     begin: usize,
     end: usize,

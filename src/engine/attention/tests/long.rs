@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::engine::attention::long::{LONG_FROM, SPAN};
-use crate::engine::kv_cache::LayerWindows;
+use crate::engine::kv_cache::{KvType, LayerWindows};
 use crate::engine::pool::Pool;
 use std::sync::Mutex;
 
@@ -153,6 +153,7 @@ fn batched_attention_equals_attend_token_by_token() {
         block_size: bs,
         n_blocks: 4 * n.div_ceil(bs) + 8,
         windows: LayerWindows::NONE,
+        kv_type: KvType::F16,
     };
     let mut cache = KvCache::new(c).unwrap();
     let mut rng = Rng(0xba7c);
