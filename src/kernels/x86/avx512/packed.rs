@@ -107,6 +107,23 @@ fn prefetch_ahead(q: *const u8, quant_bytes: usize) {
 /// How far ahead (in blocks) decode-sized tiles prefetch the weight stream.
 const PF_BLOCKS: usize = 8;
 
+/// Prefetches share `i` of `n` of the panel after `panel`, for tiles of several tokens: they
+/// reuse a panel from L1 for every token tile, so the prefetch of the next one is spread over
+/// this panel's `n` tiles (the first tile would otherwise wait on memory for every block: with
+/// B sequences decoding, each step streams all weights from memory once). Single-token tiles
+/// prefetch within the panel instead ([`prefetch_ahead`]). Prefetches never fault, so the
+/// address past the last panel needs no bound.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn prefetch_next_panel(l: &PanelLayout, panel: *const u8, i: usize, n: usize) {
+    let next = panel.wrapping_add(l.panel_bytes);
+    let lines = l.panel_bytes / 64;
+    for c in i * lines / n..(i + 1) * lines / n {
+        // A prefetch is only a hint: it never faults, whatever the address.
+        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64 * c) as *const i8);
+    }
+}
+
 #[inline(always)]
 fn mask(valid: usize) -> __mmask16 {
     if valid >= PANEL {
@@ -372,9 +389,13 @@ unsafe fn gemm_q0<const T: u8, const N: usize>(
         for p in 0..PanelLayout::panels(n_rows) {
             let valid = PANEL.min(n_rows - p * PANEL);
             let panel = packed.wrapping_add(p * l.panel_bytes);
-            for t0 in (0..gn).step_by(MAX_TT) {
+            let tiles = gn.div_ceil(MAX_TT);
+            for (i, t0) in (0..gn).step_by(MAX_TT).enumerate() {
                 let tt = MAX_TT.min(gn - t0);
                 let tok = g0 + t0;
+                if tt > 2 {
+                    prefetch_next_panel(l, panel, i, tiles);
+                }
                 // SAFETY: panel p, tokens tok..tok + tt and their output cells are in range
                 // (checked by the caller); the table holds tokens g0..g0 + gn.
                 unsafe {
@@ -423,10 +444,14 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
         // Token groups keep their activations in L1 while every panel streams past.
         for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
             let g1 = (g0 + TOKEN_GROUP).min(n_tok);
+            let tiles = (g1 - g0).div_ceil(LANES_TT);
             for p in 0..PanelLayout::panels(n_rows) {
                 let valid = PANEL.min(n_rows - p * PANEL);
                 let panel = pp.wrapping_add(p * l.panel_bytes);
-                for t0 in (g0..g1).step_by(LANES_TT) {
+                for (i, t0) in (g0..g1).step_by(LANES_TT).enumerate() {
+                    if g1 - t0 >= 2 {
+                        prefetch_next_panel(&l, panel, i, tiles);
+                    }
                     // SAFETY: lengths checked above; panel p and tokens t0.. are in range.
                     unsafe {
                         let (a, o) = (ap.add(t0 * ar), op.add(t0 * os + p * PANEL));
