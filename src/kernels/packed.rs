@@ -44,16 +44,6 @@ pub const MAX_K: usize = 32 * 4096;
 #[repr(C, align(64))]
 pub struct Line(pub [u8; 64]);
 
-/// An empty buffer with room for `n` lines (see [`lines`]: huge-page aligned).
-pub(crate) fn line_buffer(n: usize) -> Lines {
-    Lines::with_capacity(n)
-}
-
-/// Appends `panel` (a whole number of 64-byte lines) to `lines`.
-pub(crate) fn push_lines(lines: &mut Lines, panel: &[u8]) {
-    lines.push(panel);
-}
-
 /// Sizes of the panel layout of one dtype and row length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PanelLayout {
@@ -195,7 +185,7 @@ pub fn pack(dtype: DType, k: usize, rows: &[u8], n_rows: usize) -> Option<Packed
         return None;
     }
     let n_panels = PanelLayout::panels(n_rows);
-    let mut lines = line_buffer(n_panels * layout.panel_bytes / 64);
+    let mut lines = Lines::with_capacity(n_panels * layout.panel_bytes / 64);
     let mut buf = vec![0u8; layout.panel_bytes];
     let has_min = matches!(dtype, DType::Q4_1 | DType::Q5_1);
     // Q5 blocks: f16 d, (f16 m,) u32 qh, 16 nibble bytes.
@@ -230,7 +220,7 @@ pub fn pack(dtype: DType, k: usize, rows: &[u8], n_rows: usize) -> Option<Packed
                 }
             }
         }
-        push_lines(&mut lines, &buf);
+        lines.push(&buf);
     }
     Some(PackedWeights {
         layout,

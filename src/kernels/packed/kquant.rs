@@ -119,7 +119,7 @@ pub(super) fn pack(l: &PanelLayout, rows: &[u8], n_rows: usize) -> Option<super:
         return None;
     }
     let n_panels = PanelLayout::panels(n_rows);
-    let mut lines = super::line_buffer(n_panels * l.panel_bytes / 64);
+    let mut lines = super::Lines::with_capacity(n_panels * l.panel_bytes / 64);
     let mut buf = vec![0u8; l.panel_bytes];
     for p in 0..n_panels {
         for r in 0..PANEL {
@@ -159,7 +159,7 @@ pub(super) fn pack(l: &PanelLayout, rows: &[u8], n_rows: usize) -> Option<super:
                 }
             }
         }
-        super::push_lines(&mut lines, &buf);
+        lines.push(&buf);
     }
     Some(lines)
 }
