@@ -20,7 +20,11 @@
 //! A completion grows by more than a token at one kind of place: where the reply may close
 //! its array or object or go on with `,` (another item of eleven required keys). In the
 //! second half of the budget, at each such place the plan is measured as if the reply went
-//! on; when that would not fit, the mask keeps the closers ([`JsonBounds::close`]).
+//! on; when that would not fit, the mask keeps the closers ([`JsonBounds::close`]). A token
+//! can cross such a place inside it (`"}, {` ends a string, an item and starts the next):
+//! once what going on costs (measured there, or at the plan's first closer) comes within
+//! the budget, tokens with a `,` past their first byte are left out, so every `,` is drawn
+//! at a mask where it is checked.
 //!
 //! Bounded: a plan is at most [`PLAN_BYTES`] long and spends at most [`PLAN_VALIDATIONS`]
 //! grammar-engine validations; where none is found within them the mask stands and the plan
@@ -49,7 +53,7 @@ const RETRY_MAX: usize = 256;
 /// The order values and structure are tried in between JSON tokens: what closes first, then
 /// the shortest values, then separators, then every other printable byte.
 fn between_order() -> impl Iterator<Item = u8> {
-    let first = b"}]0\"n,: tf[{-";
+    let first = b"}]0n\",: tf[{-";
     let rest = (b' '..=b'~').filter(move |b| !first.contains(b));
     first.iter().copied().chain(rest)
 }
@@ -74,6 +78,9 @@ pub struct Completion {
     misses: u32,
     /// From this many tokens left, a reply about to go on with `,` is checked to fit.
     window: usize,
+    /// What finishing costs when the reply goes on with `,` at its next chance (measured
+    /// at the last such place, or along the last plan), when known.
+    more: Option<usize>,
 }
 
 impl Completion {
@@ -94,12 +101,14 @@ impl Completion {
             slack: slack.min(SLACK),
             misses: 0,
             window: max_tokens / 2,
+            more: None,
         }
     }
 
     /// Narrows `mask` to the next token of the plan once `left` (tokens the sequence may
-    /// still draw, this one included) is within its cost; returns how many tokens it removed,
-    /// None when it leaves the mask alone. `matcher` and `bounds` are the sequence's, in the
+    /// still draw, this one included) is within its cost, or to the closers where going on
+    /// would not fit; returns how many tokens it removed, None when it did neither (tokens
+    /// with an inner `,` may still have been left out). `matcher` and `bounds` are the sequence's, in the
     /// state the mask was computed in; neither is advanced.
     pub fn steer(
         &mut self,
@@ -109,10 +118,26 @@ impl Completion {
         left: usize,
     ) -> Option<usize> {
         if !self.forcing && left <= self.window {
-            if let Some(removed) = self.close_before_more(matcher, bounds, mask, left) {
-                return Some(removed);
+            if let Some(r) = self.close_before_more(matcher, bounds, mask, left) {
+                return Some(r);
+            }
+            if self.more.is_some_and(|more| more >= left) {
+                // Pruning only: the closing rules after this one still apply.
+                self.drop_inner_commas(bounds, mask);
             }
         }
+        self.follow_plan(matcher, bounds, mask, left)
+    }
+
+    /// The plan's part of [`Completion::steer`]: measure it when due, follow it once the
+    /// budget comes within its cost.
+    fn follow_plan(
+        &mut self,
+        matcher: &mut Matcher,
+        bounds: &JsonBounds,
+        mask: &mut SimpleVob,
+        left: usize,
+    ) -> Option<usize> {
         if !self.forcing {
             if self.wait > 0 {
                 self.wait -= 1;
@@ -120,6 +145,9 @@ impl Completion {
             }
             if self.plan.is_none() {
                 self.plan = plan(matcher, bounds, &self.table, &self.phrases);
+                if let Some(p) = &self.plan {
+                    self.more = self.more_along(matcher, bounds, p).or(self.more);
+                }
             }
             let Some(plan) = &self.plan else {
                 self.wait = (RETRY_AFTER << self.misses.min(5)).min(RETRY_MAX);
@@ -168,16 +196,70 @@ impl Completion {
         m.consume_token(comma).ok()?;
         let mut lex = bounds.clone();
         let _ = lex.step(b',');
-        let fits = match plan(&m, &lex, &self.table, &self.phrases) {
-            Some(p) => 1 + self.table.cost(&p) + 1 + self.slack < left,
+        let Some(mut after) = plan(&m, &lex, &self.table, &self.phrases) else {
             // No way found after `,` within the bounds: nothing known, the mask stands.
-            None => true,
+            return None;
         };
-        if fits {
+        after.insert(0, b',');
+        let cost = self.table.cost(&after) + 1 + self.slack;
+        self.more = Some(cost);
+        if cost < left {
+            // The reply may go on. Should it, this plan is what finishing costs (a new item
+            // is the completion's largest step): the next check comes within a quarter of
+            // the distance from it, not from the shorter completion before the `,`.
+            self.plan = Some(after);
+            self.wait = (left - cost) / 4;
             return None;
         }
         self.plan = None;
         bounds.close(mask)
+    }
+
+    /// What finishing costs if the reply, following `path`, goes on with `,` where the path
+    /// first closes an array or object that could take more (None when it never does).
+    fn more_along(&self, matcher: &Matcher, bounds: &JsonBounds, path: &[u8]) -> Option<usize> {
+        let comma = self.table.byte_token(b',')?;
+        let mut m = matcher.clone();
+        let mut lex = bounds.clone();
+        for (i, &b) in path.iter().enumerate() {
+            let closer = matches!(b, b'}' | b']') && !lex.in_string() && !lex.escaped();
+            if closer && m.validate_tokens(&[comma]).ok()? == 1 {
+                m.consume_token(comma).ok()?;
+                let _ = lex.step(b',');
+                let after = plan(&m, &lex, &self.table, &self.phrases)?;
+                let cost = self.table.cost(&path[..i]) + 1 + self.table.cost(&after);
+                return Some(cost + 1 + self.slack);
+            }
+            m.consume_token(self.table.byte_token(b)?).ok()?;
+            let _ = lex.step(b);
+        }
+        None
+    }
+
+    /// Leaves out of `mask` the tokens with a `,` outside strings past their first byte
+    /// (unless that leaves nothing); how many it removed.
+    fn drop_inner_commas(&self, bounds: &JsonBounds, mask: &mut SimpleVob) -> Option<usize> {
+        let mut drop = Vec::new();
+        mask.iter_set_entries(|id| {
+            let w = self.table.word(id as u32);
+            if w.len() < 2 || !w[1..].contains(&b',') {
+                return;
+            }
+            let mut lex = bounds.clone();
+            for (i, &b) in w.iter().enumerate() {
+                let between = !lex.in_string() && !lex.escaped();
+                if i > 0 && b == b',' && between {
+                    drop.push(id as u32);
+                    return;
+                }
+                let _ = lex.step(b);
+            }
+        });
+        if drop.is_empty() || drop.len() == mask.num_set() {
+            return None;
+        }
+        drop.iter().for_each(|&id| mask.disallow_token(id));
+        Some(drop.len())
     }
 
     /// Advances the plan over the drawn token `id` (a token off the plan drops it).

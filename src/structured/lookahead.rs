@@ -233,7 +233,8 @@ impl Search {
         if here & bit(b'"') != 0 {
             return Some(Vec::new());
         }
-        self.descend(here, 0)?.then(|| std::mem::take(&mut self.path))
+        self.descend(here, 0)?
+            .then(|| std::mem::take(&mut self.path))
     }
 
     /// The bytes the matcher allows next; None when the budget is spent.

@@ -160,7 +160,10 @@ impl SeqConstraint {
                             Some(c) => c.steer(&mut self.matcher, b, &mut m, left).is_some(),
                             None => false,
                         };
-                        if !completed && left <= margin && b.close(&mut m).is_none() && b.in_string()
+                        if !completed
+                            && left <= margin
+                            && b.close(&mut m).is_none()
+                            && b.in_string()
                         {
                             if let Some(l) = &mut self.lookahead {
                                 l.steer(&mut self.matcher, &mut m);

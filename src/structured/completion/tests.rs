@@ -64,8 +64,15 @@ fn required_keys_beyond_the_closing_margin_are_written_in_time() {
     };
     let c = constraint(&schema);
     for budget in [300, 420, 560] {
-        let margin_only = drive(c.sequence_within(budget).without_completion(), budget, &more);
-        assert_eq!(margin_only, None, "budget {budget}: the margin alone closed it");
+        let margin_only = drive(
+            c.sequence_within(budget).without_completion(),
+            budget,
+            &more,
+        );
+        assert_eq!(
+            margin_only, None,
+            "budget {budget}: the margin alone closed it"
+        );
         let text = drive(c.sequence_within(budget), budget, &more)
             .unwrap_or_else(|| panic!("budget {budget}: not closed"))
             .concat();
