@@ -14,8 +14,9 @@
 //! to the tokens that only close (in a string `"`, maybe followed by `}`/`]`; elsewhere `}`,
 //! `]` and the end of generation) wherever the grammar allows one, so the value ends valid.
 //! Where none is allowed inside a string (a `pattern` that wants more text first),
-//! [`super::lookahead`] steers toward the shortest way to a quote; elsewhere (a required key
-//! still to write) the grammar's mask stands. Only constraints built with
+//! [`super::lookahead`] steers toward the shortest way to a quote; where more is required
+//! than the margin holds (keys still to write), [`super::completion`] steers along the
+//! shortest completion from further out. Only constraints built with
 //! [`super::Constraint::closing`] (`response_format`) close; tool calls cut short stay partial.
 
 use llguidance::toktrie::{SimpleVob, TokTrie};
