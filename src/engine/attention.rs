@@ -262,6 +262,24 @@ impl<'a> HeadView<'a> {
         (&self.k[base..][..tile], &self.v[base..][..tile])
     }
 
+    /// Starts fetching the first attended block's K and V tiles into the cache (a hint; a
+    /// no-op off x86-64).
+    fn prefetch_first(&self) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let (k, v) = self.tile(self.first_block());
+            for tile in [k, v] {
+                let p = tile.as_ptr().cast::<u8>();
+                for c in (0..std::mem::size_of_val(tile)).step_by(64) {
+                    // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never
+                    // faults or reads architecturally, whatever the address.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c).cast::<i8>()) };
+                }
+            }
+        }
+    }
+
     /// Logical block `i`: its K tile, V tile (each `block_size * head_dim` values) and the
     /// attended positions in it, `lo..n` within the block.
     fn block(&self, i: usize) -> (&'a [f16], &'a [f16], usize, usize) {
@@ -373,6 +391,11 @@ pub fn attend_with(
     let start = params.start(pos);
     for h in 0..hk {
         let view = HeadView::new(cache, layer, table, h, start, pos + 1);
+        if h + 1 < hk {
+            // The next KV head's first tiles load while this head computes (each head's
+            // later tiles are prefetched by the kernels, one block ahead).
+            HeadView::new(cache, layer, table, h + 1, start, pos + 1).prefetch_first();
+        }
         let span = h * group * d..(h + 1) * group * d;
         let (qg, og) = (&q[span.clone()], &mut out[span]);
         if params.long_at(pos) {

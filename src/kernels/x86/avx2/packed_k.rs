@@ -295,10 +295,10 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
         let pf = if N > 2 || which == 1 {
             std::ptr::null()
         } else if T == Q4K {
-            super::super::prefetch_k_block(l, q0, sc0);
+            super::super::prefetch_k_block(l, panel, b);
             std::ptr::null()
         } else {
-            super::super::prefetch_k_ahead(l, q0, sc0)
+            super::super::prefetch_k_ahead(l, panel, b)
         };
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
