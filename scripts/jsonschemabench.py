@@ -17,6 +17,7 @@ the validation error), so a regression shows what broke.
 
   scripts/jsonschemabench.py                     # the full run (make bench)
   scripts/jsonschemabench.py --subset smoke      # the fixed subset tests/py runs
+  scripts/jsonschemabench.py --only o12605       # named schemas only (repeatable)
 
 Exit status: 0 when the targets hold (coverage >= --min-coverage, compliance >=
 --min-compliance), 1 otherwise, 2 when a refusal is not a 400 naming the feature.
@@ -59,9 +60,17 @@ SMOKE_REFUSED = ["WashingtonPost/wp_8_Normalized.json"]
 PROMPT_SCHEMA_CHARS = 1500
 
 
-def schemas(subset: str | None) -> list[Path]:
+def schemas(subset: str | None, only: list[str] | None = None) -> list[Path]:
     if not CORPUS.is_dir():
         raise FileNotFoundError(f"{CORPUS} is missing (set KILN_SHARED)")
+    if only:
+        # Named schemas (`Github_medium/o12605.json`, or a bare stem such as `o12605`).
+        every = sorted(CORPUS.glob("*/*.json"))
+        picked = [p for p in every
+                  if any(str(p.relative_to(CORPUS)) == o or p.stem == o for o in only)]
+        if len(picked) < len(only):
+            raise FileNotFoundError(f"not every schema of {only} is in {CORPUS}")
+        return picked
     if subset == "smoke":
         return [CORPUS / p for p in SMOKE + SMOKE_REFUSED]
     return sorted(CORPUS.glob("*/*.json"))
@@ -188,6 +197,8 @@ def summarize(results: list[dict]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--subset", choices=["smoke"], help="a fixed small subset")
+    ap.add_argument("--only", action="append", metavar="SCHEMA",
+                    help="run this schema only (dataset/file.json or its stem; repeatable)")
     ap.add_argument("--samples", type=int, default=4, help="samples per schema (n)")
     ap.add_argument("--max-tokens", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=1)
@@ -200,7 +211,7 @@ def main() -> int:
     ap.add_argument("--min-compliance", type=float, default=0.99)
     args = ap.parse_args()
 
-    paths = schemas(args.subset)
+    paths = schemas(args.subset, args.only)
     server = None
     if args.base_url:
         base_url = args.base_url

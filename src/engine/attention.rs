@@ -287,6 +287,51 @@ impl<'a> HeadView<'a> {
         }
     }
 
+    /// Starts fetching the first attended block's K and V tiles into the cache (a hint; a
+    /// no-op off x86-64).
+    fn prefetch_first(&self) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let (k, v) = self.stored(self.first_block());
+            for p in [k, v] {
+                for c in (0..self.stored_bytes()).step_by(64) {
+                    // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never
+                    // faults or reads architecturally, whatever the address.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c).cast::<i8>()) };
+                }
+            }
+        }
+    }
+
+    /// Where logical block `i`'s K and V tiles are stored, as the cache holds them (f16 or
+    /// Q8_0 values; [`HeadView::stored_bytes`] each): what a prefetch fetches, converting
+    /// nothing.
+    fn stored(&self, i: usize) -> (*const u8, *const u8) {
+        let n = self.block_size * self.head_dim;
+        let base = self.blocks[i] as usize * self.block_stride + self.head_off;
+        match self.kv {
+            LayerKv::F16 { k, v } => (
+                k[base..][..n].as_ptr().cast(),
+                v[base..][..n].as_ptr().cast(),
+            ),
+            LayerKv::Q8 { k, v, .. } => (
+                k[base..][..n].as_ptr().cast(),
+                v[base..][..n].as_ptr().cast(),
+            ),
+        }
+    }
+
+    /// Bytes of one stored K (or V) tile's values (a Q8_0 tile's scales, a sixteenth of that,
+    /// are left to the hardware).
+    fn stored_bytes(&self) -> usize {
+        let n = self.block_size * self.head_dim;
+        match self.kv {
+            LayerKv::F16 { .. } => 2 * n,
+            LayerKv::Q8 { .. } => n,
+        }
+    }
+
     /// Logical block `i`: its K tile, V tile (each `block_size * head_dim` values) and the
     /// attended positions in it, `lo..n` within the block.
     fn block(&mut self, i: usize) -> (&[f16], &[f16], usize, usize) {
@@ -400,6 +445,13 @@ pub fn attend_with(
     let mut tiles = std::mem::take(&mut scratch.tiles);
     for h in 0..hk {
         let mut view = HeadView::new(cache, layer, table, h, start, pos + 1, &mut tiles);
+        if h + 1 < hk {
+            // The next KV head's first tiles load while this head computes (each head's
+            // later tiles are prefetched by the kernels, one block ahead). Its view converts
+            // nothing, so it needs no tiles of its own.
+            let mut none = DequantTiles::default();
+            HeadView::new(cache, layer, table, h + 1, start, pos + 1, &mut none).prefetch_first();
+        }
         let span = h * group * d..(h + 1) * group * d;
         let (qg, og) = (&q[span.clone()], &mut out[span]);
         if params.long_at(pos) {

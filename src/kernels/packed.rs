@@ -27,6 +27,9 @@
 use super::DType;
 
 pub mod kquant;
+pub mod lines;
+
+pub use lines::Lines;
 
 /// Rows per panel (one zmm of i32 lanes).
 pub const PANEL: usize = 16;
@@ -36,42 +39,10 @@ const QK: usize = 32;
 /// in fixed stack tables of 4096 blocks.
 pub const MAX_K: usize = 32 * 4096;
 
-/// One 64-byte aligned chunk of packed data; `Vec<Line>` is how packed weights get their
-/// alignment without an aligned allocator.
+/// One 64-byte aligned chunk of packed data (the unit of [`Lines`]).
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
 pub struct Line(pub [u8; 64]);
-
-/// An empty vector with room for `n` lines, in transparent huge pages where the OS offers them
-/// on request (Linux's `madvise` mode): decode streams every packed byte once per token, and
-/// with 4 KiB pages the CPU's stream prefetchers stop at every page boundary and each page costs
-/// a TLB walk. Callers push the lines: the pages are touched once, by the thread that writes
-/// them, with no zeroing pass before.
-pub(crate) fn line_buffer(n: usize) -> Vec<Line> {
-    let v: Vec<Line> = Vec::with_capacity(n);
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let start = v.as_ptr() as usize;
-        let end = start + n * 64;
-        let (a, b) = (start.next_multiple_of(HUGE), end / HUGE * HUGE);
-        if b > a {
-            // SAFETY: `a..b` lies inside the vector's allocation (untouched so far); the advice
-            // only changes how the kernel backs those pages, never their contents or validity.
-            unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE) };
-        }
-    }
-    v
-}
-
-/// Appends `panel` (a whole number of 64-byte lines) to `lines`.
-pub(crate) fn push_lines(lines: &mut Vec<Line>, panel: &[u8]) {
-    lines.extend(panel.chunks_exact(64).map(|c| {
-        let mut l = Line([0; 64]);
-        l.0.copy_from_slice(c);
-        l
-    }));
-}
 
 /// Sizes of the panel layout of one dtype and row length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,17 +143,13 @@ impl PanelLayout {
 pub struct PackedWeights {
     pub layout: PanelLayout,
     pub n_rows: usize,
-    lines: Vec<Line>,
+    lines: Lines,
 }
 
 impl PackedWeights {
     /// All panels as bytes (panel p at `p * layout.panel_bytes`).
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: `Line` is 64 plain bytes with no padding (repr(C), size 64); the slice covers
-        // exactly the vector's initialized elements and borrows it.
-        unsafe {
-            std::slice::from_raw_parts(self.lines.as_ptr() as *const u8, self.lines.len() * 64)
-        }
+        self.lines.bytes()
     }
 
     /// The panels from the one holding row `r0` (a multiple of [`PANEL`]) on.
@@ -218,7 +185,7 @@ pub fn pack(dtype: DType, k: usize, rows: &[u8], n_rows: usize) -> Option<Packed
         return None;
     }
     let n_panels = PanelLayout::panels(n_rows);
-    let mut lines = line_buffer(n_panels * layout.panel_bytes / 64);
+    let mut lines = Lines::with_capacity(n_panels * layout.panel_bytes / 64);
     let mut buf = vec![0u8; layout.panel_bytes];
     let has_min = matches!(dtype, DType::Q4_1 | DType::Q5_1);
     // Q5 blocks: f16 d, (f16 m,) u32 qh, 16 nibble bytes.
@@ -253,7 +220,7 @@ pub fn pack(dtype: DType, k: usize, rows: &[u8], n_rows: usize) -> Option<Packed
                 }
             }
         }
-        push_lines(&mut lines, &buf);
+        lines.push(&buf);
     }
     Some(PackedWeights {
         layout,

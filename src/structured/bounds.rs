@@ -14,11 +14,13 @@
 //! to the tokens that only close (in a string `"`, maybe followed by `}`/`]`; elsewhere `}`,
 //! `]` and the end of generation) wherever the grammar allows one, so the value ends valid.
 //! Where none is allowed inside a string (a `pattern` that wants more text first),
-//! [`super::lookahead`] steers toward the shortest way to a quote; elsewhere (a required key
-//! still to write) the grammar's mask stands. Only constraints built with
+//! [`super::lookahead`] steers toward the shortest way to a quote; where more is required
+//! than the margin holds (keys still to write), [`super::completion`] steers along the
+//! shortest completion from further out. Only constraints built with
 //! [`super::Constraint::closing`] (`response_format`) close; tool calls cut short stay partial.
 
 use llguidance::toktrie::{SimpleVob, TokTrie};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// The byte a control token's word starts with.
@@ -72,7 +74,12 @@ pub struct TokenBytes {
     string_closers: Vec<u32>,
     /// The token whose bytes are exactly one byte, for each byte (the lowest such id).
     byte_tokens: Vec<Option<u32>>,
+    /// The words of plain tokens up to [`COST_WORD_MAX`] bytes, for [`TokenBytes::cost`].
+    plain: HashSet<Vec<u8>>,
 }
+
+/// The longest word [`TokenBytes::cost`] looks for.
+const COST_WORD_MAX: usize = 32;
 
 impl TokenBytes {
     /// From the token trie's words (control tokens start with the special marker byte).
@@ -107,7 +114,13 @@ impl TokenBytes {
                 byte_tokens[*b as usize].get_or_insert(i as u32);
             }
         }
+        let plain = words
+            .iter()
+            .filter(|w| !w.is_empty() && w.len() <= COST_WORD_MAX && w[0] != SPECIAL_MARKER)
+            .cloned()
+            .collect();
         TokenBytes {
+            plain,
             closers,
             string_closers,
             byte_tokens,
@@ -119,6 +132,30 @@ impl TokenBytes {
 
     pub fn word(&self, id: u32) -> &[u8] {
         self.words.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// Tokens writing `text` takes when each is the longest word that starts what is left
+    /// (what following a plan with the longest allowed token costs); a byte no word starts
+    /// counts one token.
+    pub fn cost(&self, text: &[u8]) -> usize {
+        let mut at = 0;
+        let mut n = 0;
+        while at < text.len() {
+            let most = (text.len() - at).min(COST_WORD_MAX);
+            let len = (1..=most)
+                .rev()
+                .find(|&l| self.plain.contains(&text[at..at + l]))
+                .unwrap_or(1);
+            at += len;
+            n += 1;
+        }
+        n
+    }
+
+    /// Whether `mask` allows a token that only closes between JSON tokens (`}`, `]`, the end
+    /// of generation).
+    pub fn closers_allowed(&self, mask: &SimpleVob) -> bool {
+        self.closers.iter().any(|&id| mask.is_allowed(id))
     }
 
     /// The token that is exactly the byte `b`, if the vocabulary has one (the special
@@ -265,6 +302,22 @@ impl JsonBounds {
         matches!(self.lex, Lex::Str { esc: false, .. })
     }
 
+    /// Whether the output is right after a backslash inside a string.
+    pub fn escaped(&self) -> bool {
+        matches!(self.lex, Lex::Str { esc: true, .. })
+    }
+
+    /// Advances over the byte `b` if it keeps within the bounds (true); else stays (false).
+    pub fn try_byte(&mut self, b: u8) -> bool {
+        let mut p = self.clone_lex();
+        if p.step(b).is_err() {
+            return false;
+        }
+        self.lex = p.lex;
+        self.depth = p.depth;
+        true
+    }
+
     /// The token bytes these bounds read.
     pub fn table(&self) -> &Arc<TokenBytes> {
         &self.table
@@ -300,7 +353,8 @@ impl JsonBounds {
         }
     }
 
-    fn step(&mut self, b: u8) -> Result<(), Crossed> {
+    /// Advances over the byte `b`, reporting a bound it crosses (the text is followed anyway).
+    pub fn step(&mut self, b: u8) -> Result<(), Crossed> {
         let mut p = self.clone_lex();
         let r = p.step(b);
         self.lex = p.lex;

@@ -34,6 +34,8 @@ pub struct Constraint {
     /// Near `max_tokens`, steer the reply to close its JSON ([`JsonBounds::close`]): set for
     /// `response_format`, not for tool calls (a call cut short is reported as partial).
     closes: bool,
+    /// The literal runs of the schema's patterns ([`super::phrases`]).
+    phrases: Arc<[Vec<u8>]>,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -80,6 +82,7 @@ impl Constraint {
                 ),
             });
         }
+        let phrases = super::phrases::pattern_phrases(&schema);
         if let Some(obj) = schema.as_object_mut() {
             obj.insert("x-guidance".to_string(), layout());
         }
@@ -95,6 +98,7 @@ impl Constraint {
             label: label.to_string(),
             bounds: Some((Arc::clone(g.token_bytes()), false)),
             closes: false,
+            phrases: phrases.into(),
         })
     }
 
@@ -121,6 +125,7 @@ impl Constraint {
             label: label.to_string(),
             bounds: json_bounds.then(|| (Arc::clone(g.token_bytes()), true)),
             closes: false,
+            phrases: Arc::from(Vec::new()),
         })
     }
 
@@ -148,6 +153,7 @@ impl Constraint {
             .as_ref()
             .map(|(t, embedded)| JsonBounds::new(Arc::clone(t), *embedded, LIMITS));
         SeqConstraint::with_bounds(self.matcher.clone(), bounds)
+            .with_phrases(Arc::clone(&self.phrases))
     }
 
     /// The same constraint, closing its JSON near the end of a sequence's budget (see

@@ -13,6 +13,10 @@
 //!    same run, and of letters and digits only two of each kind (they behave alike in most
 //!    patterns); the text found becomes a plan the next masks keep to, token by token.
 //!
+//!    Before that search, the literal runs of the schema's patterns ([`super::phrases`]) are
+//!    tried as text: an unanchored `"pattern": "wifi"` keeps every byte allowed until the
+//!    whole word is written, so the search sees no state change to follow, but `wifi` works.
+//!
 //! Both are bounded in grammar-engine calls per mask ([`SCAN_MAX`], [`SEARCH_MAX`]) and
 //! deterministic (tokens in id order, bytes in a fixed order). Where neither finds a way (a
 //! pattern that needs a word no token and no short byte text reaches) the grammar's mask
@@ -48,6 +52,8 @@ fn byte_order() -> impl Iterator<Item = u8> {
 #[derive(Debug, Clone)]
 pub struct Lookahead {
     table: Arc<TokenBytes>,
+    /// Literal text of the schema's patterns, tried before the byte search.
+    phrases: Arc<[Vec<u8>]>,
     /// The bytes still to write before the closing quote, from the last search.
     plan: Vec<u8>,
     /// Masks to leave alone before looking again.
@@ -55,9 +61,10 @@ pub struct Lookahead {
 }
 
 impl Lookahead {
-    pub fn new(table: Arc<TokenBytes>) -> Lookahead {
+    pub fn new(table: Arc<TokenBytes>, phrases: Arc<[Vec<u8>]>) -> Lookahead {
         Lookahead {
             table,
+            phrases,
             plan: Vec::new(),
             idle: 0,
         }
@@ -98,7 +105,8 @@ impl Lookahead {
         if !keep.is_empty() {
             return restrict(mask, &keep);
         }
-        match Search::run(matcher, &self.table, quote) {
+        let mut budget = SEARCH_MAX;
+        match to_quote(matcher, &self.table, quote, &self.phrases, &mut budget) {
             Some(plan) if !plan.is_empty() => {
                 self.plan = plan;
                 self.follow(mask).unwrap_or(0)
@@ -148,6 +156,37 @@ fn restrict(mask: &mut SimpleVob, keep: &[u32]) -> usize {
     removed
 }
 
+/// The bytes after which `"` (the token `quote`) is allowed, from the state of `matcher`
+/// inside a string: the shortest of `phrases` that gets there, else what [`Search`] finds;
+/// None when neither does within `budget` validations (what is spent is taken off it).
+/// `matcher` is only validated against (a copy is advanced).
+pub(super) fn to_quote(
+    matcher: &mut Matcher,
+    table: &TokenBytes,
+    quote: u32,
+    phrases: &[Vec<u8>],
+    budget: &mut usize,
+) -> Option<Vec<u8>> {
+    let mut best: Option<&Vec<u8>> = None;
+    for p in phrases {
+        if *budget == 0 {
+            return None;
+        }
+        *budget -= 1;
+        let ids: Option<Vec<u32>> = p.iter().map(|&b| table.byte_token(b)).collect();
+        let Some(mut ids) = ids else { continue };
+        ids.push(quote);
+        let fits = matcher.validate_tokens(&ids).is_ok_and(|n| n == ids.len());
+        if fits && best.is_none_or(|b| p.len() < b.len()) {
+            best = Some(p);
+        }
+    }
+    if let Some(p) = best {
+        return Some(p.clone());
+    }
+    Search::run(matcher, table, quote, budget)
+}
+
 /// A depth-first search over single bytes, on a copy of the sequence's matcher (advanced
 /// and rolled back as it goes).
 struct Search {
@@ -167,7 +206,12 @@ type Next = u128;
 
 impl Search {
     /// The bytes after which `"` is allowed, if the search finds them within its bounds.
-    fn run(matcher: &Matcher, table: &TokenBytes, quote: u32) -> Option<Vec<u8>> {
+    fn run(
+        matcher: &Matcher,
+        table: &TokenBytes,
+        quote: u32,
+        budget: &mut usize,
+    ) -> Option<Vec<u8>> {
         let alphabet = byte_order()
             .filter_map(|b| table.byte_token(b).map(|id| (b, id)))
             .collect();
@@ -175,15 +219,22 @@ impl Search {
             matcher: matcher.clone(),
             alphabet,
             quote,
-            budget: SEARCH_MAX,
+            budget: (*budget).min(SEARCH_MAX),
             path: Vec::new(),
             seen: Vec::new(),
         };
-        let here = s.next_bytes()?;
+        let found = s.find();
+        *budget -= (*budget).min(SEARCH_MAX) - s.budget;
+        found
+    }
+
+    fn find(&mut self) -> Option<Vec<u8>> {
+        let here = self.next_bytes()?;
         if here & bit(b'"') != 0 {
             return Some(Vec::new());
         }
-        s.descend(here, 0)?.then_some(s.path)
+        self.descend(here, 0)?
+            .then(|| std::mem::take(&mut self.path))
     }
 
     /// The bytes the matcher allows next; None when the budget is spent.

@@ -15,6 +15,9 @@
 //!   narrowed out of each mask, and near `max_tokens` the mask narrowed to what closes;
 //! - [`lookahead`]: near `max_tokens`, a string whose pattern does not let it close yet
 //!   steered toward the shortest way to its quote;
+//! - [`completion`]: near `max_tokens`, the reply steered along the shortest completion
+//!   once the budget left comes within what it costs (required keys still to write);
+//! - [`phrases`]: the literal text of the schema's patterns, which the steering tries;
 //! - [`tools`]: tool definitions, the model family's tool-call syntax, and parsers that keep
 //!   calls out of the content (whole replies and streams).
 //!
@@ -23,16 +26,20 @@
 
 mod annotations;
 pub mod bounds;
+pub mod completion;
 mod conditional;
 mod counts;
 mod disjoint;
 pub mod error;
 pub mod grammar;
 pub mod lookahead;
+pub mod phrases;
 pub mod reasoning;
 pub mod rewrite;
 pub mod seq;
 pub mod syntax;
+#[cfg(test)]
+mod testkit;
 pub mod tools;
 pub mod vocab;
 

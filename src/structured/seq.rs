@@ -8,9 +8,11 @@
 //! token on the end marker.
 
 use super::bounds::JsonBounds;
+use super::completion::Completion;
 use super::lookahead::Lookahead;
 use llguidance::toktrie::SimpleVob;
 use llguidance::Matcher;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Mask work of one sequence (reported per request and per step).
@@ -43,6 +45,11 @@ pub struct SeqConstraint {
     /// Within the closing margin, steers a string the grammar does not let close yet toward
     /// a quote ([`super::lookahead`]); set with the budget.
     lookahead: Option<Lookahead>,
+    /// Steers toward the shortest completion once the budget left comes within what it costs
+    /// ([`super::completion`]); set with the budget.
+    completion: Option<Completion>,
+    /// Literal text of the schema's patterns, for the steering inside strings.
+    phrases: Arc<[Vec<u8>]>,
     /// The mask could not be computed; the sequence must end.
     failed: Option<String>,
     stats: MaskStats,
@@ -66,6 +73,8 @@ impl Clone for SeqConstraint {
             mask: self.mask.clone(),
             budget: self.budget,
             lookahead: self.lookahead.clone(),
+            completion: self.completion.clone(),
+            phrases: Arc::clone(&self.phrases),
             failed: self.failed.clone(),
             stats: MaskStats::default(),
         }
@@ -85,24 +94,45 @@ impl SeqConstraint {
             bounds,
             budget: None,
             lookahead: None,
+            completion: None,
+            phrases: Arc::from(Vec::new()),
             mask: None,
             failed: None,
             stats: MaskStats::default(),
         }
     }
 
-    /// Sets the tokens this sequence may draw in all (its `max_tokens`): within the bounds'
-    /// closing margin of it, masks keep only closing tokens where the grammar allows one, and
-    /// inside a string that may not close yet, the tokens on the way to its quote.
+    /// The literal runs of the schema's patterns ([`super::phrases`]), tried by the steering
+    /// inside strings; set before [`SeqConstraint::with_budget`].
+    pub fn with_phrases(mut self, phrases: Arc<[Vec<u8>]>) -> SeqConstraint {
+        self.phrases = phrases;
+        self
+    }
+
+    /// Sets the tokens this sequence may draw in all (its `max_tokens`): once the budget left
+    /// comes within what the shortest completion costs, masks follow that completion
+    /// ([`super::completion`]); within the bounds' closing margin, masks keep only closing
+    /// tokens where the grammar allows one, and inside a string that may not close yet, the
+    /// tokens on the way to its quote ([`super::lookahead`]).
     pub fn with_budget(mut self, max_tokens: usize) -> SeqConstraint {
         self.budget = self
             .bounds
             .as_ref()
             .map(|b| (max_tokens, b.close_margin(max_tokens)));
-        self.lookahead = self
-            .bounds
-            .as_ref()
-            .map(|b| Lookahead::new(std::sync::Arc::clone(b.table())));
+        let table = self.bounds.as_ref().map(|b| Arc::clone(b.table()));
+        self.lookahead = table
+            .clone()
+            .map(|t| Lookahead::new(t, Arc::clone(&self.phrases)));
+        let slack = self.budget.map_or(0, |(_, margin)| margin / 4);
+        self.completion =
+            table.map(|t| Completion::new(t, Arc::clone(&self.phrases), max_tokens, slack));
+        self
+    }
+
+    /// The same sequence without the steering toward the shortest completion (the closing
+    /// margin and the string lookahead only): to measure what that steering adds.
+    pub fn without_completion(mut self) -> SeqConstraint {
+        self.completion = None;
         self
     }
 
@@ -125,10 +155,19 @@ impl SeqConstraint {
             if m.num_set() > 0 {
                 if let Some(b) = &self.bounds {
                     b.narrow(&mut m);
-                    let closing = self.budget.is_some_and(|(left, margin)| left <= margin);
-                    if closing && b.close(&mut m).is_none() && b.in_string() {
-                        if let Some(l) = &mut self.lookahead {
-                            l.steer(&mut self.matcher, &mut m);
+                    if let Some((left, margin)) = self.budget {
+                        let completed = match &mut self.completion {
+                            Some(c) => c.steer(&mut self.matcher, b, &mut m, left).is_some(),
+                            None => false,
+                        };
+                        if !completed
+                            && left <= margin
+                            && b.close(&mut m).is_none()
+                            && b.in_string()
+                        {
+                            if let Some(l) = &mut self.lookahead {
+                                l.steer(&mut self.matcher, &mut m);
+                            }
                         }
                     }
                 }
@@ -171,6 +210,9 @@ impl SeqConstraint {
         }
         if let Some(l) = &mut self.lookahead {
             l.commit(id);
+        }
+        if let Some(c) = &mut self.completion {
+            c.commit(id);
         }
         if let Some((left, _)) = &mut self.budget {
             *left = left.saturating_sub(1);

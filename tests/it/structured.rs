@@ -261,6 +261,92 @@ fn a_pattern_constrained_string_near_max_tokens_closes() {
     }
 }
 
+/// Issue 21: array items of many required keys (dated strings, as in JSONSchemaBench's
+/// o83283) cost more than the 64-token closing margin. A walk that favours new items is cut
+/// inside one by the margin alone; steered along the shortest completion
+/// (structured/completion.rs) it finishes the item and closes valid within its budget.
+#[test]
+fn required_keys_beyond_the_closing_margin_close_in_time() {
+    let g = grammars();
+    let stamp = json!({"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2} \\d{2}:\\d{2}:\\d{2}$"});
+    let keys = [
+        "export_requested_datetime",
+        "export_created_datetime",
+        "export_expires_datetime",
+        "export_downloaded_datetime",
+        "export_started_datetime",
+        "export_finished_datetime",
+    ];
+    let props: serde_json::Map<String, Value> = keys
+        .iter()
+        .map(|k| (k.to_string(), stamp.clone()))
+        .collect();
+    let schema = json!({
+        "type": "object",
+        "properties": {"data": {"type": "array", "items": {
+            "type": "object", "properties": props, "required": keys,
+            "additionalProperties": false
+        }}},
+        "required": ["data"],
+        "additionalProperties": false
+    });
+    let c = Constraint::json_schema(g, &schema, "response_format", "items")
+        .unwrap()
+        .closing();
+    // New items (`"}, {`), never the closing `]`.
+    let more = |w: &[u8]| !w.is_empty() && w.iter().all(|b| b"\", {}".contains(b));
+    let budget = 260;
+    for seed in 0..3 {
+        let margin_only = c.sequence_within(budget).without_completion();
+        let cut = biased_walk(margin_only, &more, 12.0, seed, budget);
+        assert!(
+            cut.is_none(),
+            "seed {seed}: the closing margin alone closed it: {cut:?}"
+        );
+        let text = biased_walk(c.sequence_within(budget), &more, 12.0, seed, budget)
+            .unwrap_or_else(|| panic!("seed {seed}: not closed within {budget} tokens"));
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let items = v["data"].as_array().unwrap();
+        assert!(!items.is_empty(), "{text}");
+        for item in items {
+            assert_eq!(item.as_object().unwrap().len(), keys.len(), "{text}");
+        }
+    }
+}
+
+/// Issue 21: an unanchored `"pattern": "wifi"` allows any text until the whole word is
+/// written (SmolLM2 has no `wifi` token, and no byte changes what is allowed before the word
+/// is complete). A walk that favours letters never writes it; near the budget the pattern's
+/// literal (structured/phrases.rs) is written and the string closes.
+#[test]
+fn an_unanchored_pattern_closes_with_its_literal() {
+    let g = grammars();
+    let schema = json!({
+        "type": "object",
+        "properties": {"kind": {"type": "string", "pattern": "wifi"}},
+        "required": ["kind"]
+    });
+    let c = Constraint::json_schema(g, &schema, "response_format", "wifi")
+        .unwrap()
+        .closing();
+    let letters = |w: &[u8]| !w.is_empty() && w.iter().all(u8::is_ascii_lowercase);
+    let budget = 100;
+    for seed in 0..3 {
+        let no_phrases = c
+            .sequence()
+            .with_phrases(Arc::from(Vec::new()))
+            .with_budget(budget);
+        assert!(
+            biased_walk(no_phrases, &letters, 12.0, seed, budget).is_none(),
+            "seed {seed}: closed without the pattern's literal"
+        );
+        let text = biased_walk(c.sequence_within(budget), &letters, 12.0, seed, budget)
+            .unwrap_or_else(|| panic!("seed {seed}: not closed within {budget} tokens"));
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert!(v["kind"].as_str().unwrap().contains("wifi"), "{text}");
+    }
+}
+
 /// The numbers of a JSON text as written (outside strings).
 fn json_numbers(text: &str) -> Vec<String> {
     let (mut out, mut cur, mut in_str, mut esc) = (Vec::new(), String::new(), false, false);

@@ -26,7 +26,7 @@
 //! so `v0..v2` are one mask each and `v3 = B >> 6 | (C >> 6) << 2 | (A >> 6) << 4`.
 //! Everything else is the GGUF bytes as is (Q4_K: +64 bytes of decoded scales per block-panel).
 
-use super::{Line, PanelLayout, MAX_K, PANEL};
+use super::{PanelLayout, MAX_K, PANEL};
 use crate::kernels::blocks::kquants::scales_mins_k4;
 use crate::kernels::DType;
 
@@ -112,14 +112,14 @@ fn pack_q6_quants(blk: &[u8], q: &mut [u8], r: usize) {
 
 /// Repacks `n_rows` GGUF rows into the panels of `l` (a K-quant layout), or `None` if `rows`
 /// is shorter than `n_rows` rows.
-pub(super) fn pack(l: &PanelLayout, rows: &[u8], n_rows: usize) -> Option<Vec<Line>> {
+pub(super) fn pack(l: &PanelLayout, rows: &[u8], n_rows: usize) -> Option<super::Lines> {
     let bb = l.dtype.block_bytes();
     let rb = l.nb * bb;
     if n_rows == 0 || rows.len() < n_rows * rb {
         return None;
     }
     let n_panels = PanelLayout::panels(n_rows);
-    let mut lines = super::line_buffer(n_panels * l.panel_bytes / 64);
+    let mut lines = super::Lines::with_capacity(n_panels * l.panel_bytes / 64);
     let mut buf = vec![0u8; l.panel_bytes];
     for p in 0..n_panels {
         for r in 0..PANEL {
@@ -159,7 +159,7 @@ pub(super) fn pack(l: &PanelLayout, rows: &[u8], n_rows: usize) -> Option<Vec<Li
                 }
             }
         }
-        super::push_lines(&mut lines, &buf);
+        lines.push(&buf);
     }
     Some(lines)
 }

@@ -5,10 +5,10 @@ pub mod avx512;
 
 use crate::kernels::packed::PanelLayout;
 
-/// Starts the prefetch of the K-quant block [`PF_BLOCKS`] ahead of the one at `q` / `sc`
-/// (past a panel's last block: the scale area's tail, then the next panel's first quants):
-/// its scale lines now, and returns where its quants are, for the block kernels to prefetch
-/// one line per quant chunk they load ([`prefetch_line`]). The AVX-512 and AVX2
+/// Starts the prefetch of the K-quant block [`PF_BLOCKS`] ahead of block `b` of the panel at
+/// `panel` in the order a tile streams them (past the panel's last block: the next panel's
+/// first blocks): its scale lines now, and returns where its quants are, for the block kernels
+/// to prefetch one line per quant chunk they load ([`prefetch_line`]). The AVX-512 and AVX2
 /// decode-sized tiles call it once per block.
 ///
 /// Spread over the block's work, the prefetches keep the memory stream going while the block
@@ -16,29 +16,30 @@ use crate::kernels::packed::PanelLayout;
 /// core's few miss buffers and stall the loads behind them. Single-threaded, Llama-3.2-1B
 /// layers from memory (`examples/gemv_bw`, 2026-11-26): Q6_K 21.6 GB/s with the burst, 28.5
 /// spread, against a 35 GB/s plain read; two blocks ahead was the best distance (1-6 tried).
+/// The target follows the stream across panels: a panel's quants are followed by its scales,
+/// so "two blocks ahead" in address order would land in the scale area already read near a
+/// panel's end, and the next panel's first blocks (2 of 8 at `k` = 2048) would go unfetched:
+/// following the stream took Q4_K / Q5_K / Q6_K decode from 25.6 / 25.0 / 28.2 to 29.8 / 31.3 /
+/// 31.3 GB/s (AVX-512; AVX2 22.3 / 18.7 / 23.5 to 25.1 / 26.1 / 29.4) against a ~33 GB/s
+/// plain read (same process, one thread, 2026-11-26).
 #[inline(always)]
-pub(crate) fn prefetch_k_ahead(l: &PanelLayout, q: *const u8, sc: *const u8) -> *const u8 {
+pub(crate) fn prefetch_k_ahead(l: &PanelLayout, panel: *const u8, b: usize) -> *const u8 {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    let p = sc.wrapping_add(PF_BLOCKS * l.scale_bytes);
+    let v = b + PF_BLOCKS;
+    let (panel, v) = if v < l.nb {
+        (panel, v)
+    } else if v < 2 * l.nb {
+        (panel.wrapping_add(l.panel_bytes), v - l.nb)
+    } else {
+        (panel.wrapping_add(v / l.nb * l.panel_bytes), v % l.nb)
+    };
+    let p = panel.wrapping_add(l.scales_at(v));
     for c in (0..l.scale_bytes).step_by(64) {
         // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never faults, whatever
         // the address.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
     }
-    q.wrapping_add(PF_BLOCKS * l.quant_bytes)
-}
-
-/// Prefetches all of the K-quant block [`PF_BLOCKS`] ahead at once (quants and scales): the
-/// AVX2 Q4_K tile, whose half-panel passes ran slower with the spread prefetch's per-chunk
-/// work (23 -> 20 GB/s from memory).
-#[inline(always)]
-pub(crate) fn prefetch_k_block(l: &PanelLayout, q: *const u8, sc: *const u8) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    let p = prefetch_k_ahead(l, q, sc);
-    for c in (0..l.quant_bytes).step_by(64) {
-        // SAFETY: a prefetch never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
-    }
+    panel.wrapping_add(v * l.quant_bytes)
 }
 
 /// Prefetches line `c` of the block quants at `pf` (from [`prefetch_k_ahead`]); nothing when

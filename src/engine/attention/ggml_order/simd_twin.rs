@@ -17,6 +17,15 @@ use super::{HeadView, Scores, LANES, PARTS};
 use crate::engine::attention::simd::{Avx2, Avx512, Simd};
 use half::f16;
 
+/// Starts fetching the cache line at `p` into L1 (a hint: it never faults, whatever `p`).
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never faults or reads
+    // architecturally, whatever the address.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
+}
+
 /// `G` query heads of one KV head, `C` registers of `S::LANES` values per head; `q` and `out`
 /// hold `G` heads, `qh` at least `G * head_dim` values (the f16-rounded queries).
 ///
@@ -47,16 +56,31 @@ unsafe fn heads<S: Simd, const G: usize, const C: usize>(
         let (mut m, mut l) = ([f32::NEG_INFINITY; G], [0.0f32; G]);
         // A register's positions (the first `S::LANES` of 16).
         let mut scores = [[0f32; LANES]; G];
-        for bi in view.first_block()..view.n_blocks() {
+        let n_blocks = view.n_blocks();
+        // Lines of one stored K (or V) tile, prefetched a share per score lane (see below).
+        let tile_lines = view.stored_bytes().div_ceil(64);
+        for bi in view.first_block()..n_blocks {
+            // The next block's K and V tiles are fetched while this one is computed: a
+            // sequence's pages lie anywhere in the cache, so the hardware prefetchers restart
+            // at every tile, and with many sequences decoding the cache's reads come from
+            // memory (a B=16 step reads as many K/V bytes as weight bytes).
+            let next = (bi + 1 < n_blocks).then(|| view.stored(bi + 1));
             let (k, v, lo, n) = view.block(bi);
             assert!(k.len() == bs * d && v.len() >= n * d);
             // Scores start at a vector boundary; positions before `lo` (outside a sliding
             // window) are scored but skipped.
-            for t in (lo - lo % S::LANES..n).step_by(S::LANES) {
+            let t_first = lo - lo % S::LANES;
+            for t in (t_first..n).step_by(S::LANES) {
                 let skip = lo.saturating_sub(t);
                 // s[j][lane]: head j's lane-`lane` partial sums, vectorized over positions.
                 let mut s = [[S::zero(); LANES]; G];
                 for lane in 0..LANES {
+                    if let (Some((nk, nv)), true) = (next, t == t_first) {
+                        for c in lane * tile_lines / LANES..(lane + 1) * tile_lines / LANES {
+                            prefetch(nk.wrapping_add(64 * c));
+                            prefetch(nv.wrapping_add(64 * c));
+                        }
+                    }
                     let mut parts = [[S::zero(); PARTS]; G];
                     for base in (0..full).step_by(LANES * PARTS) {
                         for pj in 0..PARTS {

@@ -107,6 +107,23 @@ fn prefetch_ahead(q: *const u8, quant_bytes: usize) {
 /// How far ahead (in blocks) decode-sized tiles prefetch the weight stream.
 const PF_BLOCKS: usize = 8;
 
+/// Prefetches share `i` of `n` of the panel after `panel`, for tiles of several tokens: they
+/// reuse a panel from L1 for every token tile, so the prefetch of the next one is spread over
+/// this panel's `n` tiles (the first tile would otherwise wait on memory for every block: with
+/// B sequences decoding, each step streams all weights from memory once). Single-token tiles
+/// prefetch within the panel instead ([`prefetch_ahead`]). Prefetches never fault, so the
+/// address past the last panel needs no bound.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn prefetch_next_panel(l: &PanelLayout, panel: *const u8, i: usize, n: usize) {
+    let next = panel.wrapping_add(l.panel_bytes);
+    let lines = l.panel_bytes / 64;
+    for c in i * lines / n..(i + 1) * lines / n {
+        // A prefetch is only a hint: it never faults, whatever the address.
+        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64 * c) as *const i8);
+    }
+}
+
 #[inline(always)]
 fn mask(valid: usize) -> __mmask16 {
     if valid >= PANEL {
@@ -116,16 +133,44 @@ fn mask(valid: usize) -> __mmask16 {
     }
 }
 
+/// Activation terms of the llama.cpp-order kinds for the tokens of one call, `[t * nb + b]`:
+/// the block's `d` and (Q8_1) `s` as f32, and (Q5_0, Q8_0) the lanes' `-offset * sum`, made
+/// once per call instead of once per panel (see [`gemm_lanes_tab`]).
+#[derive(Clone, Copy)]
+struct LaneTab {
+    d: *const f32,
+    s: *const f32,
+    start: *const [i32; 8],
+}
+
+/// Entries of [`LaneTab`] on the stack (uninitialized until written: 80 KiB).
+const LANE_TAB: usize = 2048;
+/// Most tokens a call may have to use [`LaneTab`] (decode-sized batches; prefill keeps its
+/// token groups of [`TOKEN_GROUP`]).
+const LANE_TAB_TOKENS: usize = 32;
+
+/// The unsigned offset of kind `T`'s stored weights as `vpdpbusd`'s byte (Q8_0: 128 = 0x80).
+const fn lane_offset(t: u8) -> i8 {
+    match t {
+        Q8_0 => -128,
+        Q5_0 => 16,
+        _ => 0,
+    }
+}
+
 /// Q4_1 x Q8_1, Q5_0 / Q8_0 x Q8_0 in llama.cpp's order: one panel x TT tokens over all
-/// blocks.
+/// blocks. With `TAB` the activation terms come from `tab` (entries of the tile's first
+/// token at `tab.*[b]`, token t at `tab.*[t * nb + b]`), else from the activation rows; both
+/// give the same values, so the same bits.
 ///
 /// # Safety
 /// CPU features as enabled; `panel` is a whole aligned panel of `l`, `a` holds TT activation
-/// rows `ar` bytes apart, `out` `valid` cells per token row (`os` apart).
+/// rows `ar` bytes apart, `out` `valid` cells per token row (`os` apart); with `TAB`, `tab`'s
+/// entries of the TT tokens are written.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::needless_range_loop)]
-unsafe fn tile_lanes<const T: u8, const TT: usize>(
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool>(
     l: &PanelLayout,
     panel: *const u8,
     a: *const u8,
@@ -133,14 +178,10 @@ unsafe fn tile_lanes<const T: u8, const TT: usize>(
     out: *mut f32,
     os: usize,
     valid: usize,
+    tab: LaneTab,
 ) {
     let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
-    // The stored weights' unsigned offset, as `vpdpbusd`'s byte (Q8_0: 128 = 0x80).
-    let off: i8 = match T {
-        Q8_0 => -128,
-        Q5_0 => 16,
-        _ => 0,
-    };
+    let off = lane_offset(T);
     let mut acc = [[_mm512_setzero_ps(); 8]; TT];
     let mut summs = [_mm512_setzero_ps(); TT];
     for b in 0..l.nb {
@@ -154,7 +195,24 @@ unsafe fn tile_lanes<const T: u8, const TT: usize>(
         let mut scale = [_mm512_setzero_ps(); TT];
         // Per token, lane i: -offset * (sum of activation values 4i..4i+4).
         let mut start = [[0i32; 8]; TT];
-        for t in 0..TT {
+        if TAB {
+            for t in 0..TT {
+                let e = t * l.nb + b;
+                // SAFETY: entry e of the tile's tokens is written (caller contract).
+                let d = unsafe { *tab.d.add(e) };
+                scale[t] = _mm512_mul_ps(dw, _mm512_set1_ps(d));
+                if has_min(T) {
+                    // SAFETY: Q4_1's m scales sit 32 bytes after its d ones; entry e as above.
+                    let (mw, sa) = unsafe { (f16x16(sc.add(32)), *tab.s.add(e)) };
+                    summs[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sa), summs[t]);
+                }
+                if off != 0 {
+                    // SAFETY: as above.
+                    start[t] = unsafe { *tab.start.add(e) };
+                }
+            }
+        }
+        for t in 0..if TAB { 0 } else { TT } {
             let blk = a.wrapping_add(t * ar + b * ab);
             // SAFETY: token t's block b (f16 d, Q8_1's f16 s, 32 quants) is inside `a`.
             let h = unsafe { (blk as *const i32).read_unaligned() };
@@ -372,9 +430,13 @@ unsafe fn gemm_q0<const T: u8, const N: usize>(
         for p in 0..PanelLayout::panels(n_rows) {
             let valid = PANEL.min(n_rows - p * PANEL);
             let panel = packed.wrapping_add(p * l.panel_bytes);
-            for t0 in (0..gn).step_by(MAX_TT) {
+            let tiles = gn.div_ceil(MAX_TT);
+            for (i, t0) in (0..gn).step_by(MAX_TT).enumerate() {
                 let tt = MAX_TT.min(gn - t0);
                 let tok = g0 + t0;
+                if tt > 2 {
+                    prefetch_next_panel(l, panel, i, tiles);
+                }
                 // SAFETY: panel p, tokens tok..tok + tt and their output cells are in range
                 // (checked by the caller); the table holds tokens g0..g0 + gn.
                 unsafe {
@@ -391,6 +453,84 @@ unsafe fn gemm_q0<const T: u8, const N: usize>(
                         valid,
                     )
                 };
+            }
+        }
+    }
+}
+
+/// The llama.cpp-order GEMM of a decode-sized call (2..=[`LANE_TAB_TOKENS`] tokens): the
+/// tokens' activation terms ([`LaneTab`]: f32 `d`, `s` and Q8_0 / Q5_0's lane offsets) are
+/// made once, then every panel runs its token tiles from the table instead of converting
+/// them again per panel (the same values, so the same bits as [`tile_lanes`] without it).
+///
+/// # Safety
+/// As [`gemm_packed`] after its checks, with `n_tok * l.nb <= LANE_TAB`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_lanes_tab<const T: u8>(
+    l: &PanelLayout,
+    pp: *const u8,
+    n_rows: usize,
+    ap: *const u8,
+    ar: usize,
+    n_tok: usize,
+    op: *mut f32,
+    os: usize,
+) {
+    use std::mem::MaybeUninit;
+    let nb = l.nb;
+    debug_assert!(n_tok * nb <= LANE_TAB);
+    let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
+    let off = lane_offset(T);
+    let mut d = [MaybeUninit::<f32>::uninit(); LANE_TAB];
+    let mut s = [MaybeUninit::<f32>::uninit(); LANE_TAB];
+    let mut st = [MaybeUninit::<[i32; 8]>::uninit(); LANE_TAB];
+    for t in 0..n_tok {
+        for b in 0..nb {
+            let (e, blk) = (t * nb + b, ap.wrapping_add(t * ar + b * ab));
+            // SAFETY: token t < n_tok, block b < nb: the block (f16 d, Q8_1's f16 s, 32
+            // quants) is inside the activations (checked by the caller).
+            let h = unsafe { (blk as *const i32).read_unaligned() };
+            let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(h));
+            d[e].write(_mm_cvtss_f32(ds));
+            if has_min(T) {
+                s[e].write(_mm_cvtss_f32(_mm_movehdup_ps(ds)));
+            }
+            if off != 0 {
+                // SAFETY: the block's 32 quants follow its d.
+                let x = unsafe { _mm256_loadu_si256(blk.add(qo) as *const __m256i) };
+                let o = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(off), x);
+                let neg = _mm256_sub_epi32(_mm256_setzero_si256(), o);
+                let mut lanes = [0i32; 8];
+                // SAFETY: `lanes` is 8 i32.
+                unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, neg) };
+                st[e].write(lanes);
+            }
+        }
+    }
+    let tiles = n_tok.div_ceil(LANES_TT);
+    for p in 0..PanelLayout::panels(n_rows) {
+        let valid = PANEL.min(n_rows - p * PANEL);
+        let panel = pp.wrapping_add(p * l.panel_bytes);
+        for (i, t0) in (0..n_tok).step_by(LANES_TT).enumerate() {
+            // Only the entries this kind reads were written: `d` always, `s` with a
+            // minimum, `start` with an offset.
+            let tab = LaneTab {
+                d: d[t0 * nb..].as_ptr().cast::<f32>(),
+                s: s[t0 * nb..].as_ptr().cast::<f32>(),
+                start: st[t0 * nb..].as_ptr().cast::<[i32; 8]>(),
+            };
+            // SAFETY: lengths checked by the caller; panel p and tokens t0.. are in range, and
+            // the table entries of tokens t0.. were written above.
+            unsafe {
+                let (a, o) = (ap.add(t0 * ar), op.add(t0 * os + p * PANEL));
+                if n_tok - t0 >= 2 {
+                    prefetch_next_panel(l, panel, i, tiles);
+                    tile_lanes::<T, 2, true>(l, panel, a, ar, o, os, valid, tab)
+                } else {
+                    tile_lanes::<T, 1, true>(l, panel, a, ar, o, os, valid, tab)
+                }
             }
         }
     }
@@ -420,20 +560,34 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
     }
     let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
     if ggml_lanes(T) {
+        if (2..=LANE_TAB_TOKENS).contains(&n_tok) && n_tok * l.nb <= LANE_TAB {
+            // SAFETY: lengths checked above; the table holds n_tok * nb entries.
+            unsafe { gemm_lanes_tab::<T>(&l, pp, n_rows, ap, ar, n_tok, op, os) };
+            return;
+        }
+        let no_tab = LaneTab {
+            d: std::ptr::null(),
+            s: std::ptr::null(),
+            start: std::ptr::null(),
+        };
         // Token groups keep their activations in L1 while every panel streams past.
         for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
             let g1 = (g0 + TOKEN_GROUP).min(n_tok);
+            let tiles = (g1 - g0).div_ceil(LANES_TT);
             for p in 0..PanelLayout::panels(n_rows) {
                 let valid = PANEL.min(n_rows - p * PANEL);
                 let panel = pp.wrapping_add(p * l.panel_bytes);
-                for t0 in (g0..g1).step_by(LANES_TT) {
+                for (i, t0) in (g0..g1).step_by(LANES_TT).enumerate() {
+                    if g1 - t0 >= 2 {
+                        prefetch_next_panel(&l, panel, i, tiles);
+                    }
                     // SAFETY: lengths checked above; panel p and tokens t0.. are in range.
                     unsafe {
                         let (a, o) = (ap.add(t0 * ar), op.add(t0 * os + p * PANEL));
                         if g1 - t0 >= 2 {
-                            tile_lanes::<T, 2>(&l, panel, a, ar, o, os, valid)
+                            tile_lanes::<T, 2, false>(&l, panel, a, ar, o, os, valid, no_tab)
                         } else {
-                            tile_lanes::<T, 1>(&l, panel, a, ar, o, os, valid)
+                            tile_lanes::<T, 1, false>(&l, panel, a, ar, o, os, valid, no_tab)
                         }
                     }
                 }

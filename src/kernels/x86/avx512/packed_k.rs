@@ -271,7 +271,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
         let q = panel.wrapping_add(b * l.quant_bytes);
         let sc = panel.wrapping_add(l.scales_at(b));
         if N <= 2 {
-            pf = super::super::prefetch_k_ahead(l, q, sc);
+            pf = super::super::prefetch_k_ahead(l, panel, b);
         }
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
