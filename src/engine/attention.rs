@@ -307,6 +307,7 @@ impl<'a> HeadView<'a> {
     /// Where logical block `i`'s K and V tiles are stored, as the cache holds them (f16 or
     /// Q8_0 values; [`HeadView::stored_bytes`] each): what a prefetch fetches, converting
     /// nothing.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // prefetches are x86-only
     fn stored(&self, i: usize) -> (*const u8, *const u8) {
         let n = self.block_size * self.head_dim;
         let base = self.blocks[i] as usize * self.block_stride + self.head_off;
@@ -324,6 +325,7 @@ impl<'a> HeadView<'a> {
 
     /// Bytes of one stored K (or V) tile's values (a Q8_0 tile's scales, a sixteenth of that,
     /// are left to the hardware).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn stored_bytes(&self) -> usize {
         let n = self.block_size * self.head_dim;
         match self.kv {
