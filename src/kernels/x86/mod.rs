@@ -42,19 +42,6 @@ pub(crate) fn prefetch_k_ahead(l: &PanelLayout, panel: *const u8, b: usize) -> *
     panel.wrapping_add(v * l.quant_bytes)
 }
 
-/// Prefetches all of the K-quant block [`PF_BLOCKS`] ahead at once (quants and scales): the
-/// AVX2 Q4_K tile, whose half-panel passes ran slower with the spread prefetch's per-chunk
-/// work (23 -> 20 GB/s from memory).
-#[inline(always)]
-pub(crate) fn prefetch_k_block(l: &PanelLayout, panel: *const u8, b: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    let p = prefetch_k_ahead(l, panel, b);
-    for c in (0..l.quant_bytes).step_by(64) {
-        // SAFETY: a prefetch never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
-    }
-}
-
 /// Prefetches line `c` of the block quants at `pf` (from [`prefetch_k_ahead`]); nothing when
 /// `pf` is null (tiles of many tokens, whose blocks stay in cache while the tokens pass).
 #[inline(always)]

@@ -42,8 +42,7 @@ const LARGE: usize = 1024;
 /// One Q4_K/Q5_K block (half panel) for `N` tokens: the integer sums `isum` (scaled quants)
 /// and `msum` (mins) added to `acc` / `accm` with `scale[t]` = (d * d_a, dmin * d_a): once per
 /// block for Q5_K, once per pair of sub-blocks (64 values) for Q4_K (scalar/packed_k.rs).
-/// Each quant chunk load also prefetches that line of `pf` (`x86::prefetch_line`; null: none;
-/// Q4_K: never, its tile prefetches whole blocks).
+/// Each quant chunk load also prefetches that line of `pf` (`x86::prefetch_line`; null: none).
 ///
 /// # Safety
 /// CPU features as enabled; `q` is a block's quants plus `32h` (32-byte aligned), `sc` its
@@ -70,9 +69,7 @@ unsafe fn block_k4<const T: u8, const N: usize>(
         let nib = _mm256_set1_epi8(0x0F);
         let bit4 = _mm256_set1_epi8(0x10);
         let chunk = |c: usize| {
-            if T != Q4K {
-                super::super::prefetch_line(pf, c);
-            }
+            super::super::prefetch_line(pf, c);
             _mm256_load_si256(q.add(64 * c) as *const __m256i)
         };
         let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
@@ -261,8 +258,10 @@ unsafe fn block_q6<const N: usize>(
 }
 
 /// One panel x `N` tokens over all blocks: its 8-row half `which` (0 or 1), or with
-/// `which == 2` both halves of each block in turn (one pass over the panel's bytes: Q5_K, Q6_K; Q4_K runs
-/// faster half by half, the second half from cache). Token `t`'s Q8_K row at `a + t * ar`,
+/// `which == 2` both halves of each block in turn (one pass over the panel's bytes: what every
+/// K-quant runs; with the prefetch following the stream across panels, Q4_K's half-panel
+/// passes, the second from cache, ran 4-8% slower: 23.5 against 24.5 GB/s from memory).
+/// Token `t`'s Q8_K row at `a + t * ar`,
 /// its table entries from `tab0 + t * nb`, its outputs at `out + t * os` (the panel's first
 /// row; `valid` <= 16 rows are real).
 ///
@@ -293,9 +292,6 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
         let q0 = panel.wrapping_add(b * l.quant_bytes);
         let sc0 = panel.wrapping_add(l.scales_at(b));
         let pf = if N > 2 || which == 1 {
-            std::ptr::null()
-        } else if T == Q4K {
-            super::super::prefetch_k_block(l, panel, b);
             std::ptr::null()
         } else {
             super::super::prefetch_k_ahead(l, panel, b)
@@ -392,7 +388,7 @@ unsafe fn gemm_tab<const T: u8, const E: usize>(
                 unsafe {
                     let (a, o) = (ap.add(tok * ar), op.add(tok * os + p * PANEL));
                     let e = t0 * nb;
-                    for h in if T == Q4K { 0..2 } else { 2..3 } {
+                    for h in 2..3 {
                         if 8 * (h % 2) >= valid {
                             break;
                         }
