@@ -202,6 +202,14 @@ fn batched_attention_equals_attend_token_by_token() {
                 "{isa:?}, plan for {plan_tokens} positions"
             );
         }
+        // A decode step's lone short token, split by KV head over the team of two.
+        let i = tokens.iter().position(|t| *t == (2, 700)).unwrap();
+        let got = run_batch(isa, &cache, &tables, &tokens[i..=i], &q[i * nq..][..nq], 16);
+        assert_eq!(
+            bits(&got),
+            bits(&want[i * nq..][..nq]),
+            "{isa:?}, one short token"
+        );
     }
 }
 
