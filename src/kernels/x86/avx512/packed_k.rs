@@ -247,6 +247,13 @@ unsafe fn block_q6<const N: usize>(
 
 /// One panel x `N` tokens (`N <= TT`) over all blocks; token `t`'s Q8_K row at `a + t * ar`,
 /// its table entries from `tab0 + t * nb`, its outputs at `out + t * os` (`valid` of them).
+/// With `PF` the block loads prefetch the stream two blocks ahead (`x86::prefetch_k_ahead`):
+/// what the tiles that read a panel from memory run (every tile of 1 or 2 tokens, and the
+/// first tile of a token group in each panel); the group's other tiles find the panel in
+/// cache and run without (a live prefetch pointer costs the 4-token tile registers: Q6_K
+/// at 16 rows from memory ran 26% slower with it). Batched decode from memory, one thread,
+/// 1B shapes (`gemv_bw ... mem 0 4`, 2026-11-26): Q4_K 11.2 -> 22.1 GB/s, Q6_K 11.7 -> 18.1
+/// at 4 rows with the first tile prefetching.
 ///
 /// # Safety
 /// CPU features as enabled; `panel` is a whole aligned panel of `l` (kind `T`), the `N`
@@ -254,7 +261,7 @@ unsafe fn block_q6<const N: usize>(
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-unsafe fn tile<const T: u8, const N: usize, const E: usize>(
+unsafe fn tile<const T: u8, const N: usize, const E: usize, const PF: bool>(
     l: &PanelLayout,
     panel: *const u8,
     a: *const u8,
@@ -272,7 +279,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     for b in 0..nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
         let sc = panel.wrapping_add(l.scales_at(b));
-        if N <= 2 {
+        if PF {
             pf = super::super::prefetch_k_ahead(l, panel, b);
         }
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
@@ -326,11 +333,13 @@ impl<const T: u8, const E: usize> PanelTile for KTile<'_, T, E> {
             (self.0, (t.panel, t.a, t.ar, t.e0, t.out, t.os, t.valid));
         // SAFETY: the driver's tile contract is `tile`'s with N = t.n.
         unsafe {
-            match t.n {
-                1 => tile::<T, 1, E>(l, p, a, ar, tab, e, o, os, v),
-                2 => tile::<T, 2, E>(l, p, a, ar, tab, e, o, os, v),
-                3 => tile::<T, 3, E>(l, p, a, ar, tab, e, o, os, v),
-                _ => tile::<T, TT, E>(l, p, a, ar, tab, e, o, os, v),
+            match (t.n, e == 0) {
+                (1, _) => tile::<T, 1, E, true>(l, p, a, ar, tab, e, o, os, v),
+                (2, _) => tile::<T, 2, E, true>(l, p, a, ar, tab, e, o, os, v),
+                (3, true) => tile::<T, 3, E, true>(l, p, a, ar, tab, e, o, os, v),
+                (3, false) => tile::<T, 3, E, false>(l, p, a, ar, tab, e, o, os, v),
+                (_, true) => tile::<T, TT, E, true>(l, p, a, ar, tab, e, o, os, v),
+                (_, false) => tile::<T, TT, E, false>(l, p, a, ar, tab, e, o, os, v),
             }
         }
     }
