@@ -2,7 +2,7 @@
 //! 3 KV heads of 64, blocks of 16), and the same heads at 128 values (`-h128`, the head size of
 //! most larger models): one query token against 128..2048 cached positions; and
 //! the long-context order (`long/`) for Llama-3.2-1B's shape (32 query heads, 8 KV heads of
-//! 64) at 4096 and 16384 positions, one layer, one thread.
+//! 64) at 4096 and 16384 positions, one layer, one thread, over an f16 and a Q8_0 cache.
 //!
 //! `hot`: one layer, so the K/V stay in L2. `30-layer`: cycles through 30 layers like a forward
 //! step does, so the K/V come from L3 (or DRAM) as in real decoding. Each is run with every
@@ -14,7 +14,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kiln::engine::attention::{attend, AttnIsa, AttnScratch};
-use kiln::engine::kv_cache::{KvCache, KvCacheConfig, LayerWindows};
+use kiln::engine::kv_cache::{KvCache, KvCacheConfig, KvType, LayerWindows};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -67,7 +67,7 @@ fn bench(c: &mut Criterion) {
             block_size: 16,
             n_blocks: 2048 / 16,
             windows: LayerWindows::NONE,
-            kv_type: kiln::engine::kv_cache::KvType::F16,
+            kv_type: KvType::F16,
         };
         let mut cache = KvCache::new(cfg).expect("cache");
         let mut table = cache.new_table();
@@ -123,64 +123,71 @@ fn bench(c: &mut Criterion) {
     }
     group.finish();
 
-    // The long-context order: Llama-3.2-1B's attention shape, one layer.
+    // The long-context order: Llama-3.2-1B's attention shape, one layer, over an f16 cache
+    // and a Q8_0 one (`1b-q8_0/*`: the kernels read the i8 values and scales directly).
     let mut group = c.benchmark_group("attend_long");
     group.sample_size(10);
     let (n_head, n_head_kv) = (32, 8);
     let n_max = 16384;
-    let cfg = KvCacheConfig {
-        n_layer: 1,
-        n_head_kv,
-        head_dim: HEAD_DIM,
-        block_size: 16,
-        n_blocks: n_max / 16,
-        windows: LayerWindows::NONE,
-        kv_type: kiln::engine::kv_cache::KvType::F16,
-    };
-    let mut cache = KvCache::new(cfg).expect("cache");
-    let mut table = cache.new_table();
-    table.reserve(n_max).expect("blocks");
-    let row = n_head_kv * HEAD_DIM;
-    for pos in 0..n_max {
-        let k = values(row, pos as u32);
-        let v = values(row, pos as u32 ^ 0x5555);
-        cache.write(0, &table, pos, &k, &v).expect("write");
-    }
-    let q = values(n_head * HEAD_DIM, 7);
-    let mut out = vec![0.0f32; n_head * HEAD_DIM];
-    for &isa in &isas {
-        let mut scratch = AttnScratch::new(&cfg);
-        scratch.force_isa(isa);
-        assert_eq!(
-            scratch.long_isa(),
-            isa,
-            "the 1B shape runs every long kernel"
-        );
-        let sizes: &[usize] = if isa == AttnIsa::Scalar {
-            &[4096]
-        } else {
-            &[4096, 16384]
+    for kv_type in [KvType::F16, KvType::Q8_0] {
+        let cfg = KvCacheConfig {
+            n_layer: 1,
+            n_head_kv,
+            head_dim: HEAD_DIM,
+            block_size: 16,
+            n_blocks: n_max / 16,
+            windows: LayerWindows::NONE,
+            kv_type,
         };
-        for &n_pos in sizes {
-            group.throughput(Throughput::Elements(n_pos as u64));
-            let id = BenchmarkId::new(format!("1b/{}", isa.name()), n_pos);
-            group.bench_function(id, |b| {
-                b.iter_custom(|iters| {
-                    timed(iters, || {
-                        attend(
-                            &cache,
-                            0,
-                            &table,
-                            n_pos - 1,
-                            black_box(&q),
-                            &mut out,
-                            &mut scratch,
-                        )
-                        .expect("attend");
-                        black_box(&out);
+        let mut cache = KvCache::new(cfg).expect("cache");
+        let mut table = cache.new_table();
+        table.reserve(n_max).expect("blocks");
+        let row = n_head_kv * HEAD_DIM;
+        for pos in 0..n_max {
+            let k = values(row, pos as u32);
+            let v = values(row, pos as u32 ^ 0x5555);
+            cache.write(0, &table, pos, &k, &v).expect("write");
+        }
+        let q = values(n_head * HEAD_DIM, 7);
+        let mut out = vec![0.0f32; n_head * HEAD_DIM];
+        let shape = match kv_type {
+            KvType::F16 => "1b".to_string(),
+            t => format!("1b-{t}"),
+        };
+        for &isa in &isas {
+            let mut scratch = AttnScratch::new(&cfg);
+            scratch.force_isa(isa);
+            assert_eq!(
+                scratch.long_isa(),
+                isa,
+                "the 1B shape runs every long kernel"
+            );
+            let sizes: &[usize] = if isa == AttnIsa::Scalar {
+                &[4096]
+            } else {
+                &[4096, 16384]
+            };
+            for &n_pos in sizes {
+                group.throughput(Throughput::Elements(n_pos as u64));
+                let id = BenchmarkId::new(format!("{shape}/{}", isa.name()), n_pos);
+                group.bench_function(id, |b| {
+                    b.iter_custom(|iters| {
+                        timed(iters, || {
+                            attend(
+                                &cache,
+                                0,
+                                &table,
+                                n_pos - 1,
+                                black_box(&q),
+                                &mut out,
+                                &mut scratch,
+                            )
+                            .expect("attend");
+                            black_box(&out);
+                        })
                     })
-                })
-            });
+                });
+            }
         }
     }
     group.finish();

@@ -32,6 +32,7 @@ use dequant::DequantTiles;
 use long::{LongKernel, LongScratch};
 pub use long::{LONG_FROM, SPAN};
 
+use crate::engine::kv_cache::kv_type::QK;
 use crate::engine::kv_cache::{
     BlockTable, KvCache, KvCacheConfig, KvCacheError, KvType, LayerKv, RELEASED,
 };
@@ -145,7 +146,7 @@ pub struct AttnScratch {
     head_dim: usize,
     block_size: usize,
     kv_type: KvType,
-    /// A Q8_0 cache's tiles, widened to f16 for the kernels (empty for an f16 cache).
+    /// A Q8_0 cache's tiles, widened to f16 for the one-row order (empty for an f16 cache).
     tiles: DequantTiles,
     /// The scalar kernel's f16-rounded query and f16 accumulator, the SIMD kernels' f16-rounded
     /// queries: `head_dim` values each.
@@ -218,8 +219,9 @@ impl AttnScratch {
     }
 }
 
-/// The K and V tiles of one layer and one KV head along a sequence's block table, as f16
-/// (a Q8_0 cache's tiles are widened one block at a time into the scratch's tiles).
+/// The K and V tiles of one layer and one KV head along a sequence's block table: as f16
+/// ([`HeadView::tile`]: a Q8_0 cache's tiles are widened one block at a time into the
+/// scratch's tiles) or as stored ([`HeadView::raw_tile`]).
 struct HeadView<'a> {
     /// The layer's K (`[block][kv_head][head_dim][block_size]`) and V
     /// (`[block][kv_head][block_size][head_dim]`) values.
@@ -287,6 +289,30 @@ impl<'a> HeadView<'a> {
         }
     }
 
+    /// Logical block `i`'s K and V tiles as the cache stores them, converting nothing (the
+    /// long-context order reads a Q8_0 tile's values and scales directly).
+    fn raw_tile(&self, i: usize) -> RawTile<'a> {
+        let n = self.block_size * self.head_dim;
+        let base = self.blocks[i] as usize * self.block_stride + self.head_off;
+        match self.kv {
+            LayerKv::F16 { k, v } => RawTile::F16 {
+                k: &k[base..][..n],
+                v: &v[base..][..n],
+            },
+            LayerKv::Q8 {
+                k,
+                v,
+                k_scale,
+                v_scale,
+            } => RawTile::Q8 {
+                k: &k[base..][..n],
+                ks: &k_scale[base / QK..][..n / QK],
+                v: &v[base..][..n],
+                vs: &v_scale[base / QK..][..n / QK],
+            },
+        }
+    }
+
     /// Starts fetching the first attended block's K and V tiles into the cache (a hint; a
     /// no-op off x86-64).
     fn prefetch_first(&self) {
@@ -302,6 +328,37 @@ impl<'a> HeadView<'a> {
                 }
             }
         }
+    }
+
+    /// Starts fetching logical block `i`'s K and V tiles as stored (a Q8_0 tile's scales
+    /// included) into the cache (a hint; a no-op off x86-64).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the SIMD tiles only
+    fn prefetch_block(&self, i: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let lines = |p: *const u8, bytes: usize| {
+                for c in (0..bytes).step_by(64) {
+                    // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never
+                    // faults or reads architecturally, whatever the address.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c).cast::<i8>()) };
+                }
+            };
+            match self.raw_tile(i) {
+                RawTile::F16 { k, v } => {
+                    lines(k.as_ptr().cast(), 2 * k.len());
+                    lines(v.as_ptr().cast(), 2 * v.len());
+                }
+                RawTile::Q8 { k, ks, v, vs } => {
+                    lines(k.as_ptr().cast(), k.len());
+                    lines(v.as_ptr().cast(), v.len());
+                    lines(ks.as_ptr().cast(), 2 * ks.len());
+                    lines(vs.as_ptr().cast(), 2 * vs.len());
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = i;
     }
 
     /// Where logical block `i`'s K and V tiles are stored, as the cache holds them (f16 or
@@ -343,6 +400,24 @@ impl<'a> HeadView<'a> {
         let (k, v) = self.tile(i);
         (k, v, lo, n)
     }
+}
+
+/// One block's K and V tiles of one KV head as the cache stores them (`block_size *
+/// head_dim` values each, K `[head_dim][pos]`, V `[pos][head_dim]`).
+#[derive(Clone, Copy)]
+enum RawTile<'a> {
+    F16 {
+        k: &'a [f16],
+        v: &'a [f16],
+    },
+    /// i8 values with an f16 scale per [`QK`] values of a position: K scales
+    /// `[head_dim / QK][pos]`, V scales `[pos][head_dim / QK]` (see `kv_cache::kv_type`).
+    Q8 {
+        k: &'a [i8],
+        ks: &'a [f16],
+        v: &'a [i8],
+        vs: &'a [f16],
+    },
 }
 
 /// How one layer attends, beyond the cache's shape: the score scale, logit softcapping and

@@ -1,6 +1,7 @@
-//! Reading a Q8_0 cache (`engine.kv_type = "q8_0"`): one K tile and one V tile at a time are
-//! widened back to f16 in the layouts the attention kernels read (K `[head_dim][pos]`, V
-//! `[pos][head_dim]`), so every kernel runs unchanged on half the bytes from memory.
+//! Reading a Q8_0 cache (`engine.kv_type = "q8_0"`) in llama.cpp's one-row order (below
+//! `LONG_FROM`): one K tile and one V tile at a time are widened back to f16 in the layouts its
+//! kernels read (K `[head_dim][pos]`, V `[pos][head_dim]`), so they run unchanged. (The
+//! long-context order reads the i8 values and scales directly: `long.rs`.)
 //!
 //! A value is `f16(scale * q)`: the product of an f16 scale and an i8 is exact in f32 (11 + 8
 //! significant bits), so the only rounding is the final conversion (nearest even), the same in

@@ -20,6 +20,14 @@
 //!   halving sum of the 16 lanes of `lv`. `e^(s - m)` is [`exp_fast`] (no gather, ~1 ulp);
 //!   the rarer `e^x` of a rescale or a fold is the C library's `expf`.
 //!
+//! A Q8_0 cache is read as stored (no f16 tile in between): a K value is its i8 `k` and the
+//! f16 scale `sk` of its 32 values, a V value `f32(v) * sv` (exact in f32: 8 x 11 significant
+//! bits). A score sums each 32-dimension block in two partial sums (element `i` to sum `i % 2`,
+//! fused multiply-adds of `q` and the i8 value in order), then `t = fma(p0 + p1, sk, t)` block
+//! by block, and `s = t * scale`; the softmax is the f16 cache's, and the accumulator adds
+//! `p * (f32(v) * sv)` with fused multiply-adds. So the scale is applied once per 32 values of
+//! a K row and the kernels widen i8 in registers (`vpmovsxbd` + `vcvtdq2ps`).
+//!
 //! Everything is per query row, so a row's result does not depend on which rows share a tile
 //! (prefill tiles many tokens and the query heads of a KV head together), on whether its spans
 //! ran as separate tasks (split-K decode) or in one loop, nor on the thread that ran them: a
@@ -27,8 +35,11 @@
 //! body, [`super::simd`]) are bit-identical to the scalar twin [`tiles_scalar`].
 
 use super::exp_fast::exp_fast;
-use super::HeadView;
+use super::{HeadView, RawTile};
+use crate::engine::kv_cache::kv_type::QK;
 
+#[cfg(target_arch = "x86_64")]
+mod simd_q8;
 #[cfg(target_arch = "x86_64")]
 mod simd_tiles;
 #[cfg(target_arch = "x86_64")]
@@ -84,9 +95,16 @@ pub(super) struct LongScratch {
     /// Each row's lanes `a..b` attended in this tile.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     lanes: Vec<(usize, usize)>,
-    /// The tile's K as f32, `[d][TILE]`, when many rows share it.
+    /// The tile's K as f32, `[d][TILE]`, when many rows share it (a Q8_0 tile's i8 values,
+    /// unscaled).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     kf: Vec<f32>,
+    /// A Q8_0 tile's V scales as f32, `[TILE][d / QK]`, and its V values scaled to f32,
+    /// `[TILE][d]`, when many rows share them.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    vsf: Vec<f32>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    vf: Vec<f32>,
     /// The fold of the spans so far.
     run_m: Vec<f32>,
     run_l: Vec<f32>,
@@ -110,6 +128,8 @@ impl LongScratch {
             acc: rows(d),
             lanes: vec![(0, 0); MAX_ROWS],
             kf: vec![0.0; d * TILE],
+            vsf: vec![0.0; d.div_ceil(QK) * TILE],
+            vf: vec![0.0; d * TILE],
             run_m: rows(1),
             run_l: rows(1),
             run_a: rows(d),
@@ -286,8 +306,23 @@ fn dot4(q: &[f32], k: impl Fn(usize) -> f32) -> f32 {
     (p[0] + p[1]) + (p[2] + p[3])
 }
 
+/// The Q8_0 dot product of the module docs: per block of [`QK`] dimensions two partial sums of
+/// `q[i] * k(i)` by `i % 2`, then `t = fma(p0 + p1, s(block), t)`. `q.len()` is a multiple of
+/// [`QK`].
+fn dot_q8(q: &[f32], k: impl Fn(usize) -> f32, s: impl Fn(usize) -> f32) -> f32 {
+    let mut t = 0f32;
+    for (blk, qb) in q.chunks_exact(QK).enumerate() {
+        let mut p = [0f32; 2];
+        for (j, &x) in qb.iter().enumerate() {
+            p[j % 2] = x.mul_add(k(blk * QK + j), p[j % 2]);
+        }
+        t = (p[0] + p[1]).mul_add(s(blk), t);
+    }
+    t
+}
+
 /// The scalar twin: tiles `begin..end` (tile-aligned `begin`) of every row, any head size and
-/// block size.
+/// block size (a Q8_0 cache's head size is a multiple of [`QK`]).
 fn tiles_scalar(view: &mut HeadView, sc: &mut LongScratch, begin: usize, end: usize, scale: f32) {
     let (d, bs) = (view.head_dim, view.block_size);
     for t0 in (begin..end).step_by(TILE) {
@@ -300,8 +335,15 @@ fn tiles_scalar(view: &mut HeadView, sc: &mut LongScratch, begin: usize, end: us
             let mut s = [f32::NEG_INFINITY; TILE];
             for (lane, x) in s.iter_mut().enumerate().take(b).skip(a) {
                 let pos = t0 + lane;
-                let (k, _) = view.tile(pos / bs);
-                *x = dot4(q, |i| k[i * bs + pos % bs].to_f32()) * scale;
+                let p = pos % bs;
+                *x = match view.raw_tile(pos / bs) {
+                    RawTile::F16 { k, .. } => dot4(q, |i| k[i * bs + p].to_f32()),
+                    RawTile::Q8 { k, ks, .. } => dot_q8(
+                        q,
+                        |i| f32::from(k[i * bs + p]),
+                        |blk| ks[blk * bs + p].to_f32(),
+                    ),
+                } * scale;
             }
             let tmax = s.iter().fold(f32::NEG_INFINITY, |x, &y| x.max(y));
             let acc = &mut sc.acc[r * d..][..d];
@@ -320,9 +362,19 @@ fn tiles_scalar(view: &mut HeadView, sc: &mut LongScratch, begin: usize, end: us
             }
             for (lane, &p) in s.iter().enumerate().take(b).skip(a) {
                 let pos = t0 + lane;
-                let (_, v) = view.tile(pos / bs);
-                for (x, y) in acc.iter_mut().zip(&v[(pos % bs) * d..][..d]) {
-                    *x = p.mul_add(y.to_f32(), *x);
+                let row = (pos % bs) * d;
+                match view.raw_tile(pos / bs) {
+                    RawTile::F16 { v, .. } => {
+                        for (x, y) in acc.iter_mut().zip(&v[row..][..d]) {
+                            *x = p.mul_add(y.to_f32(), *x);
+                        }
+                    }
+                    RawTile::Q8 { v, vs, .. } => {
+                        for (i, (x, &y)) in acc.iter_mut().zip(&v[row..][..d]).enumerate() {
+                            let sv = vs[(row + i) / QK].to_f32();
+                            *x = p.mul_add(f32::from(y) * sv, *x);
+                        }
+                    }
                 }
             }
         }

@@ -24,6 +24,8 @@ pub(super) trait Simd: Copy {
     /// Query rows, and registers per row, of the weighted-V accumulation kept in registers.
     const V_ROWS: usize;
     const V_W: usize;
+    /// Query rows of a Q8_0 score pass (two partial sums and a total per row in registers).
+    const SCORE_ROWS_Q8: usize;
 
     unsafe fn zero() -> Self::V;
     unsafe fn set1(x: f32) -> Self::V;
@@ -31,6 +33,8 @@ pub(super) trait Simd: Copy {
     unsafe fn store(p: *mut f32, v: Self::V);
     /// [`Simd::LANES`] f16 values widened to f32.
     unsafe fn load_f16(p: *const half::f16) -> Self::V;
+    /// [`Simd::LANES`] i8 values widened to f32 (exact).
+    unsafe fn load_i8(p: *const i8) -> Self::V;
     /// `a * b + c`, rounded once.
     unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
@@ -73,6 +77,7 @@ impl Simd for Avx512 {
     const SCORE_ROWS: usize = 6;
     const V_ROWS: usize = 4;
     const V_W: usize = 4;
+    const SCORE_ROWS_Q8: usize = 8;
 
     #[inline(always)]
     unsafe fn zero() -> __m512 {
@@ -98,6 +103,11 @@ impl Simd for Avx512 {
     unsafe fn load_f16(p: *const half::f16) -> __m512 {
         // SAFETY: the caller passes 16 readable f16.
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_i8(p: *const i8) -> __m512 {
+        // SAFETY: the caller passes 16 readable i8.
+        unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast()))) }
     }
     #[inline(always)]
     unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
@@ -234,6 +244,7 @@ impl Simd for Avx2 {
     const SCORE_ROWS: usize = 3;
     const V_ROWS: usize = 3;
     const V_W: usize = 3;
+    const SCORE_ROWS_Q8: usize = 4;
 
     #[inline(always)]
     unsafe fn zero() -> __m256 {
@@ -259,6 +270,11 @@ impl Simd for Avx2 {
     unsafe fn load_f16(p: *const half::f16) -> __m256 {
         // SAFETY: the caller passes 8 readable f16.
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_i8(p: *const i8) -> __m256 {
+        // SAFETY: the caller passes 8 readable i8 (one 64-bit load).
+        unsafe { _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast()))) }
     }
     #[inline(always)]
     unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {

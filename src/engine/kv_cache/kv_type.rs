@@ -12,7 +12,8 @@
 //! - a V tile `[pos_in_block][head_dim]` has scales `[pos_in_block][head_dim / QK]`.
 //!
 //! Both start at the tile's value offset divided by [`QK`]. A row is quantized as ggml's
-//! `quantize_row_q8_0_ref` does ([`quantize_row`]); attention reads a tile back as f16
+//! `quantize_row_q8_0_ref` does ([`quantize_row`]). Attention's long-context order reads the
+//! values and scales as stored; its one-row order widens a tile back to f16
 //! (`engine::attention`'s dequantizing view).
 
 use half::f16;

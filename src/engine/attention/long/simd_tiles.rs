@@ -1,7 +1,9 @@
 //! The SIMD tiles of the long-context order ([`super`]), one body over any x86 vector width
-//! ([`Simd`]), bit-identical to the scalar twin [`super::tiles_scalar`].
+//! ([`Simd`]), bit-identical to the scalar twin [`super::tiles_scalar`]. A Q8_0 cache's scores
+//! and weighted V sum are `simd_q8`'s.
 
-use super::{lanes, simd_covers, HeadView, LongScratch, TILE};
+use super::simd_q8;
+use super::{lanes, simd_covers, HeadView, LongScratch, RawTile, TILE};
 use crate::engine::attention::simd::Simd;
 use half::f16;
 
@@ -56,49 +58,32 @@ unsafe fn tiles_simd<S: Simd>(
     let (d, bs, n) = (view.head_dim, view.block_size, sc.n);
     assert!(simd_covers(d, bs) && d.is_multiple_of(S::LANES));
     for t0 in (begin..end).step_by(TILE) {
-        let (kt, vt) = view.tile(t0 / bs);
+        let raw = view.raw_tile(t0 / bs);
         let off = t0 % bs;
+        if let RawTile::Q8 { .. } = raw {
+            // The tiles of the block after next load while this one is computed (a sequence's
+            // blocks lie anywhere in the cache, so the hardware prefetchers restart at every
+            // block); the first tile also starts the next block.
+            let blk = t0 / bs;
+            if t0 == begin && (blk + 1) * bs < end {
+                view.prefetch_block(blk + 1);
+            }
+            if (off == 0 || t0 == begin) && (blk + 2) * bs < end {
+                view.prefetch_block(blk + 2);
+            }
+        }
         let mut full = true;
         for r in 0..n {
             let (a, b) = lanes(sc.lo[r], sc.hi[r], t0);
             sc.lanes[r] = (a, b);
             full &= a == 0 && b == TILE;
         }
-        // Scores: `kt` is `[d][bs]`, so positions off.. of dimension i are contiguous. With
-        // more rows than one pass holds, the tile is widened to f32 once for all passes (an
-        // exact conversion: the same scores).
-        let shared = n > S::SCORE_ROWS;
-        if shared {
-            for i in 0..d {
-                for h in (0..TILE).step_by(S::LANES) {
-                    // SAFETY: i * bs + off + h + LANES <= (d - 1) * bs + bs = kt.len() since
-                    // off + TILE <= bs; `kf` holds d * TILE values.
-                    unsafe {
-                        let x = S::load_f16(kt.as_ptr().add(i * bs + off + h));
-                        S::store(sc.kf.as_mut_ptr().add(i * TILE + h), x);
-                    }
-                }
-            }
-        }
-        for h in (0..TILE).step_by(S::LANES) {
-            let mut r0 = 0;
-            while r0 < n {
-                let rows = (n - r0).min(S::SCORE_ROWS);
-                let q = sc.q[r0 * d..].as_ptr();
-                let s = sc.s[r0 * TILE + h..].as_mut_ptr();
-                // SAFETY: as above for `kt` and `kf`; rows r0.. of q and s are in bounds
-                // (r0 + rows <= n <= MAX_ROWS).
-                unsafe {
-                    if shared {
-                        let k = sc.kf.as_ptr().add(h);
-                        score_dispatch::<S, true>(rows, k.cast(), TILE, d, q, scale, s);
-                    } else {
-                        let k = kt.as_ptr().add(off + h);
-                        score_dispatch::<S, false>(rows, k.cast(), bs, d, q, scale, s);
-                    }
-                }
-                r0 += rows;
-            }
+        match raw {
+            // SAFETY: the tile holds bs positions of d values, off + TILE <= bs (a tile lies
+            // in one block, `simd_covers`); `S`'s features are this function's contract.
+            RawTile::F16 { k, .. } => unsafe { scores_f16::<S>(k, bs, off, sc, scale) },
+            // SAFETY: as above; a Q8_0 cache's head_dim is a multiple of QK.
+            RawTile::Q8 { k, ks, .. } => unsafe { simd_q8::scores::<S>(k, ks, bs, off, sc, scale) },
         }
         // The softmax step of each row.
         for r in 0..n {
@@ -133,31 +118,140 @@ unsafe fn tiles_simd<S: Simd>(
                 }
             }
         }
-        // The weighted V sum, `S::V_W` registers of `S::V_ROWS` rows at a time.
-        let regs = d / S::LANES;
-        let v = vt[off * d..].as_ptr();
-        let mut c0 = 0;
-        while c0 < regs {
-            let w = (regs - c0).min(S::V_W);
-            if full {
-                let mut r0 = 0;
-                while r0 < n {
-                    let rows = (n - r0).min(S::V_ROWS);
-                    // SAFETY: rows r0..r0 + rows and registers c0..c0 + w are in bounds; the
-                    // V tile holds positions off..off + TILE of d values.
-                    unsafe { v_rows_dispatch::<S>(rows, w, v, d, c0, 0, TILE, sc, r0) };
-                    r0 += rows;
-                }
-            } else {
-                for r in 0..n {
-                    let (a, b) = sc.lanes[r];
-                    if a < b {
-                        // SAFETY: as above, one row.
-                        unsafe { v_rows_dispatch::<S>(1, w, v, d, c0, a, b, sc, r) };
+        // The weighted V sum.
+        match raw {
+            RawTile::F16 { v, .. } => {
+                // SAFETY: positions off..off + TILE of d values lie in the V tile.
+                unsafe { weighted_v::<S, V_F16>(v[off * d..].as_ptr().cast(), full, sc) }
+            }
+            RawTile::Q8 { v, vs, .. } => {
+                // SAFETY: as above; `vs` holds the tile's bs * d / QK scales.
+                unsafe {
+                    simd_q8::v_scales::<S>(vs, off, sc);
+                    // Read by more than one pass of rows: widened and scaled once (exact, so
+                    // the same products).
+                    if n > 1 && (!full || n > S::V_ROWS) {
+                        simd_q8::widen_v::<S>(v, off, sc);
+                        weighted_v::<S, V_Q8_F32>(v[off * d..].as_ptr().cast(), full, sc);
+                    } else {
+                        weighted_v::<S, V_Q8>(v[off * d..].as_ptr().cast(), full, sc);
                     }
                 }
             }
-            c0 += w;
+        }
+    }
+}
+
+/// The scores of every row of `sc` for the tile at `off` of an f16 K tile `kt` (`[d][bs]`)
+/// into `sc.s`, `S::SCORE_ROWS` rows a pass.
+///
+/// # Safety
+/// `S`'s features; `kt` holds `sc.d * bs` values, `off + TILE <= bs`.
+#[inline(always)]
+unsafe fn scores_f16<S: Simd>(kt: &[f16], bs: usize, off: usize, sc: &mut LongScratch, scale: f32) {
+    let (d, n) = (sc.d, sc.n);
+    // `kt` is `[d][bs]`, so positions off.. of dimension i are contiguous. With more rows than
+    // one pass holds, the tile is widened to f32 once for all passes (an exact conversion: the
+    // same scores).
+    let shared = n > S::SCORE_ROWS;
+    if shared {
+        for i in 0..d {
+            for h in (0..TILE).step_by(S::LANES) {
+                // SAFETY: i * bs + off + h + LANES <= (d - 1) * bs + bs = kt.len() since
+                // off + TILE <= bs; `kf` holds d * TILE values.
+                unsafe {
+                    let x = S::load_f16(kt.as_ptr().add(i * bs + off + h));
+                    S::store(sc.kf.as_mut_ptr().add(i * TILE + h), x);
+                }
+            }
+        }
+    }
+    for h in (0..TILE).step_by(S::LANES) {
+        let mut r0 = 0;
+        while r0 < n {
+            let rows = (n - r0).min(S::SCORE_ROWS);
+            let q = sc.q[r0 * d..].as_ptr();
+            let s = sc.s[r0 * TILE + h..].as_mut_ptr();
+            // SAFETY: as above for `kt` and `kf`; rows r0.. of q and s are in bounds
+            // (r0 + rows <= n <= MAX_ROWS).
+            unsafe {
+                if shared {
+                    let k = sc.kf.as_ptr().add(h);
+                    score_dispatch::<S, true>(rows, k.cast(), TILE, d, q, scale, s);
+                } else {
+                    let k = kt.as_ptr().add(off + h);
+                    score_dispatch::<S, false>(rows, k.cast(), bs, d, q, scale, s);
+                }
+            }
+            r0 += rows;
+        }
+    }
+}
+
+/// What [`weighted_v`] reads: f16 values, a Q8_0 tile's i8 values (scales in `sc.vsf`), or
+/// its values widened and scaled in `sc.vf`.
+const V_F16: u8 = 0;
+const V_Q8: u8 = 1;
+const V_Q8_F32: u8 = 2;
+
+/// The weighted V sum of every row of `sc` over the tile's positions (`v` its first position's
+/// `d` values, as `V` says), `S::V_W` registers of `S::V_ROWS` rows at a time when every row
+/// attends the whole tile (`full`), else row by row.
+///
+/// # Safety
+/// `S`'s features; `v` readable for `TILE * sc.d` values.
+#[inline(always)]
+unsafe fn weighted_v<S: Simd, const V: u8>(v: *const u8, full: bool, sc: &mut LongScratch) {
+    let (d, n) = (sc.d, sc.n);
+    let regs = d / S::LANES;
+    let mut c0 = 0;
+    while c0 < regs {
+        let w = (regs - c0).min(S::V_W);
+        if full {
+            let mut r0 = 0;
+            while r0 < n {
+                let rows = (n - r0).min(S::V_ROWS);
+                // SAFETY: rows r0..r0 + rows and registers c0..c0 + w are in bounds; the
+                // V tile holds positions off..off + TILE of d values.
+                unsafe { v_dispatch::<S, V>(rows, w, v, c0, 0, TILE, sc, r0) };
+                r0 += rows;
+            }
+        } else {
+            for r in 0..n {
+                let (a, b) = sc.lanes[r];
+                if a < b {
+                    // SAFETY: as above, one row.
+                    unsafe { v_dispatch::<S, V>(1, w, v, c0, a, b, sc, r) };
+                }
+            }
+        }
+        c0 += w;
+    }
+}
+
+/// The V rows kernel of kind `V` (see [`weighted_v`]).
+///
+/// # Safety
+/// As [`v_rows`] (or `simd_q8`'s).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn v_dispatch<S: Simd, const V: u8>(
+    rows: usize,
+    w: usize,
+    v: *const u8,
+    c0: usize,
+    a: usize,
+    b: usize,
+    sc: &mut LongScratch,
+    r0: usize,
+) {
+    let d = sc.d;
+    // SAFETY: this function's contract.
+    unsafe {
+        match V {
+            V_F16 => v_rows_dispatch::<S>(rows, w, v.cast(), d, c0, a, b, sc, r0),
+            V_Q8 => simd_q8::v_rows_dispatch::<S, false>(rows, w, v.cast(), c0, a, b, sc, r0),
+            _ => simd_q8::v_rows_dispatch::<S, true>(rows, w, v.cast(), c0, a, b, sc, r0),
         }
     }
 }

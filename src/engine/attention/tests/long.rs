@@ -11,7 +11,7 @@ use std::sync::Mutex;
 /// (n_head_kv, group, head_dim, block_size): the default model's shape, Llama-3.2-1B's group
 /// of 4, the head sizes 96, 128 and 256, a group wider than one pass of rows (7), and a block
 /// size only the scalar twin covers.
-const LONG_SHAPES: [(usize, usize, usize, usize); 7] = [
+pub(super) const LONG_SHAPES: [(usize, usize, usize, usize); 7] = [
     (3, 3, 64, 16),
     (2, 4, 64, 32),
     (1, 5, 96, 16),
@@ -22,7 +22,7 @@ const LONG_SHAPES: [(usize, usize, usize, usize); 7] = [
 ];
 
 /// Positions around the long order's start and its span and tile edges.
-fn long_positions(n_pos: usize) -> Vec<usize> {
+pub(super) fn long_positions(n_pos: usize) -> Vec<usize> {
     let f = LONG_FROM;
     [
         f,
@@ -102,7 +102,7 @@ fn long_simd_kernels_are_bit_identical_to_the_scalar_twin() {
 }
 
 /// Runs `attend_batch` over `tokens` (sequence, position) with queries `q`, on a pool of two.
-fn run_batch(
+pub(super) fn run_batch(
     isa: AttnIsa,
     cache: &KvCache,
     tables: &[BlockTable],
@@ -141,9 +141,15 @@ fn run_batch(
 
 #[test]
 fn batched_attention_equals_attend_token_by_token() {
-    // Sequence 0 prefills across LONG_FROM (short tokens, then a tile run), sequence 1 decodes
-    // one long token (split over KV), sequence 2 decodes one short token, sequence 3 prefills
-    // a long run longer than one tile.
+    check_batched(KvType::F16);
+}
+
+/// Sequence 0 prefills across LONG_FROM (short tokens, then a tile run), sequence 1 decodes
+/// one long token (split over KV), sequence 2 decodes one short token, sequence 3 prefills a
+/// long run longer than one tile: with every kernel, `attend_batch` gives each token exactly
+/// what `attend` gives it alone (and the kernels give the scalar twin's bits), over a cache of
+/// `kv_type`.
+pub(super) fn check_batched(kv_type: KvType) {
     let (hk, g, d, bs) = (2, 4, 64, 16);
     let n = LONG_FROM + SPAN + 50;
     let c = KvCacheConfig {
@@ -153,7 +159,7 @@ fn batched_attention_equals_attend_token_by_token() {
         block_size: bs,
         n_blocks: 4 * n.div_ceil(bs) + 8,
         windows: LayerWindows::NONE,
-        kv_type: KvType::F16,
+        kv_type,
     };
     let mut cache = KvCache::new(c).unwrap();
     let mut rng = Rng(0xba7c);
@@ -171,6 +177,7 @@ fn batched_attention_equals_attend_token_by_token() {
     tokens.extend((n as u32 - 40..n as u32).map(|p| (3, p)));
     let nq = hk * g * d;
     let q = rng.vec(tokens.len() * nq, 1.0);
+    let mut first: Option<Vec<u32>> = None;
     for isa in isas() {
         let mut s = AttnScratch::new(&c);
         s.force_isa(isa);
@@ -199,9 +206,17 @@ fn batched_attention_equals_attend_token_by_token() {
             assert_eq!(
                 bits(&got),
                 bits(&want),
-                "{isa:?}, plan for {plan_tokens} positions"
+                "{isa:?} {kv_type}, plan for {plan_tokens} positions"
             );
         }
+        // Every kernel gives the scalar twin's bits (tiles of 16 tokens: up to 64 rows share
+        // a K tile, the SIMD kernels' widened-once path).
+        let first = first.get_or_insert_with(|| bits(&want));
+        assert_eq!(
+            &bits(&want),
+            first,
+            "{isa:?} {kv_type} against the scalar twin"
+        );
     }
 }
 
