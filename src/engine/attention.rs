@@ -514,23 +514,54 @@ pub fn attend_with(
         scratch,
         params,
     )?;
-    let cfg = cache.config();
-    let (d, hk) = (cfg.head_dim, cfg.n_head_kv);
-    let group = n_head / hk;
+    let hk = cache.config().n_head_kv;
+    attend_kv_heads(
+        cache,
+        layer,
+        table,
+        pos,
+        (q, 0..hk),
+        out,
+        scratch,
+        params,
+        n_head / hk,
+    );
+    Ok(())
+}
+
+/// [`attend_with`] for the query heads of KV heads `heads` only, arguments already checked
+/// (`check`): `q` is the token's whole `[n_head][head_dim]` row, `out` receives the
+/// `[heads.len() * group][head_dim]` outputs of those heads (`group` query heads per KV head).
+/// Each KV head's result is the same whichever range computes it.
+#[allow(clippy::too_many_arguments)]
+fn attend_kv_heads(
+    cache: &KvCache,
+    layer: usize,
+    table: &BlockTable,
+    pos: usize,
+    (q, heads): (&[f32], std::ops::Range<usize>),
+    out: &mut [f32],
+    scratch: &mut AttnScratch,
+    params: &AttnParams,
+    group: usize,
+) {
+    let d = cache.config().head_dim;
     let start = params.start(pos);
+    let h0 = heads.start;
+    let last = heads.end;
     // Out of the scratch while views borrow it (moving it allocates nothing).
     let mut tiles = std::mem::take(&mut scratch.tiles);
-    for h in 0..hk {
+    for h in heads {
         let mut view = HeadView::new(cache, layer, table, h, start, pos + 1, &mut tiles);
-        if h + 1 < hk {
+        if h + 1 < last {
             // The next KV head's first tiles load while this head computes (each head's
             // later tiles are prefetched by the kernels, one block ahead). Its view converts
             // nothing, so it needs no tiles of its own.
             let mut none = DequantTiles::default();
             HeadView::new(cache, layer, table, h + 1, start, pos + 1, &mut none).prefetch_first();
         }
-        let span = h * group * d..(h + 1) * group * d;
-        let (qg, og) = (&q[span.clone()], &mut out[span]);
+        let qg = &q[h * group * d..(h + 1) * group * d];
+        let og = &mut out[(h - h0) * group * d..(h - h0 + 1) * group * d];
         if params.long_at(pos) {
             attend_long(&mut view, qg, og, 0, pos + 1, params.scale, scratch);
         } else {
@@ -538,7 +569,6 @@ pub fn attend_with(
         }
     }
     scratch.tiles = tiles;
-    Ok(())
 }
 
 /// Checks one query's arguments (see [`attend_with`]); returns the number of query heads.

@@ -26,8 +26,12 @@
 
 use super::DType;
 
+pub(crate) mod driver;
 pub mod kquant;
 pub mod lines;
+/// The block-sum tiles' activation terms (only the x86 tiles read a table).
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod terms;
 
 pub use lines::Lines;
 

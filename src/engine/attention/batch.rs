@@ -3,7 +3,8 @@
 //!
 //! The work is cut by cost: a token in llama.cpp's one-row order (below
 //! [`super::LONG_FROM`], or any token of a windowed or soft-capped layer) is one task (llama.cpp's one-row
-//! order, all its heads); a run of a sequence's consecutive tokens in the long order is
+//! order, all its heads), or one task per KV head when a step has fewer such tokens than
+//! threads (a decode step: the other threads would wait); a run of a sequence's consecutive tokens in the long order is
 //! tiled, `MAX_ROWS / group` tokens times the query heads of one KV head per task, so each K/V
 //! tile is read once for all of them; a sequence's single long token (decode) is split over KV
 //! instead, one task per (KV head, span) writing span partials, then one merge task per token
@@ -11,7 +12,7 @@
 //! the cut never changes a result.
 
 use super::long::{self, MAX_ROWS, SPAN};
-use super::{attend_with, check, AttnParams, AttnScratch, HeadView};
+use super::{attend_kv_heads, attend_with, check, AttnParams, AttnScratch, HeadView};
 use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig, KvCacheError};
 use crate::engine::pool::{Pool, SendPtr};
 use std::sync::Mutex;
@@ -35,6 +36,9 @@ pub struct AttnBatch<'a> {
 enum Task {
     /// One token below `LONG_FROM`.
     Short { tok: u32 },
+    /// The query heads of KV head `kvh` of one token below `LONG_FROM` (a decode step's
+    /// short tokens, fewer than the threads, are split this way so every thread attends).
+    Heads { tok: u32, kvh: u32 },
     /// Tokens `tok..tok + n` of one sequence, query heads of KV head `kvh`, all spans.
     Tile { tok: u32, n: u32, kvh: u32 },
     /// One token, KV head `kvh`, span `span`; partials from `slot` on.
@@ -128,7 +132,7 @@ pub fn attend_batch(
             )?;
         }
     }
-    plan_tasks(batch, plan, hk);
+    plan_tasks(batch, plan, hk, pool.threads());
     let group = plan.n_head / hk;
     let scale = batch.params.scale;
     let first_err: Mutex<Option<KvCacheError>> = Mutex::new(None);
@@ -163,6 +167,26 @@ pub fn attend_batch(
                         .unwrap_or_else(|e| e.into_inner())
                         .get_or_insert(e);
                 }
+            }
+            Task::Heads { tok, kvh } => {
+                let (t, h) = (tok as usize, kvh as usize);
+                let table = (batch.table)(batch.tok_seq[t] as usize);
+                let w = group * d;
+                // SAFETY: the query heads of KV head h in row t of `out` (n_tok rows of nq)
+                // belong to this task alone (one task per token and KV head).
+                let o =
+                    unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(t * nq + h * w), w) };
+                attend_kv_heads(
+                    cache,
+                    layer,
+                    table,
+                    batch.tok_pos[t] as usize,
+                    (&batch.q[t * nq..][..nq], h..h + 1),
+                    o,
+                    &mut sc,
+                    batch.params,
+                    group,
+                );
             }
             Task::Tile { tok, n, kvh } => {
                 let (t0, h) = (tok as usize, kvh as usize);
@@ -253,8 +277,9 @@ pub fn attend_batch(
 }
 
 /// Fills `plan.tasks` and `plan.merges` for `batch` (see the module docs): long work first,
-/// then short tokens latest first (later positions cost more), so the tail balances.
-fn plan_tasks(batch: &AttnBatch<'_>, plan: &mut AttnPlan, hk: usize) {
+/// then short tokens latest first (later positions cost more), so the tail balances. With
+/// fewer short tokens than `threads` (decode), each is split by KV head.
+fn plan_tasks(batch: &AttnBatch<'_>, plan: &mut AttnPlan, hk: usize, threads: usize) {
     let n_tok = batch.tok_seq.len();
     let group = plan.n_head / hk;
     let tile = (MAX_ROWS / group).max(1);
@@ -309,8 +334,17 @@ fn plan_tasks(batch: &AttnBatch<'_>, plan: &mut AttnPlan, hk: usize) {
         }
         t = end;
     }
-    for t in (0..n_tok).rev() {
-        if !batch.params.long_at(batch.tok_pos[t] as usize) {
+    let short = |t: &usize| !batch.params.long_at(batch.tok_pos[*t] as usize);
+    let split = threads > 1 && (0..n_tok).filter(short).count() < threads;
+    for t in (0..n_tok).rev().filter(short) {
+        if split {
+            for kvh in 0..hk {
+                plan.tasks.push(Task::Heads {
+                    tok: t as u32,
+                    kvh: kvh as u32,
+                });
+            }
+        } else {
             plan.tasks.push(Task::Short { tok: t as u32 });
         }
     }

@@ -26,6 +26,7 @@
 //! so `v0..v2` are one mask each and `v3 = B >> 6 | (C >> 6) << 2 | (A >> 6) << 4`.
 //! Everything else is the GGUF bytes as is (Q4_K: +64 bytes of decoded scales per block-panel).
 
+use super::driver::GroupTerms;
 use super::{PanelLayout, MAX_K, PANEL};
 use crate::kernels::blocks::kquants::scales_mins_k4;
 use crate::kernels::DType;
@@ -169,26 +170,30 @@ pub const Q8K_BYTES: usize = 292;
 /// Where a Q8_K block's group sums start.
 pub const Q8K_BSUMS: usize = 4 + QK_K;
 
-/// Per (token, block) activation terms of the K-quant panel GEMMs, computed once per call and
-/// shared by all panels: the Q8_K scale `dy` and group-sum pairs as i16 pairs (`lo | hi << 16`,
-/// what `vpmaddwd`/`vpdpwssd` take): Q4_K/Q5_K pair `i < 4` = the 32-value sums of sub-blocks
-/// `2i, 2i + 1`; Q6_K pair `m < 8` = the 16-value sums of groups `2m, 2m + 1`.
+/// Per (token, block) activation terms of the K-quant panel GEMMs, computed once per token
+/// group ([`super::driver`]) and shared by all panels: the Q8_K scale `dy` and group-sum pairs
+/// as i16 pairs (`lo | hi << 16`, what `vpmaddwd`/`vpdpwssd` take): Q4_K/Q5_K pair `i < 4` =
+/// the 32-value sums of sub-blocks `2i, 2i + 1`; Q6_K pair `m < 8` = the 16-value sums of
+/// groups `2m, 2m + 1`.
 pub struct ActTable<const N: usize> {
     pub dy: [f32; N],
     pub pair: [[i32; 8]; N],
+    dtype: DType,
 }
 
 impl<const N: usize> ActTable<N> {
-    pub fn new() -> Self {
+    /// An empty table for the activations of `dtype` weights (Q4_K, Q5_K or Q6_K).
+    pub fn new(dtype: DType) -> Self {
         ActTable {
             dy: [0.0; N],
             pair: [[0; 8]; N],
+            dtype,
         }
     }
 
     /// Fills entries `t * nb + b` for the `n` Q8_K rows of `a` (`ar` bytes apart, `nb` blocks
     /// each). Panics if `n * nb > N` or `a` is short.
-    pub fn fill(&mut self, dtype: DType, a: &[u8], ar: usize, n: usize, nb: usize) {
+    pub fn fill_rows(&mut self, a: &[u8], ar: usize, n: usize, nb: usize) {
         assert!(n * nb <= N, "activation table of {N} entries");
         for t in 0..n {
             for b in 0..nb {
@@ -199,7 +204,7 @@ impl<const N: usize> ActTable<N> {
                 let e = t * nb + b;
                 self.dy[e] = f32::from_le_bytes(y[0..4].try_into().expect("4 bytes"));
                 let pack = |lo: i32, hi: i32| (lo & 0xFFFF) | (hi << 16);
-                if dtype == DType::Q6_K {
+                if self.dtype == DType::Q6_K {
                     for m in 0..8 {
                         self.pair[e][m] = pack(bs(2 * m), bs(2 * m + 1));
                     }
@@ -214,8 +219,16 @@ impl<const N: usize> ActTable<N> {
     }
 }
 
-impl<const N: usize> Default for ActTable<N> {
-    fn default() -> Self {
-        Self::new()
+impl<const N: usize> GroupTerms for ActTable<N> {
+    #[inline(always)]
+    fn capacity(&self, nb: usize) -> usize {
+        N / nb
+    }
+
+    #[inline(always)]
+    unsafe fn fill(&mut self, a: *const u8, ar: usize, n: usize, nb: usize) {
+        // SAFETY: `n` rows of `ar` bytes are readable at `a` (caller contract).
+        let rows = unsafe { std::slice::from_raw_parts(a, n * ar) };
+        self.fill_rows(rows, ar, n, nb);
     }
 }

@@ -53,5 +53,23 @@ pub(crate) fn prefetch_line(pf: *const u8, c: usize) {
     }
 }
 
+/// Prefetches the quants of the 32-value panel block [`PF_BLOCKS_32`] blocks ahead of the block
+/// quants at `q` (`quant_bytes` per block; past a panel's last block the address falls in the
+/// panel's scales and the next panel's first blocks). The AVX-512 and AVX2 decode-sized tiles
+/// of Q4_0 .. Q8_0 call it once per block; prefetches never fault, so no bounds are needed.
+#[inline(always)]
+pub(crate) fn prefetch_ahead(q: *const u8, quant_bytes: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let p = q.wrapping_add(PF_BLOCKS_32 * quant_bytes);
+    for c in (0..quant_bytes).step_by(64) {
+        // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never faults, whatever
+        // the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
+    }
+}
+
+/// How many blocks ahead the 32-value kinds' decode-sized tiles prefetch (8: 2-4 KiB).
+const PF_BLOCKS_32: usize = 8;
+
 /// How many blocks ahead decode-sized K-quant tiles prefetch (2: 4.7-6.7 KiB of the stream).
 const PF_BLOCKS: usize = 2;

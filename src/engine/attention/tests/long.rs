@@ -209,6 +209,14 @@ pub(super) fn check_batched(kv_type: KvType) {
                 "{isa:?} {kv_type}, plan for {plan_tokens} positions"
             );
         }
+        // A decode step's lone short token, split by KV head over the team of two.
+        let i = tokens.iter().position(|t| *t == (2, 700)).unwrap();
+        let got = run_batch(isa, &cache, &tables, &tokens[i..=i], &q[i * nq..][..nq], 16);
+        assert_eq!(
+            bits(&got),
+            bits(&want[i * nq..][..nq]),
+            "{isa:?} {kv_type}, one short token"
+        );
         // Every kernel gives the scalar twin's bits (tiles of 16 tokens: up to 64 rows share
         // a K tile, the SIMD kernels' widened-once path).
         let first = first.get_or_insert_with(|| bits(&want));

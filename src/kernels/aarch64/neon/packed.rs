@@ -13,12 +13,14 @@
 //!   tokens go this way (two pairs per weight load), an odd last token through `sdot` (Q4_0
 //!   only: `smmla` merges two of the eight partial sums of the llama.cpp-order kinds).
 //!
-//! Token groups of [`TOKEN_GROUP`] keep their activations in L1 while the panels stream past.
+//! The loop over token groups, panels and token tiles is the shared driver's
+//! ([`crate::kernels::packed::driver`]).
 
 use std::arch::aarch64::*;
 
 use super::asm::{f16x8_to_f32, sdot_lane, smmla};
 use crate::kernels::legacy_kind::*;
+use crate::kernels::packed::driver::{self, NoTerms, PanelTile, Shape, Tile};
 use crate::kernels::packed::{PanelLayout, PANEL};
 
 /// Largest token tile of the `sdot` kernel (4 x 4 i32 sums + 8 activation registers + 4
@@ -26,8 +28,6 @@ use crate::kernels::packed::{PanelLayout, PANEL};
 const DOT_TT: usize = 4;
 /// Token pairs per `smmla` tile (2 x 8 i32 sums + 8 weight + 2 activation registers).
 const MM_PAIRS: usize = 2;
-/// Tokens whose activations stay in L1 while a call's panels stream past (prefill).
-const TOKEN_GROUP: usize = 64;
 /// Bytes of one Q8_0 activation block (f16 d + 32 quants).
 const ABLK: usize = 34;
 
@@ -343,24 +343,87 @@ unsafe fn tile_lanes<const T: u8>(
     unsafe { store(&r, out, valid) };
 }
 
-/// The checked call shared by both variants: the layout and activation row bytes, or `None`
-/// when there is nothing to compute.
+/// The llama.cpp-order kinds' tile (Q4_1, Q8_0): [`tile_lanes`], one panel x one token.
+struct LanesTile<'a, const T: u8>(&'a PanelLayout);
+
+impl<const T: u8> PanelTile for LanesTile<'_, T> {
+    type Terms = NoTerms;
+    const TOKENS: usize = 1;
+
+    #[inline(always)]
+    unsafe fn tile(&self, t: &Tile, _: &NoTerms) {
+        // SAFETY: the driver's tile contract is tile_lanes' (features: the caller's).
+        unsafe { tile_lanes::<T>(self.0, t.panel, t.a, t.out, t.valid) }
+    }
+}
+
+/// The `sdot` tile of Q4_0: [`tile_dot`] on up to [`DOT_TT`] tokens.
+struct DotTile<'a, const T: u8>(&'a PanelLayout);
+
+impl<const T: u8> PanelTile for DotTile<'_, T> {
+    type Terms = NoTerms;
+    const TOKENS: usize = DOT_TT;
+
+    #[inline(always)]
+    unsafe fn tile(&self, t: &Tile, _: &NoTerms) {
+        let (l, n) = (self.0, t.n);
+        // SAFETY: the driver's tile contract is tile_dot's with TT = t.n.
+        unsafe { tile_dot_dyn::<T>(n, l, t.panel, t.a, t.ar, t.out, t.os, t.valid) }
+    }
+}
+
+/// The `smmla` tile: [`MM_PAIRS`] token pairs, one pair, or an odd last token through
+/// [`tile_dot`].
+struct MmTile<'a, const T: u8>(&'a PanelLayout);
+
+impl<const T: u8> PanelTile for MmTile<'_, T> {
+    type Terms = NoTerms;
+    const TOKENS: usize = 2 * MM_PAIRS;
+
+    #[inline(always)]
+    fn tokens(&self, left: usize) -> usize {
+        if left >= 2 * MM_PAIRS {
+            2 * MM_PAIRS
+        } else if left >= 2 {
+            2
+        } else {
+            1
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn tile(&self, t: &Tile, _: &NoTerms) {
+        let (l, p, a, ar, o, os, v) = (self.0, t.panel, t.a, t.ar, t.out, t.os, t.valid);
+        // SAFETY: the driver's tile contract is tile_mm's with 2P = t.n tokens (tile_dot's
+        // for one); the CPU features are the caller's.
+        unsafe {
+            match t.n {
+                1 => tile_dot::<T, 1>(l, p, a, ar, o, os, v),
+                2 => tile_mm::<T, 1>(l, p, a, ar, o, os, v),
+                _ => tile_mm::<T, MM_PAIRS>(l, p, a, ar, o, os, v),
+            }
+        }
+    }
+}
+
+/// The checked call shared by both variants: its shape, or `None` when there is nothing to
+/// compute.
 fn prepare<const T: u8>(
     k: usize,
     packed: &[u8],
     n_rows: usize,
     a: &[u8],
     n_tok: usize,
-    out: &[f32],
+    out: &mut [f32],
     os: usize,
-) -> Option<(PanelLayout, usize)> {
+) -> Option<(PanelLayout, Shape)> {
     assert!(
         T == Q4_0 || T == Q4_1 || T == Q8_0,
         "NEON panel GEMMs: Q4_0, Q4_1 and Q8_0 only"
     );
     let l = PanelLayout::new(wdt(T), k).expect("dtype with a panel layout");
-    let ar = l.check_gemm(packed, n_rows, a.len(), n_tok, out.len(), os);
-    (n_rows > 0 && n_tok > 0).then_some((l, ar))
+    let s = Shape::packed(&l, packed, n_rows, a, n_tok, out, os)?;
+    Some((l, s))
 }
 
 /// Panel GEMM with `sdot`: `out[t * os + r] = dot(row r, activation row t)` for `r < n_rows`,
@@ -380,48 +443,15 @@ pub(crate) unsafe fn gemm_dotprod<const T: u8>(
     out: &mut [f32],
     os: usize,
 ) {
-    let Some((l, ar)) = prepare::<T>(k, packed, n_rows, a, n_tok, out, os) else {
+    let Some((l, s)) = prepare::<T>(k, packed, n_rows, a, n_tok, out, os) else {
         return;
     };
-    let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
-        let g1 = (g0 + TOKEN_GROUP).min(n_tok);
-        for p in 0..PanelLayout::panels(n_rows) {
-            let valid = PANEL.min(n_rows - p * PANEL);
-            let panel = pp.wrapping_add(p * l.panel_bytes);
-            if ggml_lanes(T) {
-                for t in g0..g1 {
-                    // SAFETY: lengths checked by `prepare`; panel p, token t and its output
-                    // cells are in range.
-                    unsafe {
-                        tile_lanes::<T>(
-                            &l,
-                            panel,
-                            ap.add(t * ar),
-                            op.add(t * os + p * PANEL),
-                            valid,
-                        )
-                    };
-                }
-                continue;
-            }
-            for t0 in (g0..g1).step_by(DOT_TT) {
-                let tt = DOT_TT.min(g1 - t0);
-                // SAFETY: lengths checked by `prepare`; panel p, tokens t0..t0 + tt and their
-                // output cells are in range.
-                unsafe {
-                    tile_dot_dyn::<T>(
-                        tt,
-                        &l,
-                        panel,
-                        ap.add(t0 * ar),
-                        ar,
-                        op.add(t0 * os + p * PANEL),
-                        os,
-                        valid,
-                    )
-                };
-            }
+    // SAFETY: `prepare` checked the lengths; the CPU features are this function's contract.
+    unsafe {
+        if ggml_lanes(T) {
+            driver::run(&LanesTile::<T>(&l), &mut NoTerms, &s)
+        } else {
+            driver::run(&DotTile::<T>(&l), &mut NoTerms, &s)
         }
     }
 }
@@ -445,35 +475,9 @@ pub(crate) unsafe fn gemm_i8mm<const T: u8>(
         // SAFETY: dotprod is part of this function's contract.
         return unsafe { gemm_dotprod::<T>(k, packed, n_rows, a, n_tok, out, os) };
     }
-    let Some((l, ar)) = prepare::<T>(k, packed, n_rows, a, n_tok, out, os) else {
+    let Some((l, s)) = prepare::<T>(k, packed, n_rows, a, n_tok, out, os) else {
         return;
     };
-    let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
-        let g1 = (g0 + TOKEN_GROUP).min(n_tok);
-        for p in 0..PanelLayout::panels(n_rows) {
-            let valid = PANEL.min(n_rows - p * PANEL);
-            let panel = pp.wrapping_add(p * l.panel_bytes);
-            let mut t0 = g0;
-            while t0 < g1 {
-                let left = g1 - t0;
-                // SAFETY: lengths checked by `prepare`; panel p, the tile's tokens and their
-                // output cells are in range.
-                let (at, ot) = unsafe { (ap.add(t0 * ar), op.add(t0 * os + p * PANEL)) };
-                // SAFETY: as above; the CPU features are this function's contract.
-                t0 += unsafe {
-                    if left >= 2 * MM_PAIRS {
-                        tile_mm::<T, MM_PAIRS>(&l, panel, at, ar, ot, os, valid);
-                        2 * MM_PAIRS
-                    } else if left >= 2 {
-                        tile_mm::<T, 1>(&l, panel, at, ar, ot, os, valid);
-                        2
-                    } else {
-                        tile_dot::<T, 1>(&l, panel, at, ar, ot, os, valid);
-                        1
-                    }
-                };
-            }
-        }
-    }
+    // SAFETY: `prepare` checked the lengths; the CPU features are this function's contract.
+    unsafe { driver::run(&MmTile::<T>(&l), &mut NoTerms, &s) }
 }

@@ -12,12 +12,16 @@
 //! sub-block `2 (c / 8) + 1`), so `sdot` by element with the activation dword of those values
 //! adds 16 products into 4 rows' i32 lanes; the rows' sub-block scales (one byte per row in
 //! the scale lines) multiply the lanes exactly.
+//!
+//! The file holds the tiles; the loop over token groups, panels and token tiles is the shared
+//! driver's (`packed/driver.rs`).
 
 use std::arch::aarch64::*;
 
 use super::asm::sdot_lane;
+use crate::kernels::packed::driver::{self, NoTerms, PanelTile, Shape, Tile};
 use crate::kernels::packed::kquant::{scale_at, QK_K};
-use crate::kernels::packed::{PanelLayout, PANEL};
+use crate::kernels::packed::PanelLayout;
 use crate::kernels::DType;
 
 /// Bytes of a Q8_K block: f32 d, 256 i8 quants, 16 i16 group sums.
@@ -26,8 +30,6 @@ const Q8K_BYTES: usize = 292;
 const BSUMS_AT: usize = 4 + QK_K;
 /// Tokens sharing each weight load.
 const TT_MAX: usize = 2;
-/// Tokens whose activations stay in cache while a call's panels stream past (prefill).
-const TOKEN_GROUP: usize = 64;
 
 /// Rows 4g..4g+4 of the 16-byte scale line at `line` widened to i32 lanes.
 ///
@@ -150,6 +152,28 @@ unsafe fn tile<const TT: usize>(
     }
 }
 
+/// The Q4_K tile: [`tile`] on 2 tokens, or 1.
+struct KTile<'a>(&'a PanelLayout);
+
+impl PanelTile for KTile<'_> {
+    type Terms = NoTerms;
+    const TOKENS: usize = TT_MAX;
+
+    #[inline(always)]
+    unsafe fn tile(&self, t: &Tile, _: &NoTerms) {
+        let (l, p, a, ar, o, os, v) = (self.0, t.panel, t.a, t.ar, t.out, t.os, t.valid);
+        // SAFETY: the driver's tile contract is `tile`'s with TT = t.n (features: the
+        // caller's).
+        unsafe {
+            if t.n >= 2 {
+                tile::<2>(l, p, a, ar, o, os, v)
+            } else {
+                tile::<1>(l, p, a, ar, o, os, v)
+            }
+        }
+    }
+}
+
 /// Q4_K panel GEMM with `sdot`: `out[t * os + r] = dot(row r, activation row t)` for
 /// `r < n_rows`, `t < n_tok`; `packed` holds the 64-byte aligned panels of rows `0..n_rows`,
 /// `a` Q8_K rows. Lengths are checked (panics on a caller bug).
@@ -167,28 +191,10 @@ pub(crate) unsafe fn gemm_q4_k_dotprod(
     os: usize,
 ) {
     let l = PanelLayout::new(DType::Q4_K, k).expect("Q4_K row length with a panel layout");
-    let ar = l.check_gemm(packed, n_rows, a.len(), n_tok, out.len(), os);
-    if n_rows == 0 || n_tok == 0 {
+    let Some(s) = Shape::packed(&l, packed, n_rows, a, n_tok, out, os) else {
         return;
-    }
-    let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
-        let g1 = (g0 + TOKEN_GROUP).min(n_tok);
-        for p in 0..PanelLayout::panels(n_rows) {
-            let valid = PANEL.min(n_rows - p * PANEL);
-            let panel = pp.wrapping_add(p * l.panel_bytes);
-            for t0 in (g0..g1).step_by(TT_MAX) {
-                // SAFETY: lengths checked above; panel p, tokens t0.. and their output cells
-                // are in range.
-                unsafe {
-                    let (at, o) = (ap.add(t0 * ar), op.add(t0 * os + p * PANEL));
-                    if g1 - t0 >= 2 {
-                        tile::<2>(&l, panel, at, ar, o, os, valid)
-                    } else {
-                        tile::<1>(&l, panel, at, ar, o, os, valid)
-                    }
-                };
-            }
-        }
-    }
+    };
+    // SAFETY: `Shape::packed` checked the lengths; the CPU features are this function's
+    // contract.
+    unsafe { driver::run(&KTile(&l), &mut NoTerms, &s) }
 }

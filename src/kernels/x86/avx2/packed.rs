@@ -18,11 +18,16 @@
 //! `-offset * sum(a)` term); Q4_0 / Q5_1 sum each block exactly in i32 and do one convert + fma
 //! per block (Q5_1 then `fma(m, s)` into the same sum). Integer sums
 //! are exact whichever instructions form them, which is what makes all paths agree.
+//!
+//! The file holds the tiles; the loop over token groups, panels and token tiles is the shared
+//! driver's (`packed/driver.rs`).
 
 use std::arch::x86_64::*;
 
 use crate::kernels::legacy_kind::*;
-use crate::kernels::packed::{PanelLayout, PANEL};
+use crate::kernels::packed::driver::{self, NoTerms, PanelTile, Shape, Tile};
+use crate::kernels::packed::terms::BlockTerms;
+use crate::kernels::packed::PanelLayout;
 
 /// Rows per ymm half of a panel.
 const HALF: usize = 8;
@@ -30,43 +35,12 @@ const HALF: usize = 8;
 const SCRATCH: usize = 4096;
 /// Small tables for decode-sized calls.
 const SMALL: usize = 256;
-/// Tokens whose activations stay in L1 while a call's panels stream past (prefill).
-const TOKEN_GROUP: usize = 64;
 /// Largest token tile of the Q4_0 / Q5_1 kernel.
 const MAX_TT: usize = 4;
-/// How far ahead (in blocks) decode-sized tiles prefetch the weight stream.
-const PF_BLOCKS: usize = 8;
-
-/// Activation terms of one token group, `[t * nb + b]`: d_a, s_a (Q8_1) and
-/// `-offset * sum(a)`.
-struct ActTables<const N: usize> {
-    d: [f32; N],
-    s: [f32; N],
-    start: [i32; N],
-}
 
 /// Whether `T` is a 5-bit kind (its panel block carries a `qh` chunk after the nibbles).
 const fn is_q5(t: u8) -> bool {
     t == Q5_0 || t == Q5_1
-}
-
-/// Sum of the 32 signed quants at `q`.
-///
-/// # Safety
-/// CPU features as enabled; 32 readable bytes at `q`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn sum_i8x32(q: *const u8) -> i32 {
-    // SAFETY: caller contract.
-    let v = unsafe { _mm256_loadu_si256(q as *const __m256i) };
-    // (a + 128) as unsigned bytes, summed in 4 u64 lanes by vpsadbw.
-    let s = _mm256_sad_epu8(
-        _mm256_xor_si256(v, _mm256_set1_epi8(-128)),
-        _mm256_setzero_si256(),
-    );
-    let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-    let s = _mm_add_epi64(s, _mm_unpackhi_epi64(s, s));
-    _mm_cvtsi128_si32(s) - 32 * 128
 }
 
 /// Broadcast of the activation dword `i` of the quants at `q`.
@@ -131,17 +105,6 @@ unsafe fn weights<const T: u8>(q: *const u8, h: usize, i: usize) -> __m256i {
             let set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, sel), bit), bit);
             _mm256_or_si256(x, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
         }
-    }
-}
-
-/// Prefetches the quants `PF_BLOCKS` blocks ahead of `q`; prefetches never fault.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch_ahead(q: *const u8, quant_bytes: usize) {
-    let p = q.wrapping_add(PF_BLOCKS * quant_bytes);
-    for c in (0..quant_bytes).step_by(64) {
-        // A prefetch is only a hint: it never faults, whatever the address.
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8);
     }
 }
 
@@ -268,7 +231,7 @@ macro_rules! panel_gemm {
                 for b in 0..l.nb {
                     let q = panel.wrapping_add(b * l.quant_bytes);
                     if prefetch && h == 0 {
-                        prefetch_ahead(q, l.quant_bytes);
+                        crate::kernels::x86::prefetch_ahead(q, l.quant_bytes);
                     }
                     let sc = panel.wrapping_add(l.scales_at(b) + 16 * h);
                     // SAFETY: half h of block b's scales (d, then Q4_1's m 32 bytes on),
@@ -343,7 +306,7 @@ macro_rules! panel_gemm {
                 panel: *const u8,
                 a: *const u8,
                 ar: usize,
-                tab: &ActTables<N>,
+                tab: &BlockTerms<N>,
                 tab0: usize,
                 out: *mut f32,
                 os: usize,
@@ -358,7 +321,7 @@ macro_rules! panel_gemm {
                     for b in 0..nb {
                         let q = panel.wrapping_add(b * l.quant_bytes);
                         if TT <= 2 && h == 0 {
-                            prefetch_ahead(q, l.quant_bytes);
+                            crate::kernels::x86::prefetch_ahead(q, l.quant_bytes);
                         }
                         let w: [__m256i; 8] = std::array::from_fn(|i| {
                             // SAFETY: q is block b's aligned quants.
@@ -407,7 +370,7 @@ macro_rules! panel_gemm {
                 panel: *const u8,
                 a: *const u8,
                 ar: usize,
-                tab: &ActTables<N>,
+                tab: &BlockTerms<N>,
                 tab0: usize,
                 out: *mut f32,
                 os: usize,
@@ -425,77 +388,56 @@ macro_rules! panel_gemm {
                 }
             }
 
-            /// Q4_0 / Q5_1 GEMM with `N`-entry activation tables (the llama.cpp-order kinds run
-            /// [`tile_lanes`]).
-            ///
-            /// # Safety
-            /// As [`gemm_packed`], with the lengths checked and `nb <= N`.
-            #[inline]
-            #[target_feature(enable = $feat)]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn gemm_q0<const T: u8, const N: usize>(
-                l: &PanelLayout,
-                packed: *const u8,
-                n_rows: usize,
-                a: *const u8,
-                ar: usize,
-                n_tok: usize,
-                out: *mut f32,
-                os: usize,
-            ) {
-                debug_assert!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
-                let nb = l.nb;
-                let offset = if T == Q5_1 { 0 } else { 8 };
-                let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
-                let mut tab = ActTables::<N> {
-                    d: [0.0; N],
-                    s: [0.0; N],
-                    start: [0; N],
-                };
-                let group = (N / nb).min(TOKEN_GROUP);
-                for g0 in (0..n_tok).step_by(group) {
-                    let gn = group.min(n_tok - g0);
-                    for t in 0..gn {
-                        for b in 0..nb {
-                            let blk = a.wrapping_add((g0 + t) * ar + b * ab);
-                            // SAFETY: token g0 + t < n_tok, block b < nb: `ab` bytes in `a`.
-                            let hd = unsafe { (blk as *const u16).read_unaligned() };
-                            tab.d[t * nb + b] = half::f16::from_bits(hd).to_f32();
-                            if has_min(T) {
-                                // SAFETY: a Q8_1 block's second f16 is its s.
-                                let hs = unsafe { (blk as *const u16).add(1).read_unaligned() };
-                                tab.s[t * nb + b] = half::f16::from_bits(hs).to_f32();
-                            }
-                            // SAFETY: as above; the block's 32 quants follow its scales.
-                            let sum = unsafe { sum_i8x32(blk.add(qo)) };
-                            tab.start[t * nb + b] = -offset * sum;
-                        }
-                    }
-                    for p in 0..PanelLayout::panels(n_rows) {
-                        let valid = PANEL.min(n_rows - p * PANEL);
-                        let panel = packed.wrapping_add(p * l.panel_bytes);
-                        for t0 in (0..gn).step_by(MAX_TT) {
-                            let tt = MAX_TT.min(gn - t0);
-                            let tok = g0 + t0;
-                            // SAFETY: panel p, tokens tok..tok + tt and their output cells
-                            // are in range (checked by the caller); the table holds the group.
-                            unsafe {
-                                tile_q0_dyn::<T, N>(
-                                    tt,
-                                    l,
-                                    panel,
-                                    a.add(tok * ar),
-                                    ar,
-                                    &tab,
-                                    t0 * nb,
-                                    out.add(tok * os + p * PANEL),
-                                    os,
-                                    valid,
-                                )
-                            };
-                        }
+            /// The llama.cpp-order kinds' tile (Q4_1, Q5_0, Q8_0): [`tile_lanes`], one
+            /// half panel x one token; `.1`: prefetch the stream (decode).
+            struct LanesTile<'a, const T: u8>(&'a PanelLayout, bool);
+
+            impl<const T: u8> PanelTile for LanesTile<'_, T> {
+                type Terms = NoTerms;
+                const ROWS: usize = HALF;
+                const TOKENS: usize = 1;
+
+                #[inline(always)]
+                unsafe fn tile(&self, t: &Tile, _: &NoTerms) {
+                    let (l, h) = (self.0, t.sub);
+                    // SAFETY: the driver's tile contract is tile_lanes' for half t.sub.
+                    unsafe { tile_lanes::<T>(l, t.panel, h, t.a, t.out, t.valid, self.1) }
+                }
+            }
+
+            /// The block-sum kinds' tile (Q4_0, Q5_1): [`tile_q0`], both halves of a panel
+            /// x up to [`MAX_TT`] tokens (the tile loops the halves itself so its tokens'
+            /// activations stay in registers and L1), with `N`-entry terms.
+            struct Q0Tile<'a, const T: u8, const N: usize>(&'a PanelLayout);
+
+            impl<const T: u8, const N: usize> PanelTile for Q0Tile<'_, T, N> {
+                type Terms = BlockTerms<N>;
+                const TOKENS: usize = MAX_TT;
+
+                #[inline(always)]
+                unsafe fn tile(&self, t: &Tile, tab: &BlockTerms<N>) {
+                    let (l, n) = (self.0, t.n);
+                    // SAFETY: the driver's tile contract is tile_q0's with TT = t.n.
+                    unsafe {
+                        tile_q0_dyn::<T, N>(
+                            n, l, t.panel, t.a, t.ar, tab, t.e0, t.out, t.os, t.valid,
+                        )
                     }
                 }
+            }
+
+            /// Q4_0 / Q5_1 GEMM with `N`-entry activation terms (the llama.cpp-order kinds
+            /// run [`LanesTile`]).
+            ///
+            /// # Safety
+            /// As [`driver::run`] (this instruction set's features), `s.nb <= N`.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn gemm_q0<const T: u8, const N: usize>(l: &PanelLayout, s: &Shape) {
+                debug_assert!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
+                let mut tab = BlockTerms::<N>::new(T, if T == Q5_1 { 0 } else { 8 });
+                // SAFETY: caller contract.
+                unsafe { driver::run(&Q0Tile::<T, N>(l), &mut tab, s) }
             }
 
             /// The panel GEMM of this instruction set (contract of the module's
@@ -515,46 +457,19 @@ macro_rules! panel_gemm {
                 os: usize,
             ) {
                 let l = PanelLayout::new(wdt(T), k).expect("dtype with a panel layout");
-                let ar = l.check_gemm(packed, n_rows, a.len(), n_tok, out.len(), os);
-                if n_rows == 0 || n_tok == 0 {
+                let Some(s) = Shape::packed(&l, packed, n_rows, a, n_tok, out, os) else {
                     return;
-                }
-                let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-                if ggml_lanes(T) {
-                    for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
-                        let g1 = (g0 + TOKEN_GROUP).min(n_tok);
-                        for p in 0..PanelLayout::panels(n_rows) {
-                            let valid = PANEL.min(n_rows - p * PANEL);
-                            let panel = pp.wrapping_add(p * l.panel_bytes);
-                            for h in 0..valid.div_ceil(HALF) {
-                                let hv = (valid - h * HALF).min(HALF);
-                                for t in g0..g1 {
-                                    // SAFETY: lengths checked above; panel p, half h and
-                                    // token t are in range.
-                                    unsafe {
-                                        let o = op.add(t * os + p * PANEL + h * HALF);
-                                        tile_lanes::<T>(
-                                            &l,
-                                            panel,
-                                            h,
-                                            ap.add(t * ar),
-                                            o,
-                                            hv,
-                                            n_tok == 1,
-                                        )
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    return;
-                }
-                // SAFETY: lengths checked above; `PanelLayout::new` caps nb at SCRATCH.
+                };
+                // SAFETY: `Shape::packed` checked the lengths; `PanelLayout::new` caps nb
+                // at SCRATCH; the CPU features are this function's contract.
                 unsafe {
-                    if n_tok * l.nb <= SMALL {
-                        gemm_q0::<T, SMALL>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+                    if ggml_lanes(T) {
+                        let tile = LanesTile::<T>(&l, n_tok == 1);
+                        driver::run(&tile, &mut NoTerms, &s)
+                    } else if n_tok * l.nb <= SMALL {
+                        gemm_q0::<T, SMALL>(&l, &s)
                     } else {
-                        gemm_q0::<T, SCRATCH>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+                        gemm_q0::<T, SCRATCH>(&l, &s)
                     }
                 }
             }

@@ -9,11 +9,15 @@
 //! rows' scale (held twice, as an i16 pair) turns them into the exact i32 sub-block term. The
 //! mins (Q4_K/Q5_K) and Q6_K's `-32` offset are `vpmaddwd` of the rows' scale/min pairs with
 //! the token's group-sum pairs from the per-call table.
+//!
+//! The file holds the tiles; the loop over token groups, panels and token tiles is the shared
+//! driver's (`packed/driver.rs`).
 
 use std::arch::x86_64::*;
 
+use crate::kernels::packed::driver::{self, PanelTile, Shape, Tile};
 use crate::kernels::packed::kquant::{scale_at, ActTable, Q8K_BYTES, QH_AT};
-use crate::kernels::packed::{PanelLayout, PANEL};
+use crate::kernels::packed::PanelLayout;
 use crate::kernels::DType;
 
 /// Kernel kinds (const generic): Q4_K, Q5_K, Q6_K.
@@ -31,8 +35,6 @@ fn dtype(t: u8) -> DType {
 
 /// First qh chunk of a block (Q5_K).
 const QH: usize = QH_AT / 64;
-/// Tokens whose activations stay in cache while a call's panels stream past (prefill).
-const TOKEN_GROUP: usize = 64;
 /// Tokens sharing one unpacked weight dword.
 const TT: usize = 2;
 /// Activation table entries (token x block) of decode-sized calls, and of the others.
@@ -351,58 +353,39 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     }
 }
 
-/// The GEMM with an `E`-entry activation table.
-///
-/// # Safety
-/// As [`gemm_packed_k`], lengths checked, `nb <= E`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_tab<const T: u8, const E: usize>(
-    l: &PanelLayout,
-    pp: *const u8,
-    n_rows: usize,
-    ap: *const u8,
-    ar: usize,
-    n_tok: usize,
-    op: *mut f32,
-    os: usize,
-) {
-    let nb = l.nb;
-    let mut tab = ActTable::<E>::new();
-    let group = (E / nb).min(TOKEN_GROUP);
-    for g0 in (0..n_tok).step_by(group) {
-        let gn = group.min(n_tok - g0);
-        // SAFETY: the caller checked `a` holds n_tok rows of `ar` bytes.
-        let rows = unsafe { std::slice::from_raw_parts(ap.add(g0 * ar), gn * ar) };
-        tab.fill(dtype(T), rows, ar, gn, nb);
-        for p in 0..PanelLayout::panels(n_rows) {
-            let valid = PANEL.min(n_rows - p * PANEL);
-            let panel = pp.wrapping_add(p * l.panel_bytes);
-            let mut t0 = 0;
-            while t0 < gn {
-                let n = TT.min(gn - t0);
-                let tok = g0 + t0;
-                // SAFETY: panel p, tokens tok..tok + n, their table entries and output cells
-                // are in range (checked by the caller).
-                unsafe {
-                    let (a, o) = (ap.add(tok * ar), op.add(tok * os + p * PANEL));
-                    let e = t0 * nb;
-                    for h in 2..3 {
-                        if 8 * (h % 2) >= valid {
-                            break;
-                        }
-                        if n == 1 {
-                            tile::<T, 1, E>(l, panel, h, a, ar, &tab, e, o, os, valid)
-                        } else {
-                            tile::<T, TT, E>(l, panel, h, a, ar, &tab, e, o, os, valid)
-                        }
-                    }
-                }
-                t0 += n;
+/// The K-quant tile: [`tile`] on both halves of a panel (one pass over its bytes) x up to
+/// [`TT`] tokens, with `E`-entry terms.
+struct KTile<'a, const T: u8, const E: usize>(&'a PanelLayout);
+
+impl<const T: u8, const E: usize> PanelTile for KTile<'_, T, E> {
+    type Terms = ActTable<E>;
+    const TOKENS: usize = TT;
+
+    #[inline(always)]
+    unsafe fn tile(&self, t: &Tile, tab: &ActTable<E>) {
+        let (l, (p, a, ar, e, o, os, v)) =
+            (self.0, (t.panel, t.a, t.ar, t.e0, t.out, t.os, t.valid));
+        // SAFETY: the driver's tile contract is `tile`'s with N = t.n, both halves.
+        unsafe {
+            if t.n == 1 {
+                tile::<T, 1, E>(l, p, 2, a, ar, tab, e, o, os, v)
+            } else {
+                tile::<T, TT, E>(l, p, 2, a, ar, tab, e, o, os, v)
             }
         }
     }
+}
+
+/// The GEMM with an `E`-entry activation table.
+///
+/// # Safety
+/// As [`driver::run`] (the CPU features of this module), `s.nb <= E`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemm_tab<const T: u8, const E: usize>(l: &PanelLayout, s: &Shape) {
+    let mut tab = ActTable::<E>::new(dtype(T));
+    // SAFETY: caller contract.
+    unsafe { driver::run(&KTile::<T, E>(l), &mut tab, s) }
 }
 
 /// K-quant panel GEMM: `out[t * out_stride + r] = dot(row r, activation row t)` for
@@ -423,17 +406,16 @@ pub(crate) unsafe fn gemm_packed_k<const T: u8>(
     os: usize,
 ) {
     let l = PanelLayout::new(dtype(T), k).expect("dtype with a panel layout");
-    let ar = l.check_gemm(packed, n_rows, a.len(), n_tok, out.len(), os);
-    if n_rows == 0 || n_tok == 0 {
+    let Some(s) = Shape::packed(&l, packed, n_rows, a, n_tok, out, os) else {
         return;
-    }
-    let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    // SAFETY: lengths checked above; nb <= MAX_K / 256 <= LARGE.
+    };
+    // SAFETY: `Shape::packed` checked the lengths; nb <= MAX_K / 256 <= LARGE; the CPU
+    // features are this function's contract.
     unsafe {
         if n_tok * l.nb <= SMALL {
-            gemm_tab::<T, SMALL>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+            gemm_tab::<T, SMALL>(&l, &s)
         } else {
-            gemm_tab::<T, LARGE>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+            gemm_tab::<T, LARGE>(&l, &s)
         }
     }
 }

@@ -13,8 +13,9 @@
 
 use std::arch::x86_64::*;
 
-use crate::kernels::blocks::f16_to_f32_at;
 use crate::kernels::legacy_kind::*;
+use crate::kernels::packed::driver::{self, PanelTile, Shape, Tile};
+use crate::kernels::packed::terms::BlockTerms;
 
 /// Entries of the per-(token, block) activation tables (stack: 3 x 16 KiB).
 pub(crate) const SCRATCH: usize = 4096;
@@ -33,13 +34,6 @@ const fn nibble_off(t: u8) -> usize {
 
 /// Small tables for decode-sized calls (zeroing 48 KiB per call would cost microseconds).
 const SMALL: usize = 256;
-
-/// Activation tables for one token group: `[t * nb + b]`, N entries.
-struct ActTables<const N: usize> {
-    d: [f32; N],
-    s: [f32; N],
-    start: [i32; N],
-}
 
 /// Transposes dword `0..4` of 16 rows' 16-byte chunks at `p[r] + off` into 4 zmm,
 /// lane r of result i = dword i of row r.
@@ -149,7 +143,7 @@ unsafe fn panel_tile<const T: u8, const TT: usize, const N: usize>(
     valid: usize,
     a: *const u8,
     ar: usize,
-    tab: &ActTables<N>,
+    tab: &BlockTerms<N>,
     tab0: usize,
     out: *mut f32,
     os: usize,
@@ -211,7 +205,7 @@ unsafe fn panel_dyn<const T: u8, const N: usize>(
     valid: usize,
     a: *const u8,
     ar: usize,
-    tab: &ActTables<N>,
+    tab: &BlockTerms<N>,
     tab0: usize,
     out: *mut f32,
     os: usize,
@@ -228,6 +222,34 @@ unsafe fn panel_dyn<const T: u8, const N: usize>(
     }
     // SAFETY: forwarded caller contract.
     go!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+}
+
+/// The row-lanes tile: 16 GGUF rows `wr` bytes apart (a "panel" of `16 * wr` bytes, rows
+/// past the last repeating it) x up to [`MAX_TT`] tokens, with `N`-entry terms.
+struct RowsTile<const T: u8, const N: usize> {
+    nb: usize,
+    wr: usize,
+}
+
+impl<const T: u8, const N: usize> PanelTile for RowsTile<T, N> {
+    type Terms = BlockTerms<N>;
+    /// One group as large as the terms hold: the rows are unpacked per tile, so the fewer
+    /// passes over the weights the better.
+    const TOKEN_GROUP: usize = usize::MAX;
+    const TOKENS: usize = MAX_TT;
+
+    #[inline(always)]
+    unsafe fn tile(&self, t: &Tile, tab: &BlockTerms<N>) {
+        let rows: [*const u8; LANES] =
+            std::array::from_fn(|r| t.panel.wrapping_add(r.min(t.valid - 1) * self.wr));
+        // SAFETY: rows 0..valid of the "panel" exist (clamped), tokens and outputs as the
+        // driver's tile contract, which is panel_tile's with TT = t.n.
+        unsafe {
+            panel_dyn::<T, N>(
+                t.n, self.nb, &rows, t.valid, t.a, t.ar, tab, t.e0, t.out, t.os,
+            )
+        }
+    }
 }
 
 /// Row-lanes GEMM (see module docs). Lengths must have been checked by the caller;
@@ -249,83 +271,46 @@ pub(crate) unsafe fn gemm<const T: u8>(
     out: *mut f32,
     os: usize,
 ) {
-    // SAFETY: forwarded caller contract.
+    if n_rows == 0 || n_tok == 0 {
+        return;
+    }
+    let s = Shape {
+        w,
+        panel_bytes: LANES * wr,
+        nb,
+        n_rows,
+        a,
+        ar,
+        n_tok,
+        out,
+        os,
+    };
+    // SAFETY: forwarded caller contract; nb <= SCRATCH.
     unsafe {
         if n_tok * nb <= SMALL {
-            gemm_with::<T, SMALL>(nb, w, wr, n_rows, a, ar, n_tok, out, os)
+            gemm_with::<T, SMALL>(&s, wr)
         } else {
-            gemm_with::<T, SCRATCH>(nb, w, wr, n_rows, a, ar, n_tok, out, os)
+            gemm_with::<T, SCRATCH>(&s, wr)
         }
     }
 }
 
+/// The row-lanes GEMM with `N`-entry terms.
+///
+/// # Safety
+/// As [`gemm`], with `nb <= N`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_with<const T: u8, const N: usize>(
-    nb: usize,
-    w: *const u8,
-    wr: usize,
-    n_rows: usize,
-    a: *const u8,
-    ar: usize,
-    n_tok: usize,
-    out: *mut f32,
-    os: usize,
-) {
-    let ab = adt(T).block_bytes();
-    let qoff = if has_min(T) { 4 } else { 2 };
+unsafe fn gemm_with<const T: u8, const N: usize>(s: &Shape, wr: usize) {
+    // The weights' offset, removed exactly through `start` (Q4_1 / Q5_1 have a minimum).
     let offset: i32 = match T {
         Q4_0 => 8,
         Q5_0 => 16,
         Q8_0 => 128,
         _ => 0,
     };
-    let mut tab = ActTables::<N> {
-        d: [0.0; N],
-        s: [0.0; N],
-        start: [0; N],
-    };
-    let group = N / nb;
-    for g0 in (0..n_tok).step_by(group) {
-        let gn = group.min(n_tok - g0);
-        for t in 0..gn {
-            for b in 0..nb {
-                // SAFETY: token g0 + t < n_tok, block b < nb: inside `a`.
-                let blk = unsafe { std::slice::from_raw_parts(a.add((g0 + t) * ar + b * ab), ab) };
-                let i = t * nb + b;
-                tab.d[i] = f16_to_f32_at(blk, 0);
-                if has_min(T) {
-                    tab.s[i] = f16_to_f32_at(blk, 2);
-                } else {
-                    let sum: i32 = blk[qoff..qoff + 32].iter().map(|&x| x as i8 as i32).sum();
-                    tab.start[i] = -offset * sum;
-                }
-            }
-        }
-        for r0 in (0..n_rows).step_by(LANES) {
-            let valid = LANES.min(n_rows - r0);
-            let rows: [*const u8; LANES] =
-                std::array::from_fn(|r| w.wrapping_add((r0 + r.min(valid - 1)) * wr));
-            for t0 in (0..gn).step_by(MAX_TT) {
-                let tt = MAX_TT.min(gn - t0);
-                let tok = g0 + t0;
-                // SAFETY: rows r0..r0+valid, tokens tok..tok+tt are in range; out cells too.
-                unsafe {
-                    panel_dyn::<T, N>(
-                        tt,
-                        nb,
-                        &rows,
-                        valid,
-                        a.add(tok * ar),
-                        ar,
-                        &tab,
-                        t0 * nb,
-                        out.add(tok * os + r0),
-                        os,
-                    )
-                };
-            }
-        }
-    }
+    let tile = RowsTile::<T, N> { nb: s.nb, wr };
+    let mut terms = BlockTerms::<N>::new(T, if has_min(T) { 0 } else { offset });
+    // SAFETY: forwarded caller contract.
+    unsafe { driver::run(&tile, &mut terms, s) }
 }

@@ -13,11 +13,17 @@
 //!   token and block into stack tables shared by all panels) and do one convert + fma per
 //!   block, so one panel block serves a tile of up to 16 tokens.
 //!
-//! Prefill loops token tiles inside a panel, so the panel (≤ ~26 KiB) stays in L1.
+//! This file holds the tiles; the loop over token groups, panels and token tiles is the shared
+//! driver's (`packed/driver.rs`), which runs a group's token tiles inside a panel, so the
+//! panel (≤ ~26 KiB) stays in L1.
 
 use std::arch::x86_64::*;
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 
 use crate::kernels::legacy_kind::*;
+use crate::kernels::packed::driver::{self, GroupTerms, NoTerms, PanelTile, Shape, Tile};
+use crate::kernels::packed::terms::BlockTerms;
 use crate::kernels::packed::{PanelLayout, PANEL};
 
 /// Per-(token, block) activation table entries (stack: 2 x 16 KiB).
@@ -26,18 +32,8 @@ const SCRATCH: usize = 4096;
 const SMALL: usize = 256;
 /// Largest token tile of the Q4_0 / Q5_1 kernel (16 accumulators + 8 weights + temporaries).
 const MAX_TT: usize = 16;
-/// Tokens whose activations stay in L1 while a call's panels stream past (prefill).
-const TOKEN_GROUP: usize = 64;
 /// Token tile of the llama.cpp-order kernel (8 accumulators + 1 minimum sum per token).
 const LANES_TT: usize = 2;
-
-/// Activation terms of one token group, `[t * nb + b]`: d_a, s_a (Q8_1) and
-/// `-offset * sum(a)`.
-struct ActTables<const N: usize> {
-    d: [f32; N],
-    s: [f32; N],
-    start: [i32; N],
-}
 
 /// Weight register `i` (dword i = values 4i..4i+4, unsigned) of the block at `q`.
 ///
@@ -92,38 +88,6 @@ unsafe fn act(q: *const u8, i: usize) -> __m512i {
     _mm512_set1_epi32(unsafe { (q.add(4 * i) as *const i32).read_unaligned() })
 }
 
-/// Prefetches the quants of the block `PF_BLOCKS` ahead of `q` (and so, past a panel's last
-/// block, the next panel's first ones). Prefetches never fault, so no bounds are needed.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn prefetch_ahead(q: *const u8, quant_bytes: usize) {
-    let p = q.wrapping_add(PF_BLOCKS * quant_bytes);
-    for c in (0..quant_bytes).step_by(64) {
-        // A prefetch is only a hint: it never faults, whatever the address.
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8);
-    }
-}
-
-/// How far ahead (in blocks) decode-sized tiles prefetch the weight stream.
-const PF_BLOCKS: usize = 8;
-
-/// Prefetches share `i` of `n` of the panel after `panel`, for tiles of several tokens: they
-/// reuse a panel from L1 for every token tile, so the prefetch of the next one is spread over
-/// this panel's `n` tiles (the first tile would otherwise wait on memory for every block: with
-/// B sequences decoding, each step streams all weights from memory once). Single-token tiles
-/// prefetch within the panel instead ([`prefetch_ahead`]). Prefetches never fault, so the
-/// address past the last panel needs no bound.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn prefetch_next_panel(l: &PanelLayout, panel: *const u8, i: usize, n: usize) {
-    let next = panel.wrapping_add(l.panel_bytes);
-    let lines = l.panel_bytes / 64;
-    for c in i * lines / n..(i + 1) * lines / n {
-        // A prefetch is only a hint: it never faults, whatever the address.
-        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64 * c) as *const i8);
-    }
-}
-
 #[inline(always)]
 fn mask(valid: usize) -> __mmask16 {
     if valid >= PANEL {
@@ -135,7 +99,7 @@ fn mask(valid: usize) -> __mmask16 {
 
 /// Activation terms of the llama.cpp-order kinds for the tokens of one call, `[t * nb + b]`:
 /// the block's `d` and (Q8_1) `s` as f32, and (Q5_0, Q8_0) the lanes' `-offset * sum`, made
-/// once per call instead of once per panel (see [`gemm_lanes_tab`]).
+/// once per call instead of once per panel ([`LaneTerms`]).
 #[derive(Clone, Copy)]
 struct LaneTab {
     d: *const f32,
@@ -146,7 +110,7 @@ struct LaneTab {
 /// Entries of [`LaneTab`] on the stack (uninitialized until written: 80 KiB).
 const LANE_TAB: usize = 2048;
 /// Most tokens a call may have to use [`LaneTab`] (decode-sized batches; prefill keeps its
-/// token groups of [`TOKEN_GROUP`]).
+/// token groups of [`driver::TOKEN_GROUP`]).
 const LANE_TAB_TOKENS: usize = 32;
 
 /// The unsigned offset of kind `T`'s stored weights as `vpdpbusd`'s byte (Q8_0: 128 = 0x80).
@@ -187,7 +151,7 @@ unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool>(
     for b in 0..l.nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
         if TT == 1 {
-            prefetch_ahead(q, l.quant_bytes);
+            crate::kernels::x86::prefetch_ahead(q, l.quant_bytes);
         }
         let sc = panel.wrapping_add(l.scales_at(b));
         // SAFETY: block b's scales (d, then Q4_1's m) lie in the panel, 32-byte aligned.
@@ -274,7 +238,7 @@ unsafe fn tile_q0<const T: u8, const TT: usize, const N: usize>(
     panel: *const u8,
     a: *const u8,
     ar: usize,
-    tab: &ActTables<N>,
+    tab: &BlockTerms<N>,
     tab0: usize,
     out: *mut f32,
     os: usize,
@@ -285,7 +249,7 @@ unsafe fn tile_q0<const T: u8, const TT: usize, const N: usize>(
     for b in 0..nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
         if TT <= 2 {
-            prefetch_ahead(q, l.quant_bytes);
+            crate::kernels::x86::prefetch_ahead(q, l.quant_bytes);
         }
         // SAFETY: q is block b's aligned quants (4 or 8 chunks inside the panel).
         let w: [__m512i; 8] = std::array::from_fn(|i| unsafe { weights::<T>(q, i) });
@@ -346,7 +310,7 @@ unsafe fn tile_q0_dyn<const T: u8, const N: usize>(
     panel: *const u8,
     a: *const u8,
     ar: usize,
-    tab: &ActTables<N>,
+    tab: &BlockTerms<N>,
     tab0: usize,
     out: *mut f32,
     os: usize,
@@ -364,138 +328,42 @@ unsafe fn tile_q0_dyn<const T: u8, const N: usize>(
     go!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
 }
 
-/// Sum of the 32 signed quants at `q`.
-///
-/// # Safety
-/// CPU features as enabled; 32 readable bytes at `q`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn sum_i8x32(q: *const u8) -> i32 {
-    // SAFETY: caller contract.
-    let v = unsafe { _mm256_loadu_si256(q as *const __m256i) };
-    // (a + 128) as unsigned bytes, summed in 4 u64 lanes by vpsadbw.
-    let s = _mm256_sad_epu8(
-        _mm256_xor_si256(v, _mm256_set1_epi8(-128)),
-        _mm256_setzero_si256(),
-    );
-    let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-    let s = _mm_add_epi64(s, _mm_unpackhi_epi64(s, s));
-    _mm_cvtsi128_si32(s) - 32 * 128
+/// The activation terms of [`LaneTab`] for up to [`LANE_TAB`] (token, block) entries,
+/// uninitialized until [`GroupTerms::fill`] writes them (only the entries the kind reads: `d`
+/// always, `s` with a minimum, `start` with an offset).
+struct LaneTerms<const T: u8> {
+    d: [MaybeUninit<f32>; LANE_TAB],
+    s: [MaybeUninit<f32>; LANE_TAB],
+    start: [MaybeUninit<[i32; 8]>; LANE_TAB],
 }
 
-/// Q4_0 / Q5_1 GEMM with `N`-entry activation tables.
+/// Writes the [`LaneTerms`] entries `t * nb + b` of the `n` activation rows at `a`.
 ///
 /// # Safety
-/// As [`gemm_packed`], with the lengths checked and `nb <= N`.
+/// CPU features as enabled; `n` activation rows of `nb` blocks `ar` bytes apart at `a`;
+/// `n * nb <= LANE_TAB`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_q0<const T: u8, const N: usize>(
-    l: &PanelLayout,
-    packed: *const u8,
-    n_rows: usize,
+unsafe fn fill_lanes<const T: u8>(
+    terms: &mut LaneTerms<T>,
     a: *const u8,
     ar: usize,
-    n_tok: usize,
-    out: *mut f32,
-    os: usize,
+    n: usize,
+    nb: usize,
 ) {
-    debug_assert!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
-    let nb = l.nb;
-    let offset = if T == Q5_1 { 0 } else { 8 };
-    let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
-    let mut tab = ActTables::<N> {
-        d: [0.0; N],
-        s: [0.0; N],
-        start: [0; N],
-    };
-    let group = (N / nb).min(TOKEN_GROUP);
-    for g0 in (0..n_tok).step_by(group) {
-        let gn = group.min(n_tok - g0);
-        for t in 0..gn {
-            for b in 0..nb {
-                let blk = a.wrapping_add((g0 + t) * ar + b * ab);
-                // SAFETY: token g0 + t < n_tok, block b < nb: `ab` bytes inside `a`.
-                let (h, sum) =
-                    unsafe { ((blk as *const u16).read_unaligned(), sum_i8x32(blk.add(qo))) };
-                tab.d[t * nb + b] = half::f16::from_bits(h).to_f32();
-                if has_min(T) {
-                    // SAFETY: a Q8_1 block's second f16 is its s.
-                    let hs = unsafe { (blk as *const u16).add(1).read_unaligned() };
-                    tab.s[t * nb + b] = half::f16::from_bits(hs).to_f32();
-                }
-                tab.start[t * nb + b] = -offset * sum;
-            }
-        }
-        for p in 0..PanelLayout::panels(n_rows) {
-            let valid = PANEL.min(n_rows - p * PANEL);
-            let panel = packed.wrapping_add(p * l.panel_bytes);
-            let tiles = gn.div_ceil(MAX_TT);
-            for (i, t0) in (0..gn).step_by(MAX_TT).enumerate() {
-                let tt = MAX_TT.min(gn - t0);
-                let tok = g0 + t0;
-                if tt > 2 {
-                    prefetch_next_panel(l, panel, i, tiles);
-                }
-                // SAFETY: panel p, tokens tok..tok + tt and their output cells are in range
-                // (checked by the caller); the table holds tokens g0..g0 + gn.
-                unsafe {
-                    tile_q0_dyn::<T, N>(
-                        tt,
-                        l,
-                        panel,
-                        a.add(tok * ar),
-                        ar,
-                        &tab,
-                        t0 * nb,
-                        out.add(tok * os + p * PANEL),
-                        os,
-                        valid,
-                    )
-                };
-            }
-        }
-    }
-}
-
-/// The llama.cpp-order GEMM of a decode-sized call (2..=[`LANE_TAB_TOKENS`] tokens): the
-/// tokens' activation terms ([`LaneTab`]: f32 `d`, `s` and Q8_0 / Q5_0's lane offsets) are
-/// made once, then every panel runs its token tiles from the table instead of converting
-/// them again per panel (the same values, so the same bits as [`tile_lanes`] without it).
-///
-/// # Safety
-/// As [`gemm_packed`] after its checks, with `n_tok * l.nb <= LANE_TAB`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_lanes_tab<const T: u8>(
-    l: &PanelLayout,
-    pp: *const u8,
-    n_rows: usize,
-    ap: *const u8,
-    ar: usize,
-    n_tok: usize,
-    op: *mut f32,
-    os: usize,
-) {
-    use std::mem::MaybeUninit;
-    let nb = l.nb;
-    debug_assert!(n_tok * nb <= LANE_TAB);
+    assert!(n * nb <= LANE_TAB, "lane terms of {LANE_TAB} entries");
     let (ab, qo) = (adt(T).block_bytes(), if has_min(T) { 4 } else { 2 });
     let off = lane_offset(T);
-    let mut d = [MaybeUninit::<f32>::uninit(); LANE_TAB];
-    let mut s = [MaybeUninit::<f32>::uninit(); LANE_TAB];
-    let mut st = [MaybeUninit::<[i32; 8]>::uninit(); LANE_TAB];
-    for t in 0..n_tok {
+    for t in 0..n {
         for b in 0..nb {
-            let (e, blk) = (t * nb + b, ap.wrapping_add(t * ar + b * ab));
-            // SAFETY: token t < n_tok, block b < nb: the block (f16 d, Q8_1's f16 s, 32
-            // quants) is inside the activations (checked by the caller).
+            let (e, blk) = (t * nb + b, a.wrapping_add(t * ar + b * ab));
+            // SAFETY: token t < n, block b < nb: the block (f16 d, Q8_1's f16 s, 32 quants)
+            // is inside the activations (caller contract).
             let h = unsafe { (blk as *const i32).read_unaligned() };
             let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(h));
-            d[e].write(_mm_cvtss_f32(ds));
+            terms.d[e].write(_mm_cvtss_f32(ds));
             if has_min(T) {
-                s[e].write(_mm_cvtss_f32(_mm_movehdup_ps(ds)));
+                terms.s[e].write(_mm_cvtss_f32(_mm_movehdup_ps(ds)));
             }
             if off != 0 {
                 // SAFETY: the block's 32 quants follow its d.
@@ -505,35 +373,144 @@ unsafe fn gemm_lanes_tab<const T: u8>(
                 let mut lanes = [0i32; 8];
                 // SAFETY: `lanes` is 8 i32.
                 unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, neg) };
-                st[e].write(lanes);
+                terms.start[e].write(lanes);
             }
         }
     }
-    let tiles = n_tok.div_ceil(LANES_TT);
-    for p in 0..PanelLayout::panels(n_rows) {
-        let valid = PANEL.min(n_rows - p * PANEL);
-        let panel = pp.wrapping_add(p * l.panel_bytes);
-        for (i, t0) in (0..n_tok).step_by(LANES_TT).enumerate() {
-            // Only the entries this kind reads were written: `d` always, `s` with a
-            // minimum, `start` with an offset.
-            let tab = LaneTab {
-                d: d[t0 * nb..].as_ptr().cast::<f32>(),
-                s: s[t0 * nb..].as_ptr().cast::<f32>(),
-                start: st[t0 * nb..].as_ptr().cast::<[i32; 8]>(),
-            };
-            // SAFETY: lengths checked by the caller; panel p and tokens t0.. are in range, and
-            // the table entries of tokens t0.. were written above.
-            unsafe {
-                let (a, o) = (ap.add(t0 * ar), op.add(t0 * os + p * PANEL));
-                if n_tok - t0 >= 2 {
-                    prefetch_next_panel(l, panel, i, tiles);
-                    tile_lanes::<T, 2, true>(l, panel, a, ar, o, os, valid, tab)
-                } else {
-                    tile_lanes::<T, 1, true>(l, panel, a, ar, o, os, valid, tab)
-                }
+}
+
+impl<const T: u8> GroupTerms for LaneTerms<T> {
+    #[inline(always)]
+    fn capacity(&self, nb: usize) -> usize {
+        LANE_TAB / nb
+    }
+
+    #[inline(always)]
+    unsafe fn fill(&mut self, a: *const u8, ar: usize, n: usize, nb: usize) {
+        // SAFETY: the caller's contract (the features of this module's tiles) is fill_lanes'.
+        unsafe { fill_lanes::<T>(self, a, ar, n, nb) }
+    }
+}
+
+/// Where a [`LanesTile`] gets its activation terms: the rows ([`NoTerms`]) or a table.
+trait LaneSource: GroupTerms {
+    /// Whether the tile reads [`LaneSource::at`]'s table.
+    const TAB: bool;
+    /// The table from entry `e0` on.
+    fn at(&self, e0: usize) -> LaneTab;
+}
+
+impl LaneSource for NoTerms {
+    const TAB: bool = false;
+
+    #[inline(always)]
+    fn at(&self, _e0: usize) -> LaneTab {
+        LaneTab {
+            d: std::ptr::null(),
+            s: std::ptr::null(),
+            start: std::ptr::null(),
+        }
+    }
+}
+
+impl<const T: u8> LaneSource for LaneTerms<T> {
+    const TAB: bool = true;
+
+    #[inline(always)]
+    fn at(&self, e0: usize) -> LaneTab {
+        LaneTab {
+            d: self.d[e0..].as_ptr().cast::<f32>(),
+            s: self.s[e0..].as_ptr().cast::<f32>(),
+            start: self.start[e0..].as_ptr().cast::<[i32; 8]>(),
+        }
+    }
+}
+
+/// The llama.cpp-order kinds' tile (Q4_1, Q5_0, Q8_0): [`tile_lanes`] on 2 tokens (sharing
+/// out the next panel's prefetch), or 1, with its terms from `M`.
+struct LanesTile<'a, const T: u8, M>(&'a PanelLayout, PhantomData<M>);
+
+impl<const T: u8, M: LaneSource> PanelTile for LanesTile<'_, T, M> {
+    type Terms = M;
+    const TOKENS: usize = LANES_TT;
+
+    #[inline(always)]
+    fn prefetch_next(&self, n: usize) -> bool {
+        n >= 2
+    }
+
+    #[inline(always)]
+    unsafe fn tile(&self, t: &Tile, terms: &M) {
+        let (l, tab) = (self.0, terms.at(t.e0));
+        let (p, a, ar, o, os, v) = (t.panel, t.a, t.ar, t.out, t.os, t.valid);
+        // SAFETY: the driver's tile contract is tile_lanes' with TT = t.n; with a table, its
+        // entries of the tile's tokens were written by the group's fill.
+        unsafe {
+            match (t.n, M::TAB) {
+                (2, true) => tile_lanes::<T, 2, true>(l, p, a, ar, o, os, v, tab),
+                (_, true) => tile_lanes::<T, 1, true>(l, p, a, ar, o, os, v, tab),
+                (2, false) => tile_lanes::<T, 2, false>(l, p, a, ar, o, os, v, tab),
+                (_, false) => tile_lanes::<T, 1, false>(l, p, a, ar, o, os, v, tab),
             }
         }
     }
+}
+
+/// The llama.cpp-order GEMM of a decode-sized call (2..=[`LANE_TAB_TOKENS`] tokens): the
+/// tokens' activation terms ([`LaneTerms`]: f32 `d`, `s` and Q8_0 / Q5_0's lane offsets) are
+/// made once, then every panel runs its token tiles from the table instead of converting
+/// them again per panel (the same values, so the same bits as [`tile_lanes`] without it).
+///
+/// # Safety
+/// As [`gemm_packed`] after its checks, with `s.n_tok * s.nb <= LANE_TAB`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn gemm_lanes_tab<const T: u8>(l: &PanelLayout, s: &Shape) {
+    let mut terms = LaneTerms::<T> {
+        d: [MaybeUninit::uninit(); LANE_TAB],
+        s: [MaybeUninit::uninit(); LANE_TAB],
+        start: [MaybeUninit::uninit(); LANE_TAB],
+    };
+    // SAFETY: caller contract; one group holds the call's tokens.
+    unsafe { driver::run(&LanesTile::<T, LaneTerms<T>>(l, PhantomData), &mut terms, s) }
+}
+
+/// The block-sum kinds' tile (Q4_0, Q5_1): [`tile_q0`] on up to [`MAX_TT`] tokens (those of
+/// more than 2 sharing out the next panel's prefetch), with `N`-entry terms.
+struct Q0Tile<'a, const T: u8, const N: usize>(&'a PanelLayout);
+
+impl<const T: u8, const N: usize> PanelTile for Q0Tile<'_, T, N> {
+    type Terms = BlockTerms<N>;
+    const TOKENS: usize = MAX_TT;
+
+    #[inline(always)]
+    fn prefetch_next(&self, n: usize) -> bool {
+        n > 2
+    }
+
+    #[inline(always)]
+    unsafe fn tile(&self, t: &Tile, terms: &BlockTerms<N>) {
+        let l = self.0;
+        // SAFETY: the driver's tile contract is tile_q0's with TT = t.n.
+        unsafe {
+            tile_q0_dyn::<T, N>(
+                t.n, l, t.panel, t.a, t.ar, terms, t.e0, t.out, t.os, t.valid,
+            )
+        }
+    }
+}
+
+/// Q4_0 / Q5_1 GEMM with `N`-entry activation terms.
+///
+/// # Safety
+/// As [`driver::run`] (the CPU features of this module), `s.nb <= N`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn gemm_q0<const T: u8, const N: usize>(l: &PanelLayout, s: &Shape) {
+    debug_assert!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
+    let mut terms = BlockTerms::<N>::new(T, if T == Q5_1 { 0 } else { 8 });
+    // SAFETY: caller contract.
+    unsafe { driver::run(&Q0Tile::<T, N>(l), &mut terms, s) }
 }
 
 /// Panel GEMM: `out[t * out_stride + r] = dot(row r, activation row t)` for `r < n_rows`,
@@ -554,53 +531,24 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
     os: usize,
 ) {
     let l = PanelLayout::new(wdt(T), k).expect("dtype with a panel layout");
-    let ar = l.check_gemm(packed, n_rows, a.len(), n_tok, out.len(), os);
-    if n_rows == 0 || n_tok == 0 {
+    let Some(s) = Shape::packed(&l, packed, n_rows, a, n_tok, out, os) else {
         return;
-    }
-    let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    if ggml_lanes(T) {
-        if (2..=LANE_TAB_TOKENS).contains(&n_tok) && n_tok * l.nb <= LANE_TAB {
-            // SAFETY: lengths checked above; the table holds n_tok * nb entries.
-            unsafe { gemm_lanes_tab::<T>(&l, pp, n_rows, ap, ar, n_tok, op, os) };
-            return;
-        }
-        let no_tab = LaneTab {
-            d: std::ptr::null(),
-            s: std::ptr::null(),
-            start: std::ptr::null(),
-        };
-        // Token groups keep their activations in L1 while every panel streams past.
-        for g0 in (0..n_tok).step_by(TOKEN_GROUP) {
-            let g1 = (g0 + TOKEN_GROUP).min(n_tok);
-            let tiles = (g1 - g0).div_ceil(LANES_TT);
-            for p in 0..PanelLayout::panels(n_rows) {
-                let valid = PANEL.min(n_rows - p * PANEL);
-                let panel = pp.wrapping_add(p * l.panel_bytes);
-                for (i, t0) in (g0..g1).step_by(LANES_TT).enumerate() {
-                    if g1 - t0 >= 2 {
-                        prefetch_next_panel(&l, panel, i, tiles);
-                    }
-                    // SAFETY: lengths checked above; panel p and tokens t0.. are in range.
-                    unsafe {
-                        let (a, o) = (ap.add(t0 * ar), op.add(t0 * os + p * PANEL));
-                        if g1 - t0 >= 2 {
-                            tile_lanes::<T, 2, false>(&l, panel, a, ar, o, os, valid, no_tab)
-                        } else {
-                            tile_lanes::<T, 1, false>(&l, panel, a, ar, o, os, valid, no_tab)
-                        }
-                    }
-                }
-            }
-        }
-        return;
-    }
-    // SAFETY: lengths checked above; `PanelLayout::new` caps nb at SCRATCH.
+    };
+    // SAFETY: `Shape::packed` checked the lengths; `PanelLayout::new` caps nb at SCRATCH; the
+    // table sizes are checked where chosen; the CPU features are this function's contract.
     unsafe {
-        if n_tok * l.nb <= SMALL {
-            gemm_q0::<T, SMALL>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+        if ggml_lanes(T) {
+            if (2..=LANE_TAB_TOKENS).contains(&n_tok) && n_tok * l.nb <= LANE_TAB {
+                gemm_lanes_tab::<T>(&l, &s)
+            } else {
+                // Token groups keep their activations in L1 while every panel streams past.
+                let tile = LanesTile::<T, NoTerms>(&l, PhantomData);
+                driver::run(&tile, &mut NoTerms, &s)
+            }
+        } else if n_tok * l.nb <= SMALL {
+            gemm_q0::<T, SMALL>(&l, &s)
         } else {
-            gemm_q0::<T, SCRATCH>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+            gemm_q0::<T, SCRATCH>(&l, &s)
         }
     }
 }

@@ -11,9 +11,13 @@
 //! `-32` offset is each group chain's start value (`-32` times the token's group sum). Per
 //! block and token the float work is one convert and one `fma` (two with mins), so the kernel
 //! keeps up with memory at one token and with `vpdpbusd` at many.
+//!
+//! The file holds the tiles; the loop over token groups, panels and token tiles is the shared
+//! driver's (`packed/driver.rs`).
 
 use std::arch::x86_64::*;
 
+use crate::kernels::packed::driver::{self, PanelTile, Shape, Tile};
 use crate::kernels::packed::kquant::{scale_at, ActTable, Q8K_BYTES, QH_AT, QK_K};
 use crate::kernels::packed::{PanelLayout, PANEL};
 use crate::kernels::DType;
@@ -33,8 +37,6 @@ fn dtype(t: u8) -> DType {
 
 /// First qh chunk of a block (Q5_K).
 const QH: usize = QH_AT / 64;
-/// Tokens whose activations stay in cache while a call's panels stream past (prefill).
-const TOKEN_GROUP: usize = 64;
 /// Tokens sharing one unpacked weight chunk.
 const TT: usize = 4;
 /// Activation table entries (token x block) of decode-sized calls, and of the others.
@@ -245,6 +247,13 @@ unsafe fn block_q6<const N: usize>(
 
 /// One panel x `N` tokens (`N <= TT`) over all blocks; token `t`'s Q8_K row at `a + t * ar`,
 /// its table entries from `tab0 + t * nb`, its outputs at `out + t * os` (`valid` of them).
+/// With `PF` the block loads prefetch the stream two blocks ahead (`x86::prefetch_k_ahead`):
+/// what the tiles that read a panel from memory run (every tile of 1 or 2 tokens, and the
+/// first tile of a token group in each panel); the group's other tiles find the panel in
+/// cache and run without (a live prefetch pointer costs the 4-token tile registers: Q6_K
+/// at 16 rows from memory ran 26% slower with it). Batched decode from memory, one thread,
+/// 1B shapes (`gemv_bw ... mem 0 4`, 2026-11-26): Q4_K 11.2 -> 22.1 GB/s, Q6_K 11.7 -> 18.1
+/// at 4 rows with the first tile prefetching.
 ///
 /// # Safety
 /// CPU features as enabled; `panel` is a whole aligned panel of `l` (kind `T`), the `N`
@@ -252,7 +261,7 @@ unsafe fn block_q6<const N: usize>(
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-unsafe fn tile<const T: u8, const N: usize, const E: usize>(
+unsafe fn tile<const T: u8, const N: usize, const E: usize, const PF: bool>(
     l: &PanelLayout,
     panel: *const u8,
     a: *const u8,
@@ -270,7 +279,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     for b in 0..nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
         let sc = panel.wrapping_add(l.scales_at(b));
-        if N <= 2 {
+        if PF {
             pf = super::super::prefetch_k_ahead(l, panel, b);
         }
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
@@ -311,51 +320,26 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     }
 }
 
-/// The GEMM with an `E`-entry activation table.
-///
-/// # Safety
-/// As [`gemm_packed_k`], lengths checked, `nb <= E`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_tab<const T: u8, const E: usize>(
-    l: &PanelLayout,
-    pp: *const u8,
-    n_rows: usize,
-    ap: *const u8,
-    ar: usize,
-    n_tok: usize,
-    op: *mut f32,
-    os: usize,
-) {
-    let nb = l.nb;
-    let mut tab = ActTable::<E>::new();
-    let group = (E / nb).min(TOKEN_GROUP);
-    for g0 in (0..n_tok).step_by(group) {
-        let gn = group.min(n_tok - g0);
-        // SAFETY: the caller checked `a` holds n_tok rows of `ar` bytes.
-        let rows = unsafe { std::slice::from_raw_parts(ap.add(g0 * ar), gn * ar) };
-        tab.fill(dtype(T), rows, ar, gn, nb);
-        for p in 0..PanelLayout::panels(n_rows) {
-            let valid = PANEL.min(n_rows - p * PANEL);
-            let panel = pp.wrapping_add(p * l.panel_bytes);
-            let mut t0 = 0;
-            while t0 < gn {
-                let n = TT.min(gn - t0);
-                let tok = g0 + t0;
-                // SAFETY: panel p, tokens tok..tok + n, their table entries and output cells
-                // are in range (checked by the caller).
-                unsafe {
-                    let (a, o) = (ap.add(tok * ar), op.add(tok * os + p * PANEL));
-                    let e = t0 * nb;
-                    match n {
-                        1 => tile::<T, 1, E>(l, panel, a, ar, &tab, e, o, os, valid),
-                        2 => tile::<T, 2, E>(l, panel, a, ar, &tab, e, o, os, valid),
-                        3 => tile::<T, 3, E>(l, panel, a, ar, &tab, e, o, os, valid),
-                        _ => tile::<T, TT, E>(l, panel, a, ar, &tab, e, o, os, valid),
-                    }
-                }
-                t0 += n;
+/// The K-quant tile: [`tile`] on up to [`TT`] tokens, with `E`-entry terms.
+struct KTile<'a, const T: u8, const E: usize>(&'a PanelLayout);
+
+impl<const T: u8, const E: usize> PanelTile for KTile<'_, T, E> {
+    type Terms = ActTable<E>;
+    const TOKENS: usize = TT;
+
+    #[inline(always)]
+    unsafe fn tile(&self, t: &Tile, tab: &ActTable<E>) {
+        let (l, (p, a, ar, e, o, os, v)) =
+            (self.0, (t.panel, t.a, t.ar, t.e0, t.out, t.os, t.valid));
+        // SAFETY: the driver's tile contract is `tile`'s with N = t.n.
+        unsafe {
+            match (t.n, e == 0) {
+                (1, _) => tile::<T, 1, E, true>(l, p, a, ar, tab, e, o, os, v),
+                (2, _) => tile::<T, 2, E, true>(l, p, a, ar, tab, e, o, os, v),
+                (3, true) => tile::<T, 3, E, true>(l, p, a, ar, tab, e, o, os, v),
+                (3, false) => tile::<T, 3, E, false>(l, p, a, ar, tab, e, o, os, v),
+                (_, true) => tile::<T, TT, E, true>(l, p, a, ar, tab, e, o, os, v),
+                (_, false) => tile::<T, TT, E, false>(l, p, a, ar, tab, e, o, os, v),
             }
         }
     }
@@ -379,19 +363,30 @@ pub(crate) unsafe fn gemm_packed_k<const T: u8>(
     os: usize,
 ) {
     let l = PanelLayout::new(dtype(T), k).expect("dtype with a panel layout");
-    let ar = l.check_gemm(packed, n_rows, a.len(), n_tok, out.len(), os);
-    if n_rows == 0 || n_tok == 0 {
+    let Some(s) = Shape::packed(&l, packed, n_rows, a, n_tok, out, os) else {
         return;
-    }
-    let (pp, ap, op) = (packed.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    // SAFETY: lengths checked above; nb <= MAX_K / 256 <= LARGE.
+    };
+    // SAFETY: `Shape::packed` checked the lengths; nb <= MAX_K / 256 <= LARGE; the CPU
+    // features are this function's contract.
     unsafe {
         if n_tok * l.nb <= SMALL {
-            gemm_tab::<T, SMALL>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+            gemm_tab::<T, SMALL>(&l, &s)
         } else {
-            gemm_tab::<T, LARGE>(&l, pp, n_rows, ap, ar, n_tok, op, os)
+            gemm_tab::<T, LARGE>(&l, &s)
         }
     }
+}
+
+/// The GEMM with an `E`-entry activation table.
+///
+/// # Safety
+/// As [`driver::run`] (the CPU features of this module), `s.nb <= E`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn gemm_tab<const T: u8, const E: usize>(l: &PanelLayout, s: &Shape) {
+    let mut tab = ActTable::<E>::new(dtype(T));
+    // SAFETY: caller contract.
+    unsafe { driver::run(&KTile::<T, E>(l), &mut tab, s) }
 }
 
 const _: () = assert!(crate::kernels::packed::MAX_K / 256 <= LARGE);
