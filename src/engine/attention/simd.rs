@@ -41,8 +41,14 @@ pub(super) trait Simd: Copy {
     unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
     /// Lanes outside `a..b` set to negative infinity.
+    ///
+    /// # Safety
+    /// The trait's contract.
     unsafe fn mask_outside(x: Self::V, a: usize, b: usize) -> Self::V;
     /// The largest lane (`-inf` when all are).
+    ///
+    /// # Safety
+    /// The trait's contract.
     unsafe fn hmax(x: Self::V) -> f32;
     /// [`super::exp_fast::exp_fast`] lane by lane, bit-identical to it.
     ///

@@ -225,6 +225,8 @@ impl<const N: usize> GroupTerms for ActTable<N> {
         N / nb
     }
 
+    /// # Safety
+    /// [`GroupTerms::fill`]'s contract.
     #[inline(always)]
     unsafe fn fill(&mut self, a: *const u8, ar: usize, n: usize, nb: usize) {
         // SAFETY: `n` rows of `ar` bytes are readable at `a` (caller contract).

@@ -44,6 +44,8 @@ impl<const N: usize> GroupTerms for BlockTerms<N> {
         N / nb
     }
 
+    /// # Safety
+    /// [`GroupTerms::fill`]'s contract.
     #[inline(always)]
     unsafe fn fill(&mut self, a: *const u8, ar: usize, n: usize, nb: usize) {
         assert!(n * nb <= N, "block terms of {N} entries");

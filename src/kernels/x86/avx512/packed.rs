@@ -439,6 +439,8 @@ impl<const T: u8, M: LaneSource> PanelTile for LanesTile<'_, T, M> {
         n >= 2
     }
 
+    /// # Safety
+    /// [`PanelTile::tile`]'s contract.
     #[inline(always)]
     unsafe fn tile(&self, t: &Tile, terms: &M) {
         let (l, tab) = (self.0, terms.at(t.e0));
