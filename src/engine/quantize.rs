@@ -1,7 +1,7 @@
 //! Weight quantization (`kiln quantize IN.gguf OUT.gguf --type T`): converts a GGUF model's
 //! weight matrices to another type, keeping its metadata.
 //!
-//! [`plan`] decides each tensor's output type ([`plan::plan_tensor`] holds the rules, after
+//! [`plan`](mod@plan) decides each tensor's output type ([`plan::plan_tensor`] holds the rules, after
 //! llama.cpp's `llama-quantize`). [`quantize_to`] streams the new file: the header first,
 //! then one tensor at a time, each dequantized row by row with the kernel table's `to_f32`
 //! and requantized with `from_f32` on rayon (at most one output tensor is held in memory;

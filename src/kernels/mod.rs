@@ -2,7 +2,7 @@
 //!
 //! It depends on nothing else in kiln but the element-type table ([`crate::gguf::dtype`],
 //! re-exported here) and on no async or serde crates.
-//! Entry points: [`kernels`] / [`kernels_for`] (the dispatch table) and [`isa`].
+//! Entry points: [`kernels`] / [`kernels_for`] (the dispatch table) and [`isa`](fn@isa).
 
 pub mod blocks;
 pub mod ceiling;

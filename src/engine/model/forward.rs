@@ -1,5 +1,5 @@
 //! The forward pass proper: one transformer, every family, driven by the model description
-//! ([`LlamaConfig`]). Per layer, for every new token of every sequence at once:
+//! ([`LlamaConfig`](crate::engine::model::config::LlamaConfig)). Per layer, for every new token of every sequence at once:
 //!
 //! ```text
 //! n = rms_norm(x) * attn_norm

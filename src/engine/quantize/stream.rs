@@ -16,7 +16,7 @@ use std::time::Instant;
 /// Values converted per rayon task (bounds the f32 scratch to one row, the work to ~64 Ki).
 const TASK_ELEMS: usize = 1 << 16;
 
-/// Writes `input` converted as `plans` says (from [`super::plan`] with the same `target`) to
+/// Writes `input` converted as `plans` says (from [`super::plan`](fn@super::plan) with the same `target`) to
 /// `w` as GGUF v3: metadata copied in order with `general.file_type` set to `target`'s
 /// llama ftype and `general.quantization_version` added if absent; tensors in plan order.
 /// `on_tensor` is called after each tensor's data is written. Does not flush `w`.

@@ -171,7 +171,7 @@ pub const Q8K_BYTES: usize = 292;
 pub const Q8K_BSUMS: usize = 4 + QK_K;
 
 /// Per (token, block) activation terms of the K-quant panel GEMMs, computed once per token
-/// group ([`super::driver`]) and shared by all panels: the Q8_K scale `dy` and group-sum pairs
+/// group ([`crate::kernels::packed::driver`]) and shared by all panels: the Q8_K scale `dy` and group-sum pairs
 /// as i16 pairs (`lo | hi << 16`, what `vpmaddwd`/`vpdpwssd` take): Q4_K/Q5_K pair `i < 4` =
 /// the 32-value sums of sub-blocks `2i, 2i + 1`; Q6_K pair `m < 8` = the 16-value sums of
 /// groups `2m, 2m + 1`.

@@ -1,7 +1,7 @@
 //! Per-(token, block) activation terms of the 32-value kinds' block-sum tiles (Q4_0 and
 //! Q5_1 on x86: one exact i32 sum per block, one convert + fma): the activation scale `d_a`,
 //! Q8_1's `s_a`, and the exact integer correction `-offset * sum(a)` for weights stored
-//! unsigned. Computed once per token group ([`super::driver`]), read by every panel.
+//! unsigned. Computed once per token group ([`crate::kernels::packed::driver`]), read by every panel.
 
 use super::driver::GroupTerms;
 use crate::kernels::legacy_kind::{adt, has_min};
