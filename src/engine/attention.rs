@@ -290,12 +290,14 @@ impl<'a> HeadView<'a> {
     }
 
     /// Logical block `i`'s K and V tiles as the cache stores them, converting nothing (the
-    /// long-context order reads a Q8_0 tile's values and scales directly).
-    fn raw_tile(&self, i: usize) -> RawTile<'a> {
+    /// long-context order reads a Q8_0 tile's values and scales directly): `block_size *
+    /// head_dim` values each, K `[head_dim][pos]`, V `[pos][head_dim]`; a Q8_0 tile's K scales
+    /// `[head_dim / QK][pos]`, V scales `[pos][head_dim / QK]` (see `kv_cache::kv_type`).
+    fn raw_tile(&self, i: usize) -> LayerKv<'a> {
         let n = self.block_size * self.head_dim;
         let base = self.blocks[i] as usize * self.block_stride + self.head_off;
         match self.kv {
-            LayerKv::F16 { k, v } => RawTile::F16 {
+            LayerKv::F16 { k, v } => LayerKv::F16 {
                 k: &k[base..][..n],
                 v: &v[base..][..n],
             },
@@ -304,11 +306,11 @@ impl<'a> HeadView<'a> {
                 v,
                 k_scale,
                 v_scale,
-            } => RawTile::Q8 {
+            } => LayerKv::Q8 {
                 k: &k[base..][..n],
-                ks: &k_scale[base / QK..][..n / QK],
+                k_scale: &k_scale[base / QK..][..n / QK],
                 v: &v[base..][..n],
-                vs: &v_scale[base / QK..][..n / QK],
+                v_scale: &v_scale[base / QK..][..n / QK],
             },
         }
     }
@@ -345,11 +347,16 @@ impl<'a> HeadView<'a> {
                 }
             };
             match self.raw_tile(i) {
-                RawTile::F16 { k, v } => {
+                LayerKv::F16 { k, v } => {
                     lines(k.as_ptr().cast(), 2 * k.len());
                     lines(v.as_ptr().cast(), 2 * v.len());
                 }
-                RawTile::Q8 { k, ks, v, vs } => {
+                LayerKv::Q8 {
+                    k,
+                    k_scale: ks,
+                    v,
+                    v_scale: vs,
+                } => {
                     lines(k.as_ptr().cast(), k.len());
                     lines(v.as_ptr().cast(), v.len());
                     lines(ks.as_ptr().cast(), 2 * ks.len());
@@ -400,24 +407,6 @@ impl<'a> HeadView<'a> {
         let (k, v) = self.tile(i);
         (k, v, lo, n)
     }
-}
-
-/// One block's K and V tiles of one KV head as the cache stores them (`block_size *
-/// head_dim` values each, K `[head_dim][pos]`, V `[pos][head_dim]`).
-#[derive(Clone, Copy)]
-enum RawTile<'a> {
-    F16 {
-        k: &'a [f16],
-        v: &'a [f16],
-    },
-    /// i8 values with an f16 scale per [`QK`] values of a position: K scales
-    /// `[head_dim / QK][pos]`, V scales `[pos][head_dim / QK]` (see `kv_cache::kv_type`).
-    Q8 {
-        k: &'a [i8],
-        ks: &'a [f16],
-        v: &'a [i8],
-        vs: &'a [f16],
-    },
 }
 
 /// How one layer attends, beyond the cache's shape: the score scale, logit softcapping and

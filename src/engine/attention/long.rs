@@ -35,8 +35,9 @@
 //! body, [`super::simd`]) are bit-identical to the scalar twin [`tiles_scalar`].
 
 use super::exp_fast::exp_fast;
-use super::{HeadView, RawTile};
+use super::HeadView;
 use crate::engine::kv_cache::kv_type::QK;
+use crate::engine::kv_cache::LayerKv;
 
 #[cfg(target_arch = "x86_64")]
 mod simd_q8;
@@ -337,8 +338,8 @@ fn tiles_scalar(view: &mut HeadView, sc: &mut LongScratch, begin: usize, end: us
                 let pos = t0 + lane;
                 let p = pos % bs;
                 *x = match view.raw_tile(pos / bs) {
-                    RawTile::F16 { k, .. } => dot4(q, |i| k[i * bs + p].to_f32()),
-                    RawTile::Q8 { k, ks, .. } => dot_q8(
+                    LayerKv::F16 { k, .. } => dot4(q, |i| k[i * bs + p].to_f32()),
+                    LayerKv::Q8 { k, k_scale: ks, .. } => dot_q8(
                         q,
                         |i| f32::from(k[i * bs + p]),
                         |blk| ks[blk * bs + p].to_f32(),
@@ -364,12 +365,12 @@ fn tiles_scalar(view: &mut HeadView, sc: &mut LongScratch, begin: usize, end: us
                 let pos = t0 + lane;
                 let row = (pos % bs) * d;
                 match view.raw_tile(pos / bs) {
-                    RawTile::F16 { v, .. } => {
+                    LayerKv::F16 { v, .. } => {
                         for (x, y) in acc.iter_mut().zip(&v[row..][..d]) {
                             *x = p.mul_add(y.to_f32(), *x);
                         }
                     }
-                    RawTile::Q8 { v, vs, .. } => {
+                    LayerKv::Q8 { v, v_scale: vs, .. } => {
                         for (i, (x, &y)) in acc.iter_mut().zip(&v[row..][..d]).enumerate() {
                             let sv = vs[(row + i) / QK].to_f32();
                             *x = p.mul_add(f32::from(y) * sv, *x);

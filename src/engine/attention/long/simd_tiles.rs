@@ -3,8 +3,9 @@
 //! and weighted V sum are `simd_q8`'s.
 
 use super::simd_q8;
-use super::{lanes, simd_covers, HeadView, LongScratch, RawTile, TILE};
+use super::{lanes, simd_covers, HeadView, LongScratch, TILE};
 use crate::engine::attention::simd::Simd;
+use crate::engine::kv_cache::LayerKv;
 use half::f16;
 
 /// AVX-512 instantiation of [`tiles_simd`].
@@ -60,7 +61,7 @@ unsafe fn tiles_simd<S: Simd>(
     for t0 in (begin..end).step_by(TILE) {
         let raw = view.raw_tile(t0 / bs);
         let off = t0 % bs;
-        if let RawTile::Q8 { .. } = raw {
+        if let LayerKv::Q8 { .. } = raw {
             // The tiles of the block after next load while this one is computed (a sequence's
             // blocks lie anywhere in the cache, so the hardware prefetchers restart at every
             // block); the first tile also starts the next block.
@@ -81,9 +82,11 @@ unsafe fn tiles_simd<S: Simd>(
         match raw {
             // SAFETY: the tile holds bs positions of d values, off + TILE <= bs (a tile lies
             // in one block, `simd_covers`); `S`'s features are this function's contract.
-            RawTile::F16 { k, .. } => unsafe { scores_f16::<S>(k, bs, off, sc, scale) },
+            LayerKv::F16 { k, .. } => unsafe { scores_f16::<S>(k, bs, off, sc, scale) },
             // SAFETY: as above; a Q8_0 cache's head_dim is a multiple of QK.
-            RawTile::Q8 { k, ks, .. } => unsafe { simd_q8::scores::<S>(k, ks, bs, off, sc, scale) },
+            LayerKv::Q8 { k, k_scale: ks, .. } => unsafe {
+                simd_q8::scores::<S>(k, ks, bs, off, sc, scale)
+            },
         }
         // The softmax step of each row.
         for r in 0..n {
@@ -120,11 +123,11 @@ unsafe fn tiles_simd<S: Simd>(
         }
         // The weighted V sum.
         match raw {
-            RawTile::F16 { v, .. } => {
+            LayerKv::F16 { v, .. } => {
                 // SAFETY: positions off..off + TILE of d values lie in the V tile.
                 unsafe { weighted_v::<S, V_F16>(v[off * d..].as_ptr().cast(), full, sc) }
             }
-            RawTile::Q8 { v, vs, .. } => {
+            LayerKv::Q8 { v, v_scale: vs, .. } => {
                 // SAFETY: as above; `vs` holds the tile's bs * d / QK scales.
                 unsafe {
                     simd_q8::v_scales::<S>(vs, off, sc);
