@@ -57,6 +57,51 @@ impl MatmulScratch {
     }
 }
 
+/// Output rows per task of a row-split matmul of `n_tok` tokens over `n_out` rows.
+fn rows_per_task_of(n_out: usize, threads: usize, n_tok: usize) -> usize {
+    let tasks = if n_tok <= FEW_TOKENS {
+        1
+    } else {
+        TASKS_PER_THREAD
+    };
+    n_out
+        .div_ceil(threads * tasks)
+        .next_multiple_of(ROW_ALIGN)
+        .max(1)
+}
+
+/// Most bytes of its next matrix a thread prefetches while it waits (see [`warm_next`]):
+/// twice a core's L2 here, what spills stays in the shared L3. Measured on Llama-3.2-1B
+/// Q4_K_M (2 threads, step by step in one process): 256 KiB saved 0.5% of a decode step,
+/// 1 MiB 1.0%, 2 MiB 1.3%, 4 MiB 1.6%.
+const WARM_BYTES: usize = 2 << 20;
+
+/// Names the matrix the team multiplies after the next matmul group of `n_tok` tokens: from
+/// now on each thread, while it waits (at a join, or a worker while the caller runs the serial
+/// work between regions: norms, RoPE, attention's tail, activation quantization), prefetches
+/// the first bytes of the rows it will multiply in `next` (thread `i` the rows of task `i`,
+/// the task it claims first in a two-thread team). Only decode-sized groups stream the
+/// weights with the bus idle in between; for larger ones the slots are emptied. Changes no
+/// result (prefetches only).
+pub fn warm_next(pool: &Pool, n_tok: usize, next: &Weight) {
+    let warm = pool.warm();
+    let threads = pool.threads();
+    if n_tok > FEW_TOKENS || threads < 2 {
+        warm.clear();
+        return;
+    }
+    let rows = rows_per_task_of(next.n_out, threads, n_tok);
+    for t in 0..threads {
+        let r0 = t * rows;
+        if r0 >= next.n_out {
+            warm.set(t, &[]);
+            continue;
+        }
+        let bytes = next.stream(r0, (r0 + rows).min(next.n_out));
+        warm.set(t, &bytes[..WARM_BYTES.min(bytes.len())]);
+    }
+}
+
 /// Quantizes `n_tok` rows of `k` f32 values from `input` into `dst` with `q`.
 fn quantize_rows(
     pool: &Pool,
@@ -137,17 +182,7 @@ pub fn matmul(
     let mut tmp_len = 0;
     for (j, job) in jobs.iter().enumerate() {
         let n_out = job.w.n_out;
-        let r = n_out
-            .div_ceil(
-                threads
-                    * if n_tok <= FEW_TOKENS {
-                        1
-                    } else {
-                        TASKS_PER_THREAD
-                    },
-            )
-            .next_multiple_of(ROW_ALIGN);
-        rows_per_task[j] = r.max(1);
+        rows_per_task[j] = rows_per_task_of(n_out, threads, n_tok);
         first_task[j + 1] = first_task[j] + n_out.div_ceil(rows_per_task[j]);
         tmp_base[j] = tmp_len;
         tmp_len += n_tok * n_out;

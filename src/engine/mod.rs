@@ -17,6 +17,7 @@ pub mod runner;
 pub mod scratch;
 pub mod synth;
 pub mod token_choice;
+pub mod warm;
 pub mod weights;
 
 pub use batch::{Logits, LogitsWanted, SeqInput};

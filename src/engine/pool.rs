@@ -10,9 +10,12 @@
 //! Its size defaults to the physical cores this process may use ([`crate::engine::cpus`]: the
 //! affinity mask and the cgroup quota; hyper-threads share the vector units the
 //! kernels saturate, so they add contention rather than speed). Regions do not nest: a
-//! [`Pool::run`] called from inside a task runs its tasks inline.
+//! [`Pool::run`] called from inside a task runs its tasks inline. A waiting thread (a worker
+//! between regions, the caller at a join) first works through its [`Pool::warm`] slot:
+//! prefetching the next matrix it will multiply (see [`crate::engine::warm`]).
 
 use crate::engine::error::EngineError;
+use crate::engine::warm::WarmSlots;
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -49,6 +52,8 @@ struct Shared {
     stop: AtomicBool,
     lock: Mutex<()>,
     wake: Condvar,
+    /// What each thread prefetches while it waits (see [`Pool::warm`]).
+    warm: WarmSlots,
 }
 
 /// A `&Task` with its lifetime erased (see [`Pool::run`] for why that is sound).
@@ -86,6 +91,7 @@ impl Pool {
             stop: AtomicBool::new(false),
             lock: Mutex::new(()),
             wake: Condvar::new(),
+            warm: WarmSlots::new(threads),
         });
         let mut workers = Vec::with_capacity(threads.saturating_sub(1));
         for i in 1..threads {
@@ -107,6 +113,13 @@ impl Pool {
     /// Number of threads, the caller included.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// The team's idle-time prefetch slots, indexed like `f`'s `worker` in [`Pool::run`]:
+    /// a worker works through its slot while it waits for the next region, the caller
+    /// through slot 0 while it waits at a region's join.
+    pub fn warm(&self) -> &WarmSlots {
+        &self.shared.warm
     }
 
     /// Runs `f(task, worker)` for every `task < n_tasks` across the team and returns when all
@@ -144,7 +157,9 @@ impl Pool {
         let caught = catch_unwind(AssertUnwindSafe(|| claim(sh, f, 0)));
         let mut spins = 0u32;
         while sh.pending.load(Ordering::Acquire) != 0 {
-            backoff(&mut spins);
+            if !sh.warm.step(0) {
+                backoff(&mut spins);
+            }
         }
         if let Err(p) = caught {
             std::panic::resume_unwind(p);
@@ -238,6 +253,9 @@ fn worker(sh: &Shared, index: usize) {
         loop {
             if sh.epoch.load(Ordering::Acquire) != seen || sh.stop.load(Ordering::Relaxed) {
                 break;
+            }
+            if sh.warm.step(index) {
+                continue;
             }
             backoff(&mut spins);
             if spins.is_multiple_of(1024) && start.elapsed() > SPIN {

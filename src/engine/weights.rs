@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use crate::engine::error::EngineError;
 use crate::engine::pool::Pool;
 use crate::gguf::TensorData;
-use crate::kernels::packed::{pack, PackedWeights};
+use crate::kernels::packed::{pack, PackedWeights, PanelLayout};
 use crate::kernels::table::{kernels, FromF32Fn, PackedKernels, TypeKernels};
 use crate::kernels::DType;
 
@@ -124,6 +124,19 @@ impl Weight {
             return;
         }
         (self.kern.gemm)(self.k, self.rows(r0, r1), r1 - r0, a, n_tok, out, os);
+    }
+
+    /// The bytes [`Weight::gemm_rows`] over rows `r0..r1` streams, in the order it reads them
+    /// (the panels holding those rows when there is a packed copy). `r0` as for `gemm_rows`.
+    pub fn stream(&self, r0: usize, r1: usize) -> &[u8] {
+        match &self.packed {
+            Some((_, p)) => {
+                let n = PanelLayout::panels(r1 - r0) * p.layout.panel_bytes;
+                let from = p.from_row(r0);
+                &from[..n.min(from.len())]
+            }
+            None => self.rows(r0, r1),
+        }
     }
 
     /// Bytes a matmul over all rows reads (the packed copy when there is one).

@@ -28,7 +28,7 @@ use crate::engine::attention::{attend_batch, AttnBatch, AttnParams};
 use crate::engine::batch::SeqInput;
 use crate::engine::hparams::Activation;
 use crate::engine::kv_cache::{KvCache, KvCacheError};
-use crate::engine::matmul::{matmul, MatJob};
+use crate::engine::matmul::{matmul, warm_next, MatJob};
 use crate::engine::model::llama::{add_in_place, for_rows, LlamaModel};
 use crate::engine::ops::{
     geglu, rms_norm, rms_norm_in_place, scale_in_place, softcap_in_place, swiglu,
@@ -100,6 +100,9 @@ impl LlamaModel {
                 rms_norm(&x[t * d..(t + 1) * d], &lw.attn_norm, eps, row)
             });
             self.trace("attn_norm", lt, &s.xn[..n_tok * d]);
+            // Each matmul below first names the one after it: the idle threads prefetch its
+            // first bytes meanwhile (attention and the serial work leave the bus idle).
+            warm_next(&self.pool, n_tok, &lw.wo);
             matmul(
                 &self.pool,
                 &s.xn,
@@ -192,6 +195,7 @@ impl LlamaModel {
                 &mut s.attn_plan,
             )?;
             self.trace("attn_out", lt, &s.attn[..n_tok * nq]);
+            warm_next(&self.pool, n_tok, &lw.w_gate);
             matmul(
                 &self.pool,
                 &s.attn,
@@ -219,6 +223,7 @@ impl LlamaModel {
                 rms_norm(&x[t * d..(t + 1) * d], &lw.ffn_norm, eps, row)
             });
             self.trace("ffn_norm", lt, &s.xn[..n_tok * d]);
+            warm_next(&self.pool, n_tok, &lw.w_down);
             matmul(
                 &self.pool,
                 &s.xn,
@@ -257,6 +262,11 @@ impl LlamaModel {
                 }
             });
             self.trace("ffn_act", lt, &s.xn[..n_tok * nf]);
+            match w.layers.get(l + 1) {
+                Some(next) => warm_next(&self.pool, n_tok, &next.wq),
+                None if n_rows > 0 => warm_next(&self.pool, n_rows, &w.output),
+                None => self.pool.warm().clear(),
+            }
             matmul(
                 &self.pool,
                 &s.xn,
@@ -287,6 +297,11 @@ impl LlamaModel {
                 rms_norm(&x[t * d..(t + 1) * d], &w.output_norm, eps, row)
             });
             self.trace("result_norm", None, &s.out_norm[..n_rows * d]);
+            // The next step starts with the first layer's Q (its embedding lookup and norm
+            // run on the caller).
+            if let Some(first) = w.layers.first() {
+                warm_next(&self.pool, n_rows, &first.wq);
+            }
             matmul(
                 &self.pool,
                 &s.out_norm,
