@@ -432,6 +432,9 @@ impl<const T: u8, const E: usize> PanelTile for KHalf<'_, T, E> {
     const ROWS: usize = 8;
     const TOKENS: usize = half_tokens(T);
 
+    /// # Safety
+    /// [`PanelTile::tile`]'s contract: `t` names a panel of this layout and activation rows,
+    /// table entries and outputs in bounds for `t.valid` tokens; AVX2, FMA and F16C present.
     #[inline(always)]
     unsafe fn tile(&self, t: &Tile, tab: &ActTable<E>) {
         let (l, (p, a, ar, e, o, os, v)) =
