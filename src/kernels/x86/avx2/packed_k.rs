@@ -8,7 +8,17 @@
 //! in i16 as cannot overflow (8 for Q4_K, 4 for Q5_K, 2 for Q6_K), then one `vpmaddwd` by the
 //! rows' scale (held twice, as an i16 pair) turns them into the exact i32 sub-block term. The
 //! mins (Q4_K/Q5_K) and Q6_K's `-32` offset are `vpmaddwd` of the rows' scale/min pairs with
-//! the token's group-sum pairs from the per-call table.
+//! the token's group-sum pairs from the per-call table. Those pairs come from the panel's
+//! scale lines by one `vpbroadcastq` load and one `vpshufb` each (plus a `vpsraw` for Q6_K's
+//! signed scales), not by widening and shifting: without VNNI the kernel is bound by its vector
+//! ALU ops even at one token (~57 GB/s in L2 against ~33 from memory), so every op per block
+//! counts.
+//!
+//! Two tile shapes: decode-sized calls (1-2 tokens) read both halves of a panel in one pass
+//! (a panel streams from memory once, prefetched two blocks ahead); larger calls (prefill,
+//! batched decode: compute-bound) run one half at a time with up to 4 tokens (Q4_K) sharing
+//! each unpacked weight register, which halves the unpacking per multiply, and the whole
+//! half-panel's float sums fit the 16 ymm registers.
 //!
 //! The file holds the tiles; the loop over token groups, panels and token tiles is the shared
 //! driver's (`packed/driver.rs`).
@@ -35,11 +45,16 @@ fn dtype(t: u8) -> DType {
 
 /// First qh chunk of a block (Q5_K).
 const QH: usize = QH_AT / 64;
-/// Tokens sharing one unpacked weight dword.
+/// Tokens sharing one unpacked weight dword in a whole-panel tile.
 const TT: usize = 2;
+/// Calls of at most this many tokens (decode) run whole-panel tiles, larger ones half-panel
+/// tiles of more tokens.
+const ONE_PASS_MAX: usize = 2;
 /// Activation table entries (token x block) of decode-sized calls, and of the others.
 const SMALL: usize = 128;
 const LARGE: usize = 1024;
+/// A `vpshufb` index that writes a zero byte.
+const Z: i8 = -128;
 
 /// One Q4_K/Q5_K block (half panel) for `N` tokens: the integer sums `isum` (scaled quants)
 /// and `msum` (mins) added to `acc` / `accm` with `scale[t]` = (d * d_a, dmin * d_a): once per
@@ -65,6 +80,9 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     // Q5_K: one sum per block; Q4_K: one per pair of sub-blocks (see scalar/packed_k.rs).
     let mut isum = [_mm256_setzero_si256(); N];
     let mut msum = [_mm256_setzero_si256(); N];
+    // i16 chains per sub-block and token: Q4_K's 8 pair sums (at most 2 * 15 * 128 = 3840
+    // each) fit one; Q5_K's (7936) fit four, so two chains (even / odd dwords).
+    let chains = if T == Q4K { 1 } else { 2 };
     // SAFETY: (whole body) every load is inside the block's quants / scale area or the
     // tokens' Q8_K blocks (caller contract); the rest is register arithmetic.
     unsafe {
@@ -75,13 +93,21 @@ unsafe fn block_k4<const T: u8, const N: usize>(
             _mm256_load_si256(q.add(64 * c) as *const __m256i)
         };
         let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
-        // 8 rows' bytes of a scale line as i32 lanes, each value twice (an i16 pair).
-        let line = |at: usize| {
-            let v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(sc.add(at) as *const __m128i));
-            _mm256_or_si256(v, _mm256_slli_epi32::<16>(v))
-        };
+        // The 8 rows' bytes at `at` in all four qwords (one `vpbroadcastq` load).
+        let bq = |at: usize| _mm256_set1_epi64x((sc.add(at) as *const i64).read_unaligned());
+        // A scale line's 8 rows as i16 pairs (v, v), lane r = row r: one shuffle.
+        let dup = _mm256_setr_epi8(
+            0, Z, 0, Z, 1, Z, 1, Z, 2, Z, 2, Z, 3, Z, 3, Z, //
+            4, Z, 4, Z, 5, Z, 5, Z, 6, Z, 6, Z, 7, Z, 7, Z,
+        );
+        let line = |at: usize| _mm256_shuffle_epi8(bq(at), dup);
+        // Two lines interleaved by `vpunpcklbw` (bytes e0 o0 e1 o1 .. e7 o7 in each 128-bit
+        // half) as i16 pairs (e, o), lane r = row r.
+        let eo = _mm256_setr_epi8(
+            0, Z, 1, Z, 2, Z, 3, Z, 4, Z, 5, Z, 6, Z, 7, Z, //
+            8, Z, 9, Z, 10, Z, 11, Z, 12, Z, 13, Z, 14, Z, 15, Z,
+        );
         for kk in 0..4 {
-            // Two i16 chains (even / odd dwords) per sub-block and token.
             let mut lo = [[_mm256_setzero_si256(); 2]; N];
             let mut hi = [[_mm256_setzero_si256(); 2]; N];
             for m in 0..8 {
@@ -103,10 +129,10 @@ unsafe fn block_k4<const T: u8, const N: usize>(
                     wl = _mm256_or_si256(wl, _mm256_and_si256(hl, bit4));
                     wh = _mm256_or_si256(wh, _mm256_and_si256(hh, bit4));
                 }
+                let c = m % chains;
                 for t in 0..N {
                     let xl = bcast(x[t].add(64 * kk + 4 * m));
                     let xh = bcast(x[t].add(64 * kk + 32 + 4 * m));
-                    let c = m % 2;
                     lo[t][c] = _mm256_add_epi16(lo[t][c], _mm256_maddubs_epi16(wl, xl));
                     hi[t][c] = _mm256_add_epi16(hi[t][c], _mm256_maddubs_epi16(wh, xh));
                 }
@@ -114,32 +140,30 @@ unsafe fn block_k4<const T: u8, const N: usize>(
             let sl = line(scale_at::SC_K4 + 16 * (2 * kk));
             let sh = line(scale_at::SC_K4 + 16 * (2 * kk + 1));
             for t in 0..N {
-                let s = if T == Q4K {
-                    // 8 x 3840 fits in i16.
-                    let l = _mm256_madd_epi16(_mm256_add_epi16(lo[t][0], lo[t][1]), sl);
-                    let h = _mm256_madd_epi16(_mm256_add_epi16(hi[t][0], hi[t][1]), sh);
-                    _mm256_add_epi32(l, h)
-                } else {
-                    // Q5_K: 4 x 7936 per chain fits, the chains' sum may not.
-                    let l = _mm256_add_epi32(
-                        _mm256_madd_epi16(lo[t][0], sl),
-                        _mm256_madd_epi16(lo[t][1], sl),
+                let mut s = _mm256_add_epi32(
+                    _mm256_madd_epi16(lo[t][0], sl),
+                    _mm256_madd_epi16(hi[t][0], sh),
+                );
+                if T != Q4K {
+                    // Q5_K: each chain scaled on its own (their i16 sum may overflow).
+                    s = _mm256_add_epi32(
+                        s,
+                        _mm256_add_epi32(
+                            _mm256_madd_epi16(lo[t][1], sl),
+                            _mm256_madd_epi16(hi[t][1], sh),
+                        ),
                     );
-                    let h = _mm256_add_epi32(
-                        _mm256_madd_epi16(hi[t][0], sh),
-                        _mm256_madd_epi16(hi[t][1], sh),
-                    );
-                    _mm256_add_epi32(l, h)
-                };
+                }
                 isum[t] = _mm256_add_epi32(isum[t], s);
             }
-            let me = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                sc.add(scale_at::MIN_K4 + 16 * (2 * kk)) as *const __m128i,
-            ));
-            let mo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                sc.add(scale_at::MIN_K4 + 16 * (2 * kk + 1)) as *const __m128i,
-            ));
-            let mp = _mm256_or_si256(me, _mm256_slli_epi32::<16>(mo));
+            // Mins of sub-blocks 2kk, 2kk + 1 as i16 pairs, times the token's group-sum pair.
+            let mp = _mm256_shuffle_epi8(
+                _mm256_unpacklo_epi8(
+                    bq(scale_at::MIN_K4 + 16 * (2 * kk)),
+                    bq(scale_at::MIN_K4 + 16 * (2 * kk + 1)),
+                ),
+                eo,
+            );
             for t in 0..N {
                 let p = _mm256_madd_epi16(mp, _mm256_set1_epi32(pairs[t][kk]));
                 msum[t] = _mm256_add_epi32(msum[t], p);
@@ -186,25 +210,33 @@ unsafe fn block_q6<const N: usize>(
             _mm256_set1_epi8(0x0C),
             _mm256_set1_epi8(0x30),
         );
-        let lo16 = _mm256_set1_epi32(0xFFFF);
         let chunk = |c: usize| {
             super::super::prefetch_line(pf, c);
             _mm256_load_si256(q.add(64 * c) as *const __m256i)
         };
         let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
-        // 8 rows' signed scales of group g as i32 lanes (sign-extended).
-        let line = |g: usize| {
-            _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                sc.add(scale_at::SC_Q6 + 16 * g) as *const __m128i
-            ))
+        // Group g's 8 signed row scales in all four qwords (one `vpbroadcastq` load).
+        let bq = |g: usize| {
+            _mm256_set1_epi64x((sc.add(scale_at::SC_Q6 + 16 * g) as *const i64).read_unaligned())
         };
-        let twice =
-            |v: __m256i| _mm256_or_si256(_mm256_and_si256(v, lo16), _mm256_slli_epi32::<16>(v));
+        // Each row's byte four times in its lane, then an arithmetic 16-bit shift: the
+        // sign-extended i16 pair (s, s), lane r = row r.
+        let dup = _mm256_setr_epi8(
+            0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, //
+            4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7,
+        );
+        let twice = |g: usize| _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(bq(g), dup));
+        // Groups 2m, 2m + 1 interleaved by `vpunpcklbw` (bytes e0 o0 .. e7 o7 per 128-bit
+        // half), each byte twice: the i16 pair (s_2m, s_2m+1) after the same shift.
+        let eo = _mm256_setr_epi8(
+            0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, //
+            8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15,
+        );
         for h in 0..2 {
             for half in 0..2 {
                 // Groups 8h + 2qt + half (qt = 0..4): values 128h + 32qt + 16half .. + 16.
                 let mut p = [[_mm256_setzero_si256(); 4]; N];
-                let sg: [__m256i; 4] = std::array::from_fn(|qt| twice(line(8 * h + 2 * qt + half)));
+                let sg: [__m256i; 4] = std::array::from_fn(|qt| twice(8 * h + 2 * qt + half));
                 for jj in 0..4 {
                     let j = 4 * half + jj;
                     // Chunks A, B, C of step 8h + j (packed/kquant.rs): v0..v2 are their low
@@ -244,10 +276,10 @@ unsafe fn block_q6<const N: usize>(
         }
         let mut corr = [_mm256_setzero_si256(); N];
         for m in 0..8 {
-            let sp = _mm256_or_si256(
-                _mm256_and_si256(line(2 * m), lo16),
-                _mm256_slli_epi32::<16>(line(2 * m + 1)),
-            );
+            let sp = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(
+                _mm256_unpacklo_epi8(bq(2 * m), bq(2 * m + 1)),
+                eo,
+            ));
             for t in 0..N {
                 let c = _mm256_madd_epi16(sp, _mm256_set1_epi32(pairs[t][m]));
                 corr[t] = _mm256_add_epi32(corr[t], c);
@@ -259,13 +291,14 @@ unsafe fn block_q6<const N: usize>(
     }
 }
 
-/// One panel x `N` tokens over all blocks: its 8-row half `which` (0 or 1), or with
-/// `which == 2` both halves of each block in turn (one pass over the panel's bytes: what every
-/// K-quant runs; with the prefetch following the stream across panels, Q4_K's half-panel
-/// passes, the second from cache, ran 4-8% slower: 23.5 against 24.5 GB/s from memory).
-/// Token `t`'s Q8_K row at `a + t * ar`,
-/// its table entries from `tab0 + t * nb`, its outputs at `out + t * os` (the panel's first
-/// row; `valid` <= 16 rows are real).
+/// One panel x `N` tokens over all blocks: its 8-row half `W` (0 or 1), or with `W == 2` both
+/// halves of each block in turn (one pass over the panel's bytes: what decode-sized calls run;
+/// with the prefetch following the stream across panels, Q4_K's half-panel passes, the second
+/// from cache, ran 4-8% slower at one token: 23.5 against 24.5 GB/s from memory). With `PF`
+/// the first half's chunk loads prefetch the stream two blocks ahead
+/// (`x86::prefetch_k_ahead`). Token `t`'s Q8_K row at `a + t * ar`, its table entries from
+/// `tab0 + t * nb`, its outputs at `out + t * os` (the first row of the panel, or of half `W`;
+/// `valid` rows of those are real).
 ///
 /// # Safety
 /// CPU features as enabled; `panel` is a whole aligned panel of `l` (kind `T`), the `N`
@@ -273,10 +306,9 @@ unsafe fn block_q6<const N: usize>(
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-unsafe fn tile<const T: u8, const N: usize, const E: usize>(
+unsafe fn tile<const T: u8, const N: usize, const E: usize, const W: usize, const PF: bool>(
     l: &PanelLayout,
     panel: *const u8,
-    which: usize,
     a: *const u8,
     ar: usize,
     tab: &ActTable<E>,
@@ -286,33 +318,32 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
     valid: usize,
 ) {
     let nb = l.nb;
-    let halves = if valid > 8 { 2 } else { 1 };
-    let runs = |hh: usize| if which == 2 { hh < halves } else { hh == which };
+    let halves = if W == 2 && valid > 8 { 2 } else { 1 };
+    // Half `hh`'s rows: the panel's 8-row half `h`.
+    let half = |hh: usize| if W == 2 { hh } else { W };
     let mut acc = [[_mm256_setzero_ps(); N]; 2];
     let mut accm = [[_mm256_setzero_ps(); N]; 2];
     for b in 0..nb {
         let q0 = panel.wrapping_add(b * l.quant_bytes);
         let sc0 = panel.wrapping_add(l.scales_at(b));
-        let pf = if N > 2 || which == 1 {
-            std::ptr::null()
-        } else {
+        let pf = if PF {
             super::super::prefetch_k_ahead(l, panel, b)
+        } else {
+            std::ptr::null()
         };
         let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
         let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
         let dy: [__m256; N] = std::array::from_fn(|t| _mm256_set1_ps(tab.dy[tab0 + t * nb + b]));
-        for h in 0..2 {
-            if !runs(h) {
-                continue;
-            }
+        for hh in 0..halves {
+            let h = half(hh);
             let (q, sc) = (q0.wrapping_add(32 * h), sc0.wrapping_add(8 * h));
             // The first half's chunk loads prefetch the block ahead's lines (module docs).
-            let pf = if h == 0 { pf } else { std::ptr::null() };
+            let pf = if hh == 0 { pf } else { std::ptr::null() };
             let f16s = |at: usize| {
                 // SAFETY: 8 f16 of the 16 at `at` inside the scale area.
                 _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sc0.add(at + 16 * h) as *const __m128i) })
             };
-            let (d, dmin) = (f16s(scale_at::D), f16s(scale_at::DMIN));
+            let d = f16s(scale_at::D);
             if T == Q6K {
                 let mut isum = [_mm256_setzero_si256(); N];
                 // SAFETY: block b's quants (half h) and scales lie in the panel; x[t] are the
@@ -321,40 +352,43 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize>(
                 for t in 0..N {
                     // llama.cpp's prompt-path order (see scalar/packed_k.rs).
                     let x = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), d);
-                    acc[h][t] = _mm256_fmadd_ps(x, dy[t], acc[h][t]);
+                    acc[hh][t] = _mm256_fmadd_ps(x, dy[t], acc[hh][t]);
                 }
             } else {
+                let dmin = f16s(scale_at::DMIN);
                 let scale: [(__m256, __m256); N] =
                     std::array::from_fn(|t| (_mm256_mul_ps(d, dy[t]), _mm256_mul_ps(dmin, dy[t])));
                 // SAFETY: as above.
                 unsafe {
-                    block_k4::<T, N>(q, sc, &x, &pairs, &scale, &mut acc[h], &mut accm[h], pf)
+                    block_k4::<T, N>(q, sc, &x, &pairs, &scale, &mut acc[hh], &mut accm[hh], pf)
                 };
             }
         }
     }
-    for h in 0..2 {
-        if !runs(h) {
-            continue;
-        }
+    for hh in 0..halves {
+        let (at, n) = if W == 2 {
+            (8 * hh, 8.min(valid - 8 * hh))
+        } else {
+            (0, valid.min(8))
+        };
         for t in 0..N {
             let r = if T == Q6K {
-                acc[h][t]
+                acc[hh][t]
             } else {
-                _mm256_sub_ps(acc[h][t], accm[h][t])
+                _mm256_sub_ps(acc[hh][t], accm[hh][t])
             };
             let mut v = [0f32; 8];
             // SAFETY: `v` is 8 f32, the 32 bytes the store writes.
             unsafe { _mm256_storeu_ps(v.as_mut_ptr(), r) };
-            let n = 8.min(valid - 8 * h);
-            // SAFETY: `valid` cells of token row t (caller contract), rows 8h..8h + n.
-            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * os + 8 * h), n) };
+            // SAFETY: `valid` cells of token row t (caller contract), rows at..at + n.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * os + at), n) };
         }
     }
 }
 
-/// The K-quant tile: [`tile`] on both halves of a panel (one pass over its bytes) x up to
-/// [`TT`] tokens, with `E`-entry terms.
+/// The decode-sized tile ([`ONE_PASS_MAX`] tokens or fewer in the call): [`tile`] on both
+/// halves of a panel in one pass over its bytes x up to [`TT`] tokens, every tile prefetching
+/// the stream (each reads its panel from memory), with `E`-entry terms.
 struct KTile<'a, const T: u8, const E: usize>(&'a PanelLayout);
 
 impl<const T: u8, const E: usize> PanelTile for KTile<'_, T, E> {
@@ -368,15 +402,67 @@ impl<const T: u8, const E: usize> PanelTile for KTile<'_, T, E> {
         // SAFETY: the driver's tile contract is `tile`'s with N = t.n, both halves.
         unsafe {
             if t.n == 1 {
-                tile::<T, 1, E>(l, p, 2, a, ar, tab, e, o, os, v)
+                tile::<T, 1, E, 2, true>(l, p, a, ar, tab, e, o, os, v)
             } else {
-                tile::<T, TT, E>(l, p, 2, a, ar, tab, e, o, os, v)
+                tile::<T, TT, E, 2, true>(l, p, a, ar, tab, e, o, os, v)
             }
         }
     }
 }
 
-/// The GEMM with an `E`-entry activation table.
+/// Tokens per half-panel tile: Q4_K's one i16 chain per sub-block leaves registers for 4
+/// (8 chains, 8 float sums); Q5_K's two chains and Q6_K's four groups take 2.
+const fn half_tokens(t: u8) -> usize {
+    if t == Q4K {
+        4
+    } else {
+        2
+    }
+}
+
+/// The tile of larger calls (prefill, batched decode): [`tile`] on one 8-row half of a panel
+/// x up to [`half_tokens`] tokens; the driver runs a half's token tiles back to back, so the
+/// half stays in L1 while they pass. Only a group's first tile on a panel's first half
+/// prefetches the stream (it reads the panel from memory; the others find it in cache, and a
+/// live prefetch pointer costs registers).
+struct KHalf<'a, const T: u8, const E: usize>(&'a PanelLayout);
+
+impl<const T: u8, const E: usize> PanelTile for KHalf<'_, T, E> {
+    type Terms = ActTable<E>;
+    const ROWS: usize = 8;
+    const TOKENS: usize = half_tokens(T);
+
+    /// # Safety
+    /// [`PanelTile::tile`]'s contract: `t` names a panel of this layout and activation rows,
+    /// table entries and outputs in bounds for `t.valid` tokens; AVX2, FMA and F16C present.
+    #[inline(always)]
+    unsafe fn tile(&self, t: &Tile, tab: &ActTable<E>) {
+        let (l, (p, a, ar, e, o, os, v)) =
+            (self.0, (t.panel, t.a, t.ar, t.e0, t.out, t.os, t.valid));
+        macro_rules! half {
+            ($n:literal) => {
+                match (t.sub, e == 0) {
+                    (0, true) => tile::<T, $n, E, 0, true>(l, p, a, ar, tab, e, o, os, v),
+                    (0, false) => tile::<T, $n, E, 0, false>(l, p, a, ar, tab, e, o, os, v),
+                    _ => tile::<T, $n, E, 1, false>(l, p, a, ar, tab, e, o, os, v),
+                }
+            };
+        }
+        // SAFETY: the driver's tile contract is `tile`'s with N = t.n on half t.sub.
+        unsafe {
+            match t.n {
+                1 => half!(1),
+                2 => half!(2),
+                3 if T == Q4K => half!(3),
+                _ if T == Q4K => half!(4),
+                _ => unreachable!("at most half_tokens(T) tokens"),
+            }
+        }
+    }
+}
+
+/// The GEMM with an `E`-entry activation table: whole-panel tiles for decode-sized calls,
+/// half-panel tiles for the others.
 ///
 /// # Safety
 /// As [`driver::run`] (the CPU features of this module), `s.nb <= E`.
@@ -385,7 +471,13 @@ impl<const T: u8, const E: usize> PanelTile for KTile<'_, T, E> {
 unsafe fn gemm_tab<const T: u8, const E: usize>(l: &PanelLayout, s: &Shape) {
     let mut tab = ActTable::<E>::new(dtype(T));
     // SAFETY: caller contract.
-    unsafe { driver::run(&KTile::<T, E>(l), &mut tab, s) }
+    unsafe {
+        if s.n_tok <= ONE_PASS_MAX {
+            driver::run(&KTile::<T, E>(l), &mut tab, s)
+        } else {
+            driver::run(&KHalf::<T, E>(l), &mut tab, s)
+        }
+    }
 }
 
 /// K-quant panel GEMM: `out[t * out_stride + r] = dot(row r, activation row t)` for
