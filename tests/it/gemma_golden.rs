@@ -227,7 +227,7 @@ fn gemma3_270m_matches_llama_cpp() {
 /// KV bytes one 8192-token sequence of gemma-3-270m holds, fed in 256-token steps as the
 /// scheduler feeds it: the 15 local layers keep a 512-position window (plus a step), the 3
 /// global ones every position; against the full-attention layout of the same shape (every
-/// layer every position). The figures are docs/performance.md's.
+/// layer every position). The figures are docs/performance-history.md's.
 #[test]
 fn gemma3_holds_a_window_of_kv_on_local_layers() {
     use kiln::engine::kv_cache::{KvCache, KvCacheConfig, LayerWindows};
