@@ -92,7 +92,7 @@ unsafe fn block_k4<const T: u8, const N: usize>(
         let nib = _mm256_set1_epi8(0x0F);
         let bit4 = _mm256_set1_epi8(0x10);
         let chunk = |c: usize| {
-            if !spread || c % 2 == 0 {
+            if !spread || c.is_multiple_of(2) {
                 super::super::prefetch_line(pf, if spread { c / 2 } else { c });
             }
             _mm256_load_si256(q.add(64 * c) as *const __m256i)
@@ -217,7 +217,7 @@ unsafe fn block_q6<const N: usize>(
             _mm256_set1_epi8(0x30),
         );
         let chunk = |c: usize| {
-            if !spread || c % 2 == 0 {
+            if !spread || c.is_multiple_of(2) {
                 super::super::prefetch_line(pf, if spread { c / 2 } else { c });
             }
             _mm256_load_si256(q.add(64 * c) as *const __m256i)
