@@ -102,25 +102,62 @@ pub fn warm_next(pool: &Pool, n_tok: usize, next: &Weight) {
     }
 }
 
-/// Quantizes `n_tok` rows of `k` f32 values from `input` into `dst` with `q`.
+/// Makes row `t` of a matmul group's f32 input in place: `make(t, row)` (see [`matmul_made`]).
+pub type MakeRow<'a> = dyn Fn(usize, &mut [f32]) + Sync + 'a;
+
+/// A matmul group's f32 input: `n_tok` rows of `k` values, ready or made row by row inside
+/// the region that quantizes them.
+enum Input<'a, 'm> {
+    Ready(&'a [f32]),
+    Made(&'a mut [f32], &'a MakeRow<'m>),
+}
+
+/// Quantizes `n_tok` rows of `k` f32 values from `input` into `dst` with `q`; a `Made` input
+/// has each row made first, by the same task, so the row's norm or activation and its
+/// quantization are one parallel region instead of two (the values are the same: each row is
+/// made by the same code on the same inputs, whichever thread runs it).
+#[allow(clippy::too_many_arguments)]
 fn quantize_rows(
     pool: &Pool,
     q: FromF32Fn,
-    input: &[f32],
+    input: &mut Input<'_, '_>,
     k: usize,
     n_tok: usize,
     row_bytes: usize,
     dst: &mut [u8],
 ) {
     let dst = &mut dst[..n_tok * row_bytes];
-    let input = &input[..n_tok * k];
-    if n_tok >= PAR_QUANT_MIN_TOKENS {
-        pool.for_chunks(dst, row_bytes, n_tok, |t, d| {
-            q(&input[t * k..(t + 1) * k], d)
-        });
-    } else {
-        for (d, s) in dst.chunks_mut(row_bytes).zip(input.chunks(k)) {
-            q(s, d);
+    match input {
+        Input::Ready(input) => {
+            let input = &input[..n_tok * k];
+            if n_tok >= PAR_QUANT_MIN_TOKENS {
+                pool.for_chunks(dst, row_bytes, n_tok, |t, d| {
+                    q(&input[t * k..(t + 1) * k], d)
+                });
+            } else {
+                for (d, s) in dst.chunks_mut(row_bytes).zip(input.chunks(k)) {
+                    q(s, d);
+                }
+            }
+        }
+        Input::Made(buf, make) => {
+            let buf = &mut buf[..n_tok * k];
+            if n_tok >= PAR_QUANT_MIN_TOKENS {
+                let rows = SendPtr(buf.as_mut_ptr());
+                let make = *make;
+                pool.for_chunks(dst, row_bytes, n_tok, |t, d| {
+                    // SAFETY: row t is buf[t * k..(t + 1) * k], inside `buf` (t < n_tok), and
+                    // for_chunks runs each t exactly once, so no two tasks alias.
+                    let row = unsafe { std::slice::from_raw_parts_mut(rows.get().add(t * k), k) };
+                    make(t, row);
+                    q(row, d)
+                });
+            } else {
+                for (t, (d, row)) in dst.chunks_mut(row_bytes).zip(buf.chunks_mut(k)).enumerate() {
+                    make(t, row);
+                    q(row, d);
+                }
+            }
         }
     }
 }
@@ -134,9 +171,38 @@ pub fn matmul(
     jobs: &mut [MatJob<'_>],
     s: &mut MatmulScratch,
 ) {
+    group(pool, Input::Ready(input), n_tok, jobs, s);
+}
+
+/// [`matmul`] on rows made by `make(t, row)` into `buf` (`n_tok` rows of the jobs' `k`): each
+/// row is made (an RMSNorm, an activation, ...) by the task that quantizes it, one parallel
+/// region for both. `buf` holds the made rows afterwards. Same results as making the rows
+/// first and calling [`matmul`] on `buf`.
+pub fn matmul_made(
+    pool: &Pool,
+    buf: &mut [f32],
+    make: &MakeRow<'_>,
+    n_tok: usize,
+    jobs: &mut [MatJob<'_>],
+    s: &mut MatmulScratch,
+) {
+    group(pool, Input::Made(buf, make), n_tok, jobs, s);
+}
+
+fn group(
+    pool: &Pool,
+    mut input: Input<'_, '_>,
+    n_tok: usize,
+    jobs: &mut [MatJob<'_>],
+    s: &mut MatmulScratch,
+) {
     assert!(!jobs.is_empty() && jobs.len() <= 4, "1 to 4 jobs per group");
     let k = jobs[0].w.k;
-    assert!(input.len() >= n_tok * k, "matmul input too short");
+    let input_len = match &input {
+        Input::Ready(x) => x.len(),
+        Input::Made(x, _) => x.len(),
+    };
+    assert!(input_len >= n_tok * k, "matmul input too short");
     // Quantize the input once per distinct activation format.
     let mut slot_of = [0usize; 4];
     let mut n_slots = 0;
@@ -155,12 +221,16 @@ pub fn matmul(
                 quantize_rows(
                     pool,
                     job.w.quantize_act,
-                    input,
+                    &mut input,
                     k,
                     n_tok,
                     job.w.act_row_bytes,
                     &mut s.act[n_slots].1,
                 );
+                // Made rows are made once: a second activation format reads them.
+                if let Input::Made(buf, _) = input {
+                    input = Input::Ready(buf);
+                }
                 n_slots += 1;
                 n_slots - 1
             }

@@ -28,8 +28,8 @@ use crate::engine::attention::{attend_batch, AttnBatch, AttnParams};
 use crate::engine::batch::SeqInput;
 use crate::engine::hparams::Activation;
 use crate::engine::kv_cache::{KvCache, KvCacheError};
-use crate::engine::matmul::{matmul, warm_next, MatJob};
-use crate::engine::model::llama::{add_in_place, for_rows, LlamaModel};
+use crate::engine::matmul::{matmul, matmul_made, warm_next, MatJob};
+use crate::engine::model::llama::{add_in_place, for_row_pairs, for_rows, LlamaModel};
 use crate::engine::ops::{
     geglu, rms_norm, rms_norm_in_place, scale_in_place, softcap_in_place, swiglu,
 };
@@ -95,17 +95,18 @@ impl LlamaModel {
             let lt = Some(l);
             let lc = c.layers[l];
             // Attention block.
-            let x = &s.x;
-            for_rows(&self.pool, &mut s.xn, d, n_tok, |t, row| {
-                rms_norm(&x[t * d..(t + 1) * d], &lw.attn_norm, eps, row)
-            });
-            self.trace("attn_norm", lt, &s.xn[..n_tok * d]);
             // Each matmul below first names the one after it: the idle threads prefetch its
             // first bytes meanwhile (attention and the serial work leave the bus idle).
             warm_next(&self.pool, n_tok, &lw.wo);
-            matmul(
+            // The norm runs in the region that quantizes its rows for Q, K, V.
+            let x = &s.x;
+            let norm = |t: usize, row: &mut [f32]| {
+                rms_norm(&x[t * d..(t + 1) * d], &lw.attn_norm, eps, row)
+            };
+            matmul_made(
                 &self.pool,
-                &s.xn,
+                &mut s.xn,
+                &norm,
                 n_tok,
                 &mut [
                     MatJob {
@@ -123,6 +124,7 @@ impl LlamaModel {
                 ],
                 &mut s.mm,
             );
+            self.trace("attn_norm", lt, &s.xn[..n_tok * d]);
             self.trace("q_mm", lt, &s.q[..n_tok * nq]);
             self.trace("k_mm", lt, &s.k[..n_tok * nkv]);
             let rope = lc.rope.map(|ri| {
@@ -131,34 +133,39 @@ impl LlamaModel {
                     &s.rope[ri * n_tok * n_rot..(ri + 1) * n_tok * n_rot],
                 )
             });
-            for_rows(&self.pool, &mut s.q, nq, n_tok, |t, row| {
-                if let Some(b) = &lw.bq {
-                    add_in_place(row, b);
-                }
-                if let Some(nw) = &lw.q_norm {
-                    norm_heads(row, nw, eps);
-                }
-                if let Some((table, cache)) = rope {
-                    table.apply(&cache[t * n_rot..(t + 1) * n_rot], row, hd);
-                }
-                if let Some(qs) = c.q_scale {
-                    scale_in_place(row, qs);
-                }
-                if let Some(tmp) = c.attn_temperature {
-                    scale_in_place(row, temperature(tmp.scale, tmp.floor_len, tok_pos[t]));
-                }
-            });
-            for_rows(&self.pool, &mut s.k, nkv, n_tok, |t, row| {
-                if let Some(b) = &lw.bk {
-                    add_in_place(row, b);
-                }
-                if let Some(nw) = &lw.k_norm {
-                    norm_heads(row, nw, eps);
-                }
-                if let Some((table, cache)) = rope {
-                    table.apply(&cache[t * n_rot..(t + 1) * n_rot], row, hd);
-                }
-            });
+            // Q's and K's bias, head norm and RoPE: one region for both.
+            for_row_pairs(
+                &self.pool,
+                (&mut s.q, nq),
+                (&mut s.k, nkv),
+                n_tok,
+                |t, row, krow| {
+                    if let Some(b) = &lw.bq {
+                        add_in_place(row, b);
+                    }
+                    if let Some(nw) = &lw.q_norm {
+                        norm_heads(row, nw, eps);
+                    }
+                    if let Some((table, cache)) = rope {
+                        table.apply(&cache[t * n_rot..(t + 1) * n_rot], row, hd);
+                    }
+                    if let Some(qs) = c.q_scale {
+                        scale_in_place(row, qs);
+                    }
+                    if let Some(tmp) = c.attn_temperature {
+                        scale_in_place(row, temperature(tmp.scale, tmp.floor_len, tok_pos[t]));
+                    }
+                    if let Some(b) = &lw.bk {
+                        add_in_place(krow, b);
+                    }
+                    if let Some(nw) = &lw.k_norm {
+                        norm_heads(krow, nw, eps);
+                    }
+                    if let Some((table, cache)) = rope {
+                        table.apply(&cache[t * n_rot..(t + 1) * n_rot], krow, hd);
+                    }
+                },
+            );
             if let Some(b) = &lw.bv {
                 for_rows(&self.pool, &mut s.v, nkv, n_tok, |_, row| {
                     add_in_place(row, b)
@@ -218,15 +225,16 @@ impl LlamaModel {
             self.trace("ffn_inp", lt, &s.x[..n_tok * d]);
 
             // Feed-forward block.
-            let x = &s.x;
-            for_rows(&self.pool, &mut s.xn, d, n_tok, |t, row| {
-                rms_norm(&x[t * d..(t + 1) * d], &lw.ffn_norm, eps, row)
-            });
-            self.trace("ffn_norm", lt, &s.xn[..n_tok * d]);
+            // The norm runs in the region that quantizes its rows for gate and up.
             warm_next(&self.pool, n_tok, &lw.w_down);
-            matmul(
+            let x = &s.x;
+            let norm = |t: usize, row: &mut [f32]| {
+                rms_norm(&x[t * d..(t + 1) * d], &lw.ffn_norm, eps, row)
+            };
+            matmul_made(
                 &self.pool,
-                &s.xn,
+                &mut s.xn,
+                &norm,
                 n_tok,
                 &mut [
                     MatJob {
@@ -240,6 +248,7 @@ impl LlamaModel {
                 ],
                 &mut s.mm,
             );
+            self.trace("ffn_norm", lt, &s.xn[..n_tok * d]);
             if let Some(b) = &lw.b_up {
                 for_rows(&self.pool, &mut s.up, nf, n_tok, |_, row| {
                     add_in_place(row, b)
@@ -252,24 +261,25 @@ impl LlamaModel {
             }
             self.trace("ffn_gate", lt, &s.gate[..n_tok * nf]);
             self.trace("ffn_up", lt, &s.up[..n_tok * nf]);
-            let (gate, up) = (&s.gate, &s.up);
-            let act = c.activation;
-            for_rows(&self.pool, &mut s.xn, nf, n_tok, |t, row| {
-                let (g, u) = (&gate[t * nf..(t + 1) * nf], &up[t * nf..(t + 1) * nf]);
-                match act {
-                    Activation::Silu => swiglu(g, u, row),
-                    Activation::Gelu => geglu(g, u, row),
-                }
-            });
-            self.trace("ffn_act", lt, &s.xn[..n_tok * nf]);
             match w.layers.get(l + 1) {
                 Some(next) => warm_next(&self.pool, n_tok, &next.wq),
                 None if n_rows > 0 => warm_next(&self.pool, n_rows, &w.output),
                 None => self.pool.warm().clear(),
             }
-            matmul(
+            // The activation runs in the region that quantizes its rows for down.
+            let (gate, up) = (&s.gate, &s.up);
+            let act = c.activation;
+            let activate = |t: usize, row: &mut [f32]| {
+                let (g, u) = (&gate[t * nf..(t + 1) * nf], &up[t * nf..(t + 1) * nf]);
+                match act {
+                    Activation::Silu => swiglu(g, u, row),
+                    Activation::Gelu => geglu(g, u, row),
+                }
+            };
+            matmul_made(
                 &self.pool,
-                &s.xn,
+                &mut s.xn,
+                &activate,
                 n_tok,
                 &mut [MatJob {
                     w: &lw.w_down,
@@ -277,6 +287,7 @@ impl LlamaModel {
                 }],
                 &mut s.mm,
             );
+            self.trace("ffn_act", lt, &s.xn[..n_tok * nf]);
             self.finish_branch(
                 lw.b_down.as_deref(),
                 lw.post_ffn_norm.as_deref(),
@@ -291,20 +302,21 @@ impl LlamaModel {
 
         // Final norm and LM head, only for the rows asked for.
         if n_rows > 0 {
-            let (x, logit_tok) = (&s.x, &s.logit_tok);
-            for_rows(&self.pool, &mut s.out_norm, d, n_rows, |r, row| {
-                let t = logit_tok[r] as usize;
-                rms_norm(&x[t * d..(t + 1) * d], &w.output_norm, eps, row)
-            });
-            self.trace("result_norm", None, &s.out_norm[..n_rows * d]);
             // The next step starts with the first layer's Q (its embedding lookup and norm
             // run on the caller).
             if let Some(first) = w.layers.first() {
                 warm_next(&self.pool, n_rows, &first.wq);
             }
-            matmul(
+            // The final norm runs in the region that quantizes its rows for the LM head.
+            let (x, logit_tok) = (&s.x, &s.logit_tok);
+            let norm = |r: usize, row: &mut [f32]| {
+                let t = logit_tok[r] as usize;
+                rms_norm(&x[t * d..(t + 1) * d], &w.output_norm, eps, row)
+            };
+            matmul_made(
                 &self.pool,
-                &s.out_norm,
+                &mut s.out_norm,
+                &norm,
                 n_rows,
                 &mut [MatJob {
                     w: &w.output,
@@ -312,6 +324,7 @@ impl LlamaModel {
                 }],
                 &mut s.mm,
             );
+            self.trace("result_norm", None, &s.out_norm[..n_rows * d]);
             let nv = c.n_vocab;
             if w.output_bias.is_some() || c.logit_scale.is_some() || c.final_softcap.is_some() {
                 let bias = w.output_bias.as_deref();

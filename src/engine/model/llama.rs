@@ -61,6 +61,40 @@ pub(super) fn for_rows(
     }
 }
 
+/// [`for_rows`] over two buffers at once: `f(t, a_row, b_row)` for each of the `n` first rows
+/// (`wa` and `wb` wide) of `a` and `b`, in one parallel region (e.g. RoPE of q and of k).
+pub(super) fn for_row_pairs(
+    pool: &Pool,
+    (a, wa): (&mut [f32], usize),
+    (b, wb): (&mut [f32], usize),
+    n: usize,
+    f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
+) {
+    let (a, b) = (&mut a[..n * wa], &mut b[..n * wb]);
+    if n >= PAR_ROWS_MIN && pool.threads() > 1 {
+        let per = n.div_ceil(pool.threads() * 4);
+        let groups = n.div_ceil(per);
+        let (pa, pb) = (SendPtr(a.as_mut_ptr()), SendPtr(b.as_mut_ptr()));
+        pool.run(groups, &|g, _| {
+            for t in g * per..((g + 1) * per).min(n) {
+                // SAFETY: row t of each buffer lies inside it (t < n) and every row belongs to
+                // exactly one group, run once, so no two calls alias.
+                let (ra, rb) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(pa.get().add(t * wa), wa),
+                        std::slice::from_raw_parts_mut(pb.get().add(t * wb), wb),
+                    )
+                };
+                f(t, ra, rb);
+            }
+        });
+    } else {
+        for (t, (ra, rb)) in a.chunks_mut(wa).zip(b.chunks_mut(wb)).enumerate() {
+            f(t, ra, rb);
+        }
+    }
+}
+
 pub(super) fn add_in_place(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;

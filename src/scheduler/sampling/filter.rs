@@ -136,7 +136,8 @@ pub struct Work {
 
 /// Draws a token from `row` (whose maximum `max` is finite; `block_max` its block maxima) at
 /// `scale = 1/T` under `trunc`, with `u` uniform in [0, 1). Returns the token and
-/// `exp_sum(row, max, 1, -inf)`, the softmax denominator at temperature 1 (for logprobs).
+/// `exp_sum(row, max, 1, -inf)`, the softmax denominator at temperature 1 (for logprobs), or
+/// NaN without `z1_wanted` when it would cost a pass of its own (the token is the same).
 #[allow(clippy::too_many_arguments)]
 pub fn draw(
     row: &[f32],
@@ -147,11 +148,16 @@ pub fn draw(
     ranked: &mut Ranked,
     work: &mut Work,
     u: f64,
+    z1_wanted: bool,
 ) -> (u32, f64) {
     let n = row.len();
     let top_p_on = trunc.top_p < 1.0;
     if trunc.top_k > 0 && trunc.top_k < n {
-        let z1 = passes::exp_sum(row, max, 1.0, f32::NEG_INFINITY);
+        let z1 = if z1_wanted {
+            passes::exp_sum(row, max, 1.0, f32::NEG_INFINITY)
+        } else {
+            f64::NAN
+        };
         let w = |v: f32, _: u32| f64::from(passes::weight(v, max, scale, f32::NEG_INFINITY));
         let cum = &mut work.cum;
         let id = if top_p_on {
@@ -188,8 +194,10 @@ pub fn draw(
     );
     let z1 = if scale == 1.0 {
         totals.all
-    } else {
+    } else if z1_wanted {
         passes::exp_sum(row, max, 1.0, f32::NEG_INFINITY)
+    } else {
+        f64::NAN
     };
     let id = if top_p_on {
         let target = f64::from(trunc.top_p) * totals.all;

@@ -48,7 +48,9 @@
 //! Nothing sorts the vocabulary. Plain temperature sampling is one pass for the maximum, one
 //! computing the weights (a vectorizable `exp`) and their per-block sums, and a draw that
 //! walks the block sums; a temperature other than 1 adds one `exp` pass for the logprobs,
-//! greedy is the maximum and that pass. Top-k and `top_logprobs` gather the entries at or
+//! greedy is the maximum and that pass. That logprob pass runs only when the logprobs are
+//! read (`top_logprobs`, or a sampler not told otherwise by [`Sampler::with_logprob`]): the
+//! scheduler tells it for requests that ask for none. Top-k and `top_logprobs` gather the entries at or
 //! above a threshold taken from the per-block maxima, then select and sort only those. Top-p
 //! ranks the 64 most likely tokens, then 512; a wider nucleus (a flat distribution) is found
 //! by binning the probability mass by logit and sorting only the bin where it crosses

@@ -15,6 +15,8 @@ pub struct Sampler {
     top_p: f32,
     min_p: f32,
     top_logprobs: usize,
+    /// [`Sampled::logprob`] is wanted (see [`Sampler::with_logprob`]).
+    logprob: bool,
     penalties: Penalties,
     rng: Rng,
 }
@@ -43,7 +45,8 @@ impl SampleScratch {
 pub struct Sampled {
     pub id: u32,
     /// The log-probability of `id` under the biased, penalised distribution at temperature 1,
-    /// before truncation (see the module docs).
+    /// before truncation (see the module docs); NaN from a sampler that was told it is not
+    /// wanted ([`Sampler::with_logprob`]).
     pub logprob: f32,
     /// The `top_logprobs` most likely tokens with their log-probabilities (same distribution),
     /// most likely first, lower id first on ties; empty when `top_logprobs` is 0, shorter when
@@ -63,9 +66,19 @@ impl Sampler {
             top_p: params.top_p,
             min_p: params.min_p,
             top_logprobs: params.top_logprobs,
+            logprob: true,
             penalties: Penalties::new(params, prompt),
             rng: Rng::new(seed),
         }
+    }
+
+    /// Whether the caller reads [`Sampled::logprob`] (true unless set otherwise). Without it
+    /// (and with `top_logprobs` 0) a draw skips the `exp` pass over the whole row that only
+    /// the temperature-1 log-softmax needs (greedy, and any temperature other than 1), and
+    /// `logprob` is NaN. The tokens drawn and the generator's use are the same either way.
+    pub fn with_logprob(mut self, wanted: bool) -> Sampler {
+        self.logprob = wanted;
+        self
     }
 
     /// Adds a generated token to the penalty history without drawing it (for a token chosen
@@ -117,6 +130,8 @@ impl Sampler {
         ranked.reset();
         let max = passes::block_max(row, block_max);
         let greedy = self.temperature.is_nan() || self.temperature < GREEDY_BELOW;
+        // The temperature-1 normalizer is needed only for reported log-probabilities.
+        let lp = self.logprob || self.top_logprobs > 0;
         let u = if greedy { 0.0 } else { self.rng.next_f64() };
 
         // `lse`: log of the softmax denominator at temperature 1, for the logprobs.
@@ -130,8 +145,12 @@ impl Sampler {
             return None;
         } else if greedy {
             let id = passes::first_index_of(row, block_max, max);
-            let z1 = passes::exp_sum(row, max, 1.0, f32::NEG_INFINITY);
-            (id as u32, f64::from(max) + z1.ln())
+            let lse = if lp {
+                f64::from(max) + passes::exp_sum(row, max, 1.0, f32::NEG_INFINITY).ln()
+            } else {
+                f64::NAN
+            };
+            (id as u32, lse)
         } else {
             let t = self.temperature;
             // Min-p keeps p_T(v) >= min_p * p_T(max), that is v >= max + T ln(min_p).
@@ -145,13 +164,16 @@ impl Sampler {
                 top_p: self.top_p,
                 floor,
             };
-            let (id, z1) = filter::draw(row, block_max, max, 1.0 / t, trunc, ranked, work, u);
+            let (id, z1) = filter::draw(row, block_max, max, 1.0 / t, trunc, ranked, work, u, lp);
             (id, f64::from(max) + z1.ln())
         };
 
-        let logprob = row
-            .get(id as usize)
-            .map_or(f32::NEG_INFINITY, |&v| log_prob(v, lse));
+        let logprob = if lp {
+            row.get(id as usize)
+                .map_or(f32::NEG_INFINITY, |&v| log_prob(v, lse))
+        } else {
+            f32::NAN
+        };
         let top = if self.top_logprobs > 0 {
             ranked
                 .top(row, block_max, self.top_logprobs)

@@ -675,3 +675,65 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn skipping_the_logprob_draws_the_same_tokens() {
+    // Greedy, plain temperature (1 and not), top-k, top-p, min-p, penalties: the same seed
+    // draws the same tokens with and without the temperature-1 normalizer.
+    let cases = [
+        SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            temperature: 0.7,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            temperature: 1.0,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            temperature: 1.3,
+            top_p: 0.9,
+            min_p: 0.01,
+            frequency_penalty: 0.5,
+            ..SamplingParams::default()
+        },
+    ];
+    let rows: Vec<Vec<f32>> = (0..6).map(|i| vocab_row(40 + i, 2.0)).collect();
+    for p in &cases {
+        for seed in [0u64, 7, 1234] {
+            let mut with = Sampler::new(p, seed, &[3]);
+            let mut without = Sampler::new(p, seed, &[3]).with_logprob(false);
+            let (mut a, mut b) = (SampleScratch::new(), SampleScratch::new());
+            for row in &rows {
+                let x = with.sample(row, &mut a).unwrap();
+                let y = without.sample(row, &mut b).unwrap();
+                assert_eq!(x.id, y.id, "{p:?} seed {seed}");
+                assert!(x.logprob.is_finite() && y.logprob.is_nan());
+                assert!(y.top.is_empty());
+            }
+        }
+    }
+    // top_logprobs still gets its log-probabilities.
+    let p = SamplingParams {
+        temperature: 0.7,
+        top_logprobs: 2,
+        ..SamplingParams::default()
+    };
+    let (mut with, mut without) = (
+        Sampler::new(&p, 5, &[]),
+        Sampler::new(&p, 5, &[]).with_logprob(false),
+    );
+    let mut sc = SampleScratch::new();
+    assert_eq!(
+        with.sample(&rows[0], &mut sc),
+        without.sample(&rows[0], &mut sc)
+    );
+}

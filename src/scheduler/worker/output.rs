@@ -73,11 +73,11 @@ impl SeqOut {
         SeqOut {
             req: req_id,
             choice,
-            sampler: Some(Sampler::new(
-                &r.req.params,
-                choice_seed(r.seed, choice),
-                &r.req.prompt,
-            )),
+            sampler: Some(
+                Sampler::new(&r.req.params, choice_seed(r.seed, choice), &r.req.prompt)
+                    // Only a request asking for logprobs reads them (`emit`).
+                    .with_logprob(r.req.logprobs),
+            ),
             constraint,
             decode: DecodeState::new(false),
             stop: StopMatcher::new(&r.req.stop),

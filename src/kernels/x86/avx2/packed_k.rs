@@ -15,10 +15,10 @@
 //! counts.
 //!
 //! Two tile shapes: decode-sized calls (1-2 tokens) read both halves of a panel in one pass
-//! (a panel streams from memory once, prefetched two blocks ahead); larger calls (prefill,
-//! batched decode: compute-bound) run one half at a time with up to 4 tokens (Q4_K) sharing
-//! each unpacked weight register, which halves the unpacking per multiply, and the whole
-//! half-panel's float sums fit the 16 ymm registers.
+//! (a panel streams from memory once, prefetched two blocks ahead, one line per 64 bytes
+//! read); larger calls (prefill, batched decode: compute-bound) run one half at a time with
+//! up to 4 tokens (Q4_K) sharing each unpacked weight register, which halves the unpacking
+//! per multiply, and the whole half-panel's float sums fit the 16 ymm registers.
 //!
 //! The file holds the tiles; the loop over token groups, panels and token tiles is the shared
 //! driver's (`packed/driver.rs`).
@@ -59,7 +59,9 @@ const Z: i8 = -128;
 /// One Q4_K/Q5_K block (half panel) for `N` tokens: the integer sums `isum` (scaled quants)
 /// and `msum` (mins) added to `acc` / `accm` with `scale[t]` = (d * d_a, dmin * d_a): once per
 /// block for Q5_K, once per pair of sub-blocks (64 values) for Q4_K (scalar/packed_k.rs).
-/// Each quant chunk load also prefetches that line of `pf` (`x86::prefetch_line`; null: none).
+/// Each quant chunk load also prefetches that line of `pf` (`x86::prefetch_line`; null: none),
+/// or with `spread` every other load line `c / 2` (a whole-panel pass: each half prefetches
+/// half of the block ahead, so the prefetches spread over the whole block's work).
 ///
 /// # Safety
 /// CPU features as enabled; `q` is a block's quants plus `32h` (32-byte aligned), `sc` its
@@ -76,6 +78,7 @@ unsafe fn block_k4<const T: u8, const N: usize>(
     acc: &mut [__m256; N],
     accm: &mut [__m256; N],
     pf: *const u8,
+    spread: bool,
 ) {
     // Q5_K: one sum per block; Q4_K: one per pair of sub-blocks (see scalar/packed_k.rs).
     let mut isum = [_mm256_setzero_si256(); N];
@@ -89,7 +92,9 @@ unsafe fn block_k4<const T: u8, const N: usize>(
         let nib = _mm256_set1_epi8(0x0F);
         let bit4 = _mm256_set1_epi8(0x10);
         let chunk = |c: usize| {
-            super::super::prefetch_line(pf, c);
+            if !spread || c.is_multiple_of(2) {
+                super::super::prefetch_line(pf, if spread { c / 2 } else { c });
+            }
             _mm256_load_si256(q.add(64 * c) as *const __m256i)
         };
         let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
@@ -201,6 +206,7 @@ unsafe fn block_q6<const N: usize>(
     pairs: &[&[i32; 8]; N],
     isum: &mut [__m256i; N],
     pf: *const u8,
+    spread: bool,
 ) {
     // SAFETY: (whole body) as in `block_k4`.
     unsafe {
@@ -211,7 +217,9 @@ unsafe fn block_q6<const N: usize>(
             _mm256_set1_epi8(0x30),
         );
         let chunk = |c: usize| {
-            super::super::prefetch_line(pf, c);
+            if !spread || c.is_multiple_of(2) {
+                super::super::prefetch_line(pf, if spread { c / 2 } else { c });
+            }
             _mm256_load_si256(q.add(64 * c) as *const __m256i)
         };
         let bcast = |p: *const u8| _mm256_set1_epi32((p as *const i32).read_unaligned());
@@ -295,8 +303,14 @@ unsafe fn block_q6<const N: usize>(
 /// halves of each block in turn (one pass over the panel's bytes: what decode-sized calls run;
 /// with the prefetch following the stream across panels, Q4_K's half-panel passes, the second
 /// from cache, ran 4-8% slower at one token: 23.5 against 24.5 GB/s from memory). With `PF`
-/// the first half's chunk loads prefetch the stream two blocks ahead
-/// (`x86::prefetch_k_ahead`). Token `t`'s Q8_K row at `a + t * ar`, its table entries from
+/// the chunk loads prefetch the stream two blocks ahead (`x86::prefetch_k_ahead`): with
+/// `W == 2` each half one line per two loads, its half of the block ahead's lines, so one
+/// prefetch goes out per 64 bytes read, as in the AVX-512 tiles. When the first half alone
+/// prefetched every line (one per 32 bytes read, the second half none), the prefetches came
+/// in bursts at twice the read rate and queued behind the core's miss buffers: Llama-3.2-1B
+/// Q4_K_M decode under `KILN_ISA=avx2`, 2 threads, ran 28.3-30.1 against 32.7-37.3 tok/s
+/// spread (2026-11-26, alternating binaries, shared machine under `chrt -f 10`; the AVX-512
+/// path 31.8-35.3 in the same runs). Three or four blocks ahead instead of two: no change. Token `t`'s Q8_K row at `a + t * ar`, its table entries from
 /// `tab0 + t * nb`, its outputs at `out + t * os` (the first row of the panel, or of half `W`;
 /// `valid` rows of those are real).
 ///
@@ -337,8 +351,16 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize, const W: usize, cons
         for hh in 0..halves {
             let h = half(hh);
             let (q, sc) = (q0.wrapping_add(32 * h), sc0.wrapping_add(8 * h));
-            // The first half's chunk loads prefetch the block ahead's lines (module docs).
-            let pf = if hh == 0 { pf } else { std::ptr::null() };
+            // Whole-panel tiles: each half's chunk loads prefetch half of the block ahead's
+            // lines, one per two loads; half-panel tiles: the first half all of them.
+            let spread = W == 2;
+            let pf = if spread && !pf.is_null() {
+                pf.wrapping_add(hh * l.quant_bytes / 2)
+            } else if hh == 0 {
+                pf
+            } else {
+                std::ptr::null()
+            };
             let f16s = |at: usize| {
                 // SAFETY: 8 f16 of the 16 at `at` inside the scale area.
                 _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sc0.add(at + 16 * h) as *const __m128i) })
@@ -348,7 +370,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize, const W: usize, cons
                 let mut isum = [_mm256_setzero_si256(); N];
                 // SAFETY: block b's quants (half h) and scales lie in the panel; x[t] are the
                 // tokens' block b quants (caller contract).
-                unsafe { block_q6::<N>(q, sc, &x, &pairs, &mut isum, pf) };
+                unsafe { block_q6::<N>(q, sc, &x, &pairs, &mut isum, pf, spread) };
                 for t in 0..N {
                     // llama.cpp's prompt-path order (see scalar/packed_k.rs).
                     let x = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), d);
@@ -360,7 +382,17 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize, const W: usize, cons
                     std::array::from_fn(|t| (_mm256_mul_ps(d, dy[t]), _mm256_mul_ps(dmin, dy[t])));
                 // SAFETY: as above.
                 unsafe {
-                    block_k4::<T, N>(q, sc, &x, &pairs, &scale, &mut acc[hh], &mut accm[hh], pf)
+                    block_k4::<T, N>(
+                        q,
+                        sc,
+                        &x,
+                        &pairs,
+                        &scale,
+                        &mut acc[hh],
+                        &mut accm[hh],
+                        pf,
+                        spread,
+                    )
                 };
             }
         }
