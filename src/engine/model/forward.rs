@@ -140,30 +140,27 @@ impl LlamaModel {
                 (&mut s.k, nkv),
                 n_tok,
                 |t, row, krow| {
-                    if let Some(b) = &lw.bq {
-                        add_in_place(row, b);
-                    }
-                    if let Some(nw) = &lw.q_norm {
-                        norm_heads(row, nw, eps);
-                    }
-                    if let Some((table, cache)) = rope {
-                        table.apply(&cache[t * n_rot..(t + 1) * n_rot], row, hd);
-                    }
+                    // Bias, head norm and RoPE, the same for a q row and a k row.
+                    let shared =
+                        |x: &mut [f32], bias: &Option<Vec<f32>>, norm: &Option<Vec<f32>>| {
+                            if let Some(b) = bias {
+                                add_in_place(x, b);
+                            }
+                            if let Some(nw) = norm {
+                                norm_heads(x, nw, eps);
+                            }
+                            if let Some((table, cache)) = rope {
+                                table.apply(&cache[t * n_rot..(t + 1) * n_rot], x, hd);
+                            }
+                        };
+                    shared(row, &lw.bq, &lw.q_norm);
                     if let Some(qs) = c.q_scale {
                         scale_in_place(row, qs);
                     }
                     if let Some(tmp) = c.attn_temperature {
                         scale_in_place(row, temperature(tmp.scale, tmp.floor_len, tok_pos[t]));
                     }
-                    if let Some(b) = &lw.bk {
-                        add_in_place(krow, b);
-                    }
-                    if let Some(nw) = &lw.k_norm {
-                        norm_heads(krow, nw, eps);
-                    }
-                    if let Some((table, cache)) = rope {
-                        table.apply(&cache[t * n_rot..(t + 1) * n_rot], krow, hd);
-                    }
+                    shared(krow, &lw.bk, &lw.k_norm);
                 },
             );
             if let Some(b) = &lw.bv {
