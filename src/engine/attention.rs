@@ -37,6 +37,7 @@ use crate::engine::kv_cache::{
     BlockTable, KvCache, KvCacheConfig, KvCacheError, KvType, LayerKv, RELEASED,
 };
 use crate::kernels::isa::Isa;
+use crate::kernels::prefetch;
 use half::f16;
 
 /// Instruction set of an attention kernel, narrowest first (the order [`Ord`] follows).
@@ -315,63 +316,41 @@ impl<'a> HeadView<'a> {
         }
     }
 
-    /// Starts fetching the first attended block's K and V tiles into the cache (a hint; a
-    /// no-op off x86-64).
+    /// Starts fetching the first attended block's K and V tiles into L1 (a hint).
     fn prefetch_first(&self) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let (k, v) = self.stored(self.first_block());
-            for p in [k, v] {
-                for c in (0..self.stored_bytes()).step_by(64) {
-                    // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never
-                    // faults or reads architecturally, whatever the address.
-                    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c).cast::<i8>()) };
-                }
-            }
+        let (k, v) = self.stored(self.first_block());
+        for p in [k, v] {
+            prefetch::lines_to_l1(p, self.stored_bytes());
         }
     }
 
     /// Starts fetching logical block `i`'s K and V tiles as stored (a Q8_0 tile's scales
-    /// included) into the cache (a hint; a no-op off x86-64).
+    /// included) into L1 (a hint).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the SIMD tiles only
     fn prefetch_block(&self, i: usize) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let lines = |p: *const u8, bytes: usize| {
-                for c in (0..bytes).step_by(64) {
-                    // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never
-                    // faults or reads architecturally, whatever the address.
-                    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c).cast::<i8>()) };
-                }
-            };
-            match self.raw_tile(i) {
-                LayerKv::F16 { k, v } => {
-                    lines(k.as_ptr().cast(), 2 * k.len());
-                    lines(v.as_ptr().cast(), 2 * v.len());
-                }
-                LayerKv::Q8 {
-                    k,
-                    k_scale: ks,
-                    v,
-                    v_scale: vs,
-                } => {
-                    lines(k.as_ptr().cast(), k.len());
-                    lines(v.as_ptr().cast(), v.len());
-                    lines(ks.as_ptr().cast(), 2 * ks.len());
-                    lines(vs.as_ptr().cast(), 2 * vs.len());
-                }
+        let lines = prefetch::lines_to_l1;
+        match self.raw_tile(i) {
+            LayerKv::F16 { k, v } => {
+                lines(k.as_ptr().cast(), 2 * k.len());
+                lines(v.as_ptr().cast(), 2 * v.len());
+            }
+            LayerKv::Q8 {
+                k,
+                k_scale: ks,
+                v,
+                v_scale: vs,
+            } => {
+                lines(k.as_ptr().cast(), k.len());
+                lines(v.as_ptr().cast(), v.len());
+                lines(ks.as_ptr().cast(), 2 * ks.len());
+                lines(vs.as_ptr().cast(), 2 * vs.len());
             }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = i;
     }
 
     /// Where logical block `i`'s K and V tiles are stored, as the cache holds them (f16 or
     /// Q8_0 values; [`HeadView::stored_bytes`] each): what a prefetch fetches, converting
     /// nothing.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // prefetches are x86-only
     fn stored(&self, i: usize) -> (*const u8, *const u8) {
         let n = self.block_size * self.head_dim;
         let base = self.blocks[i] as usize * self.block_stride + self.head_off;

@@ -89,25 +89,10 @@ impl WarmSlots {
     }
 }
 
-/// Starts pulling the line at `addr` into this core's L2 (and L1).
+/// Starts pulling the line at `addr` into this core's L2.
 #[inline(always)]
 fn prefetch(addr: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never faults, whatever
-        // the address (the weights it names may even have been freed meanwhile).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(addr as *const i8) };
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        // SAFETY: PRFM is only a hint: it never faults, whatever the address.
-        unsafe {
-            std::arch::asm!("prfm pldl2keep, [{0}]", in(reg) addr, options(nostack, readonly, preserves_flags));
-        }
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let _ = addr;
+    crate::kernels::prefetch::to_l2(addr as *const u8);
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod ceiling;
 pub mod isa;
 mod legacy_kind;
 pub mod packed;
+pub mod prefetch;
 pub mod row;
 pub mod scalar;
 pub mod shape;

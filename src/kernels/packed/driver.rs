@@ -163,18 +163,10 @@ impl Shape {
 /// Prefetches never fault, so the address past the last panel needs no bound.
 #[inline(always)]
 fn prefetch_share(next: *const u8, bytes: usize, i: usize, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let lines = bytes / 64;
-        for c in i * lines / n..(i + 1) * lines / n {
-            // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never faults,
-            // whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64 * c) as *const i8) };
-        }
+    let lines = bytes / 64;
+    for c in i * lines / n..(i + 1) * lines / n {
+        crate::kernels::prefetch::to_l1(next.wrapping_add(64 * c));
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (next, bytes, i, n);
 }
 
 /// Runs the loop of the module docs with tile `k` and `terms`.

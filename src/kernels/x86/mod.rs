@@ -4,27 +4,27 @@ pub mod avx2;
 pub mod avx512;
 
 use crate::kernels::packed::PanelLayout;
+use crate::kernels::prefetch;
 
 /// Starts the prefetch of the K-quant block [`PF_BLOCKS`] ahead of block `b` of the panel at
 /// `panel` in the order a tile streams them (past the panel's last block: the next panel's
 /// first blocks): its scale lines now, and returns where its quants are, for the block kernels
 /// to prefetch one line per quant chunk they load ([`prefetch_line`]). The AVX-512 and AVX2
-/// decode-sized tiles call it once per block.
+/// decode-sized tiles call it once per block. The lines go to L2 (`kernels::prefetch`).
 ///
 /// Spread over the block's work, the prefetches keep the memory stream going while the block
 /// unpacks; issued all at once at the block's start (~50 lines) they queue up behind the
-/// core's few miss buffers and stall the loads behind them. Single-threaded, Llama-3.2-1B
-/// layers from memory (`examples/gemv_bw`, 2026-11-26): Q6_K 21.6 GB/s with the burst, 28.5
-/// spread, against a 35 GB/s plain read; two blocks ahead was the best distance (1-6 tried).
+/// core's miss buffers and stall the loads behind them. Single-threaded, Llama-3.2-1B
+/// layers from memory (`examples/gemv_bw`, 2026-11-26, L1 prefetches): Q6_K 21.6 GB/s with
+/// the burst, 28.5 spread, against a 35 GB/s plain read.
 /// The target follows the stream across panels: a panel's quants are followed by its scales,
-/// so "two blocks ahead" in address order would land in the scale area already read near a
-/// panel's end, and the next panel's first blocks (2 of 8 at `k` = 2048) would go unfetched:
-/// following the stream took Q4_K / Q5_K / Q6_K decode from 25.6 / 25.0 / 28.2 to 29.8 / 31.3 /
-/// 31.3 GB/s (AVX-512; AVX2 22.3 / 18.7 / 23.5 to 25.1 / 26.1 / 29.4) against a ~33 GB/s
-/// plain read (same process, one thread, 2026-11-26).
+/// so "N blocks ahead" in address order would land in the scale area already read near a
+/// panel's end, and the next panel's first blocks would go unfetched: following the stream
+/// took Q4_K / Q5_K / Q6_K decode from 25.6 / 25.0 / 28.2 to 29.8 / 31.3 / 31.3 GB/s (AVX-512;
+/// AVX2 22.3 / 18.7 / 23.5 to 25.1 / 26.1 / 29.4) against a ~33 GB/s plain read (same process,
+/// one thread, 2026-11-26).
 #[inline(always)]
 pub(crate) fn prefetch_k_ahead(l: &PanelLayout, panel: *const u8, b: usize) -> *const u8 {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
     let v = b + PF_BLOCKS;
     let (panel, v) = if v < l.nb {
         (panel, v)
@@ -33,12 +33,7 @@ pub(crate) fn prefetch_k_ahead(l: &PanelLayout, panel: *const u8, b: usize) -> *
     } else {
         (panel.wrapping_add(v / l.nb * l.panel_bytes), v % l.nb)
     };
-    let p = panel.wrapping_add(l.scales_at(v));
-    for c in (0..l.scale_bytes).step_by(64) {
-        // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never faults, whatever
-        // the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
-    }
+    prefetch::lines_to_l2(panel.wrapping_add(l.scales_at(v)), l.scale_bytes);
     panel.wrapping_add(v * l.quant_bytes)
 }
 
@@ -46,10 +41,8 @@ pub(crate) fn prefetch_k_ahead(l: &PanelLayout, panel: *const u8, b: usize) -> *
 /// `pf` is null (tiles of many tokens, whose blocks stay in cache while the tokens pass).
 #[inline(always)]
 pub(crate) fn prefetch_line(pf: *const u8, c: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
     if !pf.is_null() {
-        // SAFETY: a prefetch never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64 * c) as *const i8) };
+        prefetch::to_l2(pf.wrapping_add(64 * c));
     }
 }
 
@@ -59,17 +52,16 @@ pub(crate) fn prefetch_line(pf: *const u8, c: usize) {
 /// of Q4_0 .. Q8_0 call it once per block; prefetches never fault, so no bounds are needed.
 #[inline(always)]
 pub(crate) fn prefetch_ahead(q: *const u8, quant_bytes: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    let p = q.wrapping_add(PF_BLOCKS_32 * quant_bytes);
-    for c in (0..quant_bytes).step_by(64) {
-        // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never faults, whatever
-        // the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(c) as *const i8) };
-    }
+    prefetch::lines_to_l2(q.wrapping_add(PF_BLOCKS_32 * quant_bytes), quant_bytes);
 }
 
-/// How many blocks ahead the 32-value kinds' decode-sized tiles prefetch (8: 2-4 KiB).
-const PF_BLOCKS_32: usize = 8;
+/// How many blocks ahead the 32-value kinds' decode-sized tiles prefetch (32: 8-17 KiB). With
+/// L2 prefetches, SmolLM2-135M decode on Zen 4 (2 threads, tg128, 2026-11-27): Q4_1 184-206 ->
+/// 230-238 tok/s from 8 blocks ahead to 24-48, Q8_0 141 -> 188-191 (16 to 32 alike).
+const PF_BLOCKS_32: usize = 32;
 
-/// How many blocks ahead decode-sized K-quant tiles prefetch (2: 4.7-6.7 KiB of the stream).
-const PF_BLOCKS: usize = 2;
+/// How many blocks ahead decode-sized K-quant tiles prefetch (4: 9.5-13.5 KiB of the stream).
+/// With L2 prefetches, 3 to 16 blocks ran alike single-threaded; in the engine (Zen 4, 2
+/// threads, 2026-11-27) Llama-3.2-1B Q4_K_M tg64 39.4 -> 45.3-46.4 tok/s (2 blocks ahead into L1
+/// before; 8 ahead: 43.3-44.4), SmolLM2-135M Q4_K_M tg128 181-189 -> 231-248.
+const PF_BLOCKS: usize = 4;

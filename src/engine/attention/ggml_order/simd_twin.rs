@@ -15,16 +15,8 @@
 
 use super::{HeadView, Scores, LANES, PARTS};
 use crate::engine::attention::simd::{Avx2, Avx512, Simd};
+use crate::kernels::prefetch::to_l1 as prefetch;
 use half::f16;
-
-/// Starts fetching the cache line at `p` into L1 (a hint: it never faults, whatever `p`).
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    // SAFETY: a prefetch is only a hint (SSE, baseline x86-64): it never faults or reads
-    // architecturally, whatever the address.
-    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
-}
 
 /// `G` query heads of one KV head, `C` registers of `S::LANES` values per head; `q` and `out`
 /// hold `G` heads, `qh` at least `G * head_dim` values (the f16-rounded queries).

@@ -15,7 +15,7 @@
 //! counts.
 //!
 //! Two tile shapes: decode-sized calls (1-2 tokens) read both halves of a panel in one pass
-//! (a panel streams from memory once, prefetched two blocks ahead, one line per 64 bytes
+//! (a panel streams from memory once, prefetched `PF_BLOCKS` ahead into L2, one line per 64 bytes
 //! read); larger calls (prefill, batched decode: compute-bound) run one half at a time with
 //! up to 4 tokens (Q4_K) sharing each unpacked weight register, which halves the unpacking
 //! per multiply, and the whole half-panel's float sums fit the 16 ymm registers.
