@@ -154,6 +154,19 @@ fn check(dt: DType, k: usize, n_rows: usize, tokens: &[usize], seed: u64, extrem
                 }
             }
         }
+        // The AVX-512 tiles themselves: a CPU with 256-bit AVX-512 datapaths installs the
+        // AVX2 ones for decode-sized calls, so the table alone would leave those untested.
+        #[cfg(target_arch = "x86_64")]
+        if let Some(gemm) = avx512_tiles(dt) {
+            let mut got = vec![f32::NAN; len];
+            // SAFETY: `avx512_tiles` returns it only when the CPU has AVX-512 VNNI.
+            unsafe { gemm(k, pw.bytes(), n_rows, a, n_tok, &mut got, os) };
+            for t in 0..n_tok {
+                let s = t * os..t * os + n_rows;
+                let ctx = format!("{dt} avx512 tiles k{k} rows{n_rows} tok{n_tok} t{t} seed{seed}");
+                assert_eq!(bits(&got[s.clone()]), bits(&twin[s]), "{ctx}");
+            }
+        }
     }
     if cfg!(target_arch = "x86_64") {
         for isa in Isa::all_supported() {
@@ -175,6 +188,23 @@ fn check(dt: DType, k: usize, n_rows: usize, tokens: &[usize], seed: u64, extrem
     }
     #[cfg(target_arch = "aarch64")]
     super::packed_neon::check_k_installed(dt);
+}
+
+/// The GEMM of the AVX-512 K-quant tiles for every call size, when this CPU can run it.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::type_complexity)]
+fn avx512_tiles(
+    dt: DType,
+) -> Option<unsafe fn(usize, &[u8], usize, &[u8], usize, &mut [f32], usize)> {
+    use crate::kernels::x86::avx512::packed_k as z;
+    if !crate::kernels::isa::has_avx512_vnni() {
+        return None;
+    }
+    Some(match dt {
+        DType::Q4_K => z::gemm_packed_k::<{ z::Q4K }>,
+        DType::Q5_K => z::gemm_packed_k::<{ z::Q5K }>,
+        _ => z::gemm_packed_k::<{ z::Q6K }>,
+    })
 }
 
 const TYPES: [DType; 3] = [DType::Q4_K, DType::Q6_K, DType::Q5_K];

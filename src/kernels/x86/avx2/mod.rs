@@ -4,7 +4,7 @@ pub mod float;
 pub mod kquants;
 pub mod legacy;
 mod packed;
-mod packed_k;
+pub(crate) mod packed_k;
 mod quant;
 
 use crate::kernels::row::{PackedKernels, Table};

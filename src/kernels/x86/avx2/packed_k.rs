@@ -49,7 +49,7 @@ const QH: usize = QH_AT / 64;
 const TT: usize = 2;
 /// Calls of at most this many tokens (decode) run whole-panel tiles, larger ones half-panel
 /// tiles of more tokens.
-const ONE_PASS_MAX: usize = 2;
+pub(crate) const ONE_PASS_MAX: usize = 2;
 /// Activation table entries (token x block) of decode-sized calls, and of the others.
 const SMALL: usize = 128;
 const LARGE: usize = 1024;

@@ -5,7 +5,7 @@ pub mod kquants;
 mod lanes;
 pub mod legacy;
 mod packed;
-mod packed_k;
+pub(crate) mod packed_k;
 
 use crate::kernels::row::{PackedKernels, Table};
 use crate::kernels::DType;

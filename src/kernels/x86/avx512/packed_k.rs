@@ -391,8 +391,45 @@ unsafe fn gemm_tab<const T: u8, const E: usize>(l: &PanelLayout, s: &Shape) {
 
 const _: () = assert!(crate::kernels::packed::MAX_K / 256 <= LARGE);
 
+/// [`gemm_packed_k`] on a CPU that runs AVX-512 on 256-bit datapaths
+/// ([`isa::avx512_on_256bit_datapaths`]): decode-sized calls take the AVX2 whole-panel tiles
+/// (same results, bit for bit), the others this module's. From memory the AVX2 tiles kept
+/// more of the stream in flight there: Zen 4, 2026-11-27, Llama-3.2-1B Q4_K_M decode on one
+/// thread 25-29 -> 34-38 tok/s (Q4_K and Q6_K each gaining), two threads 52-54 -> 60-64. Zen 5
+/// (full-width AVX-512) ran the AVX-512 tiles faster (2026-11-26: Q4_K 29.8 against 25.1 GB/s).
+///
+/// [`isa::avx512_on_256bit_datapaths`]: crate::kernels::isa::avx512_on_256bit_datapaths
+///
+/// # Safety
+/// As [`gemm_packed_k`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_packed_k_decode_256<const T: u8>(
+    k: usize,
+    packed: &[u8],
+    n_rows: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+    os: usize,
+) {
+    use crate::kernels::x86::avx2::packed_k as avx2;
+    // The kinds are numbered alike in both modules.
+    const { assert!(Q4K == avx2::Q4K && Q5K == avx2::Q5K && Q6K == avx2::Q6K) };
+    // SAFETY: this function's features include the AVX2 ones; the rest is the caller's
+    // contract, the same for both GEMMs.
+    unsafe {
+        if n_tok <= avx2::ONE_PASS_MAX {
+            avx2::gemm_packed_k::<T>(k, packed, n_rows, a, n_tok, out, os)
+        } else {
+            gemm_packed_k::<T>(k, packed, n_rows, a, n_tok, out, os)
+        }
+    }
+}
+
 /// Sets the K-quant rows' `packed` GEMMs in `t` (over the AVX2 ones, same results): the VNNI
-/// versions, or the AVX2 ones stay without VNNI.
+/// versions ([`gemm_packed_k_decode_256`] on CPUs with 256-bit AVX-512 datapaths), or the AVX2
+/// ones stay without VNNI.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL plus AVX2/FMA/F16C (VNNI is checked here): the
@@ -402,12 +439,19 @@ pub(crate) unsafe fn install(t: &mut crate::kernels::row::Table) {
     if !crate::kernels::isa::has_avx512_vnni() {
         return;
     }
+    let half = crate::kernels::isa::avx512_on_256bit_datapaths();
     macro_rules! set {
         ($($dt:ident: $kind:ident),*) => {$(
             if let Some(row) = t[DType::$dt as usize].as_mut() {
                 row.packed = Some(PackedKernels {
-                    // SAFETY: `install`'s caller verified the CPU features, VNNI checked above.
-                    gemm: |k, p, n, a, nt, o, os| unsafe { gemm_packed_k::<$kind>(k, p, n, a, nt, o, os) },
+                    gemm: if half {
+                        // SAFETY: `install`'s caller verified the CPU features, VNNI checked
+                        // above.
+                        |k, p, n, a, nt, o, os| unsafe { gemm_packed_k_decode_256::<$kind>(k, p, n, a, nt, o, os) }
+                    } else {
+                        // SAFETY: as above.
+                        |k, p, n, a, nt, o, os| unsafe { gemm_packed_k::<$kind>(k, p, n, a, nt, o, os) }
+                    },
                 });
             }
         )*};
