@@ -191,6 +191,10 @@ fn check(dt: DType, k: usize, n_rows: usize, tokens: &[usize], seed: u64, extrem
 }
 
 /// The GEMM of the AVX-512 K-quant tiles for every call size, when this CPU can run it.
+///
+/// # Safety
+/// Calling the returned GEMM needs only the lengths it checks: it is returned only when the CPU
+/// has its features (AVX-512 VNNI).
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::type_complexity)]
 fn avx512_tiles(
