@@ -395,7 +395,8 @@ const _: () = assert!(crate::kernels::packed::MAX_K / 256 <= LARGE);
 /// ([`isa::avx512_on_256bit_datapaths`]): decode-sized calls take the AVX2 whole-panel tiles
 /// (same results, bit for bit), the others this module's. From memory the AVX2 tiles kept
 /// more of the stream in flight there: Zen 4, 2026-11-27, Llama-3.2-1B Q4_K_M decode on one
-/// thread 25-29 -> 34-38 tok/s (Q4_K and Q6_K each gaining), two threads 52-54 -> 60-64. Zen 5
+/// thread, alternating binaries, 26.7-28.7 -> 31.6-36.6 tok/s (Q4_K and Q6_K each gaining);
+/// two threads with a busy second core showed no difference (43-45 tok/s both). Zen 5
 /// (full-width AVX-512) ran the AVX-512 tiles faster (2026-11-26: Q4_K 29.8 against 25.1 GB/s).
 ///
 /// [`isa::avx512_on_256bit_datapaths`]: crate::kernels::isa::avx512_on_256bit_datapaths
