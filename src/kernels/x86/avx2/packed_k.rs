@@ -17,7 +17,7 @@
 //! Two tile shapes: decode-sized calls (1-2 tokens) read both halves of a panel in one pass
 //! (a panel streams from memory once, prefetched `PF_BLOCKS` ahead into L2, one line per 64 bytes
 //! read); larger calls (prefill, batched decode: compute-bound) run one half at a time with
-//! up to 4 tokens (Q4_K) sharing each unpacked weight register, which halves the unpacking
+//! up to 4 tokens (Q4_K, Q6_K) sharing each unpacked weight register, which halves the unpacking
 //! per multiply, and the whole half-panel's float sums fit the 16 ymm registers.
 //!
 //! The file holds the tiles; the loop over token groups, panels and token tiles is the shared
@@ -194,6 +194,12 @@ unsafe fn block_k4<const T: u8, const N: usize>(
 /// Integer sum of one Q6_K block (half panel) for `N` tokens, the `-32` offset included;
 /// prefetches `pf` as [`block_k4`].
 ///
+/// Two steps at a time (values `4j..4j + 8` of each 32-value quarter): their 8 unpacked weight
+/// registers serve every token, and each token's two pair sums per quarter (at most 2 * 16128
+/// in i16) go straight into `vpmaddwd` by the group's scale, so no i16 sums stay live between
+/// steps and 4 tokens share each unpacking (with per-step i16 sums kept across steps, 2
+/// tokens already spilled them).
+///
 /// # Safety
 /// As [`block_k4`].
 #[inline]
@@ -240,43 +246,42 @@ unsafe fn block_q6<const N: usize>(
             0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, //
             8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15,
         );
+        // Step 8h + j's four weight registers (quarters t = 0..4): chunks A, B, C
+        // (packed/kquant.rs); v0..v2 are their low 6 bits, v3 their top 2 bits each (the
+        // 16-bit shifts move bits within their own byte: the other bits are masked off).
+        // (A macro: as a closure called twice, LLVM kept it out of line.)
+        macro_rules! unpack {
+            ($s:expr) => {{
+                let st = 3 * ($s);
+                let (a, b, c) = (chunk(st), chunk(st + 1), chunk(st + 2));
+                let v3 = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<6>(b), b01),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(c), b23),
+                );
+                let v3 = _mm256_or_si256(v3, _mm256_and_si256(_mm256_srli_epi16::<2>(a), b45));
+                [
+                    _mm256_and_si256(a, m6),
+                    _mm256_and_si256(b, m6),
+                    _mm256_and_si256(c, m6),
+                    v3,
+                ]
+            }};
+        }
         for h in 0..2 {
             for half in 0..2 {
                 // Groups 8h + 2qt + half (qt = 0..4): values 128h + 32qt + 16half .. + 16.
-                let mut p = [[_mm256_setzero_si256(); 4]; N];
                 let sg: [__m256i; 4] = std::array::from_fn(|qt| twice(8 * h + 2 * qt + half));
-                for jj in 0..4 {
-                    let j = 4 * half + jj;
-                    // Chunks A, B, C of step 8h + j (packed/kquant.rs): v0..v2 are their low
-                    // 6 bits, v3 their top 2 bits each (the 16-bit shifts move bits within
-                    // their own byte: the other bits are masked off).
-                    let st = 3 * (8 * h + j);
-                    let (a, b, c) = (chunk(st), chunk(st + 1), chunk(st + 2));
-                    let v3 = _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<6>(b), b01),
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(c), b23),
-                    );
-                    let v3 = _mm256_or_si256(v3, _mm256_and_si256(_mm256_srli_epi16::<2>(a), b45));
-                    let w = [
-                        _mm256_and_si256(a, m6),
-                        _mm256_and_si256(b, m6),
-                        _mm256_and_si256(c, m6),
-                        v3,
-                    ];
-                    for (qt, wq) in w.iter().enumerate() {
-                        for t in 0..N {
-                            let xa = bcast(x[t].add(4 * (32 * h + 8 * qt + j)));
-                            p[t][qt] = _mm256_add_epi16(p[t][qt], _mm256_maddubs_epi16(*wq, xa));
-                        }
-                    }
-                    if jj % 2 == 1 {
-                        // Two 16128-bounded pair sums fit in i16; fold them into i32 now.
+                for jp in 0..2 {
+                    let j = 4 * half + 2 * jp;
+                    let (w0, w1) = (unpack!(8 * h + j), unpack!(8 * h + j + 1));
+                    for t in 0..N {
                         for qt in 0..4 {
-                            for t in 0..N {
-                                let s = _mm256_madd_epi16(p[t][qt], sg[qt]);
-                                isum[t] = _mm256_add_epi32(isum[t], s);
-                                p[t][qt] = _mm256_setzero_si256();
-                            }
+                            let at = 4 * (32 * h + 8 * qt + j);
+                            let p = _mm256_add_epi16(
+                                _mm256_maddubs_epi16(w0[qt], bcast(x[t].add(at))),
+                                _mm256_maddubs_epi16(w1[qt], bcast(x[t].add(at + 4))),
+                            );
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sg[qt]));
                         }
                     }
                 }
@@ -443,12 +448,13 @@ impl<const T: u8, const E: usize> PanelTile for KTile<'_, T, E> {
 }
 
 /// Tokens per half-panel tile: Q4_K's one i16 chain per sub-block leaves registers for 4
-/// (8 chains, 8 float sums); Q5_K's two chains and Q6_K's four groups take 2.
+/// (8 chains, 8 float sums), Q6_K's two-step sums (no i16 sums live across steps) for 4 too;
+/// Q5_K's two chains take 2.
 const fn half_tokens(t: u8) -> usize {
-    if t == Q4K {
-        4
-    } else {
+    if t == Q5K {
         2
+    } else {
+        4
     }
 }
 
@@ -485,8 +491,8 @@ impl<const T: u8, const E: usize> PanelTile for KHalf<'_, T, E> {
             match t.n {
                 1 => half!(1),
                 2 => half!(2),
-                3 if T == Q4K => half!(3),
-                _ if T == Q4K => half!(4),
+                3 if T != Q5K => half!(3),
+                _ if T != Q5K => half!(4),
                 _ => unreachable!("at most half_tokens(T) tokens"),
             }
         }
