@@ -26,6 +26,8 @@ use crate::kernels::packed::driver::{self, GroupTerms, NoTerms, PanelTile, Shape
 use crate::kernels::packed::terms::BlockTerms;
 use crate::kernels::packed::{PanelLayout, PANEL};
 
+use super::unpacked;
+
 /// Per-(token, block) activation table entries (stack: 2 x 16 KiB).
 const SCRATCH: usize = 4096;
 /// Small tables for decode-sized calls (zeroing 32 KiB per call would cost a microsecond).
@@ -41,7 +43,7 @@ const LANES_TT: usize = 2;
 /// CPU features as enabled; `q` is a 64-byte aligned block of the panel's quants.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn weights<const T: u8>(q: *const u8, i: usize) -> __m512i {
+pub(super) unsafe fn weights<const T: u8>(q: *const u8, i: usize) -> __m512i {
     // SAFETY: chunk `i` (Q8_0) or `i % 4` (Q4) lies inside the aligned block (caller contract).
     unsafe {
         if T == Q8_0 {
@@ -101,7 +103,7 @@ fn mask(valid: usize) -> __mmask16 {
 /// the block's `d` and (Q8_1) `s` as f32, and (Q5_0, Q8_0) the lanes' `-offset * sum`, made
 /// once per call instead of once per panel ([`LaneTerms`]).
 #[derive(Clone, Copy)]
-struct LaneTab {
+pub(super) struct LaneTab {
     d: *const f32,
     s: *const f32,
     start: *const [i32; 8],
@@ -125,7 +127,8 @@ const fn lane_offset(t: u8) -> i8 {
 /// Q4_1 x Q8_1, Q5_0 / Q8_0 x Q8_0 in llama.cpp's order: one panel x TT tokens over all
 /// blocks. With `TAB` the activation terms come from `tab` (entries of the tile's first
 /// token at `tab.*[b]`, token t at `tab.*[t * nb + b]`), else from the activation rows; both
-/// give the same values, so the same bits.
+/// give the same values, so the same bits. With `U` the panel is an unpacked one of layout
+/// `l` ([`unpacked::unpack`]): block b's weight register i is its chunk i.
 ///
 /// # Safety
 /// CPU features as enabled; `panel` is a whole aligned panel of `l`, `a` holds TT activation
@@ -134,7 +137,7 @@ const fn lane_offset(t: u8) -> i8 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool>(
+pub(super) unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool, const U: bool>(
     l: &PanelLayout,
     panel: *const u8,
     a: *const u8,
@@ -150,7 +153,7 @@ unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool>(
     let mut summs = [_mm512_setzero_ps(); TT];
     for b in 0..l.nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
-        if TT == 1 {
+        if TT == 1 && !U {
             crate::kernels::x86::prefetch_ahead(q, l.quant_bytes);
         }
         let sc = panel.wrapping_add(l.scales_at(b));
@@ -198,8 +201,14 @@ unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool>(
             }
         }
         for i in 0..8 {
-            // SAFETY: q is block b's aligned quants.
-            let w = unsafe { weights::<T>(q, i) };
+            // SAFETY: q is block b's aligned quants (U: 8 unpacked chunks).
+            let w = unsafe {
+                if U {
+                    _mm512_load_si512(q.add(64 * i) as *const __m512i)
+                } else {
+                    weights::<T>(q, i)
+                }
+            };
             for t in 0..TT {
                 // SAFETY: dword i of token t's block b quants.
                 let x = unsafe { act(a.wrapping_add(t * ar + b * ab + qo), i) };
@@ -393,7 +402,7 @@ impl<const T: u8> GroupTerms for LaneTerms<T> {
 }
 
 /// Where a [`LanesTile`] gets its activation terms: the rows ([`NoTerms`]) or a table.
-trait LaneSource: GroupTerms {
+pub(super) trait LaneSource: GroupTerms {
     /// Whether the tile reads [`LaneSource::at`]'s table.
     const TAB: bool;
     /// The table from entry `e0` on.
@@ -449,10 +458,10 @@ impl<const T: u8, M: LaneSource> PanelTile for LanesTile<'_, T, M> {
         // entries of the tile's tokens were written by the group's fill.
         unsafe {
             match (t.n, M::TAB) {
-                (2, true) => tile_lanes::<T, 2, true>(l, p, a, ar, o, os, v, tab),
-                (_, true) => tile_lanes::<T, 1, true>(l, p, a, ar, o, os, v, tab),
-                (2, false) => tile_lanes::<T, 2, false>(l, p, a, ar, o, os, v, tab),
-                (_, false) => tile_lanes::<T, 1, false>(l, p, a, ar, o, os, v, tab),
+                (2, true) => tile_lanes::<T, 2, true, false>(l, p, a, ar, o, os, v, tab),
+                (_, true) => tile_lanes::<T, 1, true, false>(l, p, a, ar, o, os, v, tab),
+                (2, false) => tile_lanes::<T, 2, false, false>(l, p, a, ar, o, os, v, tab),
+                (_, false) => tile_lanes::<T, 1, false, false>(l, p, a, ar, o, os, v, tab),
             }
         }
     }
@@ -468,13 +477,20 @@ impl<const T: u8, M: LaneSource> PanelTile for LanesTile<'_, T, M> {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn gemm_lanes_tab<const T: u8>(l: &PanelLayout, s: &Shape) {
-    let mut terms = LaneTerms::<T> {
+    let terms = LaneTerms::<T> {
         d: [MaybeUninit::uninit(); LANE_TAB],
         s: [MaybeUninit::uninit(); LANE_TAB],
         start: [MaybeUninit::uninit(); LANE_TAB],
     };
     // SAFETY: caller contract; one group holds the call's tokens.
-    unsafe { driver::run(&LanesTile::<T, LaneTerms<T>>(l, PhantomData), &mut terms, s) }
+    unsafe {
+        if T == Q5_0 && s.n_tok >= unpacked::MIN_TOKENS && l.nb <= unpacked::BLOCKS {
+            unpacked::gemm_q5(l, s, terms)
+        } else {
+            let mut terms = terms;
+            driver::run(&LanesTile::<T, LaneTerms<T>>(l, PhantomData), &mut terms, s)
+        }
+    }
 }
 
 /// The block-sum kinds' tile (Q4_0, Q5_1): [`tile_q0`] on up to [`MAX_TT`] tokens (those of
@@ -542,6 +558,9 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
         if ggml_lanes(T) {
             if (2..=LANE_TAB_TOKENS).contains(&n_tok) && n_tok * l.nb <= LANE_TAB {
                 gemm_lanes_tab::<T>(&l, &s)
+            } else if T == Q5_0 && l.nb <= unpacked::BLOCKS {
+                // Each panel's fifth bits are rebuilt once per token group, not per tile.
+                unpacked::gemm_q5(&l, &s, NoTerms)
             } else {
                 // Token groups keep their activations in L1 while every panel streams past.
                 let tile = LanesTile::<T, NoTerms>(&l, PhantomData);
