@@ -162,6 +162,7 @@ pub(super) unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool, c
         let mut scale = [_mm512_setzero_ps(); TT];
         // Per token, lane i: -offset * (sum of activation values 4i..4i+4).
         let mut start = [[0i32; 8]; TT];
+        let mut start_at = [std::ptr::null::<i32>(); TT];
         if TAB {
             for t in 0..TT {
                 let e = t * l.nb + b;
@@ -174,8 +175,8 @@ pub(super) unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool, c
                     summs[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sa), summs[t]);
                 }
                 if off != 0 {
-                    // SAFETY: as above.
-                    start[t] = unsafe { *tab.start.add(e) };
+                    // Read per register below (broadcast loads, not lane extracts).
+                    start_at[t] = tab.start.wrapping_add(e).cast::<i32>();
                 }
             }
         }
@@ -213,7 +214,12 @@ pub(super) unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool, c
                 // SAFETY: dword i of token t's block b quants.
                 let x = unsafe { act(a.wrapping_add(t * ar + b * ab + qo), i) };
                 let s0 = if off != 0 {
-                    _mm512_set1_epi32(start[t][i])
+                    if TAB {
+                        // SAFETY: entry e's 8 lane offsets were written (caller contract).
+                        _mm512_set1_epi32(unsafe { *start_at[t].add(i) })
+                    } else {
+                        _mm512_set1_epi32(start[t][i])
+                    }
                 } else {
                     _mm512_setzero_si512()
                 };
@@ -401,6 +407,16 @@ impl<const T: u8> GroupTerms for LaneTerms<T> {
     }
 }
 
+/// An unwritten [`LaneTerms`].
+#[inline(always)]
+fn lane_terms<const T: u8>() -> LaneTerms<T> {
+    LaneTerms {
+        d: [MaybeUninit::uninit(); LANE_TAB],
+        s: [MaybeUninit::uninit(); LANE_TAB],
+        start: [MaybeUninit::uninit(); LANE_TAB],
+    }
+}
+
 /// Where a [`LanesTile`] gets its activation terms: the rows ([`NoTerms`]) or a table.
 pub(super) trait LaneSource: GroupTerms {
     /// Whether the tile reads [`LaneSource::at`]'s table.
@@ -477,11 +493,7 @@ impl<const T: u8, M: LaneSource> PanelTile for LanesTile<'_, T, M> {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn gemm_lanes_tab<const T: u8>(l: &PanelLayout, s: &Shape) {
-    let terms = LaneTerms::<T> {
-        d: [MaybeUninit::uninit(); LANE_TAB],
-        s: [MaybeUninit::uninit(); LANE_TAB],
-        start: [MaybeUninit::uninit(); LANE_TAB],
-    };
+    let terms = lane_terms::<T>();
     // SAFETY: caller contract; one group holds the call's tokens.
     unsafe {
         if T == Q5_0 && s.n_tok >= unpacked::MIN_TOKENS && l.nb <= unpacked::BLOCKS {
@@ -558,11 +570,16 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
         if ggml_lanes(T) {
             if (2..=LANE_TAB_TOKENS).contains(&n_tok) && n_tok * l.nb <= LANE_TAB {
                 gemm_lanes_tab::<T>(&l, &s)
-            } else if T == Q5_0 && l.nb <= unpacked::BLOCKS {
-                // Each panel's fifth bits are rebuilt once per token group, not per tile.
-                unpacked::gemm_q5(&l, &s, NoTerms)
+            } else if T == Q5_0 && l.nb <= unpacked::BLOCKS && l.nb <= LANE_TAB {
+                // Each panel's fifth bits are rebuilt once per token group, not per tile, and
+                // the group's activation terms made once, not per panel.
+                unpacked::gemm_q5(&l, &s, lane_terms::<T>())
+            } else if l.nb <= LANE_TAB {
+                // Token groups keep their activations in L1 while every panel streams past;
+                // their activation terms are made once per group, not per panel.
+                let tile = LanesTile::<T, LaneTerms<T>>(&l, PhantomData);
+                driver::run(&tile, &mut lane_terms::<T>(), &s)
             } else {
-                // Token groups keep their activations in L1 while every panel streams past.
                 let tile = LanesTile::<T, NoTerms>(&l, PhantomData);
                 driver::run(&tile, &mut NoTerms, &s)
             }
