@@ -6,7 +6,6 @@ mod lanes;
 pub mod legacy;
 mod packed;
 pub(crate) mod packed_k;
-mod unpacked;
 
 use crate::kernels::row::{PackedKernels, Table};
 use crate::kernels::DType;

@@ -26,7 +26,7 @@ use crate::kernels::packed::driver::{self, GroupTerms, NoTerms, PanelTile, Shape
 use crate::kernels::packed::terms::BlockTerms;
 use crate::kernels::packed::{PanelLayout, PANEL};
 
-use super::unpacked;
+mod unpacked;
 
 /// Per-(token, block) activation table entries (stack: 2 x 16 KiB).
 const SCRATCH: usize = 4096;
@@ -43,7 +43,7 @@ const LANES_TT: usize = 2;
 /// CPU features as enabled; `q` is a 64-byte aligned block of the panel's quants.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn weights<const T: u8>(q: *const u8, i: usize) -> __m512i {
+unsafe fn weights<const T: u8>(q: *const u8, i: usize) -> __m512i {
     // SAFETY: chunk `i` (Q8_0) or `i % 4` (Q4) lies inside the aligned block (caller contract).
     unsafe {
         if T == Q8_0 {
@@ -103,7 +103,7 @@ fn mask(valid: usize) -> __mmask16 {
 /// the block's `d` and (Q8_1) `s` as f32, and (Q5_0, Q8_0) the lanes' `-offset * sum`, made
 /// once per call instead of once per panel ([`LaneTerms`]).
 #[derive(Clone, Copy)]
-pub(super) struct LaneTab {
+struct LaneTab {
     d: *const f32,
     s: *const f32,
     start: *const [i32; 8],
@@ -137,7 +137,7 @@ const fn lane_offset(t: u8) -> i8 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-pub(super) unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool, const U: bool>(
+unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool, const U: bool>(
     l: &PanelLayout,
     panel: *const u8,
     a: *const u8,
@@ -418,7 +418,7 @@ fn lane_terms<const T: u8>() -> LaneTerms<T> {
 }
 
 /// Where a [`LanesTile`] gets its activation terms: the rows ([`NoTerms`]) or a table.
-pub(super) trait LaneSource: GroupTerms {
+trait LaneSource: GroupTerms {
     /// Whether the tile reads [`LaneSource::at`]'s table.
     const TAB: bool;
     /// The table from entry `e0` on.

@@ -16,7 +16,7 @@ use crate::kernels::legacy_kind::*;
 use crate::kernels::packed::driver::{self, GroupTerms, PanelTile, Shape, Tile};
 use crate::kernels::packed::{Line, PanelLayout};
 
-use super::packed::{tile_lanes, weights, LaneSource};
+use super::{tile_lanes, weights, LaneSource};
 
 /// Longest Q5_0 row (in blocks) whose panels a token group unpacks once ([`unpack`]) into
 /// its stack scratch (128 blocks, k = 4096: 68 KiB); longer rows rebuild the fifth bits per
