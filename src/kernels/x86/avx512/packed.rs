@@ -8,7 +8,9 @@
 //! * Q4_1, Q5_0 and Q8_0 follow llama.cpp's order (see `ggml_order.rs`): eight accumulators
 //!   per token (accumulator i, lane r = partial sum i of row r), so 2 tokens per register
 //!   tile; Q5_0 / Q8_0's `vpdpbusd` starts from `-offset` times the token's sum of values
-//!   `4i..4i+4`, computed once per (token, block) of a tile.
+//!   `4i..4i+4`, made with the block's f32 scales once per (token, block) of a call's token
+//!   group ([`LaneTerms`]) and broadcast from that table. Token groups of Q5_0 unpack each
+//!   panel's fifth bits once for all their tiles (`packed/unpacked.rs`).
 //! * Q4_0 / Q5_1 sum each block exactly in i32 (start `-offset * sum(a)`, precomputed per
 //!   token and block into stack tables shared by all panels) and do one convert + fma per
 //!   block, so one panel block serves a tile of up to 16 tokens.
