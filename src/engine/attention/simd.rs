@@ -59,6 +59,9 @@ pub(super) trait Simd: Copy {
     unsafe fn expf_nonpositive(x: Self::V) -> Self::V;
     /// Each lane rounded to f16 (to nearest, ties to even) and widened back.
     unsafe fn round_f16(x: Self::V) -> Self::V;
+    /// Each lane rounded to f16 as [`Simd::round_f16`] rounds, stored at `p` ([`Simd::LANES`]
+    /// writable f16): `load_f16(p)` then gives `round_f16(x)`.
+    unsafe fn store_f16(p: *mut half::f16, x: Self::V);
 
     /// Half a register's lanes as f64 (two of these hold one [`Simd::V`]).
     type W: Copy;
@@ -200,6 +203,14 @@ impl Simd for Avx512 {
             _mm512_cvtph_ps(_mm512_cvtps_ph::<
                 { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
             >(x))
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_f16(p: *mut half::f16, x: __m512) {
+        // SAFETY: AVX-512F; the caller passes 16 writable f16.
+        unsafe {
+            let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
+            _mm256_storeu_si256(p.cast(), h)
         }
     }
 
@@ -376,6 +387,11 @@ impl Simd for Avx2 {
     unsafe fn round_f16(x: __m256) -> __m256 {
         // SAFETY: F16C (this impl's contract).
         unsafe { _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)) }
+    }
+    #[inline(always)]
+    unsafe fn store_f16(p: *mut half::f16, x: __m256) {
+        // SAFETY: F16C; the caller passes 8 writable f16.
+        unsafe { _mm_storeu_si128(p.cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)) }
     }
 
     type W = __m256d;

@@ -9,6 +9,7 @@
 //! for each token group (at most PanelTile::TOKEN_GROUP tokens, and what the terms hold):
 //!     fill the group's activation terms (once, shared by every panel)
 //!     for each panel of PANEL rows:
+//!         let the tile prepare the panel (PanelTile::prepare: itself, or an unpacked copy)
 //!         for each slice of PanelTile::ROWS rows that exists:
 //!             for each token tile i of the group (PanelTile::tokens of the tokens left):
 //!                 if the tile wants it: prefetch share i of the next panel
@@ -64,7 +65,7 @@ impl GroupTerms for NoTerms {
 pub(crate) struct Tile {
     /// Tokens of the tile (what [`PanelTile::tokens`] chose).
     pub n: usize,
-    /// The whole panel (64-byte aligned).
+    /// The whole panel (64-byte aligned), as [`PanelTile::prepare`] returned it.
     pub panel: *const u8,
     /// Slice of the panel: rows `sub * ROWS..(sub + 1) * ROWS`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // only AVX2 tiles slice panels
@@ -106,6 +107,17 @@ pub(crate) trait PanelTile {
     #[inline(always)]
     fn prefetch_next(&self, _n: usize) -> bool {
         false
+    }
+
+    /// The panel this token group's tiles read in place of `panel`: `panel` itself, or a
+    /// form of it the tile unpacked into `terms` (called once per panel and token group,
+    /// before the panel's first tile, so an unpack is shared by all the group's tiles).
+    ///
+    /// # Safety
+    /// `panel` is a whole readable panel of the call; the CPU has the tile's features.
+    #[inline(always)]
+    unsafe fn prepare(&self, panel: *const u8, _terms: &mut Self::Terms) -> *const u8 {
+        panel
     }
 
     /// Computes the tile's outputs.
@@ -188,6 +200,8 @@ pub(crate) unsafe fn run<K: PanelTile>(k: &K, terms: &mut K::Terms, s: &Shape) {
         let tiles = gn.div_ceil(K::TOKENS);
         for p in 0..PanelLayout::panels(s.n_rows) {
             let panel = s.w.wrapping_add(p * s.panel_bytes);
+            // SAFETY: panel p < panels(n_rows) is whole inside the weights (caller contract).
+            let tiled = unsafe { k.prepare(panel, terms) };
             for sub in 0..PANEL / K::ROWS {
                 let r0 = p * PANEL + sub * K::ROWS;
                 if r0 >= s.n_rows {
@@ -204,7 +218,7 @@ pub(crate) unsafe fn run<K: PanelTile>(k: &K, terms: &mut K::Terms, s: &Shape) {
                     let tok = g0 + t0;
                     let t = Tile {
                         n,
-                        panel,
+                        panel: tiled,
                         sub,
                         a: s.a.wrapping_add(tok * s.ar),
                         ar: s.ar,

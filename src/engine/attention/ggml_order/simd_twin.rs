@@ -18,6 +18,9 @@ use crate::engine::attention::simd::{Avx2, Avx512, Simd};
 use crate::kernels::prefetch::to_l1 as prefetch;
 use half::f16;
 
+/// Most f16 accumulator values of one pass ([`heads`]' `acc16`): 4 heads of 256.
+const ACC16: usize = 4 * 256;
+
 /// `G` query heads of one KV head, `C` registers of `S::LANES` values per head; `q` and `out`
 /// hold `G` heads, `qh` at least `G * head_dim` values (the f16-rounded queries).
 ///
@@ -44,7 +47,15 @@ unsafe fn heads<S: Simd, const G: usize, const C: usize>(
         for (h, &x) in qh.iter_mut().zip(&q[..G * d]) {
             *h = f16::from_f32(x).to_f32();
         }
+        // The weighted-V accumulators, f16-valued (rounded after every step): in registers
+        // when they fit, else stored as f16 (the same values: a store rounds as round_f16 and
+        // a load widens exactly), where a spilled f32 register would cost a load, a store and
+        // the rounding's two conversions per step.
+        let spill = G * C > S::V_ROWS * S::V_W;
         let mut acc = [[S::zero(); C]; G];
+        let mut acc16 = [f16::ZERO; ACC16];
+        assert!(G * d <= ACC16);
+        let a16 = acc16.as_mut_ptr();
         let (mut m, mut l) = ([f32::NEG_INFINITY; G], [0.0f32; G]);
         // A register's positions (the first `S::LANES` of 16).
         let mut scores = [[0f32; LANES]; G];
@@ -154,8 +165,16 @@ unsafe fn heads<S: Simd, const G: usize, const C: usize>(
                         let (ms, vs) = if grew[j] & (1 << p) != 0 {
                             let ms = e[j][p];
                             let msv = S::set1(ms);
-                            for a in acc[j].iter_mut() {
-                                *a = S::round_f16(S::mul(*a, msv));
+                            if spill {
+                                for ci in 0..C {
+                                    // In bounds: j * d + (ci + 1) * S::LANES <= G * d.
+                                    let at = a16.add(j * d + ci * S::LANES);
+                                    S::store_f16(at, S::mul(S::load_f16(at), msv));
+                                }
+                            } else {
+                                for a in acc[j].iter_mut() {
+                                    *a = S::round_f16(S::mul(*a, msv));
+                                }
                             }
                             (ms, 1.0f32)
                         } else {
@@ -169,7 +188,13 @@ unsafe fn heads<S: Simd, const G: usize, const C: usize>(
                         // In bounds: row + (ci + 1) * S::LANES <= (t + p + 1) * d <= n * d <= v.len().
                         let vv = S::load_f16(v.as_ptr().add(row + ci * S::LANES));
                         for j in 0..G {
-                            acc[j][ci] = S::round_f16(S::fma(vv, vsv[j], acc[j][ci]));
+                            if spill {
+                                // In bounds: as for the rescaling above.
+                                let at = a16.add(j * d + ci * S::LANES);
+                                S::store_f16(at, S::fma(vv, vsv[j], S::load_f16(at)));
+                            } else {
+                                acc[j][ci] = S::round_f16(S::fma(vv, vsv[j], acc[j][ci]));
+                            }
                         }
                     }
                 }
@@ -177,6 +202,12 @@ unsafe fn heads<S: Simd, const G: usize, const C: usize>(
         }
         for j in 0..G {
             let inv = S::set1(if l[j] == 0.0 { 0.0 } else { 1.0 / l[j] });
+            if spill {
+                for ci in 0..C {
+                    // In bounds: as above.
+                    acc[j][ci] = S::load_f16(a16.add(j * d + ci * S::LANES));
+                }
+            }
             for ci in 0..C {
                 // In bounds: j * d + (ci + 1) * S::LANES <= (j + 1) * d <= out.len().
                 S::store(

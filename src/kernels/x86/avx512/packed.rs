@@ -8,7 +8,9 @@
 //! * Q4_1, Q5_0 and Q8_0 follow llama.cpp's order (see `ggml_order.rs`): eight accumulators
 //!   per token (accumulator i, lane r = partial sum i of row r), so 2 tokens per register
 //!   tile; Q5_0 / Q8_0's `vpdpbusd` starts from `-offset` times the token's sum of values
-//!   `4i..4i+4`, computed once per (token, block) of a tile.
+//!   `4i..4i+4`, made with the block's f32 scales once per (token, block) of a call's token
+//!   group ([`LaneTerms`]) and broadcast from that table. Token groups of Q5_0 unpack each
+//!   panel's fifth bits once for all their tiles (`packed/unpacked.rs`).
 //! * Q4_0 / Q5_1 sum each block exactly in i32 (start `-offset * sum(a)`, precomputed per
 //!   token and block into stack tables shared by all panels) and do one convert + fma per
 //!   block, so one panel block serves a tile of up to 16 tokens.
@@ -25,6 +27,8 @@ use crate::kernels::legacy_kind::*;
 use crate::kernels::packed::driver::{self, GroupTerms, NoTerms, PanelTile, Shape, Tile};
 use crate::kernels::packed::terms::BlockTerms;
 use crate::kernels::packed::{PanelLayout, PANEL};
+
+mod unpacked;
 
 /// Per-(token, block) activation table entries (stack: 2 x 16 KiB).
 const SCRATCH: usize = 4096;
@@ -125,7 +129,8 @@ const fn lane_offset(t: u8) -> i8 {
 /// Q4_1 x Q8_1, Q5_0 / Q8_0 x Q8_0 in llama.cpp's order: one panel x TT tokens over all
 /// blocks. With `TAB` the activation terms come from `tab` (entries of the tile's first
 /// token at `tab.*[b]`, token t at `tab.*[t * nb + b]`), else from the activation rows; both
-/// give the same values, so the same bits.
+/// give the same values, so the same bits. With `U` the panel is an unpacked one of layout
+/// `l` ([`unpacked::unpack`]): block b's weight register i is its chunk i.
 ///
 /// # Safety
 /// CPU features as enabled; `panel` is a whole aligned panel of `l`, `a` holds TT activation
@@ -134,7 +139,7 @@ const fn lane_offset(t: u8) -> i8 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool>(
+unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool, const U: bool>(
     l: &PanelLayout,
     panel: *const u8,
     a: *const u8,
@@ -150,7 +155,7 @@ unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool>(
     let mut summs = [_mm512_setzero_ps(); TT];
     for b in 0..l.nb {
         let q = panel.wrapping_add(b * l.quant_bytes);
-        if TT == 1 {
+        if TT == 1 && !U {
             crate::kernels::x86::prefetch_ahead(q, l.quant_bytes);
         }
         let sc = panel.wrapping_add(l.scales_at(b));
@@ -159,6 +164,7 @@ unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool>(
         let mut scale = [_mm512_setzero_ps(); TT];
         // Per token, lane i: -offset * (sum of activation values 4i..4i+4).
         let mut start = [[0i32; 8]; TT];
+        let mut start_at = [std::ptr::null::<i32>(); TT];
         if TAB {
             for t in 0..TT {
                 let e = t * l.nb + b;
@@ -171,8 +177,8 @@ unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool>(
                     summs[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sa), summs[t]);
                 }
                 if off != 0 {
-                    // SAFETY: as above.
-                    start[t] = unsafe { *tab.start.add(e) };
+                    // Read per register below (broadcast loads, not lane extracts).
+                    start_at[t] = tab.start.wrapping_add(e).cast::<i32>();
                 }
             }
         }
@@ -198,13 +204,24 @@ unsafe fn tile_lanes<const T: u8, const TT: usize, const TAB: bool>(
             }
         }
         for i in 0..8 {
-            // SAFETY: q is block b's aligned quants.
-            let w = unsafe { weights::<T>(q, i) };
+            // SAFETY: q is block b's aligned quants (U: 8 unpacked chunks).
+            let w = unsafe {
+                if U {
+                    _mm512_load_si512(q.add(64 * i) as *const __m512i)
+                } else {
+                    weights::<T>(q, i)
+                }
+            };
             for t in 0..TT {
                 // SAFETY: dword i of token t's block b quants.
                 let x = unsafe { act(a.wrapping_add(t * ar + b * ab + qo), i) };
                 let s0 = if off != 0 {
-                    _mm512_set1_epi32(start[t][i])
+                    if TAB {
+                        // SAFETY: entry e's 8 lane offsets were written (caller contract).
+                        _mm512_set1_epi32(unsafe { *start_at[t].add(i) })
+                    } else {
+                        _mm512_set1_epi32(start[t][i])
+                    }
                 } else {
                     _mm512_setzero_si512()
                 };
@@ -392,6 +409,16 @@ impl<const T: u8> GroupTerms for LaneTerms<T> {
     }
 }
 
+/// An unwritten [`LaneTerms`].
+#[inline(always)]
+fn lane_terms<const T: u8>() -> LaneTerms<T> {
+    LaneTerms {
+        d: [MaybeUninit::uninit(); LANE_TAB],
+        s: [MaybeUninit::uninit(); LANE_TAB],
+        start: [MaybeUninit::uninit(); LANE_TAB],
+    }
+}
+
 /// Where a [`LanesTile`] gets its activation terms: the rows ([`NoTerms`]) or a table.
 trait LaneSource: GroupTerms {
     /// Whether the tile reads [`LaneSource::at`]'s table.
@@ -449,10 +476,10 @@ impl<const T: u8, M: LaneSource> PanelTile for LanesTile<'_, T, M> {
         // entries of the tile's tokens were written by the group's fill.
         unsafe {
             match (t.n, M::TAB) {
-                (2, true) => tile_lanes::<T, 2, true>(l, p, a, ar, o, os, v, tab),
-                (_, true) => tile_lanes::<T, 1, true>(l, p, a, ar, o, os, v, tab),
-                (2, false) => tile_lanes::<T, 2, false>(l, p, a, ar, o, os, v, tab),
-                (_, false) => tile_lanes::<T, 1, false>(l, p, a, ar, o, os, v, tab),
+                (2, true) => tile_lanes::<T, 2, true, false>(l, p, a, ar, o, os, v, tab),
+                (_, true) => tile_lanes::<T, 1, true, false>(l, p, a, ar, o, os, v, tab),
+                (2, false) => tile_lanes::<T, 2, false, false>(l, p, a, ar, o, os, v, tab),
+                (_, false) => tile_lanes::<T, 1, false, false>(l, p, a, ar, o, os, v, tab),
             }
         }
     }
@@ -468,13 +495,16 @@ impl<const T: u8, M: LaneSource> PanelTile for LanesTile<'_, T, M> {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn gemm_lanes_tab<const T: u8>(l: &PanelLayout, s: &Shape) {
-    let mut terms = LaneTerms::<T> {
-        d: [MaybeUninit::uninit(); LANE_TAB],
-        s: [MaybeUninit::uninit(); LANE_TAB],
-        start: [MaybeUninit::uninit(); LANE_TAB],
-    };
+    let terms = lane_terms::<T>();
     // SAFETY: caller contract; one group holds the call's tokens.
-    unsafe { driver::run(&LanesTile::<T, LaneTerms<T>>(l, PhantomData), &mut terms, s) }
+    unsafe {
+        if T == Q5_0 && s.n_tok >= unpacked::MIN_TOKENS && l.nb <= unpacked::BLOCKS {
+            unpacked::gemm_q5(l, s, terms)
+        } else {
+            let mut terms = terms;
+            driver::run(&LanesTile::<T, LaneTerms<T>>(l, PhantomData), &mut terms, s)
+        }
+    }
 }
 
 /// The block-sum kinds' tile (Q4_0, Q5_1): [`tile_q0`] on up to [`MAX_TT`] tokens (those of
@@ -542,8 +572,16 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
         if ggml_lanes(T) {
             if (2..=LANE_TAB_TOKENS).contains(&n_tok) && n_tok * l.nb <= LANE_TAB {
                 gemm_lanes_tab::<T>(&l, &s)
+            } else if T == Q5_0 && l.nb <= unpacked::BLOCKS && l.nb <= LANE_TAB {
+                // Each panel's fifth bits are rebuilt once per token group, not per tile, and
+                // the group's activation terms made once, not per panel.
+                unpacked::gemm_q5(&l, &s, lane_terms::<T>())
+            } else if l.nb <= LANE_TAB {
+                // Token groups keep their activations in L1 while every panel streams past;
+                // their activation terms are made once per group, not per panel.
+                let tile = LanesTile::<T, LaneTerms<T>>(&l, PhantomData);
+                driver::run(&tile, &mut lane_terms::<T>(), &s)
             } else {
-                // Token groups keep their activations in L1 while every panel streams past.
                 let tile = LanesTile::<T, NoTerms>(&l, PhantomData);
                 driver::run(&tile, &mut NoTerms, &s)
             }
