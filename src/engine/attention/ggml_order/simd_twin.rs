@@ -53,9 +53,15 @@ unsafe fn heads<S: Simd, const G: usize, const C: usize>(
         // the rounding's two conversions per step.
         let spill = G * C > S::V_ROWS * S::V_W;
         let mut acc = [[S::zero(); C]; G];
-        let mut acc16 = [f16::ZERO; ACC16];
+        // Only the spilling shapes use (and zero) the first G * d values.
+        let mut acc16 = [std::mem::MaybeUninit::<f16>::uninit(); ACC16];
         assert!(G * d <= ACC16);
-        let a16 = acc16.as_mut_ptr();
+        if spill {
+            for x in &mut acc16[..G * d] {
+                x.write(f16::ZERO);
+            }
+        }
+        let a16 = acc16.as_mut_ptr().cast::<f16>();
         let (mut m, mut l) = ([f32::NEG_INFINITY; G], [0.0f32; G]);
         // A register's positions (the first `S::LANES` of 16).
         let mut scores = [[0f32; LANES]; G];
