@@ -470,17 +470,32 @@ impl<const T: u8, M: LaneSource> PanelTile for LanesTile<'_, T, M> {
     /// [`PanelTile::tile`]'s contract.
     #[inline(always)]
     unsafe fn tile(&self, t: &Tile, terms: &M) {
-        let (l, tab) = (self.0, terms.at(t.e0));
-        let (p, a, ar, o, os, v) = (t.panel, t.a, t.ar, t.out, t.os, t.valid);
-        // SAFETY: the driver's tile contract is tile_lanes' with TT = t.n; with a table, its
-        // entries of the tile's tokens were written by the group's fill.
-        unsafe {
-            match (t.n, M::TAB) {
-                (2, true) => tile_lanes::<T, 2, true, false>(l, p, a, ar, o, os, v, tab),
-                (_, true) => tile_lanes::<T, 1, true, false>(l, p, a, ar, o, os, v, tab),
-                (2, false) => tile_lanes::<T, 2, false, false>(l, p, a, ar, o, os, v, tab),
-                (_, false) => tile_lanes::<T, 1, false, false>(l, p, a, ar, o, os, v, tab),
-            }
+        // SAFETY: the driver's tile contract, on the GGUF-packed panel (`U = false`).
+        unsafe { lanes_dyn::<T, false, M>(self.0, t, terms) }
+    }
+}
+
+/// [`tile_lanes`] on tile `t` (1 or 2 tokens) of a panel of layout `l`, its terms from `M`;
+/// `U`: the panel is the unpacked Q5_0 copy (`unpacked.rs`).
+///
+/// # Safety
+/// The driver's tile contract is tile_lanes' with TT = t.n, on a panel of `l`; with a table,
+/// its entries of the tile's tokens were written by the group's fill.
+#[inline(always)]
+unsafe fn lanes_dyn<const T: u8, const U: bool, M: LaneSource>(
+    l: &PanelLayout,
+    t: &Tile,
+    terms: &M,
+) {
+    let tab = terms.at(t.e0);
+    let (p, a, ar, o, os, v) = (t.panel, t.a, t.ar, t.out, t.os, t.valid);
+    // SAFETY: the caller's contract.
+    unsafe {
+        match (t.n, M::TAB) {
+            (2, true) => tile_lanes::<T, 2, true, U>(l, p, a, ar, o, os, v, tab),
+            (_, true) => tile_lanes::<T, 1, true, U>(l, p, a, ar, o, os, v, tab),
+            (2, false) => tile_lanes::<T, 2, false, U>(l, p, a, ar, o, os, v, tab),
+            (_, false) => tile_lanes::<T, 1, false, U>(l, p, a, ar, o, os, v, tab),
         }
     }
 }
@@ -572,9 +587,16 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
         if ggml_lanes(T) {
             if (2..=LANE_TAB_TOKENS).contains(&n_tok) && n_tok * l.nb <= LANE_TAB {
                 gemm_lanes_tab::<T>(&l, &s)
-            } else if T == Q5_0 && l.nb <= unpacked::BLOCKS && l.nb <= LANE_TAB {
+            } else if T == Q5_0
+                && n_tok >= unpacked::MIN_TOKENS
+                && l.nb <= unpacked::BLOCKS
+                && l.nb <= LANE_TAB
+            {
                 // Each panel's fifth bits are rebuilt once per token group, not per tile, and
-                // the group's activation terms made once, not per panel.
+                // the group's activation terms made once, not per panel. Not for fewer tokens:
+                // a decode token reads each panel once, so a copy would only add a store and a
+                // reload per weight register and lose the 1-token tile's stream prefetch
+                // (Gemma-3-1B decode: 45% of its time went to that copy).
                 unpacked::gemm_q5(&l, &s, lane_terms::<T>())
             } else if l.nb <= LANE_TAB {
                 // Token groups keep their activations in L1 while every panel streams past;

@@ -16,7 +16,7 @@ use crate::kernels::legacy_kind::*;
 use crate::kernels::packed::driver::{self, GroupTerms, PanelTile, Shape, Tile};
 use crate::kernels::packed::{Line, PanelLayout};
 
-use super::{tile_lanes, weights, LaneSource};
+use super::{lanes_dyn, weights, LaneSource};
 
 /// Longest Q5_0 row (in blocks) whose panels a token group unpacks once ([`unpack`]) into
 /// its stack scratch (128 blocks, k = 4096: 68 KiB); longer rows rebuild the fifth bits per
@@ -89,7 +89,7 @@ impl<M: GroupTerms> GroupTerms for Unpacked<M> {
     }
 }
 
-/// The Q5_0 tile of token groups: each panel unpacked once ([`unpack`]), then [`tile_lanes`]
+/// The Q5_0 tile of token groups: each panel unpacked once ([`unpack`]), then `tile_lanes`
 /// on up to [`UNPACKED_TT`] tokens reads the unpacked copy (the same weight registers, so
 /// the same bits as `packed.rs`'s `LanesTile`).
 struct Q5Tile<'a, M> {
@@ -122,17 +122,8 @@ impl<M: LaneSource> PanelTile for Q5Tile<'_, M> {
     /// [`PanelTile::tile`]'s contract, `t.panel` being [`Q5Tile::prepare`]'s copy.
     #[inline(always)]
     unsafe fn tile(&self, t: &Tile, terms: &Unpacked<M>) {
-        let (l, tab) = (&self.u, terms.terms.at(t.e0));
-        let (p, a, ar, o, os, v) = (t.panel, t.a, t.ar, t.out, t.os, t.valid);
         // SAFETY: as LanesTile's, on the unpacked panel of layout `u`.
-        unsafe {
-            match (t.n, M::TAB) {
-                (2, true) => tile_lanes::<Q5_0, 2, true, true>(l, p, a, ar, o, os, v, tab),
-                (_, true) => tile_lanes::<Q5_0, 1, true, true>(l, p, a, ar, o, os, v, tab),
-                (2, false) => tile_lanes::<Q5_0, 2, false, true>(l, p, a, ar, o, os, v, tab),
-                (_, false) => tile_lanes::<Q5_0, 1, false, true>(l, p, a, ar, o, os, v, tab),
-            }
-        }
+        unsafe { lanes_dyn::<Q5_0, true, M>(&self.u, t, &terms.terms) }
     }
 }
 
