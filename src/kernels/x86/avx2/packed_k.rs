@@ -27,9 +27,9 @@
 //! thread, alternating with this build's binary, 2026-11-27): the 8 steps written out (token
 //! pointers held in registers, 28 instead of ~34 instructions per step): 72-75.5 against
 //! 75.5-76.3 tok/s; 16 tokens per tile sharing one unpack of each block into an L1 scratch
-//! (no `vpsrlw`/`vpand` per step, 2 weight loads): 63-64 against 76-80 (branch
-//! `avx2pp12-wide-attempt`); Q4_K prefill on the whole-panel 2-token tile (6 loads per 8
-//! `vpmaddubsw` instead of 9, 3 more unpacking ops): 70-72 against 70.6-80; 5 tokens per
+//! (no `vpsrlw`/`vpand` per step, 2 weight loads): 63-64 against 76-80; Q4_K prefill on
+//! the whole-panel 2-token tile (6 loads per 8 `vpmaddubsw` instead of 9, 3 more unpacking
+//! ops): 70-72 against 70.6-80; 5 tokens per
 //! half-panel tile instead of 4: 75.6-81.2 against 75.8-80.0 (no change). Fewer
 //! instructions alone do not help; both the load and the vector ALU counts per step seem
 //! near their bounds.

@@ -596,7 +596,7 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
                 // the group's activation terms made once, not per panel. Not for fewer tokens:
                 // a decode token reads each panel once, so a copy would only add a store and a
                 // reload per weight register and lose the 1-token tile's stream prefetch
-                // (Gemma-3-1B decode: 45% of its time went to that copy).
+                // (a Gemma-3-1B decode spent 45% of its time in that path).
                 unpacked::gemm_q5(&l, &s, lane_terms::<T>())
             } else if l.nb <= LANE_TAB {
                 // Token groups keep their activations in L1 while every panel streams past;
