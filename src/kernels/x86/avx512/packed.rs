@@ -513,7 +513,7 @@ unsafe fn gemm_lanes_tab<const T: u8>(l: &PanelLayout, s: &Shape) {
     let terms = lane_terms::<T>();
     // SAFETY: caller contract; one group holds the call's tokens.
     unsafe {
-        if T == Q5_0 && s.n_tok >= unpacked::MIN_TOKENS && l.nb <= unpacked::BLOCKS {
+        if T == Q5_0 && unpacked::takes(s.n_tok, l.nb) {
             unpacked::gemm_q5(l, s, terms)
         } else {
             let mut terms = terms;
@@ -587,16 +587,10 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
         if ggml_lanes(T) {
             if (2..=LANE_TAB_TOKENS).contains(&n_tok) && n_tok * l.nb <= LANE_TAB {
                 gemm_lanes_tab::<T>(&l, &s)
-            } else if T == Q5_0
-                && n_tok >= unpacked::MIN_TOKENS
-                && l.nb <= unpacked::BLOCKS
-                && l.nb <= LANE_TAB
-            {
+            } else if T == Q5_0 && unpacked::takes(n_tok, l.nb) && l.nb <= LANE_TAB {
                 // Each panel's fifth bits are rebuilt once per token group, not per tile, and
-                // the group's activation terms made once, not per panel. Not for fewer tokens:
-                // a decode token reads each panel once, so a copy would only add a store and a
-                // reload per weight register and lose the 1-token tile's stream prefetch
-                // (a Gemma-3-1B decode spent 45% of its time in that path).
+                // the group's activation terms made once, not per panel (not for decode: a
+                // Gemma-3-1B decode spent 45% of its time copying panels before `takes`).
                 unpacked::gemm_q5(&l, &s, lane_terms::<T>())
             } else if l.nb <= LANE_TAB {
                 // Token groups keep their activations in L1 while every panel streams past;

@@ -21,13 +21,21 @@ use super::{lanes_dyn, weights, LaneSource};
 /// Longest Q5_0 row (in blocks) whose panels a token group unpacks once ([`unpack`]) into
 /// its stack scratch (128 blocks, k = 4096: 68 KiB); longer rows rebuild the fifth bits per
 /// tile.
-pub(super) const BLOCKS: usize = 128;
+const BLOCKS: usize = 128;
 /// Quant bytes of an unpacked Q5_0 block: chunk i holds weight register i.
 const UNPACKED_QB: usize = 512;
 /// Tokens per tile on an unpacked panel (3 ran slower: 24 accumulators spill).
 const UNPACKED_TT: usize = 2;
 /// Fewest tokens of a call whose Q5_0 panels are unpacked first (3 tiles share an unpack).
-pub(super) const MIN_TOKENS: usize = 5;
+const MIN_TOKENS: usize = 5;
+
+/// Whether a Q5_0 call of `n_tok` tokens over `nb`-block rows runs [`gemm_q5`]: enough tokens
+/// to share each unpack (a decode token reads each panel once, so a copy would only add a
+/// store and a reload per weight register and lose the 1-token tile's stream prefetch) and
+/// rows that fit the scratch.
+pub(super) fn takes(n_tok: usize, nb: usize) -> bool {
+    n_tok >= MIN_TOKENS && nb <= BLOCKS
+}
 
 /// The layout of a Q5_0 panel of `l` unpacked by [`unpack`]: `nb` blocks of
 /// [`UNPACKED_QB`] quant bytes, then the panel's `nb x 32` scale bytes.
