@@ -199,45 +199,92 @@ unsafe fn block_q6<const N: usize>(
         // x | (y & m): vpternlog's 0xF8.
         let or_masked =
             |x: __m512i, y: __m512i, m: __m512i| _mm512_ternarylogic_epi32::<0xF8>(x, y, m);
-        for h in 0..2 {
-            for half in 0..2 {
-                // Groups 8h + 2qt + half (qt = 0..4): values 128h + 32qt + 16half .. + 16.
-                // Each group's sum starts at the offset term -32 * bsum_g (the Q8_K group sum
-                // after the block's 256 quants), so it needs no pass of its own.
-                let mut s: [[__m512i; 4]; N] = std::array::from_fn(|t| {
-                    std::array::from_fn(|qt| {
-                        let g = 8 * h + 2 * qt + half;
-                        let bs = (x[t].add(QK_K + 2 * g) as *const i16).read_unaligned();
-                        _mm512_set1_epi32(-32 * bs as i32)
-                    })
-                });
-                for jj in 0..4 {
-                    let j = 4 * half + jj;
-                    // Chunks A, B, C of step 8h + j (packed/kquant.rs): v0..v2 are their low
-                    // 6 bits, v3 their top 2 bits each (the 16-bit shifts move bits within
-                    // their own byte: the other bits are masked off).
-                    let st = 3 * (8 * h + j);
-                    let (a, b, c) = (chunk(st), chunk(st + 1), chunk(st + 2));
-                    let v3 = _mm512_and_si512(_mm512_srli_epi16::<6>(b), b01);
-                    let v3 = or_masked(v3, _mm512_srli_epi16::<4>(c), b23);
-                    let v3 = or_masked(v3, _mm512_srli_epi16::<2>(a), b45);
-                    let w = [
-                        _mm512_and_si512(a, m6),
-                        _mm512_and_si512(b, m6),
-                        _mm512_and_si512(c, m6),
-                        v3,
-                    ];
-                    for (qt, wq) in w.iter().enumerate() {
+        // The offset term: each group's sum starts at -32 * bsum_g (the Q8_K group sum after
+        // the block's 256 quants), so it needs no pass of its own.
+        let start = |t: usize, g: usize| {
+            let bs = (x[t].add(QK_K + 2 * g) as *const i16).read_unaligned();
+            _mm512_set1_epi32(-32 * bs as i32)
+        };
+        if N <= 2 {
+            for h in 0..2 {
+                for half in 0..2 {
+                    // Groups 8h + 2qt + half (qt = 0..4): values 128h + 32qt + 16half .. + 16.
+                    let mut s: [[__m512i; 4]; N] = std::array::from_fn(|t| {
+                        std::array::from_fn(|qt| start(t, 8 * h + 2 * qt + half))
+                    });
+                    for jj in 0..4 {
+                        let j = 4 * half + jj;
+                        // Chunks A, B, C of step 8h + j (packed/kquant.rs): v0..v2 are their
+                        // low 6 bits, v3 their top 2 bits each (the 16-bit shifts move bits
+                        // within their own byte: the other bits are masked off).
+                        let st = 3 * (8 * h + j);
+                        let (a, b, c) = (chunk(st), chunk(st + 1), chunk(st + 2));
+                        let v3 = _mm512_and_si512(_mm512_srli_epi16::<6>(b), b01);
+                        let v3 = or_masked(v3, _mm512_srli_epi16::<4>(c), b23);
+                        let v3 = or_masked(v3, _mm512_srli_epi16::<2>(a), b45);
+                        let w = [
+                            _mm512_and_si512(a, m6),
+                            _mm512_and_si512(b, m6),
+                            _mm512_and_si512(c, m6),
+                            v3,
+                        ];
+                        for (qt, wq) in w.iter().enumerate() {
+                            for t in 0..N {
+                                let xa = bcast(x[t].add(4 * (32 * h + 8 * qt + j)));
+                                s[t][qt] = _mm512_dpbusd_epi32(s[t][qt], *wq, xa);
+                            }
+                        }
+                    }
+                    for qt in 0..4 {
+                        let sg = line(scale_at::SC_Q6 + 16 * (8 * h + 2 * qt + half));
                         for t in 0..N {
-                            let xa = bcast(x[t].add(4 * (32 * h + 8 * qt + j)));
-                            s[t][qt] = _mm512_dpbusd_epi32(s[t][qt], *wq, xa);
+                            isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t][qt], sg));
                         }
                     }
                 }
-                for qt in 0..4 {
-                    let sg = line(scale_at::SC_Q6 + 16 * (8 * h + 2 * qt + half));
-                    for t in 0..N {
-                        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t][qt], sg));
+            }
+        } else {
+            // Three or more tokens: two groups per pass (v0/v1 from chunks A/B, then v2/v3
+            // from A/B/C, the second pass re-reading A and B from L1), so 2N group sums are
+            // live instead of 4N and nothing spills. Same integer sums in another order: exact.
+            for h in 0..2 {
+                for half in 0..2 {
+                    for pair in 0..2 {
+                        let qt0 = 2 * pair;
+                        let mut s: [[__m512i; 2]; N] = std::array::from_fn(|t| {
+                            std::array::from_fn(|i| start(t, 8 * h + 2 * (qt0 + i) + half))
+                        });
+                        for jj in 0..4 {
+                            let j = 4 * half + jj;
+                            let st = 3 * (8 * h + j);
+                            let w = if pair == 0 {
+                                let (a, b) = (chunk(st), chunk(st + 1));
+                                [_mm512_and_si512(a, m6), _mm512_and_si512(b, m6)]
+                            } else {
+                                // A and B were prefetched by the first pass.
+                                let again =
+                                    |c: usize| _mm512_load_si512(q.add(64 * c) as *const __m512i);
+                                let (a, b, c) = (again(st), again(st + 1), chunk(st + 2));
+                                let v3 = _mm512_and_si512(_mm512_srli_epi16::<6>(b), b01);
+                                let v3 = or_masked(v3, _mm512_srli_epi16::<4>(c), b23);
+                                let v3 = or_masked(v3, _mm512_srli_epi16::<2>(a), b45);
+                                [_mm512_and_si512(c, m6), v3]
+                            };
+                            for (i, wq) in w.iter().enumerate() {
+                                for t in 0..N {
+                                    let xa = bcast(x[t].add(4 * (32 * h + 8 * (qt0 + i) + j)));
+                                    s[t][i] = _mm512_dpbusd_epi32(s[t][i], *wq, xa);
+                                }
+                            }
+                        }
+                        for i in 0..2 {
+                            let g = 8 * h + 2 * (qt0 + i) + half;
+                            let sg = line(scale_at::SC_Q6 + 16 * g);
+                            for t in 0..N {
+                                let p = _mm512_mullo_epi32(s[t][i], sg);
+                                isum[t] = _mm512_add_epi32(isum[t], p);
+                            }
+                        }
                     }
                 }
             }
