@@ -12,6 +12,14 @@
 //! block and token the float work is one convert and one `fma` (two with mins), so the kernel
 //! keeps up with memory at one token and with `vpdpbusd` at many.
 //!
+//! The Q6_K tile of 3+ tokens sums two of a step's four groups per pass (see `block_q6`): with
+//! all four, its 4N group chains spilled and it ran ~2x the Q4_K tile's time per weight.
+//! Tried on it after that and measured no faster (Phi-4-mini Q4_K_M pp512, one thread,
+//! alternating, 2026-11-27): the group offsets `-32 * bsum` precomputed per call into a table
+//! (one broadcast load instead of a scalar load, shift, negate and broadcast per group):
+//! 38.9-40.0 against 38.9-39.9 tok/s; the eight passes written out (constant displacements
+//! instead of the pointers the rolled passes keep on the stack): 38.4-38.7 against 38.9-39.5.
+//!
 //! The file holds the tiles; the loop over token groups, panels and token tiles is the shared
 //! driver's (`packed/driver.rs`).
 
