@@ -17,8 +17,9 @@
 //! Two tile shapes: decode-sized calls (1-2 tokens) read both halves of a panel in one pass
 //! (a panel streams from memory once, prefetched `PF_BLOCKS` ahead into L2, one line per 64 bytes
 //! read); larger calls (prefill, batched decode: compute-bound) run one half at a time with
-//! up to 4 tokens (Q4_K, Q6_K) sharing each unpacked weight register, which halves the unpacking
-//! per multiply, and the whole half-panel's float sums fit the 16 ymm registers.
+//! up to 4 tokens (Q4_K; Q5_K 2) sharing each unpacked weight register, which halves the
+//! unpacking per multiply, and the whole half-panel's float sums fit the 16 ymm registers.
+//! Q6_K's half-panel tiles take up to 16 tokens (see [`block_q6`]).
 //!
 //! The file holds the tiles; the loop over token groups, panels and token tiles is the shared
 //! driver's (`packed/driver.rs`).
@@ -208,8 +209,18 @@ unsafe fn block_k4<const T: u8, const N: usize>(
 /// Two steps at a time (values `4j..4j + 8` of each 32-value quarter): their 8 unpacked weight
 /// registers serve every token, and each token's two pair sums per quarter (at most 2 * 16128
 /// in i16) go straight into `vpmaddwd` by the group's scale, so no i16 sums stay live between
-/// steps and 4 tokens share each unpacking (with per-step i16 sums kept across steps, 2
-/// tokens already spilled them).
+/// steps (with per-step i16 sums kept across steps, 2 tokens already spilled them). Per token
+/// and step pair only its one i32 sum is live beside the 8 weight and 4 scale registers, so
+/// the token count is not bound by the registers: from 4 tokens on, the compiler keeps most
+/// sums in L1 (one load-add and one store per token and step pair), and the unpacking (3
+/// loads, 11 ops a step) is shared by up to 16 tokens ([`half_tokens`]): 22 / 16 ~ 1.4 ALU
+/// ops per token and step pair instead of 22 / 4 = 5.5, beside the token's own 20 (8
+/// `vpmaddubsw`, 4 `vpaddw`, 4 `vpmaddwd`, 4 `vpaddd`; 8 broadcasts). The all-Q6_K Llama-3.2-1B
+/// (`kiln quantize -t Q6_K`) AVX2 pp512, one thread, ran ~11% faster at 8 tokens and
+/// ~13% at 12 or 16 than at 4 (2026-11-27, alternating binaries). Tried and no faster: the
+/// quarters outer and the tokens inner (each quarter's two weight registers freed early; the
+/// 4-token and 8-token sums then stayed in registers or spilled as the compiler chose):
+/// 65.3/64.1/65.5 and 68.2/61.7/68.7 against 66.4/67.0/66.0 tok/s (4 tokens, this order).
 ///
 /// # Safety
 /// As [`block_k4`].
@@ -459,11 +470,16 @@ impl<const T: u8, const E: usize> PanelTile for KTile<'_, T, E> {
 }
 
 /// Tokens per half-panel tile: Q4_K's one i16 chain per sub-block leaves registers for 4
-/// (8 chains, 8 float sums), Q6_K's two-step sums (no i16 sums live across steps) for 4 too;
-/// Q5_K's two chains take 2.
+/// (8 chains, 8 float sums); Q5_K's two chains take 2; Q6_K's two-step sums (no i16 sums live
+/// across steps, one i32 sum per token) take 16, the unpacking shared by more tokens
+/// ([`block_q6`]; sizes 1..=4, 8 and 16 only: with also 5..=7 and 12 instantiated, LLVM
+/// moved the Q4_K tile out of line and Llama-3.2-1B Q4_K_M AVX2 pp512 ran 79.2-80.8 against
+/// main's 80.8-81.7 tok/s; with these sizes 82.5-83.8 against 81.5-82.4).
 const fn half_tokens(t: u8) -> usize {
     if t == Q5K {
         2
+    } else if t == Q6K {
+        16
     } else {
         4
     }
@@ -480,6 +496,20 @@ impl<const T: u8, const E: usize> PanelTile for KHalf<'_, T, E> {
     type Terms = ActTable<E>;
     const ROWS: usize = 8;
     const TOKENS: usize = half_tokens(T);
+
+    #[inline(always)]
+    fn tokens(&self, left: usize) -> usize {
+        if T == Q6K {
+            // The sizes the dispatch below has: 1..=4, 8, 16.
+            match left {
+                16.. => 16,
+                8..=15 => 8,
+                _ => left.min(4),
+            }
+        } else {
+            Self::TOKENS.min(left)
+        }
+    }
 
     /// # Safety
     /// [`PanelTile::tile`]'s contract: `t` names a panel of this layout and activation rows,
@@ -503,7 +533,10 @@ impl<const T: u8, const E: usize> PanelTile for KHalf<'_, T, E> {
                 1 => half!(1),
                 2 => half!(2),
                 3 if T != Q5K => half!(3),
-                _ if T != Q5K => half!(4),
+                4 if T == Q6K => half!(4),
+                8 if T == Q6K => half!(8),
+                16 if T == Q6K => half!(16),
+                _ if T == Q4K => half!(4),
                 _ => unreachable!("at most half_tokens(T) tokens"),
             }
         }
