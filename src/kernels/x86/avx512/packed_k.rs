@@ -207,6 +207,13 @@ unsafe fn block_q6<const N: usize>(
         // x | (y & m): vpternlog's 0xF8.
         let or_masked =
             |x: __m512i, y: __m512i, m: __m512i| _mm512_ternarylogic_epi32::<0xF8>(x, y, m);
+        // v3 of a step from its chunks A, B, C: their top 2 bits each (the 16-bit shifts move
+        // bits within their own byte: the other bits are masked off).
+        let top_bits = |a: __m512i, b: __m512i, c: __m512i| {
+            let v3 = _mm512_and_si512(_mm512_srli_epi16::<6>(b), b01);
+            let v3 = or_masked(v3, _mm512_srli_epi16::<4>(c), b23);
+            or_masked(v3, _mm512_srli_epi16::<2>(a), b45)
+        };
         // The offset term: each group's sum starts at -32 * bsum_g (the Q8_K group sum after
         // the block's 256 quants), so it needs no pass of its own.
         let start = |t: usize, g: usize| {
@@ -227,9 +234,7 @@ unsafe fn block_q6<const N: usize>(
                         // within their own byte: the other bits are masked off).
                         let st = 3 * (8 * h + j);
                         let (a, b, c) = (chunk(st), chunk(st + 1), chunk(st + 2));
-                        let v3 = _mm512_and_si512(_mm512_srli_epi16::<6>(b), b01);
-                        let v3 = or_masked(v3, _mm512_srli_epi16::<4>(c), b23);
-                        let v3 = or_masked(v3, _mm512_srli_epi16::<2>(a), b45);
+                        let v3 = top_bits(a, b, c);
                         let w = [
                             _mm512_and_si512(a, m6),
                             _mm512_and_si512(b, m6),
@@ -273,9 +278,7 @@ unsafe fn block_q6<const N: usize>(
                                 let again =
                                     |c: usize| _mm512_load_si512(q.add(64 * c) as *const __m512i);
                                 let (a, b, c) = (again(st), again(st + 1), chunk(st + 2));
-                                let v3 = _mm512_and_si512(_mm512_srli_epi16::<6>(b), b01);
-                                let v3 = or_masked(v3, _mm512_srli_epi16::<4>(c), b23);
-                                let v3 = or_masked(v3, _mm512_srli_epi16::<2>(a), b45);
+                                let v3 = top_bits(a, b, c);
                                 [_mm512_and_si512(c, m6), v3]
                             };
                             for (i, wq) in w.iter().enumerate() {
