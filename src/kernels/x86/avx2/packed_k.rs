@@ -436,11 +436,8 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize, const W: usize, cons
             } else {
                 _mm256_sub_ps(acc[hh][t], accm[hh][t])
             };
-            let mut v = [0f32; 8];
-            // SAFETY: `v` is 8 f32, the 32 bytes the store writes.
-            unsafe { _mm256_storeu_ps(v.as_mut_ptr(), r) };
             // SAFETY: `valid` cells of token row t (caller contract), rows at..at + n.
-            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * os + at), n) };
+            unsafe { super::packed::store(out.add(t * os + at), r, n) };
         }
     }
 }
