@@ -137,15 +137,17 @@ fn bits(x: &[f32]) -> Vec<u32> {
 
 /// (n_head_kv, group, head_dim, block_size): the default model's shape first, then shapes that
 /// exercise every head count and accumulator width of the SIMD kernels (groups of 1..=4 heads
-/// per AVX-512 pass and 1..=3 per AVX2 pass, in groups of up to 8; head_dim 64, 96 (its last 32
+/// per AVX-512 pass and 1..=3 per AVX2 pass, 1..=4 at head_dim 64, in groups of up to 8;
+/// head_dim 64, 96 (its last 32
 /// values summed in f64), 128, 192, 256),
 /// then a block size only AVX2 and scalar cover (8), then shapes only the scalar twin covers
 /// (head_dim 24, blocks of 5 or of 1).
-const SHAPES: [(usize, usize, usize, usize); 11] = [
+const SHAPES: [(usize, usize, usize, usize); 12] = [
     (3, 3, 64, 16),
     (2, 4, 128, 32),
     (1, 1, 64, 16),
     (4, 8, 64, 16),
+    (1, 5, 64, 16),
     (2, 6, 192, 16),
     (1, 5, 256, 32),
     (2, 5, 96, 16),
@@ -257,6 +259,7 @@ fn simd_kernels_are_bit_identical_over_long_contexts() {
         (3, 3, 64, 16),
         (2, 4, 128, 32),
         (1, 3, 64, 8),
+        (2, 4, 64, 8),
         (1, 4, 96, 16),
     ];
     for isa in [AttnIsa::Avx512, AttnIsa::Avx2] {

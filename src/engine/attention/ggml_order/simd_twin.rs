@@ -90,6 +90,31 @@ unsafe fn heads<S: Simd, const G: usize, const C: usize>(
                             prefetch(nv.wrapping_add(64 * c));
                         }
                     }
+                    if C * S::LANES == LANES * PARTS {
+                        // Head size 64: one product per partial sum, each exact in f32 (an
+                        // f16·f16 product), so `p0 + p2` is `fma(q0, k0, p2)` with p2 = fma(q2,
+                        // k2, +0) as the reference forms it (zeros signed alike): two sums per
+                        // head live instead of four, and one add instead of three. AVX2 then
+                        // fits a group of four heads in one pass ([`max_heads_avx2`]).
+                        // In bounds: as for the general loop below (i < 64 = d).
+                        let kt =
+                            |pj: usize| S::load_f16(k.as_ptr().add((pj * LANES + lane) * bs + t));
+                        // In bounds: j < G and i < d, and `qh` holds G * d values.
+                        let qb = |j: usize, pj: usize| {
+                            S::set1(*qh.get_unchecked(j * d + pj * LANES + lane))
+                        };
+                        let (k0, k2) = (kt(0), kt(2));
+                        let mut even = [S::zero(); G];
+                        for j in 0..G {
+                            even[j] = S::fma(qb(j, 0), k0, S::fma(qb(j, 2), k2, S::zero()));
+                        }
+                        let (k1, k3) = (kt(1), kt(3));
+                        for j in 0..G {
+                            let odd = S::fma(qb(j, 1), k1, S::fma(qb(j, 3), k3, S::zero()));
+                            s[j][lane] = S::add(even[j], odd);
+                        }
+                        continue;
+                    }
                     let mut parts = [[S::zero(); PARTS]; G];
                     for base in (0..full).step_by(LANES * PARTS) {
                         for pj in 0..PARTS {
@@ -226,10 +251,11 @@ unsafe fn heads<S: Simd, const G: usize, const C: usize>(
 }
 
 /// One width's entry point: `$attend` (the twin), `$heads` (its `#[target_feature]` instances
-/// of [`heads`]), `$S` the width, `$feat` its features, `$covers` its shape test, `$max` heads
-/// per pass, `$($c)*` the registers per head of the [`super::simd_head_dim`] sizes.
+/// of [`heads`]), `$S` the width, `$feat` its features, `$covers` its shape test, `$max` the
+/// most heads per pass by head size (at most `$g`'s largest), `$($c)*` the registers per head
+/// of the [`super::simd_head_dim`] sizes.
 macro_rules! simd_twin {
-    ($attend:ident, $heads:ident, $S:ty, $feat:literal, $covers:ident, $max:literal,
+    ($attend:ident, $heads:ident, $S:ty, $feat:literal, $covers:ident, $max:ident,
      [$($g:literal)*], [$($c:literal)*]) => {
         /// `G` heads of `C` registers with this width's features (see [`heads`]).
         ///
@@ -248,8 +274,8 @@ macro_rules! simd_twin {
         }
 
         #[doc = concat!("The `", stringify!($S), "` twin of [`super::attend_group`] (see the ")]
-        #[doc = concat!("module docs), up to ", stringify!($max), " heads a pass. `scratch` holds ")]
-        /// the f16-rounded queries: at least [`super::SCRATCH_HEADS`] `* head_dim` values.
+        #[doc = concat!("module docs), up to [`", stringify!($max), "`] heads a pass. `scratch` ")]
+        /// holds the f16-rounded queries: at least [`super::SCRATCH_HEADS`] `* head_dim` values.
         #[doc = concat!("Panics unless [`super::", stringify!($covers), "`] accepts the view's ")]
         /// shape, `q` and `out` have the same length and `scratch` is long enough.
         ///
@@ -290,13 +316,13 @@ macro_rules! simd_twin {
                     }
                 }
             }
-            let g = q.len() / d;
-            for j0 in (0..g).step_by($max) {
-                let span = j0 * d..(j0 + $max).min(g) * d;
+            let (g, max) = (q.len() / d, $max(d));
+            for j0 in (0..g).step_by(max) {
+                let span = j0 * d..(j0 + max).min(g) * d;
                 let (qs, os) = (&q[span.clone()], &mut out[span]);
                 // SAFETY: features as required by this function; d and bs checked above.
                 unsafe {
-                    match (g - j0).min($max) {
+                    match (g - j0).min(max) {
                         $($g => by_width::<$g>(view, qs, os, scale, scratch),)*
                         n => unreachable!("{n} heads per pass"),
                     }
@@ -306,16 +332,31 @@ macro_rules! simd_twin {
     };
 }
 
-// Four heads: AVX-512 has 32 registers (four heads' 4 partial score vectors fit beside the K
-// vector and broadcasts). Three on AVX2: three heads' 12 partial vectors plus the K vector and
-// a broadcast fit its 16 registers, and three is the default model's group.
+/// Heads per AVX-512 pass: four for every head size (its 32 registers hold four heads' 4
+/// partial score vectors beside the K vector and broadcasts).
+fn max_heads_avx512(_head_dim: usize) -> usize {
+    4
+}
+
+/// Heads per AVX2 pass: three heads' 12 partial score vectors plus the K vector and a broadcast
+/// fill its 16 registers; at head size 64 a head keeps two sums live (see [`heads`]), so a
+/// 4-head group (Llama-3.2-1B) runs in one pass, converting each K and V tile once, not twice.
+/// One-thread AVX2 pp512, Llama-3.2-1B shape Q4_K_M, Zen 4: see the commit adding it.
+fn max_heads_avx2(head_dim: usize) -> usize {
+    if head_dim == LANES * PARTS {
+        4
+    } else {
+        3
+    }
+}
+
 simd_twin!(
     attend_group_avx512,
     heads_avx512,
     Avx512,
     "avx512f,fma,f16c",
     avx512_covers,
-    4,
+    max_heads_avx512,
     [1 2 3 4],
     [4 6 8 12 16]
 );
@@ -325,7 +366,7 @@ simd_twin!(
     Avx2,
     "avx2,fma,f16c",
     avx2_covers,
-    3,
-    [1 2 3],
+    max_heads_avx2,
+    [1 2 3 4],
     [8 12 16 24 32]
 );
