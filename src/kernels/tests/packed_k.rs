@@ -157,14 +157,24 @@ fn check(dt: DType, k: usize, n_rows: usize, tokens: &[usize], seed: u64, extrem
         // The AVX-512 tiles themselves: a CPU with 256-bit AVX-512 datapaths installs the
         // AVX2 ones for decode-sized calls, so the table alone would leave those untested.
         #[cfg(target_arch = "x86_64")]
-        if let Some(gemm) = avx512_tiles(dt) {
+        for (paced, gemm) in avx512_tiles(dt).into_iter().flatten().enumerate() {
             let mut got = vec![f32::NAN; len];
-            // SAFETY: `avx512_tiles` returns it only when the CPU has AVX-512 VNNI.
+            // SAFETY: `avx512_tiles` returns them only when the CPU has AVX-512 VNNI.
             unsafe { gemm(k, pw.bytes(), n_rows, a, n_tok, &mut got, os) };
             for t in 0..n_tok {
                 let s = t * os..t * os + n_rows;
-                let ctx = format!("{dt} avx512 tiles k{k} rows{n_rows} tok{n_tok} t{t} seed{seed}");
+                let ctx = format!(
+                    "{dt} avx512 tiles (paced {paced}) k{k} rows{n_rows} tok{n_tok} t{t} seed{seed}"
+                );
                 assert_eq!(bits(&got[s.clone()]), bits(&twin[s]), "{ctx}");
+                if t + 1 < n_tok {
+                    assert!(
+                        got[t * os + n_rows..(t + 1) * os]
+                            .iter()
+                            .all(|x| x.is_nan()),
+                        "wrote outside its cells {ctx}"
+                    );
+                }
             }
         }
     }
@@ -190,7 +200,8 @@ fn check(dt: DType, k: usize, n_rows: usize, tokens: &[usize], seed: u64, extrem
     super::packed_neon::check_k_installed(dt);
 }
 
-/// The GEMM of the AVX-512 K-quant tiles for every call size, when this CPU can run it.
+/// The GEMMs of the AVX-512 K-quant tiles for every call size, plain and with paced 2-token
+/// tiles, when this CPU can run them.
 ///
 /// # Safety
 /// Calling the returned GEMM needs only the lengths it checks: it is returned only when the CPU
@@ -199,15 +210,24 @@ fn check(dt: DType, k: usize, n_rows: usize, tokens: &[usize], seed: u64, extrem
 #[allow(clippy::type_complexity)]
 fn avx512_tiles(
     dt: DType,
-) -> Option<unsafe fn(usize, &[u8], usize, &[u8], usize, &mut [f32], usize)> {
+) -> Option<[unsafe fn(usize, &[u8], usize, &[u8], usize, &mut [f32], usize); 2]> {
     use crate::kernels::x86::avx512::packed_k as z;
     if !crate::kernels::isa::has_avx512_vnni() {
         return None;
     }
     Some(match dt {
-        DType::Q4_K => z::gemm_packed_k::<{ z::Q4K }>,
-        DType::Q5_K => z::gemm_packed_k::<{ z::Q5K }>,
-        _ => z::gemm_packed_k::<{ z::Q6K }>,
+        DType::Q4_K => [
+            z::gemm_packed_k::<{ z::Q4K }>,
+            z::gemm_packed_k_paced::<{ z::Q4K }>,
+        ],
+        DType::Q5_K => [
+            z::gemm_packed_k::<{ z::Q5K }>,
+            z::gemm_packed_k_paced::<{ z::Q5K }>,
+        ],
+        _ => [
+            z::gemm_packed_k::<{ z::Q6K }>,
+            z::gemm_packed_k_paced::<{ z::Q6K }>,
+        ],
     })
 }
 

@@ -305,6 +305,9 @@ unsafe fn block_q6<const N: usize>(
 
 /// One panel x `N` tokens (`N <= TT`) over all blocks; token `t`'s Q8_K row at `a + t * ar`,
 /// its table entries from `tab0 + t * nb`, its outputs at `out + t * os` (`valid` of them).
+/// Tokens past `last` (`last < N`) repeat token `last`: they read its row and entries and store
+/// the same values over its outputs. `last = N - 1` is the plain tile; a smaller `last`, not a
+/// compile-time constant, makes the tile redo real work (a paced tile, [`KTile`]).
 /// With `PF` the block loads prefetch the stream two blocks ahead (`x86::prefetch_k_ahead`):
 /// what the tiles that read a panel from memory run (every tile of 1 or 2 tokens, and the
 /// first tile of a token group in each panel); the group's other tiles find the panel in
@@ -329,8 +332,12 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize, const PF: bool>(
     out: *mut f32,
     os: usize,
     valid: usize,
+    last: usize,
 ) {
     let nb = l.nb;
+    debug_assert!(last < N);
+    // Token t's row, entries and outputs: the clamp is free when `last` is the constant N - 1.
+    let tk = |t: usize| t.min(last);
     let mut acc = [_mm512_setzero_ps(); N];
     let mut accm = [_mm512_setzero_ps(); N];
     let mut pf = std::ptr::null();
@@ -340,8 +347,9 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize, const PF: bool>(
         if PF {
             pf = super::super::prefetch_k_ahead(l, panel, b);
         }
-        let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
-        let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
+        let x: [*const u8; N] =
+            std::array::from_fn(|t| a.wrapping_add(tk(t) * ar + b * Q8K_BYTES + 4));
+        let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + tk(t) * nb + b]);
         // SAFETY: d and dmin are 16 f16 each inside the scale area.
         let (d, dmin) = unsafe {
             (
@@ -349,7 +357,8 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize, const PF: bool>(
                 _mm512_cvtph_ps(_mm256_loadu_si256(sc.add(scale_at::DMIN) as *const __m256i)),
             )
         };
-        let dy: [__m512; N] = std::array::from_fn(|t| _mm512_set1_ps(tab.dy[tab0 + t * nb + b]));
+        let dy: [__m512; N] =
+            std::array::from_fn(|t| _mm512_set1_ps(tab.dy[tab0 + tk(t) * nb + b]));
         if T == Q6K {
             let mut isum = [_mm512_setzero_si512(); N];
             // SAFETY: block b's quants and scales lie in the panel; x[t] are the tokens'
@@ -373,13 +382,25 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize, const PF: bool>(
         } else {
             _mm512_sub_ps(acc[t], accm[t])
         };
-        // SAFETY: `valid` cells of token row t (caller contract).
-        unsafe { _mm512_mask_storeu_ps(out.add(t * os), mask(valid), r) };
+        // SAFETY: `valid` cells of token row tk(t) <= t (caller contract).
+        unsafe { _mm512_mask_storeu_ps(out.add(tk(t) * os), mask(valid), r) };
     }
 }
 
-/// The K-quant tile: [`tile`] on up to [`TT`] tokens, with `E`-entry terms.
-struct KTile<'a, const T: u8, const E: usize>(&'a PanelLayout);
+/// The K-quant tile: [`tile`] on up to [`TT`] tokens, with `E`-entry terms. When `paced`,
+/// 2-token tiles run the 3-token tile with the second token repeated (same outputs, bit for
+/// bit: each output is its own token's arithmetic): on Zen 4 (256-bit datapaths), one thread,
+/// a 2-token tile streamed its panels from memory ~20% slower than a 3-token one although it
+/// computes a third less, and slower than the padded tile (`gemv_bw` Llama-3.2-1B layers
+/// `mem 0 2`, 2026-11-27: Q4_K 21.0-22.1 -> 25.8-26.7 GB/s, Q6_K 21.0 -> 27.1, against a
+/// 27-28 GB/s plain read); the padded tile's extra `vpdpbusd`s keep its loads spaced out. The
+/// AVX2 2-token tile is no faster (compute-bound at ~25 GB/s in L2). The repeat count `last`
+/// is hidden from the compiler (`black_box`): folded to a constant, the repeated token's
+/// work is merged away and the tile runs as the 2-token one (measured: as slow).
+struct KTile<'a, const T: u8, const E: usize> {
+    l: &'a PanelLayout,
+    paced: bool,
+}
 
 impl<const T: u8, const E: usize> PanelTile for KTile<'_, T, E> {
     type Terms = ActTable<E>;
@@ -388,16 +409,21 @@ impl<const T: u8, const E: usize> PanelTile for KTile<'_, T, E> {
     #[inline(always)]
     unsafe fn tile(&self, t: &Tile, tab: &ActTable<E>) {
         let (l, (p, a, ar, e, o, os, v)) =
-            (self.0, (t.panel, t.a, t.ar, t.e0, t.out, t.os, t.valid));
-        // SAFETY: the driver's tile contract is `tile`'s with N = t.n.
+            (self.l, (t.panel, t.a, t.ar, t.e0, t.out, t.os, t.valid));
+        // SAFETY: the driver's tile contract is `tile`'s with N = t.n (the paced tile reads
+        // and writes only tokens 0 and 1 of its 3).
         unsafe {
             match (t.n, e == 0) {
-                (1, _) => tile::<T, 1, E, true>(l, p, a, ar, tab, e, o, os, v),
-                (2, _) => tile::<T, 2, E, true>(l, p, a, ar, tab, e, o, os, v),
-                (3, true) => tile::<T, 3, E, true>(l, p, a, ar, tab, e, o, os, v),
-                (3, false) => tile::<T, 3, E, false>(l, p, a, ar, tab, e, o, os, v),
-                (_, true) => tile::<T, TT, E, true>(l, p, a, ar, tab, e, o, os, v),
-                (_, false) => tile::<T, TT, E, false>(l, p, a, ar, tab, e, o, os, v),
+                (1, _) => tile::<T, 1, E, true>(l, p, a, ar, tab, e, o, os, v, 0),
+                (2, _) if self.paced => {
+                    let last = std::hint::black_box(1);
+                    tile::<T, 3, E, true>(l, p, a, ar, tab, e, o, os, v, last)
+                }
+                (2, _) => tile::<T, 2, E, true>(l, p, a, ar, tab, e, o, os, v, 1),
+                (3, true) => tile::<T, 3, E, true>(l, p, a, ar, tab, e, o, os, v, 2),
+                (3, false) => tile::<T, 3, E, false>(l, p, a, ar, tab, e, o, os, v, 2),
+                (_, true) => tile::<T, TT, E, true>(l, p, a, ar, tab, e, o, os, v, TT - 1),
+                (_, false) => tile::<T, TT, E, false>(l, p, a, ar, tab, e, o, os, v, TT - 1),
             }
         }
     }
@@ -420,6 +446,47 @@ pub(crate) unsafe fn gemm_packed_k<const T: u8>(
     out: &mut [f32],
     os: usize,
 ) {
+    // SAFETY: this function's contract.
+    unsafe { gemm::<T>(k, packed, n_rows, a, n_tok, out, os, false) }
+}
+
+/// [`gemm_packed_k`] with paced 2-token tiles ([`KTile`]): what [`gemm_packed_k_decode_256`]
+/// runs for calls of 2 tokens. Same results, bit for bit.
+///
+/// # Safety
+/// As [`gemm_packed_k`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_packed_k_paced<const T: u8>(
+    k: usize,
+    packed: &[u8],
+    n_rows: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+    os: usize,
+) {
+    // SAFETY: this function's contract.
+    unsafe { gemm::<T>(k, packed, n_rows, a, n_tok, out, os, true) }
+}
+
+/// [`gemm_packed_k`], with `paced` 2-token tiles or not.
+///
+/// # Safety
+/// As [`gemm_packed_k`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm<const T: u8>(
+    k: usize,
+    packed: &[u8],
+    n_rows: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+    os: usize,
+    paced: bool,
+) {
     let l = PanelLayout::new(dtype(T), k).expect("dtype with a panel layout");
     let Some(s) = Shape::packed(&l, packed, n_rows, a, n_tok, out, os) else {
         return;
@@ -428,34 +495,39 @@ pub(crate) unsafe fn gemm_packed_k<const T: u8>(
     // features are this function's contract.
     unsafe {
         if n_tok * l.nb <= SMALL {
-            gemm_tab::<T, SMALL>(&l, &s)
+            gemm_tab::<T, SMALL>(&l, &s, paced)
         } else {
-            gemm_tab::<T, LARGE>(&l, &s)
+            gemm_tab::<T, LARGE>(&l, &s, paced)
         }
     }
 }
 
-/// The GEMM with an `E`-entry activation table.
+/// The GEMM with an `E`-entry activation table (`paced`: as [`KTile`]).
 ///
 /// # Safety
 /// As [`driver::run`] (the CPU features of this module), `s.nb <= E`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn gemm_tab<const T: u8, const E: usize>(l: &PanelLayout, s: &Shape) {
+unsafe fn gemm_tab<const T: u8, const E: usize>(l: &PanelLayout, s: &Shape, paced: bool) {
     let mut tab = ActTable::<E>::new(dtype(T));
     // SAFETY: caller contract.
-    unsafe { driver::run(&KTile::<T, E>(l), &mut tab, s) }
+    unsafe { driver::run(&KTile::<T, E> { l, paced }, &mut tab, s) }
 }
 
 const _: () = assert!(crate::kernels::packed::MAX_K / 256 <= LARGE);
 
 /// [`gemm_packed_k`] on a CPU that runs AVX-512 on 256-bit datapaths
-/// ([`isa::avx512_on_256bit_datapaths`]): decode-sized calls take the AVX2 whole-panel tiles
-/// (same results, bit for bit), the others this module's. From memory the AVX2 tiles kept
+/// ([`isa::avx512_on_256bit_datapaths`]): 1-token calls take the AVX2 whole-panel tiles
+/// (same results, bit for bit), 2-token ones this module's paced tiles
+/// ([`gemm_packed_k_paced`]), the others this module's. From memory the AVX2 tiles kept
 /// more of the stream in flight there: Zen 4, 2026-11-27, Llama-3.2-1B Q4_K_M decode on one
 /// thread, alternating binaries, 26.7-28.7 -> 31.6-36.6 tok/s (Q4_K and Q6_K each gaining);
 /// two threads with a busy second core showed no difference (43-45 tok/s both). Zen 5
 /// (full-width AVX-512) ran the AVX-512 tiles faster (2026-11-26: Q4_K 29.8 against 25.1 GB/s).
+/// At 2 tokens (batched decode of two sequences) the AVX2 tile is compute-bound (~25 GB/s
+/// in L2, ~19.5 from memory) and the plain AVX-512 one no faster from memory; the paced
+/// tiles took the Llama-3.2-1B Q4_K_M 2-sequence decode step from ~15% slower than a
+/// 3-sequence step to about level with it (see `KTile`).
 ///
 /// [`isa::avx512_on_256bit_datapaths`]: crate::kernels::isa::avx512_on_256bit_datapaths
 ///
@@ -478,8 +550,10 @@ pub(crate) unsafe fn gemm_packed_k_decode_256<const T: u8>(
     // SAFETY: this function's features include the AVX2 ones; the rest is the caller's
     // contract, the same for both GEMMs.
     unsafe {
-        if n_tok <= avx2::ONE_PASS_MAX {
+        if n_tok == 1 {
             avx2::gemm_packed_k::<T>(k, packed, n_rows, a, n_tok, out, os)
+        } else if n_tok == 2 {
+            gemm_packed_k_paced::<T>(k, packed, n_rows, a, n_tok, out, os)
         } else {
             gemm_packed_k::<T>(k, packed, n_rows, a, n_tok, out, os)
         }
