@@ -225,10 +225,13 @@ def test_image_command_and_health_check(tmp_path):
             assert engine[field] in exported, f"{field}: kiln exports no gauge {engine[field]}"
             assert "model=" in exported[engine[field]], exported[engine[field]]
 
-        # A drain: a stream in flight, SIGTERM; the health check fails at once, the stream ends
-        # normally, kiln exits 0.
+        # A drain: a stream in flight, SIGTERM; the health check fails while the stream is
+        # still in flight, the stream ends normally, kiln exits 0. The signal reaches kiln's
+        # runtime a moment after kill() returns (a check started at once can win that race on
+        # a busy machine), so the check may take up to a second to fail; the stream (256
+        # tokens) outlasts that, so a failing check means draining, not exited.
         body = json.dumps({"messages": [{"role": "user", "content": "Tell a long story."}],
-                           "max_tokens": 96, "ignore_eos": True, "stream": True}).encode()
+                           "max_tokens": 256, "ignore_eos": True, "stream": True}).encode()
         request = urllib.request.Request(server.base_url + "/v1/chat/completions", data=body,
                                          headers={"Content-Type": "application/json"})
         stream = urllib.request.urlopen(request, timeout=60)
@@ -238,8 +241,11 @@ def test_image_command_and_health_check(tmp_path):
         reader = threading.Thread(target=lambda: rest.append(stream.read()))
         reader.start()
         os.kill(server.pid, 15)
-        check = health_check(image, server.pid, port, config["server"]["port"])
-        assert check.returncode != 0, "healthy while draining"
+        deadline = time.monotonic() + 1.0
+        while health_check(image, server.pid, port, config["server"]["port"]).returncode == 0:
+            assert time.monotonic() < deadline, "healthy 1 s into the drain"
+            time.sleep(0.05)
+        assert reader.is_alive(), "the stream ended before the health check failed: not a drain"
         reader.join(timeout=60)
         text = (first + b"".join(rest)).decode()
         assert '"finish_reason":"length"' in text and "data: [DONE]" in text, text[-500:]
