@@ -104,7 +104,7 @@ fn bench(c: &mut Criterion) {
                             N_ROWS,
                             black_box(&a[..n_tok * ar]),
                             n_tok,
-                            &mut out,
+                            out.as_mut_slice().into(),
                             N_ROWS,
                         )
                     })

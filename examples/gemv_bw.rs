@@ -135,7 +135,7 @@ fn main() {
                     let len = (r1 - r0) * n_tok;
                     // SAFETY: tasks write disjoint ranges of `out` (>= n * n_tok values).
                     let o = unsafe { std::slice::from_raw_parts_mut(o.get().add(r0 * n_tok), len) };
-                    (pk.gemm)(m.k, m.p.from_row(r0), r1 - r0, a, n_tok, o, r1 - r0);
+                    (pk.gemm)(m.k, m.p.from_row(r0), r1 - r0, a, n_tok, o.into(), r1 - r0);
                 } else {
                     let bytes = m.p.from_row(r0);
                     let len = (r1 - r0).div_ceil(16) * m.p.layout.panel_bytes;

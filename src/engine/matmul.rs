@@ -12,6 +12,7 @@
 
 use crate::engine::pool::{Pool, SendPtr};
 use crate::engine::weights::{Weight, ROW_ALIGN};
+use crate::kernels::cells::OutCells;
 use crate::kernels::table::FromF32Fn;
 use crate::kernels::DType;
 
@@ -284,6 +285,17 @@ fn group(
             // tasks of job j cover disjoint row ranges r0..r1, so this slice aliases no other.
             let out = unsafe { std::slice::from_raw_parts_mut(outs[j].get().add(r0), rows) };
             w.gemm_rows(r0, r1, a, 1, out, rows);
+        } else if w.is_packed() {
+            // Straight into `out`: each token's cells r0..r1, n_out apart.
+            let n_out = w.n_out;
+            // SAFETY: the extent from cell (0, r0) to cell (n_tok - 1, r1 - 1) lies inside
+            // `jobs[j].out` (>= n_tok * n_out values, checked above), which lives through
+            // `pool.run`; of it this task alone writes cells t * n_out + r0..r1 (tasks of job j
+            // cover disjoint row ranges) and nobody reads them until the run ends. The other
+            // tasks' cells interleave with these: the GEMM writes only its own.
+            let out =
+                unsafe { OutCells::from_raw(outs[j].get().add(r0), (n_tok - 1) * n_out + rows) };
+            w.gemm_rows_cells(r0, r1, a, n_tok, out, n_out);
         } else {
             // SAFETY: job j's tmp region is tmp_base[j]..+n_tok*n_out (within `tmp_len`,
             // checked); this task's part n_tok*r0..n_tok*r1 of it is disjoint from all others.

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use crate::engine::error::EngineError;
 use crate::engine::pool::Pool;
 use crate::gguf::TensorData;
+use crate::kernels::cells::OutCells;
 use crate::kernels::packed::{pack, PackedWeights, PanelLayout};
 use crate::kernels::table::{kernels, FromF32Fn, PackedKernels, TypeKernels};
 use crate::kernels::DType;
@@ -120,10 +121,36 @@ impl Weight {
     ) {
         debug_assert!(r0.is_multiple_of(ROW_ALIGN) && r0 <= r1 && r1 <= self.n_out);
         if let Some((pk, p)) = &self.packed {
-            (pk.gemm)(self.k, p.from_row(r0), r1 - r0, a, n_tok, out, os);
+            (pk.gemm)(self.k, p.from_row(r0), r1 - r0, a, n_tok, out.into(), os);
             return;
         }
         (self.kern.gemm)(self.k, self.rows(r0, r1), r1 - r0, a, n_tok, out, os);
+    }
+
+    /// Whether this weight multiplies from a packed copy, whose GEMM writes through
+    /// [`OutCells`] ([`Weight::gemm_rows_cells`]).
+    pub fn is_packed(&self) -> bool {
+        self.packed.is_some()
+    }
+
+    /// [`Weight::gemm_rows`] into an extent whose other cells other threads may write
+    /// meanwhile (a team's row ranges of the same token rows). Only for a weight with a
+    /// packed copy ([`Weight::is_packed`]): panics otherwise (a caller bug).
+    pub fn gemm_rows_cells(
+        &self,
+        r0: usize,
+        r1: usize,
+        a: &[u8],
+        n_tok: usize,
+        out: OutCells<'_>,
+        os: usize,
+    ) {
+        debug_assert!(r0.is_multiple_of(ROW_ALIGN) && r0 <= r1 && r1 <= self.n_out);
+        let (pk, p) = self
+            .packed
+            .as_ref()
+            .expect("gemm_rows_cells needs a packed copy");
+        (pk.gemm)(self.k, p.from_row(r0), r1 - r0, a, n_tok, out, os);
     }
 
     /// The bytes [`Weight::gemm_rows`] over rows `r0..r1` streams, in the order it reads them

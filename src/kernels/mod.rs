@@ -6,6 +6,7 @@
 
 pub mod blocks;
 pub mod ceiling;
+pub mod cells;
 pub mod isa;
 mod legacy_kind;
 pub mod packed;

@@ -23,14 +23,16 @@ pub type GemmFn = fn(
 
 /// `out[t * out_stride + r] = dot(row r, activation row t)` over weights repacked into panels
 /// ([`super::packed`]): `packed` starts at a panel (64-byte aligned) and holds the panels of
-/// rows `0..n_rows`; otherwise the [`GemmFn`] contract.
+/// rows `0..n_rows`; otherwise the [`GemmFn`] contract. `out` is an extent of cells
+/// ([`super::cells::OutCells`]) of which it writes only those cells, so a team's threads can
+/// write their row ranges of the same token rows side by side.
 pub type PackedGemmFn = fn(
     k: usize,
     packed: &[u8],
     n_rows: usize,
     a: &[u8],
     n_tok: usize,
-    out: &mut [f32],
+    out: super::cells::OutCells<'_>,
     out_stride: usize,
 );
 

@@ -153,7 +153,7 @@ impl Shape {
         n_rows: usize,
         a: &[u8],
         n_tok: usize,
-        out: &mut [f32],
+        mut out: crate::kernels::cells::OutCells<'_>,
         os: usize,
     ) -> Option<Shape> {
         let ar = l.check_gemm(packed, n_rows, a.len(), n_tok, out.len(), os);

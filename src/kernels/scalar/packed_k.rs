@@ -141,7 +141,7 @@ pub fn gemm_packed_k(
     n_rows: usize,
     a: &[u8],
     n_tok: usize,
-    out: &mut [f32],
+    mut out: crate::kernels::cells::OutCells<'_>,
     out_stride: usize,
 ) {
     let l = PanelLayout::new(dtype, k).expect("dtype with a panel layout");
@@ -154,7 +154,9 @@ pub fn gemm_packed_k(
         let at = &a[t * ar..(t + 1) * ar];
         for r in 0..n_rows {
             let panel = &packed[r / PANEL * l.panel_bytes..][..l.panel_bytes];
-            out[t * out_stride + r] = dot(&l, panel, r % PANEL, at);
+            // SAFETY: t < n_tok and r < n_rows: a cell of this call (`check_gemm` held
+            // the extent to every such cell).
+            unsafe { out.write(t * out_stride + r, dot(&l, panel, r % PANEL, at)) };
         }
     }
 }

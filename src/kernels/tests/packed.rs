@@ -47,12 +47,17 @@ fn packed_gemms(dt: DType) -> Vec<(String, Gemm)> {
     let mut v: Vec<(String, Gemm)> = vec![(
         "scalar twin".into(),
         Box::new(move |k, p: &[u8], n, a: &[u8], t, o: &mut [f32], os| {
-            gemm_packed(dt, k, p, n, a, t, o, os)
+            gemm_packed(dt, k, p, n, a, t, o.into(), os)
         }),
     )];
     for isa in Isa::tested() {
         if let Some(pk) = kernels_for(dt, isa).unwrap().packed {
-            v.push((format!("{isa}"), Box::new(pk.gemm)));
+            v.push((
+                format!("{isa}"),
+                Box::new(move |k, p: &[u8], n, a: &[u8], t, o: &mut [f32], os| {
+                    (pk.gemm)(k, p, n, a, t, o.into(), os)
+                }),
+            ));
         }
     }
     v
@@ -93,7 +98,16 @@ fn check(dt: DType, k: usize, seed: u64, scale: f32, shift: f32) -> Result<(), T
             let os = n_rows + 3;
             let len = (n_tok - 1) * os + n_rows;
             let mut want = vec![0f32; len];
-            gemm_packed(dt, k, pw.bytes(), n_rows, a, n_tok, &mut want, os);
+            gemm_packed(
+                dt,
+                k,
+                pw.bytes(),
+                n_rows,
+                a,
+                n_tok,
+                want.as_mut_slice().into(),
+                os,
+            );
             for isa in packed_isas(dt) {
                 let mut r = vec![0f32; len];
                 (kernels_for(dt, isa).unwrap().gemm)(k, &qw, n_rows, a, n_tok, &mut r, os);

@@ -119,7 +119,16 @@ fn check(dt: DType, k: usize, n_rows: usize, tokens: &[usize], seed: u64, extrem
         let os = n_rows + 3;
         let len = (n_tok - 1) * os + n_rows;
         let mut twin = vec![0f32; len];
-        gemm_packed_k(dt, k, pw.bytes(), n_rows, a, n_tok, &mut twin, os);
+        gemm_packed_k(
+            dt,
+            k,
+            pw.bytes(),
+            n_rows,
+            a,
+            n_tok,
+            twin.as_mut_slice().into(),
+            os,
+        );
         let mut row = vec![0f32; len];
         (scalar.gemm)(k, &w, n_rows, a, n_tok, &mut row, os);
         for t in 0..n_tok {
@@ -132,9 +141,25 @@ fn check(dt: DType, k: usize, n_rows: usize, tokens: &[usize], seed: u64, extrem
             let Some(pk) = kern.packed else { continue };
             checked += 1;
             let mut got = vec![f32::NAN; len];
-            (pk.gemm)(k, pw.bytes(), n_rows, a, n_tok, &mut got, os);
+            (pk.gemm)(
+                k,
+                pw.bytes(),
+                n_rows,
+                a,
+                n_tok,
+                got.as_mut_slice().into(),
+                os,
+            );
             let mut part = vec![f32::NAN; len - 16];
-            (pk.gemm)(k, pw.from_row(16), n_rows - 16, a, n_tok, &mut part, os);
+            (pk.gemm)(
+                k,
+                pw.from_row(16),
+                n_rows - 16,
+                a,
+                n_tok,
+                part.as_mut_slice().into(),
+                os,
+            );
             for t in 0..n_tok {
                 let s = t * os..t * os + n_rows;
                 let ctx = format!("{dt} {isa} k{k} rows{n_rows} tok{n_tok} t{t} seed{seed}");
@@ -160,7 +185,17 @@ fn check(dt: DType, k: usize, n_rows: usize, tokens: &[usize], seed: u64, extrem
         for (paced, gemm) in avx512_tiles(dt).into_iter().flatten().enumerate() {
             let mut got = vec![f32::NAN; len];
             // SAFETY: `avx512_tiles` returns them only when the CPU has AVX-512 VNNI.
-            unsafe { gemm(k, pw.bytes(), n_rows, a, n_tok, &mut got, os) };
+            unsafe {
+                gemm(
+                    k,
+                    pw.bytes(),
+                    n_rows,
+                    a,
+                    n_tok,
+                    got.as_mut_slice().into(),
+                    os,
+                )
+            };
             for t in 0..n_tok {
                 let s = t * os..t * os + n_rows;
                 let ctx = format!(
@@ -210,7 +245,9 @@ fn check(dt: DType, k: usize, n_rows: usize, tokens: &[usize], seed: u64, extrem
 #[allow(clippy::type_complexity)]
 fn avx512_tiles(
     dt: DType,
-) -> Option<[unsafe fn(usize, &[u8], usize, &[u8], usize, &mut [f32], usize); 2]> {
+) -> Option<
+    [unsafe fn(usize, &[u8], usize, &[u8], usize, crate::kernels::cells::OutCells<'_>, usize); 2],
+> {
     use crate::kernels::x86::avx512::packed_k as z;
     if !crate::kernels::isa::has_avx512_vnni() {
         return None;

@@ -36,32 +36,32 @@ fn values(seed: u64, n: usize, scale: f32, shift: f32) -> Vec<f32> {
 fn dot_q4_0(k: usize, p: &[u8], n: usize, a: &[u8], t: usize, o: &mut [f32], os: usize) {
     assert!(neon::has_dotprod());
     // SAFETY: dotprod detected just above (NEON is baseline on aarch64).
-    unsafe { packed::gemm_dotprod::<Q4_0>(k, p, n, a, t, o, os) }
+    unsafe { packed::gemm_dotprod::<Q4_0>(k, p, n, a, t, o.into(), os) }
 }
 fn dot_q8_0(k: usize, p: &[u8], n: usize, a: &[u8], t: usize, o: &mut [f32], os: usize) {
     assert!(neon::has_dotprod());
     // SAFETY: as `dot_q4_0`.
-    unsafe { packed::gemm_dotprod::<Q8_0>(k, p, n, a, t, o, os) }
+    unsafe { packed::gemm_dotprod::<Q8_0>(k, p, n, a, t, o.into(), os) }
 }
 fn dot_q4_1(k: usize, p: &[u8], n: usize, a: &[u8], t: usize, o: &mut [f32], os: usize) {
     assert!(neon::has_dotprod());
     // SAFETY: as `dot_q4_0`.
-    unsafe { packed::gemm_dotprod::<Q4_1>(k, p, n, a, t, o, os) }
+    unsafe { packed::gemm_dotprod::<Q4_1>(k, p, n, a, t, o.into(), os) }
 }
 fn mm_q4_1(k: usize, p: &[u8], n: usize, a: &[u8], t: usize, o: &mut [f32], os: usize) {
     assert!(neon::has_i8mm());
     // SAFETY: as `mm_q4_0`.
-    unsafe { packed::gemm_i8mm::<Q4_1>(k, p, n, a, t, o, os) }
+    unsafe { packed::gemm_i8mm::<Q4_1>(k, p, n, a, t, o.into(), os) }
 }
 fn mm_q4_0(k: usize, p: &[u8], n: usize, a: &[u8], t: usize, o: &mut [f32], os: usize) {
     assert!(neon::has_i8mm());
     // SAFETY: dotprod and i8mm detected just above.
-    unsafe { packed::gemm_i8mm::<Q4_0>(k, p, n, a, t, o, os) }
+    unsafe { packed::gemm_i8mm::<Q4_0>(k, p, n, a, t, o.into(), os) }
 }
 fn mm_q8_0(k: usize, p: &[u8], n: usize, a: &[u8], t: usize, o: &mut [f32], os: usize) {
     assert!(neon::has_i8mm());
     // SAFETY: as `mm_q4_0`.
-    unsafe { packed::gemm_i8mm::<Q8_0>(k, p, n, a, t, o, os) }
+    unsafe { packed::gemm_i8mm::<Q8_0>(k, p, n, a, t, o.into(), os) }
 }
 
 /// The variants this CPU runs for `dt`.
@@ -125,7 +125,16 @@ fn neon_panel_gemms_equal_the_scalar_twin() {
             let os = MAX_ROWS + 3;
             let full = pack(dt, k, &qw, MAX_ROWS).unwrap();
             let mut want = vec![0f32; (max_tok - 1) * os + MAX_ROWS];
-            gemm_packed(dt, k, full.bytes(), MAX_ROWS, &qa, max_tok, &mut want, os);
+            gemm_packed(
+                dt,
+                k,
+                full.bytes(),
+                MAX_ROWS,
+                &qa,
+                max_tok,
+                want.as_mut_slice().into(),
+                os,
+            );
             for n_rows in [5, 16, 23, 40] {
                 let pw = pack(dt, k, &qw[..n_rows * wr], n_rows).unwrap();
                 for &n_tok in &tokens {

@@ -22,7 +22,15 @@ pub fn has_i8mm() -> bool {
 
 macro_rules! packed_fn {
     ($name:ident, $gemm:ident, $t:ident) => {
-        fn $name(k: usize, p: &[u8], n: usize, a: &[u8], nt: usize, o: &mut [f32], os: usize) {
+        fn $name(
+            k: usize,
+            p: &[u8],
+            n: usize,
+            a: &[u8],
+            nt: usize,
+            o: crate::kernels::cells::OutCells<'_>,
+            os: usize,
+        ) {
             // SAFETY: only returned by `packed_gemms` after it detected the features `$gemm`
             // needs (dotprod; i8mm too for `gemm_i8mm`).
             unsafe { packed::$gemm::<$t>(k, p, n, a, nt, o, os) }
@@ -53,7 +61,15 @@ pub fn packed_gemms() -> Option<[(DType, PackedGemmFn); 3]> {
     }
 }
 
-fn q4_k_dotprod(k: usize, p: &[u8], n: usize, a: &[u8], nt: usize, o: &mut [f32], os: usize) {
+fn q4_k_dotprod(
+    k: usize,
+    p: &[u8],
+    n: usize,
+    a: &[u8],
+    nt: usize,
+    o: crate::kernels::cells::OutCells<'_>,
+    os: usize,
+) {
     // SAFETY: only installed by `install_packed` after it detected dotprod.
     unsafe { packed_k::gemm_q4_k_dotprod(k, p, n, a, nt, o, os) }
 }

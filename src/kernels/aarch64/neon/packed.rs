@@ -414,7 +414,7 @@ fn prepare<const T: u8>(
     n_rows: usize,
     a: &[u8],
     n_tok: usize,
-    out: &mut [f32],
+    out: crate::kernels::cells::OutCells<'_>,
     os: usize,
 ) -> Option<(PanelLayout, Shape)> {
     assert!(
@@ -440,7 +440,7 @@ pub(crate) unsafe fn gemm_dotprod<const T: u8>(
     n_rows: usize,
     a: &[u8],
     n_tok: usize,
-    out: &mut [f32],
+    out: crate::kernels::cells::OutCells<'_>,
     os: usize,
 ) {
     let Some((l, s)) = prepare::<T>(k, packed, n_rows, a, n_tok, out, os) else {
@@ -468,7 +468,7 @@ pub(crate) unsafe fn gemm_i8mm<const T: u8>(
     n_rows: usize,
     a: &[u8],
     n_tok: usize,
-    out: &mut [f32],
+    out: crate::kernels::cells::OutCells<'_>,
     os: usize,
 ) {
     if ggml_lanes(T) {

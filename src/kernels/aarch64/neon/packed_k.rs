@@ -187,7 +187,7 @@ pub(crate) unsafe fn gemm_q4_k_dotprod(
     n_rows: usize,
     a: &[u8],
     n_tok: usize,
-    out: &mut [f32],
+    out: crate::kernels::cells::OutCells<'_>,
     os: usize,
 ) {
     let l = PanelLayout::new(DType::Q4_K, k).expect("Q4_K row length with a panel layout");

@@ -72,7 +72,7 @@ pub unsafe fn install(t: &mut Table) {
 macro_rules! install_packed {
     ($t:ident, $f:ident, $($dt:ident),*) => {$(
         {
-            fn gp(k: usize, p: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
+            fn gp(k: usize, p: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: crate::kernels::cells::OutCells<'_>, os: usize) {
                 // SAFETY: only installed by `install` / `install_vnni`, whose callers verified
                 // the CPU features `$f` needs.
                 unsafe { packed::$f::<{ crate::kernels::legacy_kind::$dt }>(k, p, n_rows, a, n_tok, out, os) }

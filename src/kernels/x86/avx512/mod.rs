@@ -53,7 +53,7 @@ pub unsafe fn install(t: &mut Table) {
     macro_rules! install_packed {
         ($($dt:ident),*) => {$(
             {
-                fn gp(k: usize, p: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
+                fn gp(k: usize, p: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: crate::kernels::cells::OutCells<'_>, os: usize) {
                     // SAFETY: only installed by `install`, whose caller verified the CPU features.
                     unsafe { packed::gemm_packed::<{ crate::kernels::legacy_kind::$dt }>(k, p, n_rows, a, n_tok, out, os) }
                 }

@@ -579,7 +579,7 @@ pub(crate) unsafe fn gemm_packed<const T: u8>(
     n_rows: usize,
     a: &[u8],
     n_tok: usize,
-    out: &mut [f32],
+    out: crate::kernels::cells::OutCells<'_>,
     os: usize,
 ) {
     let l = PanelLayout::new(wdt(T), k).expect("dtype with a panel layout");

@@ -443,7 +443,7 @@ pub(crate) unsafe fn gemm_packed_k<const T: u8>(
     n_rows: usize,
     a: &[u8],
     n_tok: usize,
-    out: &mut [f32],
+    out: crate::kernels::cells::OutCells<'_>,
     os: usize,
 ) {
     // SAFETY: this function's contract.
@@ -463,7 +463,7 @@ pub(crate) unsafe fn gemm_packed_k_paced<const T: u8>(
     n_rows: usize,
     a: &[u8],
     n_tok: usize,
-    out: &mut [f32],
+    out: crate::kernels::cells::OutCells<'_>,
     os: usize,
 ) {
     // SAFETY: this function's contract.
@@ -483,7 +483,7 @@ unsafe fn gemm<const T: u8>(
     n_rows: usize,
     a: &[u8],
     n_tok: usize,
-    out: &mut [f32],
+    out: crate::kernels::cells::OutCells<'_>,
     os: usize,
     paced: bool,
 ) {
@@ -541,7 +541,7 @@ pub(crate) unsafe fn gemm_packed_k_decode_256<const T: u8>(
     n_rows: usize,
     a: &[u8],
     n_tok: usize,
-    out: &mut [f32],
+    out: crate::kernels::cells::OutCells<'_>,
     os: usize,
 ) {
     use crate::kernels::x86::avx2::packed_k as avx2;
