@@ -4,7 +4,9 @@
 //! (Q8_1 for Q4_1 weights, Q8_0 for Q8_0 ...), as llama.cpp does. The weight rows are then
 //! split into chunks, one pool task each; a task calls the kernel's `gemm` (register-tiled;
 //! for one token it is a GEMV) on its chunk for all tokens. Several matmuls sharing one input
-//! (Q, K, V; gate, up) run in ONE parallel region.
+//! (Q, K, V; gate, up) run in ONE parallel region. A task's outputs go straight into the
+//! output ([`OutCells`]: the tasks' cells of one token row sit side by side); only weights
+//! without a packed copy, whose kernels take a slice, go through a scratch copy.
 //!
 //! Batch invariance: the kernels guarantee `gemm`'s `out[t][r]` is bit-identical to
 //! `vec_dot(w_r, a_t)` for any tile shape, and quantization is per row, so a token's outputs do
@@ -40,7 +42,8 @@ pub struct MatJob<'a> {
 pub struct MatmulScratch {
     /// Quantized activations: at most two vec_dot types per group.
     act: [(Option<DType>, Vec<u8>); 2],
-    /// Per-task outputs before they are scattered (only for n_tok > 1).
+    /// Per-task outputs before they are scattered (n_tok > 1 over a weight without a packed
+    /// copy; packed GEMMs write the output directly).
     tmp: Vec<f32>,
 }
 
