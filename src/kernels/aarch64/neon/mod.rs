@@ -6,6 +6,7 @@ pub mod legacy;
 pub(crate) mod packed;
 mod packed_k;
 
+use crate::kernels::cells::OutCells;
 use crate::kernels::legacy_kind::{Q4_0, Q4_1, Q8_0};
 use crate::kernels::row::{PackedGemmFn, PackedKernels, Table};
 use crate::kernels::DType;
@@ -20,28 +21,22 @@ pub fn has_i8mm() -> bool {
     has_dotprod() && std::arch::is_aarch64_feature_detected!("i8mm")
 }
 
+/// A safe packed GEMM `$name` calling `$gemm`, whose CPU features the code that hands `$name`
+/// out has detected (`packed_gemms`, `install_packed`).
 macro_rules! packed_fn {
-    ($name:ident, $gemm:ident, $t:ident) => {
-        fn $name(
-            k: usize,
-            p: &[u8],
-            n: usize,
-            a: &[u8],
-            nt: usize,
-            o: crate::kernels::cells::OutCells<'_>,
-            os: usize,
-        ) {
-            // SAFETY: only returned by `packed_gemms` after it detected the features `$gemm`
-            // needs (dotprod; i8mm too for `gemm_i8mm`).
-            unsafe { packed::$gemm::<$t>(k, p, n, a, nt, o, os) }
+    ($name:ident, $($gemm:tt)+) => {
+        fn $name(k: usize, p: &[u8], n: usize, a: &[u8], nt: usize, o: OutCells<'_>, os: usize) {
+            // SAFETY: only handed out by `packed_gemms` / `install_packed` after they detected
+            // the features `$gemm` needs (dotprod; i8mm too for `gemm_i8mm`).
+            unsafe { $($gemm)+(k, p, n, a, nt, o, os) }
         }
     };
 }
-packed_fn!(q4_0_dotprod, gemm_dotprod, Q4_0);
-packed_fn!(q4_1_dotprod, gemm_dotprod, Q4_1);
-packed_fn!(q8_0_dotprod, gemm_dotprod, Q8_0);
-packed_fn!(q4_0_i8mm, gemm_i8mm, Q4_0);
-packed_fn!(q8_0_i8mm, gemm_i8mm, Q8_0);
+packed_fn!(q4_0_dotprod, packed::gemm_dotprod::<Q4_0>);
+packed_fn!(q4_1_dotprod, packed::gemm_dotprod::<Q4_1>);
+packed_fn!(q8_0_dotprod, packed::gemm_dotprod::<Q8_0>);
+packed_fn!(q4_0_i8mm, packed::gemm_i8mm::<Q4_0>);
+packed_fn!(q8_0_i8mm, packed::gemm_i8mm::<Q8_0>);
 
 /// The panel GEMMs for Q4_0, Q4_1 and Q8_0 this CPU can run (`smmla` where it has i8mm, else
 /// `sdot`; Q4_1 and Q8_0, in llama.cpp's order, always `sdot`), or `None` without dotprod (the row kernels then serve the
@@ -61,18 +56,7 @@ pub fn packed_gemms() -> Option<[(DType, PackedGemmFn); 3]> {
     }
 }
 
-fn q4_k_dotprod(
-    k: usize,
-    p: &[u8],
-    n: usize,
-    a: &[u8],
-    nt: usize,
-    o: crate::kernels::cells::OutCells<'_>,
-    os: usize,
-) {
-    // SAFETY: only installed by `install_packed` after it detected dotprod.
-    unsafe { packed_k::gemm_q4_k_dotprod(k, p, n, a, nt, o, os) }
-}
+packed_fn!(q4_k_dotprod, packed_k::gemm_q4_k_dotprod);
 
 /// Installs [`packed_gemms`] as the `packed` kernels of their rows, and with dotprod the Q4_K
 /// `sdot` panel GEMM.
