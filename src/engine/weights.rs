@@ -119,11 +119,10 @@ impl Weight {
         out: &mut [f32],
         os: usize,
     ) {
-        debug_assert!(r0.is_multiple_of(ROW_ALIGN) && r0 <= r1 && r1 <= self.n_out);
-        if let Some((pk, p)) = &self.packed {
-            (pk.gemm)(self.k, p.from_row(r0), r1 - r0, a, n_tok, out.into(), os);
-            return;
+        if self.is_packed() {
+            return self.gemm_rows_cells(r0, r1, a, n_tok, out.into(), os);
         }
+        debug_assert!(r0.is_multiple_of(ROW_ALIGN) && r0 <= r1 && r1 <= self.n_out);
         (self.kern.gemm)(self.k, self.rows(r0, r1), r1 - r0, a, n_tok, out, os);
     }
 
