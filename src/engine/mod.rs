@@ -7,6 +7,7 @@ pub mod cpus;
 pub mod error;
 pub mod hparams;
 pub mod kv_cache;
+pub mod line_buf;
 pub mod matmul;
 pub mod model;
 pub mod ops;

@@ -4,6 +4,7 @@
 use crate::engine::attention::{AttnPlan, AttnScratch};
 use crate::engine::error::EngineError;
 use crate::engine::kv_cache::KvCacheConfig;
+use crate::engine::line_buf::LineBuf;
 use crate::engine::matmul::MatmulScratch;
 use crate::engine::model::LlamaConfig;
 use std::sync::Mutex;
@@ -40,21 +41,21 @@ pub struct ForwardScratch {
     /// Per sequence: first logits row (`max_seqs + 1` entries).
     pub(crate) row_start: Vec<usize>,
     /// Residual stream `[T][d]`.
-    pub(crate) x: Vec<f32>,
+    pub(crate) x: LineBuf,
     /// Normed input of the next matmul `[T][max(d, ...)]`.
-    pub(crate) xn: Vec<f32>,
-    pub(crate) q: Vec<f32>,    // [T][n_head * head_dim]
-    pub(crate) k: Vec<f32>,    // [T][n_head_kv * head_dim]
-    pub(crate) v: Vec<f32>,    // [T][n_head_kv * head_dim]
-    pub(crate) attn: Vec<f32>, // [T][n_head * head_dim]
-    pub(crate) proj: Vec<f32>, // [T][d]
-    pub(crate) gate: Vec<f32>, // [T][n_ff]
-    pub(crate) up: Vec<f32>,   // [T][n_ff]
+    pub(crate) xn: LineBuf,
+    pub(crate) q: LineBuf,    // [T][n_head * head_dim]
+    pub(crate) k: LineBuf,    // [T][n_head_kv * head_dim]
+    pub(crate) v: LineBuf,    // [T][n_head_kv * head_dim]
+    pub(crate) attn: LineBuf, // [T][n_head * head_dim]
+    pub(crate) proj: LineBuf, // [T][d]
+    pub(crate) gate: LineBuf, // [T][n_ff]
+    pub(crate) up: LineBuf,   // [T][n_ff]
     /// RoPE cos/sin per table and token `[n_tables][T][n_rot]`.
-    pub(crate) rope: Vec<f32>,
+    pub(crate) rope: LineBuf,
     /// Final-normed rows that want logits `[R][d]`.
-    pub(crate) out_norm: Vec<f32>,
-    pub(crate) logits: Vec<f32>, // [R][n_vocab]
+    pub(crate) out_norm: LineBuf,
+    pub(crate) logits: LineBuf, // [R][n_vocab]
     pub(crate) mm: MatmulScratch,
     /// One per pool thread (indexed by the worker index `Pool::run` passes); locks are uncontended.
     pub(crate) attn_scratch: Vec<Mutex<AttnScratch>>,
@@ -99,18 +100,18 @@ impl ForwardScratch {
             tok_pos: vec![0; t],
             logit_tok: vec![0; r],
             row_start: vec![0; max_seqs + 1],
-            x: vec![0.0; t * d],
-            xn: vec![0.0; t * max_k],
-            q: vec![0.0; t * nq],
-            k: vec![0.0; t * nkv],
-            v: vec![0.0; t * nkv],
-            attn: vec![0.0; t * nq],
-            proj: vec![0.0; t * d],
-            gate: vec![0.0; t * f],
-            up: vec![0.0; t * f],
-            rope: vec![0.0; t * cfg.rope.n_dims * cfg.ropes.len()],
-            out_norm: vec![0.0; r * d],
-            logits: vec![0.0; r * cfg.n_vocab],
+            x: LineBuf::zeroed(t * d),
+            xn: LineBuf::zeroed(t * max_k),
+            q: LineBuf::zeroed(t * nq),
+            k: LineBuf::zeroed(t * nkv),
+            v: LineBuf::zeroed(t * nkv),
+            attn: LineBuf::zeroed(t * nq),
+            proj: LineBuf::zeroed(t * d),
+            gate: LineBuf::zeroed(t * f),
+            up: LineBuf::zeroed(t * f),
+            rope: LineBuf::zeroed(t * cfg.rope.n_dims * cfg.ropes.len()),
+            out_norm: LineBuf::zeroed(r * d),
+            logits: LineBuf::zeroed(r * cfg.n_vocab),
             mm: MatmulScratch::new(t.max(r), max_act_row, max_tmp),
             attn_scratch: (0..threads.max(1))
                 .map(|_| Mutex::new(AttnScratch::new(kv)))
