@@ -3,7 +3,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use kiln::engine::runner::Runner;
-use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
+use kiln::engine::{BatchLimits, LogitsWanted, Model, SeqInput};
 use std::path::PathBuf;
 
 fn model_path() -> PathBuf {
@@ -20,7 +20,7 @@ fn model_path() -> PathBuf {
 }
 
 fn forward(c: &mut Criterion) {
-    let model = LlamaModel::load(model_path(), 0).expect("load model");
+    let model = Model::load(model_path(), 0).expect("load model");
     let limits = BatchLimits {
         max_tokens: 64,
         max_seqs: 16,

@@ -1,7 +1,7 @@
 //! Decode GEMV bandwidth of the packed weight kernels against a plain read of the same bytes:
 //! a layer's matrices (Llama-3.2-1B shapes by default) repacked as the engine does, copied
 //! until they far exceed the last-level cache, multiplied by one Q8_K/Q8_0 activation row on
-//! the engine's pool (one row half per thread, one region per matrix, as a decode step does).
+//! the engine's team (one row half per thread, one region per matrix, as a decode step does).
 //!
 //!   cargo run --release --example gemv_bw -- [DTYPE=Q4_K] [THREADS=2] [ROUNDS=20] [cache|mem] [TASKS] [ROWS=1]
 //!
@@ -13,7 +13,7 @@
 //! (alternating), so the ratio is meaningful on a shared machine; with one thread the time is
 //! the thread's CPU time, which time-sharing with other processes does not inflate.
 
-use kiln::engine::pool::Pool;
+use kiln::engine::team::Team;
 use kiln::kernels::packed::{pack, PackedWeights};
 use kiln::kernels::{kernels, kernels_for, DType, Isa};
 use std::time::Instant;
@@ -120,14 +120,14 @@ fn main() {
     assert!(n_tok >= 1, "ROWS must be at least 1");
     let a_d = quant(adt, &data(d * n_tok, 7));
     let a_f = quant(adt, &data(f * n_tok, 9));
-    let pool = Pool::new(threads).expect("pool");
+    let team = Team::new(threads).expect("team");
     let mut out = vec![0f32; f * n_tok];
     let step = |gemv: bool, out: &mut [f32], split: usize| {
         let o = OutPtr(out.as_mut_ptr());
         for m in &mats {
             let a = if m.k == d { &a_d } else { &a_f };
             let rows = m.n.div_ceil(threads * split).next_multiple_of(16);
-            pool.run(m.n.div_ceil(rows), &|t, _| {
+            team.run(m.n.div_ceil(rows), &|t, _| {
                 let r0 = t * rows;
                 let r1 = (r0 + rows).min(m.n);
                 if gemv {

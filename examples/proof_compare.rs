@@ -7,13 +7,13 @@
 use kiln::engine::ops::log_softmax_at;
 use kiln::engine::runner::Runner;
 use kiln::engine::token_choice::argmax;
-use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted};
+use kiln::engine::{BatchLimits, LogitsWanted, Model};
 use serde_json::Value;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     anyhow::ensure!(args.len() == 2, "usage: proof_compare MODEL.gguf REF.json");
-    let model = LlamaModel::load(&args[0], 2)?;
+    let model = Model::load(&args[0], 2)?;
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&args[1])?)?;
     let steps = doc["steps"].as_array().expect("steps");
     let tokens: Vec<u32> = steps
@@ -62,7 +62,7 @@ fn main() -> anyhow::Result<()> {
         args[0],
         steps.len(),
         sum / n as f64,
-        model.config().variant
+        model.desc().variant
     );
     Ok(())
 }

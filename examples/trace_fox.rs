@@ -4,7 +4,7 @@
 //! activation is also written there as raw f32 (`NAME-LAYER.f32`), to diff against
 //! `scripts/reference/ref_logits.c --dump 1` with REF_DUMP_DIR.
 use kiln::engine::runner::Runner;
-use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted};
+use kiln::engine::{BatchLimits, LogitsWanted, Model};
 
 fn main() {
     // Optional arguments: a model file and comma-separated ids (default: the fox on SmolLM2).
@@ -20,7 +20,7 @@ fn main() {
             .collect(),
         None => vec![504, 2365, 6354, 16438],
     };
-    let mut model = LlamaModel::load(&path, 2).expect("load");
+    let mut model = Model::load(&path, 2).expect("load");
     model.set_trace_hook(Some(Box::new(|name, layer, rows| {
         let n = 4usize;
         let w = rows.len() / n.max(1);

@@ -3,7 +3,7 @@
 
 use kiln::engine::runner::Runner;
 use kiln::engine::token_choice::argmax;
-use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
+use kiln::engine::{BatchLimits, LogitsWanted, Model, SeqInput};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,7 +55,7 @@ fn model_path() -> PathBuf {
 
 #[test]
 fn decode_step_allocates_nothing_after_warm_up() {
-    let model = LlamaModel::load(model_path(), 2).expect("load model");
+    let model = Model::load(model_path(), 2).expect("load model");
     let limits = BatchLimits {
         max_tokens: 64,
         max_seqs: 4,

@@ -5,7 +5,7 @@ use crate::cli::generate::load_config;
 use anyhow::Context;
 use kiln::engine::runner::Runner;
 use kiln::engine::token_choice::Rng;
-use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
+use kiln::engine::{BatchLimits, LogitsWanted, Model, SeqInput};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -99,9 +99,9 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         });
     }
     let model_path = args.model.clone().unwrap_or(cfg.model_path.clone());
-    let model = LlamaModel::load(&model_path, args.threads.unwrap_or(cfg.threads))
+    let model = Model::load(&model_path, args.threads.unwrap_or(cfg.threads))
         .with_context(|| format!("loading {}", model_path.display()))?;
-    let n_vocab = model.config().n_vocab;
+    let n_vocab = model.desc().n_vocab;
     let max_batch = args.batch.iter().copied().max().unwrap_or(1).max(1);
     let repeat = args.repeat.max(1);
     let limits = BatchLimits {
@@ -219,7 +219,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     }
 
     let isa = kiln::kernels::isa().to_string();
-    let threads = model.pool().threads();
+    let threads = model.team().threads();
     let (pp, tg) = (median(pp), median(tg));
     let footprint = model.weights().decode_footprint();
     if args.json {

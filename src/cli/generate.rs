@@ -5,7 +5,7 @@ use kiln::chat_template::{ChatTemplate, TemplateSource};
 use kiln::config::Config;
 use kiln::engine::kv_cache::KvType;
 use kiln::engine::runner::Runner;
-use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
+use kiln::engine::{BatchLimits, LogitsWanted, Model, SeqInput};
 use kiln::gguf::GgufFile;
 use kiln::scheduler::sampling::{SampleScratch, Sampler, SamplingParams};
 use kiln::tokenizer::Tokenizer;
@@ -95,7 +95,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let model = LlamaModel::from_gguf(&file, args.threads.unwrap_or(cfg.threads))
+    let model = Model::from_gguf(&file, args.threads.unwrap_or(cfg.threads))
         .context("loading the model")?;
     drop(file);
 
@@ -110,7 +110,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     if prompt_ids.is_empty() {
         bail!("the prompt is empty");
     }
-    let n_ctx = model.config().n_ctx_train;
+    let n_ctx = model.desc().n_ctx_train;
     let total = prompt_ids.len() + args.max_tokens;
     if total > n_ctx {
         bail!(
@@ -131,7 +131,7 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
         temperature: args.temperature,
         ..SamplingParams::default()
     };
-    params.validate(model.config().n_vocab)?;
+    params.validate(model.desc().n_vocab)?;
     let mut sampler = Sampler::new(&params, args.seed, &prompt_ids);
     let mut scratch = SampleScratch::new();
     let mut output_ids = Vec::new();
@@ -219,7 +219,7 @@ fn render_user_turn(
         .context("loading the chat template")?;
     tracing::info!(?source, "chat template");
     if source == TemplateSource::ChatmlDefault
-        && !kiln::server::state::has_chatml_markers(tokenizer)
+        && !kiln::server::app_state::has_chatml_markers(tokenizer)
     {
         bail!(
             "this model has no chat template (tokenizer.chat_template) and its vocabulary has no \

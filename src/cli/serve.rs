@@ -240,7 +240,7 @@ pub fn run(
         "effective configuration: {cfg:?}"
     );
     // The HTTP side gets the logical CPUs this process may use (tokio's default count too,
-    // taken from the one computation that sizes every pool).
+    // taken from the one computation that sizes every thread team).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(kiln::engine::cpus::budget().logical)
         .enable_all()

@@ -28,8 +28,8 @@ pub enum EngineError {
         dtype: DType,
         what: &'static str,
     },
-    #[error("thread pool: {0}")]
-    Pool(String),
+    #[error("worker team: {0}")]
+    Team(String),
     #[error("empty batch or a sequence without tokens")]
     EmptyInput,
     #[error("batch of {got} {what} exceeds the engine's limit of {max}")]

@@ -1,8 +1,8 @@
-//! `out = a · Wᵀ` for a batch of activation rows, over the engine's pool.
+//! `out = a · Wᵀ` for a batch of activation rows, over the engine's team.
 //!
 //! The f32 activations are quantized ONCE per matmul input into the weights' `vec_dot_type`
 //! (Q8_1 for Q4_1 weights, Q8_0 for Q8_0 ...), as llama.cpp does. The weight rows are then
-//! split into chunks, one pool task each; a task calls the kernel's `gemm` (register-tiled;
+//! split into chunks, one team task each; a task calls the kernel's `gemm` (register-tiled;
 //! for one token it is a GEMV) on its chunk for all tokens. Several matmuls sharing one input
 //! (Q, K, V; gate, up) run in ONE parallel region. A task's outputs go straight into the
 //! output ([`OutCells`]: the tasks' cells of one token row sit side by side); only weights
@@ -12,13 +12,13 @@
 //! `vec_dot(w_r, a_t)` for any tile shape, and quantization is per row, so a token's outputs do
 //! not depend on the other tokens of the batch nor on the chunking.
 
-use crate::engine::pool::{Pool, SendPtr};
+use crate::engine::team::{SendPtr, Team};
 use crate::engine::weights::{Weight, ROW_ALIGN};
 use crate::kernels::cells::OutCells;
 use crate::kernels::table::FromF32Fn;
 use crate::kernels::DType;
 
-/// Tasks per pool thread and matmul (more tasks balance better, fewer cost less to schedule).
+/// Tasks per team thread and matmul (more tasks balance better, fewer cost less to schedule).
 const TASKS_PER_THREAD: usize = 4;
 /// For decode-sized inputs (few tokens, microseconds per matmul) one task per thread: each
 /// extra task is a join and a possible wake-up, which cost more than the imbalance.
@@ -87,9 +87,9 @@ const WARM_BYTES: usize = 2 << 20;
 /// the task it claims first in a two-thread team). Only decode-sized groups stream the
 /// weights with the bus idle in between; for larger ones the slots are emptied. Changes no
 /// result (prefetches only).
-pub fn warm_next(pool: &Pool, n_tok: usize, next: &Weight) {
-    let warm = pool.warm();
-    let threads = pool.threads();
+pub fn warm_next(team: &Team, n_tok: usize, next: &Weight) {
+    let warm = team.warm();
+    let threads = team.threads();
     if n_tok > FEW_TOKENS || threads < 2 {
         warm.clear();
         return;
@@ -122,7 +122,7 @@ enum Input<'a, 'm> {
 /// made by the same code on the same inputs, whichever thread runs it).
 #[allow(clippy::too_many_arguments)]
 fn quantize_rows(
-    pool: &Pool,
+    team: &Team,
     q: FromF32Fn,
     input: &mut Input<'_, '_>,
     k: usize,
@@ -135,7 +135,7 @@ fn quantize_rows(
         Input::Ready(input) => {
             let input = &input[..n_tok * k];
             if n_tok >= PAR_QUANT_MIN_TOKENS {
-                pool.for_chunks(dst, row_bytes, n_tok, |t, d| {
+                team.for_chunks(dst, row_bytes, n_tok, |t, d| {
                     q(&input[t * k..(t + 1) * k], d)
                 });
             } else {
@@ -149,7 +149,7 @@ fn quantize_rows(
             if n_tok >= PAR_QUANT_MIN_TOKENS {
                 let rows = SendPtr(buf.as_mut_ptr());
                 let make = *make;
-                pool.for_chunks(dst, row_bytes, n_tok, |t, d| {
+                team.for_chunks(dst, row_bytes, n_tok, |t, d| {
                     // SAFETY: row t is buf[t * k..(t + 1) * k], inside `buf` (t < n_tok), and
                     // for_chunks runs each t exactly once, so no two tasks alias.
                     let row = unsafe { std::slice::from_raw_parts_mut(rows.get().add(t * k), k) };
@@ -167,15 +167,15 @@ fn quantize_rows(
 }
 
 /// Runs every job of the group on `input` (`n_tok` rows of `k` values, `k` = each job's
-/// `w.k`) over `pool`; allocates nothing.
+/// `w.k`) over `team`; allocates nothing.
 pub fn matmul(
-    pool: &Pool,
+    team: &Team,
     input: &[f32],
     n_tok: usize,
     jobs: &mut [MatJob<'_>],
     s: &mut MatmulScratch,
 ) {
-    group(pool, Input::Ready(input), n_tok, jobs, s);
+    group(team, Input::Ready(input), n_tok, jobs, s);
 }
 
 /// [`matmul`] on rows made by `make(t, row)` into `buf` (`n_tok` rows of the jobs' `k`): each
@@ -183,18 +183,18 @@ pub fn matmul(
 /// region for both. `buf` holds the made rows afterwards. Same results as making the rows
 /// first and calling [`matmul`] on `buf`.
 pub fn matmul_made(
-    pool: &Pool,
+    team: &Team,
     buf: &mut [f32],
     make: &MakeRow<'_>,
     n_tok: usize,
     jobs: &mut [MatJob<'_>],
     s: &mut MatmulScratch,
 ) {
-    group(pool, Input::Made(buf, make), n_tok, jobs, s);
+    group(team, Input::Made(buf, make), n_tok, jobs, s);
 }
 
 fn group(
-    pool: &Pool,
+    team: &Team,
     mut input: Input<'_, '_>,
     n_tok: usize,
     jobs: &mut [MatJob<'_>],
@@ -223,7 +223,7 @@ fn group(
                 assert!(n_slots < 2, "at most two activation formats per group");
                 s.act[n_slots].0 = Some(vdt);
                 quantize_rows(
-                    pool,
+                    team,
                     job.w.quantize_act,
                     &mut input,
                     k,
@@ -244,9 +244,9 @@ fn group(
     for a in s.act[n_slots..].iter_mut() {
         a.0 = None;
     }
-    let threads = pool.threads();
+    let threads = team.threads();
     if n_tok >= 2 * TOKEN_GROUP * threads {
-        by_token_groups(pool, n_tok, jobs, &slot_of, [&s.act[0].1, &s.act[1].1]);
+        by_token_groups(team, n_tok, jobs, &slot_of, [&s.act[0].1, &s.act[1].1]);
         return;
     }
     // Plan: rows per task for each job, and where each job's task outputs go in `tmp`.
@@ -293,7 +293,7 @@ fn group(
             let n_out = w.n_out;
             // SAFETY: the extent from cell (0, r0) to cell (n_tok - 1, r1 - 1) lies inside
             // `jobs[j].out` (>= n_tok * n_out values, checked above), which lives through
-            // `pool.run`; of it this task alone writes cells t * n_out + r0..r1 (tasks of job j
+            // `team.run`; of it this task alone writes cells t * n_out + r0..r1 (tasks of job j
             // cover disjoint row ranges) and nobody reads them until the run ends. The other
             // tasks' cells interleave with these: the GEMM writes only its own.
             let out =
@@ -320,12 +320,12 @@ fn group(
             }
         }
     };
-    pool.run(n_tasks, &run_task);
+    team.run(n_tasks, &run_task);
 }
 
 /// Prefill-sized matmuls: one task per (job, group of [`TOKEN_GROUP`] tokens), all rows.
 fn by_token_groups(
-    pool: &Pool,
+    team: &Team,
     n_tok: usize,
     jobs: &mut [MatJob<'_>],
     slot_of: &[usize; 4],
@@ -340,7 +340,7 @@ fn by_token_groups(
         )
     });
     let ws: [Option<&Weight>; 4] = std::array::from_fn(|j| jobs.get(j).map(|x| x.w));
-    pool.run(n_jobs * groups, &|task, _| {
+    team.run(n_jobs * groups, &|task, _| {
         let (j, g) = (task / groups, task % groups);
         let Some(w) = ws[j] else { return };
         let t0 = g * TOKEN_GROUP;

@@ -1,17 +1,17 @@
 //! A model plus the state one caller needs to run it: the KV cache and the scratch space.
 //! Convenience for the command line, benchmarks and tests (the scheduler drives
-//! [`LlamaModel::forward`] directly with its own batches).
+//! [`Model::forward`] directly with its own batches).
 
 use crate::engine::batch::{LogitsWanted, SeqInput};
 use crate::engine::error::EngineError;
 use crate::engine::kv_cache::{BlockTable, KvCache, KvType, DEFAULT_BLOCK_SIZE};
-use crate::engine::model::LlamaModel;
+use crate::engine::model::Model;
 use crate::engine::scratch::{BatchLimits, ForwardScratch};
 use crate::engine::Logits;
 
 /// Owns a KV cache and scratch space for one model.
 pub struct Runner<'m> {
-    pub model: &'m LlamaModel,
+    pub model: &'m Model,
     pub kv: KvCache,
     pub scratch: ForwardScratch,
 }
@@ -21,7 +21,7 @@ impl<'m> Runner<'m> {
     /// windows gets a page per layer group and block, so `kv_positions` are always there even
     /// before its local layers release any) and scratch for `limits`.
     pub fn new(
-        model: &'m LlamaModel,
+        model: &'m Model,
         limits: BatchLimits,
         kv_positions: usize,
     ) -> Result<Runner<'m>, EngineError> {
@@ -30,7 +30,7 @@ impl<'m> Runner<'m> {
 
     /// As [`Runner::new`], the cache storing its values as `kv_type`.
     pub fn with_kv_type(
-        model: &'m LlamaModel,
+        model: &'m Model,
         limits: BatchLimits,
         kv_positions: usize,
         kv_type: KvType,

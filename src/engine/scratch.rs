@@ -6,7 +6,7 @@ use crate::engine::error::EngineError;
 use crate::engine::kv_cache::KvCacheConfig;
 use crate::engine::line_buf::LineBuf;
 use crate::engine::matmul::MatmulScratch;
-use crate::engine::model::LlamaConfig;
+use crate::engine::model::ModelDesc;
 use std::sync::Mutex;
 
 /// Size limits of one forward call.
@@ -57,17 +57,17 @@ pub struct ForwardScratch {
     pub(crate) out_norm: LineBuf,
     pub(crate) logits: LineBuf, // [R][n_vocab]
     pub(crate) mm: MatmulScratch,
-    /// One per pool thread (indexed by the worker index `Pool::run` passes); locks are uncontended.
+    /// One per team thread (indexed by the worker index `Team::run` passes); locks are uncontended.
     pub(crate) attn_scratch: Vec<Mutex<AttnScratch>>,
     /// Attention's task lists and split-K partials.
     pub(crate) attn_plan: AttnPlan,
 }
 
 impl ForwardScratch {
-    /// Buffers for `cfg` and `limits`, with one attention scratch per thread of a `threads`
-    /// pool attending over a cache shaped `kv`.
+    /// Buffers for `desc` and `limits`, with one attention scratch per thread of a `threads`
+    /// team attending over a cache shaped `kv`.
     pub fn new(
-        cfg: &LlamaConfig,
+        desc: &ModelDesc,
         limits: BatchLimits,
         kv: &KvCacheConfig,
         threads: usize,
@@ -83,17 +83,17 @@ impl ForwardScratch {
                 message: "max_tokens and max_seqs must be at least 1".to_string(),
             });
         }
-        let d = cfg.n_embd;
-        let nq = cfg.n_head * cfg.head_dim;
-        let nkv = cfg.n_head_kv * cfg.head_dim;
-        let f = cfg.n_ff;
+        let d = desc.n_embd;
+        let nq = desc.n_head * desc.head_dim;
+        let nkv = desc.n_head_kv * desc.head_dim;
+        let f = desc.n_ff;
         let max_k = d.max(nq).max(f);
         // Largest quantized activation row: Q8_1 (36 bytes per 32) or f32 rows, whichever.
         let max_act_row = (max_k * 4).max(max_k.div_ceil(32) * 36);
         let max_tmp = (t * (nq + 2 * nkv))
             .max(t * 2 * f)
             .max(t * d)
-            .max(r * cfg.n_vocab);
+            .max(r * desc.n_vocab);
         Ok(ForwardScratch {
             limits,
             tok_seq: vec![0; t],
@@ -109,14 +109,14 @@ impl ForwardScratch {
             proj: LineBuf::zeroed(t * d),
             gate: LineBuf::zeroed(t * f),
             up: LineBuf::zeroed(t * f),
-            rope: LineBuf::zeroed(t * cfg.rope.n_dims * cfg.ropes.len()),
+            rope: LineBuf::zeroed(t * desc.rope.n_dims * desc.ropes.len()),
             out_norm: LineBuf::zeroed(r * d),
-            logits: LineBuf::zeroed(r * cfg.n_vocab),
+            logits: LineBuf::zeroed(r * desc.n_vocab),
             mm: MatmulScratch::new(t.max(r), max_act_row, max_tmp),
             attn_scratch: (0..threads.max(1))
                 .map(|_| Mutex::new(AttnScratch::new(kv)))
                 .collect(),
-            attn_plan: AttnPlan::new(kv, cfg.n_head, t, max_seqs),
+            attn_plan: AttnPlan::new(kv, desc.n_head, t, max_seqs),
         })
     }
 

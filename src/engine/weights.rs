@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::engine::error::EngineError;
-use crate::engine::pool::Pool;
+use crate::engine::team::Team;
 use crate::gguf::TensorData;
 use crate::kernels::cells::OutCells;
 use crate::kernels::packed::{pack, PackedWeights, PanelLayout};
@@ -273,7 +273,7 @@ impl LayerWeights {
 
 /// All weights of a model.
 #[derive(Clone, Debug)]
-pub struct LlamaWeights {
+pub struct ModelWeights {
     pub token_embd: Weight, // (n_vocab, d)
     pub layers: Vec<LayerWeights>,
     pub output_norm: Vec<f32>, // (d)
@@ -284,11 +284,11 @@ pub struct LlamaWeights {
     pub tied_output: bool,
 }
 
-impl LlamaWeights {
-    /// Repacks every matrix into its panel copy ([`Weight::repack`]) on `pool`'s threads, the
+impl ModelWeights {
+    /// Repacks every matrix into its panel copy ([`Weight::repack`]) on `team`'s threads, the
     /// largest first so the team finishes together; a tied LM head then shares the embedding's
     /// copy. Load time is mostly this pass: page faults on the new copy and the file's reads.
-    pub fn repack(&mut self, pool: &Pool) {
+    pub fn repack(&mut self, team: &Team) {
         let mut mats: Vec<&mut Weight> = vec![&mut self.token_embd];
         if !self.tied_output {
             mats.push(&mut self.output);
@@ -298,7 +298,7 @@ impl LlamaWeights {
         }
         mats.sort_by_key(|w| std::cmp::Reverse(w.data.bytes().len()));
         let slots: Vec<Mutex<&mut Weight>> = mats.into_iter().map(Mutex::new).collect();
-        pool.run(slots.len(), &|i, _| {
+        team.run(slots.len(), &|i, _| {
             slots[i].lock().unwrap_or_else(|e| e.into_inner()).repack()
         });
         if self.tied_output {

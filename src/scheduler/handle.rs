@@ -4,7 +4,7 @@
 
 use crate::engine::kv_cache::KvLayout;
 use crate::engine::pooling::PoolingType;
-use crate::engine::{EngineError, LlamaModel};
+use crate::engine::{EngineError, Model};
 use crate::random::random_u64;
 use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::engine_config::EngineConfig;
@@ -97,19 +97,19 @@ impl EngineHandle {
     /// Starts `cfg.workers` engine threads over `model` (the first worker runs on `model`
     /// itself, the others on replicas sharing its weights).
     pub fn start(
-        model: LlamaModel,
+        model: Model,
         tokenizer: Arc<Tokenizer>,
         cfg: EngineConfig,
         observer: Arc<dyn Observer>,
     ) -> Result<EngineHandle, EngineError> {
         let workers = cfg.workers.max(1);
         let mut limits = cfg.limits;
-        let model_ctx = model.config().n_ctx_train;
-        let n_embd = model.config().n_embd;
+        let model_ctx = model.desc().n_ctx_train;
+        let n_embd = model.desc().n_embd;
         let pooling = cfg
             .pooling
             .map(PoolingType::from)
-            .or(model.config().pooling)
+            .or(model.desc().pooling)
             .unwrap_or(PoolingType::Mean);
         limits.n_ctx = if limits.n_ctx == 0 {
             model_ctx
@@ -126,7 +126,7 @@ impl EngineHandle {
         for _ in 1..workers {
             models.push(model.replica(threads)?);
         }
-        let threads_first = if model.pool().threads() == threads {
+        let threads_first = if model.team().threads() == threads {
             None
         } else {
             Some(model.replica(threads)?)
@@ -153,7 +153,7 @@ impl EngineHandle {
             let h = std::thread::Builder::new()
                 .name(format!("kiln-worker-{i}"))
                 .spawn(move || worker.run())
-                .map_err(|e| EngineError::Pool(e.to_string()))?;
+                .map_err(|e| EngineError::Team(e.to_string()))?;
             handles.push(h);
             links.push(Link { tx, shared });
         }

@@ -3,7 +3,7 @@
 
 use crate::config::{Config, KvBudget};
 use crate::engine::kv_cache::DEFAULT_BLOCK_SIZE;
-use crate::engine::{EngineError, LlamaModel};
+use crate::engine::{EngineError, Model};
 use crate::gguf::{GgufError, GgufFile};
 use crate::scheduler::engine_config::{EngineConfig, MAX_UNREAD_EVENTS};
 use crate::scheduler::handle::EngineHandle;
@@ -72,7 +72,7 @@ pub fn memory_estimate(cfg: &Config) -> Result<u64, SetupError> {
         path: path.clone(),
         source,
     })?;
-    let c = crate::engine::LlamaConfig::from_gguf(&file).map_err(|source| SetupError::Engine {
+    let c = crate::engine::ModelDesc::from_gguf(&file).map_err(|source| SetupError::Engine {
         path: path.clone(),
         source,
     })?;
@@ -156,9 +156,9 @@ pub fn start_with(
         path: path.clone(),
         source,
     };
-    let model = LlamaModel::from_gguf(&file, threads).map_err(engine_err)?;
+    let model = Model::from_gguf(&file, threads).map_err(engine_err)?;
     let quant = quant_name(&file);
-    let model_pooling = model.config().pooling;
+    let model_pooling = model.desc().pooling;
     drop(file);
 
     let bs = DEFAULT_BLOCK_SIZE;
@@ -198,7 +198,7 @@ pub fn start_with(
         .unwrap_or_else(|| "model".to_string());
     let tokenizer = Arc::new(tokenizer);
     let mut limits = limits(cfg);
-    limits.attn_positions_per_token = attn_positions_per_token(model.config());
+    limits.attn_positions_per_token = attn_positions_per_token(model.desc());
     let engine = EngineHandle::start(
         model,
         Arc::clone(&tokenizer),
@@ -246,7 +246,7 @@ const ATTENTION_MAC_COST: f64 = 4.5;
 
 /// Cached positions whose attention costs as much as one token's matmuls, for the scheduler's
 /// prefill chunking (`Limits::attn_positions_per_token`): about 860 for the default model.
-pub fn attn_positions_per_token(c: &crate::engine::LlamaConfig) -> usize {
+pub fn attn_positions_per_token(c: &crate::engine::ModelDesc) -> usize {
     let (d, q, kv, f) = (
         c.n_embd as f64,
         (c.n_head * c.head_dim) as f64,

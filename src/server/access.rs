@@ -1,6 +1,6 @@
 //! What a generation request adds to its access-log line. The request-id middleware opens a
 //! [`Note`] for every request and keeps it for the request's task (a task-local); the code
-//! that reads the engine's events (`run::collect`, the SSE driver) takes it with [`current`]
+//! that reads the engine's events (`merged_events::collect`, the SSE driver) takes it with [`current`]
 //! while the handler runs and records into it; the access line reads it when the response
 //! body ends. Requests that generate nothing leave it empty.
 

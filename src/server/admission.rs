@@ -24,9 +24,9 @@
 //! then closed.
 
 use crate::scheduler::handle::Reservation;
+use crate::server::app_state::AppState;
 use crate::server::capacity::{BytesHeld, Slot};
 use crate::server::error::ApiError;
-use crate::server::state::AppState;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue};

@@ -3,8 +3,8 @@
 //! Anthropic's clients send it) `x-api-key: <key>`. Keys are compared in
 //! constant time over every configured key, and exactly (a key with another case is wrong).
 
+use crate::server::app_state::AppState;
 use crate::server::error::ApiError;
-use crate::server::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;

@@ -9,8 +9,8 @@
 //! reads the 413 or 429 instead of a connection reset.
 
 use crate::server::admission;
+use crate::server::app_state::AppState;
 use crate::server::error::ApiError;
-use crate::server::state::AppState;
 use crate::server::types::sampling::split_field_error;
 use axum::body::Body;
 use axum::extract::{FromRef, FromRequest, Request};

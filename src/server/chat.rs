@@ -3,15 +3,15 @@
 
 use crate::random::random_id;
 use crate::scheduler::{FinishReason, PromptOutput, TokenLogprob};
+use crate::server::app_state::{AppState, Runtime};
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
-use crate::server::generate::{Job, Meta, Session};
+use crate::server::generation_fields::{Fields, SamplingPlan};
 use crate::server::logprobs::chat_entries;
 use crate::server::openapi::errors::GenerationErrors;
 use crate::server::output_constraint::{self as shapes, Shape};
-use crate::server::params::{Fields, SamplingPlan};
+use crate::server::session::{Job, Meta, Session};
 use crate::server::sse::{json_event, ChunkWriter};
-use crate::server::state::{AppState, Runtime};
 use crate::server::types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, FunctionCall,

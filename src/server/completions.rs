@@ -2,15 +2,15 @@
 //! one JSON object or as a stream of `text_completion` chunks.
 
 use crate::scheduler::{FinishReason, PromptOutput, TokenLogprob};
+use crate::server::app_state::{AppState, Runtime};
 use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
-use crate::server::generate::{Job, Meta, Session};
+use crate::server::generation_fields::{Fields, SamplingPlan};
 use crate::server::logprobs::CompletionLogprobBuilder;
 use crate::server::openapi::errors::GenerationErrors;
-use crate::server::params::{Fields, SamplingPlan};
+use crate::server::session::{Job, Meta, Session};
 use crate::server::sse::{json_event, ChunkWriter};
-use crate::server::state::{AppState, Runtime};
 use crate::server::types::{
     CompletionChoice, CompletionRequest, CompletionResponse, OnePrompt, TimingsBody, UsageBody,
 };

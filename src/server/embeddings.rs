@@ -6,13 +6,13 @@
 //! [`EngineInfo::pooling`]: crate::scheduler::EngineInfo::pooling
 
 use crate::scheduler::{Pooling, PoolingType, PromptOutput};
+use crate::server::app_state::AppState;
 use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::completions::{tokenize, MAX_PROMPTS};
 use crate::server::error::ApiError;
-use crate::server::generate::Session;
 use crate::server::openapi::errors::GenerationErrors;
-use crate::server::state::AppState;
+use crate::server::session::Session;
 use crate::server::types::{
     EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, EmbeddingVector,
 };

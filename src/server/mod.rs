@@ -18,6 +18,7 @@
 
 pub mod access;
 pub mod admission;
+pub mod app_state;
 mod auth;
 mod body;
 pub mod capacity;
@@ -25,36 +26,35 @@ pub mod chat;
 pub mod completions;
 pub mod embeddings;
 pub mod error;
-pub mod generate;
+pub mod generation_fields;
 mod logprobs;
+mod merged_events;
 pub mod messages;
-pub mod metrics;
 pub mod models;
+pub mod monitoring;
 pub mod openapi;
 pub mod output_constraint;
-pub mod params;
-pub mod pool;
 pub mod probes;
 pub mod prompt;
+pub mod registry;
 mod reply;
 pub mod request_id;
 pub mod rerank;
 pub mod responses;
-mod run;
 pub mod runtime;
+pub mod session;
 mod sse;
-pub mod state;
 pub mod tokenize;
 pub mod types;
 
 use crate::config::Config;
+use app_state::AppState;
 use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use error::ApiError;
-use pool::ModelPool;
-use state::AppState;
+use registry::ModelRegistry;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -74,7 +74,7 @@ pub enum ServeError {
     #[error("cannot load the model: {0}")]
     Load(String),
     #[error(transparent)]
-    Pool(#[from] pool::PoolError),
+    Registry(#[from] registry::RegistryError),
     #[error("cannot install the signal handlers: {0}")]
     Signals(std::io::Error),
 }
@@ -127,8 +127,8 @@ pub fn router(state: AppState) -> Router {
         .route("/detokenize", post(tokenize::detokenize))
         .route("/health", get(probes::health))
         .route("/ready", get(probes::ready))
-        .route("/metrics", get(metrics::metrics))
-        .route("/stats", get(metrics::stats))
+        .route("/metrics", get(monitoring::metrics))
+        .route("/stats", get(monitoring::stats))
         .route("/openapi.json", get(openapi::openapi_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -147,7 +147,7 @@ pub fn router(state: AppState) -> Router {
         .layer(tower::util::option_layer(cors))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            metrics::track,
+            monitoring::track,
         ))
         .layer(axum::middleware::from_fn(request_id::track))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
@@ -219,7 +219,7 @@ where
 ///
 /// 1. binds `server.host:server.port` and prints `kiln: listening on http://ADDR` to stderr
 ///    (with the real port when the port is 0);
-/// 2. loads the configured models on the blocking pool, in order ([`pool`]; a
+/// 2. loads the configured models on the blocking pool, in order ([`registry`]; a
 ///    `server.models_dir`'s load on first use); `/ready` turns 200 when they are loaded (a
 ///    server of one model stops with an error if it cannot load it, one of several serves
 ///    the others);
@@ -229,8 +229,8 @@ where
 ///    closes, the engines stop, and `serve` returns Ok.
 pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
     let mut signals = Signals::new().map_err(ServeError::Signals)?;
-    let pool = ModelPool::new(&cfg, opts.faults.clone())?;
-    let state = AppState::new(cfg.server.clone(), Arc::clone(&pool), opts.api_keys);
+    let registry = ModelRegistry::new(&cfg, opts.faults.clone())?;
+    let state = AppState::new(cfg.server.clone(), Arc::clone(&registry), opts.api_keys);
     let host = &cfg.server.host;
     let addr = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{}", cfg.server.port)
@@ -257,20 +257,20 @@ pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
             })
             .await
     });
-    let sweeper = tokio::spawn(Arc::clone(&pool).sweep());
+    let sweeper = tokio::spawn(Arc::clone(&registry).sweep());
 
     // The configured models load now, in order; a server of one model stops if it cannot
     // load it, a server of several keeps serving the others.
     let startup = {
-        let pool = Arc::clone(&pool);
+        let registry = Arc::clone(&registry);
         async move {
-            let single = pool.len() == 1;
-            for i in (0..pool.len()).filter(|&i| pool.model(i).eager) {
-                if let Err(e) = pool.preload(i).await {
+            let single = registry.len() == 1;
+            for i in (0..registry.len()).filter(|&i| registry.model(i).eager) {
+                if let Err(e) = registry.preload(i).await {
                     if single {
                         return Err(e);
                     }
-                    tracing::error!(model = pool.routes().id(i), error = %e, "the model could not be loaded; serving the others");
+                    tracing::error!(model = registry.routes().id(i), error = %e, "the model could not be loaded; serving the others");
                 }
             }
             Ok(())
@@ -281,8 +281,8 @@ pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
             res.map_err(ServeError::Load)?;
             state.set_started();
             tracing::info!(
-                models = pool.len(),
-                loaded = pool.all_loaded().len(),
+                models = registry.len(),
+                loaded = registry.all_loaded().len(),
                 default_model = state.model_id(),
                 "ready"
             );
@@ -307,7 +307,7 @@ pub async fn serve(cfg: Config, opts: ServeOptions) -> Result<(), ServeError> {
         server.abort();
     }
     sweeper.abort();
-    let _ = tokio::task::spawn_blocking(move || pool.shutdown_all()).await;
+    let _ = tokio::task::spawn_blocking(move || registry.shutdown_all()).await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -333,7 +333,7 @@ async fn drain(state: &AppState, signals: &mut Signals) {
             in_flight = state.in_flight(),
             "drain timeout: aborting requests"
         );
-        for (_, rt) in state.pool().all_loaded() {
+        for (_, rt) in state.registry().all_loaded() {
             rt.engine.abort_all();
         }
         let _ = tokio::time::timeout(FINAL_GRACE, async {

@@ -3,10 +3,10 @@
 //! `POST /models/unload` (llama-server's router mode) load and unload one by name. Answered
 //! while the server starts too.
 
+use crate::server::app_state::AppState;
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
-use crate::server::pool::Status;
-use crate::server::state::AppState;
+use crate::server::registry::Status;
 use crate::server::types::{ErrorResponse, ModelCard, ModelList};
 use axum::extract::{Path, State};
 use axum::Json;
@@ -15,9 +15,9 @@ use utoipa::ToSchema;
 
 /// The card of `name`, a name of model `i`.
 fn card(state: &AppState, i: usize, name: &str) -> ModelCard {
-    let pool = state.pool();
-    let status = pool.status(i);
-    let id = pool.routes().id(i);
+    let registry = state.registry();
+    let status = registry.status(i);
+    let id = registry.routes().id(i);
     ModelCard {
         id: name.to_string(),
         object: "model".to_string(),
@@ -41,7 +41,7 @@ fn card(state: &AppState, i: usize, name: &str) -> ModelCard {
     security(("bearer" = []))
 )]
 pub async fn list_models(State(state): State<AppState>) -> Json<ModelList> {
-    let routes = state.pool().routes();
+    let routes = state.registry().routes();
     let mut data = Vec::new();
     for i in 0..routes.len() {
         for name in routes.names(i) {
@@ -73,7 +73,7 @@ pub async fn get_model(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<ModelCard>, ApiError> {
-    let i = state.pool().routes().resolve(Some(&id))?;
+    let i = state.registry().routes().resolve(Some(&id))?;
     Ok(Json(card(&state, i, &id)))
 }
 
@@ -120,12 +120,12 @@ pub async fn load_model(
     JsonBody(req): JsonBody<ModelAction>,
 ) -> Result<Json<ModelActionResult>, ApiError> {
     state.check_serving()?;
-    let pool = state.pool();
-    let i = pool.routes().resolve(Some(&req.model))?;
-    let was = pool.status(i) == Status::Loaded;
-    pool.load(i).await?;
+    let registry = state.registry();
+    let i = registry.routes().resolve(Some(&req.model))?;
+    let was = registry.status(i) == Status::Loaded;
+    registry.load(i).await?;
     Ok(Json(ModelActionResult {
-        model: pool.routes().id(i).to_string(),
+        model: registry.routes().id(i).to_string(),
         status: "loaded".to_string(),
         changed: !was,
     }))
@@ -153,11 +153,11 @@ pub async fn unload_model(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<ModelAction>,
 ) -> Result<Json<ModelActionResult>, ApiError> {
-    let pool = state.pool();
-    let i = pool.routes().resolve(Some(&req.model))?;
-    let changed = pool.unload(i).await?;
+    let registry = state.registry();
+    let i = registry.routes().resolve(Some(&req.model))?;
+    let changed = registry.unload(i).await?;
     Ok(Json(ModelActionResult {
-        model: pool.routes().id(i).to_string(),
+        model: registry.routes().id(i).to_string(),
         status: "unloaded".to_string(),
         changed,
     }))

@@ -4,8 +4,8 @@
 //! model's tool format, and the grammar compiled (off the async runtime: a schema takes
 //! milliseconds).
 
+use crate::server::app_state::Runtime;
 use crate::server::error::ApiError;
-use crate::server::state::Runtime;
 use crate::server::types::{
     ChatMessage, MessageContent, ResponseFormat, Role, Tool, ToolChoiceSpec,
 };

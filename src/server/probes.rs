@@ -3,8 +3,8 @@
 //! when the model is loaded and every engine worker serving; 503 while loading, draining, or
 //! rebuilding a worker after a fault). Neither needs an API key.
 
+use crate::server::app_state::{AppState, ServerPhase};
 use crate::server::error::ApiError;
-use crate::server::state::{AppState, ServerPhase};
 use crate::server::types::ErrorResponse;
 use axum::extract::State;
 use axum::Json;

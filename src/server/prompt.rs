@@ -13,8 +13,8 @@
 //! plain `encode(rendered, parse_special = true)`.
 
 use crate::chat_template::ChatTemplateError;
+use crate::server::app_state::Runtime;
 use crate::server::error::ApiError;
-use crate::server::state::Runtime;
 use crate::server::types::ChatMessage;
 use crate::structured::reasoning::ThinkStart;
 use crate::tokenizer::Tokenizer;

@@ -14,13 +14,13 @@
 
 use crate::random::random_id;
 use crate::scheduler::{PromptOutput, TokenLogprob};
+use crate::server::app_state::{AppState, Runtime};
 use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
-use crate::server::generate::Session;
 use crate::server::openapi::errors::GenerationErrors;
 use crate::server::prompt::render_chat;
-use crate::server::state::{AppState, Runtime};
+use crate::server::session::Session;
 use crate::server::types::rerank::*;
 use crate::server::types::{ChatMessage, Role};
 use crate::structured::reasoning::ThinkStart;

@@ -18,9 +18,9 @@
 
 use crate::scheduler::{Event, FinishReason, RequestStream, TokenLogprob};
 use crate::server::access::{self, Note};
+use crate::server::app_state::InFlight;
 use crate::server::error::ApiError;
-use crate::server::run::{merge, next_event, Merged};
-use crate::server::state::InFlight;
+use crate::server::merged_events::{merge, next_event, Merged};
 use crate::server::types::{TimingsBody, UsageBody};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};

@@ -1,12 +1,12 @@
 //! `POST /tokenize` and `POST /detokenize` (as vLLM and llama.cpp offer): the model's
 //! tokenizer over HTTP. `messages` are tokenized exactly as a chat request's prompt is.
 
+use crate::server::app_state::AppState;
 use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
 use crate::server::openapi::errors::PromptErrors;
 use crate::server::prompt;
-use crate::server::state::AppState;
 use crate::server::types::{
     DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse,
 };

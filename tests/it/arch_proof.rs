@@ -25,7 +25,7 @@ use kiln::engine::ops::log_softmax_at;
 use kiln::engine::runner::Runner;
 use kiln::engine::synth::{build_all, proof_variants, Quant, Variant};
 use kiln::engine::token_choice::argmax;
-use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
+use kiln::engine::{BatchLimits, LogitsWanted, Model, SeqInput};
 use kiln::gguf::GgufFile;
 use kiln::scheduler::state::Limits;
 use kiln::scheduler::{EngineConfig, EngineHandle, Event, GenerationRequest, NoopObserver};
@@ -173,7 +173,7 @@ fn compare(name: &str, q: Quant, rows: &[Vec<f32>], top: &[Value]) -> (f64, f64)
 
 /// A sequence's logits are bit-identical whatever the chunking and the batch company, at
 /// positions past the sliding window too.
-fn batch_invariance(name: &str, model: &LlamaModel, tokens: &[u32]) {
+fn batch_invariance(name: &str, model: &Model, tokens: &[u32]) {
     let mut runner = Runner::new(model, LIMITS, 1024).expect("runner");
     let n = 100;
     let whole = all_logits(&mut runner, &tokens[..n], 64);
@@ -217,7 +217,7 @@ fn batch_invariance(name: &str, model: &LlamaModel, tokens: &[u32]) {
 /// The same seed draws the same tokens alone and among three other requests.
 fn seeded_reproducibility(name: &str, file: &GgufFile, tokens: &[u32]) {
     let tok = Arc::new(Tokenizer::from_gguf(file).expect("tokenizer"));
-    let model = LlamaModel::from_gguf(file, 1).expect("model");
+    let model = Model::from_gguf(file, 1).expect("model");
     let cfg = EngineConfig {
         workers: 1,
         threads: 1,
@@ -286,7 +286,7 @@ fn prove(variant: &str) {
         .unwrap_or_else(|| panic!("no proof variant {variant}"));
     let r = reference(variant);
     for (q, file) in Quant::ALL.into_iter().zip(regenerate(&v, &r)) {
-        let model = LlamaModel::from_gguf(&file, 2).expect("load the proof model");
+        let model = Model::from_gguf(&file, 2).expect("load the proof model");
         let mut runner = Runner::new(&model, LIMITS, 1024).expect("runner");
         let rows = all_logits(&mut runner, &r.tokens, 64);
         let top = r.doc["files"][q.name()]["top"].as_array().expect("top");

@@ -4,12 +4,12 @@
 
 use crate::common;
 use kiln::engine::runner::Runner;
-use kiln::engine::{BatchLimits, EngineError, LlamaModel, LogitsWanted, SeqInput};
+use kiln::engine::{BatchLimits, EngineError, LogitsWanted, Model, SeqInput};
 use std::sync::OnceLock;
 
-fn model() -> &'static LlamaModel {
-    static M: OnceLock<LlamaModel> = OnceLock::new();
-    M.get_or_init(|| LlamaModel::load(common::default_model(), 2).expect("load model"))
+fn model() -> &'static Model {
+    static M: OnceLock<Model> = OnceLock::new();
+    M.get_or_init(|| Model::load(common::default_model(), 2).expect("load model"))
 }
 
 const LIMITS: BatchLimits = BatchLimits {
@@ -61,7 +61,7 @@ fn prefill_chunk_size_does_not_change_logits() {
     }
 }
 
-/// Long chunks take the matmul's token-group split (at least 2 x 64 tokens per pool thread);
+/// Long chunks take the matmul's token-group split (at least 2 x 64 tokens per team thread);
 /// short ones the row split. Both must give the same bits.
 #[test]
 fn long_prefill_chunks_match_short_ones() {
@@ -247,7 +247,7 @@ fn long_context_logits_ignore_chunking() {
     }
 }
 
-/// Load repacks every matrix whose kernel has a panel GEMM (on the pool's threads, largest
+/// Load repacks every matrix whose kernel has a panel GEMM (on the team's threads, largest
 /// first), once: a tied LM head shares the embedding's copy rather than packing a second one.
 #[test]
 fn load_packs_every_panel_matrix_once() {

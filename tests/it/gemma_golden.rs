@@ -34,7 +34,7 @@ use crate::common;
 use kiln::engine::ops::log_softmax_at;
 use kiln::engine::runner::Runner;
 use kiln::engine::token_choice::argmax;
-use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted};
+use kiln::engine::{BatchLimits, LogitsWanted, Model};
 use kiln::gguf::GgufFile;
 use kiln::tokenizer::Tokenizer;
 use serde_json::Value;
@@ -104,7 +104,7 @@ fn gemma3_270m_matches_llama_cpp() {
     let doc = golden();
     let file = GgufFile::open(model_path()).expect("open the model");
     let tok = Tokenizer::from_gguf(&file).expect("tokenizer");
-    let model = LlamaModel::from_gguf(&file, 2).expect("load the model");
+    let model = Model::from_gguf(&file, 2).expect("load the model");
     let stop = ids(&doc["stop"]);
     let cases = doc["cases"].as_array().expect("cases");
     assert_eq!(cases.len(), 10, "cases");
@@ -232,7 +232,7 @@ fn gemma3_270m_matches_llama_cpp() {
 fn gemma3_holds_a_window_of_kv_on_local_layers() {
     use kiln::engine::kv_cache::{KvCache, KvCacheConfig, LayerWindows};
     let file = GgufFile::open(model_path()).expect("open the model");
-    let model = LlamaModel::from_gguf(&file, 1).expect("load the model");
+    let model = Model::from_gguf(&file, 1).expect("load the model");
     let (n, step, bs) = (8192usize, 256usize, 16usize);
     let windowed = model.kv_config(n * 6, bs);
     assert_eq!(windowed.windows.size, 512, "gemma-3-270m's window");

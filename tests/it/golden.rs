@@ -26,7 +26,7 @@ use kiln::engine::kv_cache::KvType;
 use kiln::engine::ops::log_softmax_at;
 use kiln::engine::runner::Runner;
 use kiln::engine::token_choice::argmax;
-use kiln::engine::{BatchLimits, LlamaModel, LogitsWanted, SeqInput};
+use kiln::engine::{BatchLimits, LogitsWanted, Model, SeqInput};
 use kiln::gguf::GgufFile;
 use kiln::tokenizer::Tokenizer;
 use serde_json::Value;
@@ -143,7 +143,7 @@ fn golden_teacher_forced_and_greedy() {
 pub(crate) fn run(kv_type: KvType) -> Figures {
     let file = GgufFile::open(common::default_model()).expect("open model");
     let tok = Tokenizer::from_gguf(&file).expect("tokenizer");
-    let model = LlamaModel::from_gguf(&file, 2).expect("load model");
+    let model = Model::from_gguf(&file, 2).expect("load model");
     let cases = load_cases(&tok);
     assert_eq!(cases.len(), 24);
     let limits = BatchLimits {

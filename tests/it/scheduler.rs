@@ -349,13 +349,13 @@ pub(crate) fn small_engine_with(
     max_unread_events: usize,
     observer: Arc<dyn kiln::scheduler::Observer>,
 ) -> (EngineHandle, Arc<Tokenizer>) {
-    use kiln::engine::LlamaModel;
+    use kiln::engine::Model;
     use kiln::gguf::GgufFile;
     use kiln::scheduler::state::Limits;
     use kiln::scheduler::EngineConfig;
     let file = GgufFile::open(default_model()).unwrap();
     let tok = Arc::new(Tokenizer::from_gguf(&file).unwrap());
-    let model = LlamaModel::from_gguf(&file, 1).unwrap();
+    let model = Model::from_gguf(&file, 1).unwrap();
     let cfg = EngineConfig {
         workers: 1,
         threads: 1,

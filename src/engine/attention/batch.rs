@@ -14,7 +14,7 @@
 use super::long::{self, MAX_ROWS, SPAN};
 use super::{attend_kv_heads, attend_with, check, AttnParams, AttnScratch, HeadView};
 use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig, KvCacheError};
-use crate::engine::pool::{Pool, SendPtr};
+use crate::engine::team::{SendPtr, Team};
 use std::sync::Mutex;
 
 /// The tokens of one batch, as attention reads them.
@@ -93,11 +93,11 @@ impl AttnPlan {
 }
 
 /// Attention of every token of `batch` over its sequence's positions `0..=pos` in `layer`,
-/// into `out` (`[n_tok][n_head * head_dim]`), on `pool` with one scratch per worker. Each
+/// into `out` (`[n_tok][n_head * head_dim]`), on `team` with one scratch per worker. Each
 /// token's output is bit-identical to [`attend_with`]'s for it alone. Errors as its, or a
 /// plan made for another shape.
 pub fn attend_batch(
-    pool: &Pool,
+    team: &Team,
     cache: &KvCache,
     layer: usize,
     batch: &AttnBatch<'_>,
@@ -132,7 +132,7 @@ pub fn attend_batch(
             )?;
         }
     }
-    plan_tasks(batch, plan, hk, pool.threads());
+    plan_tasks(batch, plan, hk, team.threads());
     let group = plan.n_head / hk;
     let scale = batch.params.scale;
     let first_err: Mutex<Option<KvCacheError>> = Mutex::new(None);
@@ -141,7 +141,7 @@ pub fn attend_batch(
     let part_w = d + 2;
     let n_head = plan.n_head;
     let tasks = &plan.tasks;
-    pool.run(tasks.len(), &|i, worker| {
+    team.run(tasks.len(), &|i, worker| {
         let mut sc = scratches[worker % scratches.len()]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
@@ -255,7 +255,7 @@ pub fn attend_batch(
     }
     let merges = &plan.merges;
     let partials = &plan.partials;
-    pool.run(merges.len(), &|i, _| {
+    team.run(merges.len(), &|i, _| {
         let Merge { tok, n, slot } = merges[i];
         let t = tok as usize;
         // SAFETY: row t of `out` belongs to this merge alone (one per split token).

@@ -1,5 +1,5 @@
 //! The forward pass proper: one transformer, every family, driven by the model description
-//! ([`LlamaConfig`](crate::engine::model::config::LlamaConfig)). Per layer, for every new token of every sequence at once:
+//! ([`ModelDesc`](crate::engine::model::desc::ModelDesc)). Per layer, for every new token of every sequence at once:
 //!
 //! ```text
 //! n = rms_norm(x) * attn_norm
@@ -29,7 +29,7 @@ use crate::engine::batch::SeqInput;
 use crate::engine::hparams::Activation;
 use crate::engine::kv_cache::{KvCache, KvCacheError};
 use crate::engine::matmul::{matmul, matmul_made, warm_next, MatJob};
-use crate::engine::model::llama::{add_in_place, for_row_pairs, for_rows, LlamaModel};
+use crate::engine::model::loaded::{add_in_place, for_row_pairs, for_rows, Model};
 use crate::engine::ops::{
     geglu, rms_norm, rms_norm_in_place, scale_in_place, softcap_in_place, swiglu,
 };
@@ -49,8 +49,8 @@ fn temperature(scale: f32, floor_len: u32, pos: u32) -> f32 {
     (steps + 1.0).ln().mul_add(f64::from(scale), 1.0) as f32
 }
 
-impl LlamaModel {
-    /// The forward pass proper, on the pool.
+impl Model {
+    /// The forward pass proper, on the team.
     pub(super) fn run(
         &self,
         seqs: &[SeqInput<'_>],
@@ -59,7 +59,7 @@ impl LlamaModel {
         kv: &mut KvCache,
         s: &mut ForwardScratch,
     ) -> Result<(), KvCacheError> {
-        let c = self.config();
+        let c = self.desc();
         let w = self.weights();
         let (d, hd) = (c.n_embd, c.head_dim);
         let nq = c.n_head * hd;
@@ -86,7 +86,7 @@ impl LlamaModel {
         // RoPE angles, once per token and table for all layers.
         for (ri, rope) in c.ropes.iter().enumerate() {
             let buf = &mut s.rope[ri * n_tok * n_rot..(ri + 1) * n_tok * n_rot];
-            for_rows(&self.pool, buf, n_rot, n_tok, |t, row| {
+            for_rows(&self.team, buf, n_rot, n_tok, |t, row| {
                 rope.fill(tok_pos[t] as usize, row)
             });
         }
@@ -97,14 +97,14 @@ impl LlamaModel {
             // Attention block.
             // Each matmul below first names the one after it: the idle threads prefetch its
             // first bytes meanwhile (attention and the serial work leave the bus idle).
-            warm_next(&self.pool, n_tok, &lw.wo);
+            warm_next(&self.team, n_tok, &lw.wo);
             // The norm runs in the region that quantizes its rows for Q, K, V.
             let x = &s.x;
             let norm = |t: usize, row: &mut [f32]| {
                 rms_norm(&x[t * d..(t + 1) * d], &lw.attn_norm, eps, row)
             };
             matmul_made(
-                &self.pool,
+                &self.team,
                 &mut s.xn,
                 &norm,
                 n_tok,
@@ -135,7 +135,7 @@ impl LlamaModel {
             });
             // Q's and K's bias, head norm and RoPE: one region for both.
             for_row_pairs(
-                &self.pool,
+                &self.team,
                 (&mut s.q, nq),
                 (&mut s.k, nkv),
                 n_tok,
@@ -164,7 +164,7 @@ impl LlamaModel {
                 },
             );
             if let Some(b) = &lw.bv {
-                for_rows(&self.pool, &mut s.v, nkv, n_tok, |_, row| {
+                for_rows(&self.team, &mut s.v, nkv, n_tok, |_, row| {
                     add_in_place(row, b)
                 });
             }
@@ -190,7 +190,7 @@ impl LlamaModel {
                 params: &params,
             };
             attend_batch(
-                &self.pool,
+                &self.team,
                 kv,
                 l,
                 &batch,
@@ -199,9 +199,9 @@ impl LlamaModel {
                 &mut s.attn_plan,
             )?;
             self.trace("attn_out", lt, &s.attn[..n_tok * nq]);
-            warm_next(&self.pool, n_tok, &lw.w_gate);
+            warm_next(&self.team, n_tok, &lw.w_gate);
             matmul(
-                &self.pool,
+                &self.team,
                 &s.attn,
                 n_tok,
                 &mut [MatJob {
@@ -223,13 +223,13 @@ impl LlamaModel {
 
             // Feed-forward block.
             // The norm runs in the region that quantizes its rows for gate and up.
-            warm_next(&self.pool, n_tok, &lw.w_down);
+            warm_next(&self.team, n_tok, &lw.w_down);
             let x = &s.x;
             let norm = |t: usize, row: &mut [f32]| {
                 rms_norm(&x[t * d..(t + 1) * d], &lw.ffn_norm, eps, row)
             };
             matmul_made(
-                &self.pool,
+                &self.team,
                 &mut s.xn,
                 &norm,
                 n_tok,
@@ -247,21 +247,21 @@ impl LlamaModel {
             );
             self.trace("ffn_norm", lt, &s.xn[..n_tok * d]);
             if let Some(b) = &lw.b_up {
-                for_rows(&self.pool, &mut s.up, nf, n_tok, |_, row| {
+                for_rows(&self.team, &mut s.up, nf, n_tok, |_, row| {
                     add_in_place(row, b)
                 });
             }
             if let Some(b) = &lw.b_gate {
-                for_rows(&self.pool, &mut s.gate, nf, n_tok, |_, row| {
+                for_rows(&self.team, &mut s.gate, nf, n_tok, |_, row| {
                     add_in_place(row, b)
                 });
             }
             self.trace("ffn_gate", lt, &s.gate[..n_tok * nf]);
             self.trace("ffn_up", lt, &s.up[..n_tok * nf]);
             match w.layers.get(l + 1) {
-                Some(next) => warm_next(&self.pool, n_tok, &next.wq),
-                None if n_rows > 0 => warm_next(&self.pool, n_rows, &w.output),
-                None => self.pool.warm().clear(),
+                Some(next) => warm_next(&self.team, n_tok, &next.wq),
+                None if n_rows > 0 => warm_next(&self.team, n_rows, &w.output),
+                None => self.team.warm().clear(),
             }
             // The activation runs in the region that quantizes its rows for down.
             let (gate, up) = (&s.gate, &s.up);
@@ -274,7 +274,7 @@ impl LlamaModel {
                 }
             };
             matmul_made(
-                &self.pool,
+                &self.team,
                 &mut s.xn,
                 &activate,
                 n_tok,
@@ -302,7 +302,7 @@ impl LlamaModel {
             // The next step starts with the first layer's Q (its embedding lookup and norm
             // run on the caller).
             if let Some(first) = w.layers.first() {
-                warm_next(&self.pool, n_rows, &first.wq);
+                warm_next(&self.team, n_rows, &first.wq);
             }
             // The final norm runs in the region that quantizes its rows for the LM head.
             let (x, logit_tok) = (&s.x, &s.logit_tok);
@@ -311,7 +311,7 @@ impl LlamaModel {
                 rms_norm(&x[t * d..(t + 1) * d], &w.output_norm, eps, row)
             };
             matmul_made(
-                &self.pool,
+                &self.team,
                 &mut s.out_norm,
                 &norm,
                 n_rows,
@@ -325,7 +325,7 @@ impl LlamaModel {
             let nv = c.n_vocab;
             if w.output_bias.is_some() || c.logit_scale.is_some() || c.final_softcap.is_some() {
                 let bias = w.output_bias.as_deref();
-                for_rows(&self.pool, &mut s.logits, nv, n_rows, |_, row| {
+                for_rows(&self.team, &mut s.logits, nv, n_rows, |_, row| {
                     if let Some(b) = bias {
                         add_in_place(row, b);
                     }
@@ -352,20 +352,20 @@ impl LlamaModel {
         proj: &mut [f32],
         xn: &mut [f32],
     ) {
-        let c = self.config();
+        let c = self.desc();
         let d = c.n_embd;
         if let Some(b) = bias {
-            for_rows(&self.pool, proj, d, n_tok, |_, row| add_in_place(row, b));
+            for_rows(&self.team, proj, d, n_tok, |_, row| add_in_place(row, b));
         }
         if let Some(nw) = post_norm {
             let p = &*proj;
-            for_rows(&self.pool, xn, d, n_tok, |t, row| {
+            for_rows(&self.team, xn, d, n_tok, |t, row| {
                 rms_norm(&p[t * d..(t + 1) * d], nw, c.rms_eps, row)
             });
             proj[..n_tok * d].copy_from_slice(&xn[..n_tok * d]);
         }
         if let Some(r) = c.residual_scale {
-            for_rows(&self.pool, proj, d, n_tok, |_, row| scale_in_place(row, r));
+            for_rows(&self.team, proj, d, n_tok, |_, row| scale_in_place(row, r));
         }
     }
 }

@@ -1,11 +1,11 @@
-//! Building [`LlamaWeights`] from a GGUF file: every tensor looked up by its llama.cpp name,
+//! Building [`ModelWeights`] from a GGUF file: every tensor looked up by its llama.cpp name,
 //! its shape checked against the description, its type checked against the kernel table. Fused
 //! matrices (phi3's `attn_qkv.weight`, and `ffn_up.weight` holding gate then up) are split into
 //! row ranges of the same mapped bytes: no copy of the weights.
 
 use crate::engine::error::EngineError;
-use crate::engine::model::LlamaConfig;
-use crate::engine::weights::{vector, LayerWeights, LlamaWeights, Weight};
+use crate::engine::model::ModelDesc;
+use crate::engine::weights::{vector, LayerWeights, ModelWeights, Weight};
 use crate::gguf::{GgufFile, TensorData};
 
 fn tensor(file: &GgufFile, name: &str) -> Result<TensorData, EngineError> {
@@ -81,26 +81,26 @@ fn split_vec<const N: usize>(
     Ok(v.try_into().ok())
 }
 
-/// Loads all weights, and the RoPE frequency factors into `cfg` when the file has them
-/// (`rope_freqs.weight`, else LongRoPE's long or short factors as `cfg` chose).
+/// Loads all weights, and the RoPE frequency factors into `desc` when the file has them
+/// (`rope_freqs.weight`, else LongRoPE's long or short factors as `desc` chose).
 pub(crate) fn load_weights(
     file: &GgufFile,
-    cfg: &mut LlamaConfig,
-) -> Result<LlamaWeights, EngineError> {
-    let d = cfg.n_embd;
-    let hd = cfg.head_dim;
-    let nq = cfg.n_head * hd;
-    let nkv = cfg.n_head_kv * hd;
-    let f = cfg.n_ff;
-    let token_embd = matrix(file, "token_embd.weight", cfg.n_vocab, d)?;
-    let tied = cfg.arch.rules().always_tied || file.tensor_data("output.weight").is_none();
+    desc: &mut ModelDesc,
+) -> Result<ModelWeights, EngineError> {
+    let d = desc.n_embd;
+    let hd = desc.head_dim;
+    let nq = desc.n_head * hd;
+    let nkv = desc.n_head_kv * hd;
+    let f = desc.n_ff;
+    let token_embd = matrix(file, "token_embd.weight", desc.n_vocab, d)?;
+    let tied = desc.arch.rules().always_tied || file.tensor_data("output.weight").is_none();
     let (output, tied_output) = if tied {
         (token_embd.clone(), true)
     } else {
-        (matrix(file, "output.weight", cfg.n_vocab, d)?, false)
+        (matrix(file, "output.weight", desc.n_vocab, d)?, false)
     };
-    let n_factors = cfg.rope.n_dims / 2;
-    let long_short = if cfg.long_rope_factors {
+    let n_factors = desc.rope.n_dims / 2;
+    let long_short = if desc.long_rope_factors {
         "rope_factors_long.weight"
     } else {
         "rope_factors_short.weight"
@@ -109,12 +109,12 @@ pub(crate) fn load_weights(
         Some(v) => Some(v),
         None => opt_vec(file, long_short, n_factors)?,
     };
-    for r in cfg.ropes.iter_mut() {
+    for r in desc.ropes.iter_mut() {
         r.freq_factors = factors.clone();
     }
-    cfg.rope.freq_factors = factors;
-    let mut layers = Vec::with_capacity(cfg.n_layer);
-    for i in 0..cfg.n_layer {
+    desc.rope.freq_factors = factors;
+    let mut layers = Vec::with_capacity(desc.n_layer);
+    for i in 0..desc.n_layer {
         let n = |s: &str| format!("blk.{i}.{s}");
         let norm = |s: &str, len, used: bool| {
             if used {
@@ -146,7 +146,7 @@ pub(crate) fn load_weights(
                 opt_vec(file, &n("attn_v.bias"), nkv)?,
             ],
         };
-        let [w_gate, w_up] = if cfg.arch.rules().fused_gate_up {
+        let [w_gate, w_up] = if desc.arch.rules().fused_gate_up {
             split_matrix(file, &n("ffn_up.weight"), [f, f], d)?
         } else {
             [
@@ -162,11 +162,11 @@ pub(crate) fn load_weights(
             bq,
             bk,
             bv,
-            q_norm: norm("attn_q_norm.weight", hd, cfg.qk_norm)?,
-            k_norm: norm("attn_k_norm.weight", hd, cfg.qk_norm)?,
+            q_norm: norm("attn_q_norm.weight", hd, desc.qk_norm)?,
+            k_norm: norm("attn_k_norm.weight", hd, desc.qk_norm)?,
             wo: matrix(file, &n("attn_output.weight"), d, nq)?,
             bo: opt_vec(file, &n("attn_output.bias"), d)?,
-            post_attn_norm: norm("post_attention_norm.weight", d, cfg.post_norms)?,
+            post_attn_norm: norm("post_attention_norm.weight", d, desc.post_norms)?,
             ffn_norm: vec_of(file, &n("ffn_norm.weight"), d)?,
             w_gate,
             w_up,
@@ -174,15 +174,15 @@ pub(crate) fn load_weights(
             b_up: opt_vec(file, &n("ffn_up.bias"), f)?,
             w_down: matrix(file, &n("ffn_down.weight"), d, f)?,
             b_down: opt_vec(file, &n("ffn_down.bias"), d)?,
-            post_ffn_norm: norm("post_ffw_norm.weight", d, cfg.post_norms)?,
+            post_ffn_norm: norm("post_ffw_norm.weight", d, desc.post_norms)?,
         });
     }
-    Ok(LlamaWeights {
+    Ok(ModelWeights {
         token_embd,
         layers,
         output_norm: vec_of(file, "output_norm.weight", d)?,
         output,
-        output_bias: opt_vec(file, "output.bias", cfg.n_vocab)?,
+        output_bias: opt_vec(file, "output.bias", desc.n_vocab)?,
         tied_output,
     })
 }

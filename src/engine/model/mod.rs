@@ -1,13 +1,13 @@
-//! Models: the description of an architecture the forward pass reads ([`config`]), the loaded
-//! model ([`llama`]), the one forward pass every architecture runs ([`forward`]) and weight
+//! Models: the description of an architecture the forward pass reads ([`desc`]), the loaded
+//! model ([`loaded`]), the one forward pass every architecture runs ([`forward`]) and weight
 //! loading ([`load`]). The supported architectures are listed in `engine::hparams::ARCHS`.
 
-pub mod config;
+pub mod desc;
 mod forward;
-pub mod llama;
 mod load;
+pub mod loaded;
 
-pub use config::{Arch, LlamaConfig};
-pub use llama::LlamaModel;
+pub use desc::{Arch, ModelDesc};
+pub use loaded::Model;
 #[cfg(feature = "trace")]
-pub use llama::TraceHook;
+pub use loaded::TraceHook;

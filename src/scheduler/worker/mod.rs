@@ -5,7 +5,7 @@
 //! no sequence is left it blocks on its command channel, so an idle server costs no CPU.
 
 use crate::engine::kv_cache::{KvCache, KvCacheConfig};
-use crate::engine::{BatchLimits, EngineError, ForwardScratch, LlamaModel, LogitsWanted, SeqInput};
+use crate::engine::{BatchLimits, EngineError, ForwardScratch, LogitsWanted, Model, SeqInput};
 use crate::scheduler::constrain::{MaskThread, MaskWork, Pending};
 use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::engine_config::EngineConfig;
@@ -54,7 +54,7 @@ pub(crate) struct Submission {
 
 pub(crate) struct Worker {
     index: usize,
-    model: LlamaModel,
+    model: Model,
     kv: KvCache,
     scratch: ForwardScratch,
     sched: Scheduler<SeqOut>,
@@ -89,7 +89,7 @@ struct StepState {
 }
 
 impl StepState {
-    fn new(model: &LlamaModel, cfg: &EngineConfig, limits: Limits) -> Result<Self, EngineError> {
+    fn new(model: &Model, cfg: &EngineConfig, limits: Limits) -> Result<Self, EngineError> {
         let kv_cfg: KvCacheConfig = model
             .kv_config(cfg.kv_positions, cfg.block_size)
             .with_kv_type(cfg.kv_type);
@@ -107,7 +107,7 @@ impl StepState {
             ..limits
         };
         let sched = Scheduler::new(sched_limits, kv.allocator().clone());
-        let sample_scratch = (0..model.pool().threads())
+        let sample_scratch = (0..model.team().threads())
             .map(|_| Mutex::new(SampleScratch::new()))
             .collect();
         Ok(StepState {
@@ -146,7 +146,7 @@ impl Worker {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         index: usize,
-        model: LlamaModel,
+        model: Model,
         tok: Arc<Tokenizer>,
         cfg: &EngineConfig,
         limits: Limits,
@@ -276,11 +276,11 @@ impl Worker {
 
     fn rebuild(&mut self) -> Result<(), EngineError> {
         if self.faults.rebuild_fails() {
-            return Err(EngineError::Pool(
+            return Err(EngineError::Team(
                 "injected rebuild failure (testing only)".to_string(),
             ));
         }
-        let model = self.model.replica(self.model.pool().threads())?;
+        let model = self.model.replica(self.model.team().threads())?;
         let state = StepState::new(&model, &self.cfg, self.limits)?;
         self.model = model;
         self.kv = state.kv;

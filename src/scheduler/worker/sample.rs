@@ -77,7 +77,7 @@ impl Worker {
             *out = Some(draw(sampler.as_mut(), constraint.as_ref(), row, &mut sc));
         };
         if batch.len() >= 4 {
-            self.model.pool().run(batch.len(), &job);
+            self.model.team().run(batch.len(), &job);
         } else {
             (0..batch.len()).for_each(|t| job(t, 0));
         }

@@ -3,7 +3,7 @@
 //! The request becomes chat messages and a tool request (the same conversion chat uses:
 //! `system` a system message, `tool_use` blocks an assistant's `tool_calls`, `tool_result`
 //! blocks `tool` messages, a last `assistant` turn the start of the reply) and goes through
-//! [`crate::server::generate`] like every generating route. The reply comes back as content
+//! [`crate::server::session`] like every generating route. The reply comes back as content
 //! blocks (`thinking` for a reasoning model's `<think>` part, `text`, `tool_use` with the
 //! arguments object as `input`), or streamed as Anthropic's events: `message_start`, `ping`,
 //! per block `content_block_start` / `content_block_delta` (`thinking_delta`, `text_delta`,
@@ -15,15 +15,15 @@ mod stream;
 
 use crate::random::random_id;
 use crate::scheduler::{FinishReason, PromptOutput};
+use crate::server::app_state::AppState;
 use crate::server::body::JsonBody;
 use crate::server::chat::reply_syntax;
 use crate::server::error::ApiError;
-use crate::server::generate::{Job, Session};
+use crate::server::generation_fields::{Fields, SamplingPlan};
 use crate::server::openapi::errors::{AnthropicGenerationErrors, AnthropicPromptErrors};
 use crate::server::output_constraint::{self as shapes, Shape};
-use crate::server::params::{Fields, SamplingPlan};
 use crate::server::reply::{read_reply, read_reply_text, ReadCall, ReadReply};
-use crate::server::state::AppState;
+use crate::server::session::{Job, Session};
 use crate::server::types::messages::*;
 use crate::server::types::{
     ChatMessage, FunctionDef, FunctionName, NamedToolChoice, Role, StopSpec, Tool, ToolChoiceSpec,

@@ -5,7 +5,7 @@
 use super::{stop_reason, tool_use_id};
 use crate::scheduler::{FinishReason, TokenLogprob};
 use crate::server::error::ApiError;
-use crate::server::generate::Meta;
+use crate::server::session::Meta;
 use crate::server::sse::{json_event, ChunkWriter};
 use crate::server::types::messages::*;
 use crate::server::types::{TimingsBody, UsageBody};

@@ -19,7 +19,8 @@ use crate::server::types::responses::{
 };
 use crate::server::types::*;
 use crate::server::{
-    chat, completions, embeddings, messages, metrics, models, probes, rerank, responses, tokenize,
+    chat, completions, embeddings, messages, models, monitoring, probes, rerank, responses,
+    tokenize,
 };
 use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -51,8 +52,8 @@ use utoipa::{Modify, OpenApi};
         tokenize::detokenize,
         probes::health,
         probes::ready,
-        metrics::metrics,
-        metrics::stats,
+        monitoring::metrics,
+        monitoring::stats,
         openapi_json,
     ),
     components(schemas(

@@ -6,8 +6,8 @@
 //! derived from the response's and its position: the same on every call, usable as `after`.
 
 use super::not_stored;
+use crate::server::app_state::AppState;
 use crate::server::error::ApiError;
-use crate::server::state::AppState;
 use crate::server::types::responses::InputItemList;
 use crate::server::types::{ChatMessage, ErrorResponse, Role};
 use axum::extract::{Path, RawQuery, State};

@@ -2,7 +2,7 @@
 //! `DELETE /v1/responses/{id}`.
 //!
 //! The request becomes chat messages and an output constraint ([`mod@convert`]) and goes through
-//! [`crate::server::generate`] like every generating route; the reply is read as chat reads it
+//! [`crate::server::session`] like every generating route; the reply is read as chat reads it
 //! (reasoning split off, tool calls parsed) and answered as output items: `reasoning`,
 //! `message` (`output_text`), `function_call`. Streamed, it is the API's typed events
 //! ([`stream`]). A response is stored ([`store`]) unless `store: false`, for
@@ -16,14 +16,14 @@ pub mod stream;
 
 use crate::random::random_id;
 use crate::scheduler::{FinishReason, PromptOutput};
+use crate::server::app_state::{AppState, Runtime};
 use crate::server::body::JsonBody;
 use crate::server::chat::reply_parts;
 use crate::server::error::ApiError;
-use crate::server::generate::{Job, Meta, Session};
+use crate::server::generation_fields::{Fields, SamplingPlan};
 use crate::server::logprobs::chat_entries;
 use crate::server::openapi::errors::GenerationErrors;
-use crate::server::params::{Fields, SamplingPlan};
-use crate::server::state::{AppState, Runtime};
+use crate::server::session::{Job, Meta, Session};
 use crate::server::types::responses::*;
 use crate::server::types::{ChatMessage, ErrorResponse, UsageBody};
 use axum::extract::{Path, State};

@@ -16,12 +16,12 @@
 use super::{item_status, stored_turn, usage_of, Finish, Keep};
 use crate::random::random_id;
 use crate::scheduler::{FinishReason, TokenLogprob};
+use crate::server::app_state::{AppState, Runtime};
 use crate::server::chat::reply_syntax;
 use crate::server::error::ApiError;
 use crate::server::logprobs::chat_entries;
 use crate::server::responses::store::Stored;
 use crate::server::sse::{json_event, ChunkWriter};
-use crate::server::state::{AppState, Runtime};
 use crate::server::types::responses::*;
 use crate::server::types::{ChatTokenLogprob, TimingsBody, UsageBody};
 use crate::structured::reasoning::{ReasoningSplit, ThinkStart};

@@ -5,7 +5,7 @@
 //!
 //! Requests ignore unknown fields (clients send extras) and accept `null` for any optional
 //! field; a known field of the wrong type fails deserialization with its path, which becomes
-//! the error's `param`. Ranges are checked later, in `server::params`.
+//! the error's `param`. Ranges are checked later, in `server::generation_fields`.
 
 pub mod chat;
 pub mod common;

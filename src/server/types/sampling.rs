@@ -55,7 +55,7 @@ named_fields! {
 }
 
 /// Sampling, stopping, streaming and output format: the fields of a chat or completion
-/// request that are not about the prompt. Ranges are checked by `server::params::Plan`.
+/// request that are not about the prompt. Ranges are checked by `server::generation_fields::Plan`.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 pub struct SamplingFields {
     /// Tokens to generate at most per choice (chat also takes `max_completion_tokens`,

@@ -5,7 +5,7 @@
 use super::*;
 use crate::engine::attention::long::{LONG_FROM, SPAN};
 use crate::engine::kv_cache::{KvType, LayerWindows};
-use crate::engine::pool::Pool;
+use crate::engine::team::Team;
 use std::sync::Mutex;
 
 /// (n_head_kv, group, head_dim, block_size): the default model's shape, Llama-3.2-1B's group
@@ -101,7 +101,7 @@ fn long_simd_kernels_are_bit_identical_to_the_scalar_twin() {
     }
 }
 
-/// Runs `attend_batch` over `tokens` (sequence, position) with queries `q`, on a pool of two.
+/// Runs `attend_batch` over `tokens` (sequence, position) with queries `q`, on a team of two.
 pub(super) fn run_batch(
     isa: AttnIsa,
     cache: &KvCache,
@@ -111,7 +111,7 @@ pub(super) fn run_batch(
     plan_tokens: usize,
 ) -> Vec<f32> {
     let c = cache.config();
-    let pool = Pool::new(2).unwrap();
+    let team = Team::new(2).unwrap();
     let scratches: Vec<_> = (0..2)
         .map(|_| {
             let mut s = AttnScratch::new(c);
@@ -135,7 +135,7 @@ pub(super) fn run_batch(
         params: &params,
     };
     let mut out = vec![f32::NAN; q.len()];
-    attend_batch(&pool, cache, 1, &batch, &mut out, &scratches, &mut plan).unwrap();
+    attend_batch(&team, cache, 1, &batch, &mut out, &scratches, &mut plan).unwrap();
     out
 }
 

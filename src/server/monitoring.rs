@@ -3,7 +3,7 @@
 //! every HTTP request by route and status.
 
 use crate::metrics::window::WindowStats;
-use crate::server::state::{AppState, ServerPhase};
+use crate::server::app_state::{AppState, ServerPhase};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
@@ -13,18 +13,18 @@ use std::time::Duration;
 
 /// Refreshes the gauges read at scrape time and renders every family of every model.
 pub fn render(state: &AppState) -> String {
-    let pool = state.pool();
+    let registry = state.registry();
     let ready = state.phase() == ServerPhase::Ready;
-    let single = pool.len() == 1;
-    let mut all = Vec::with_capacity(pool.len());
-    for (i, pm) in pool.models().iter().enumerate() {
-        let rt = pool.loaded(i);
+    let single = registry.len() == 1;
+    let mut all = Vec::with_capacity(registry.len());
+    for (i, pm) in registry.models().iter().enumerate() {
+        let rt = registry.loaded(i);
         // One model: every generation request in flight is its (even before its model is
         // picked); several: the requests holding each model.
         let in_flight = if single {
             state.in_flight()
         } else {
-            pool.leases(i)
+            registry.leases(i)
         };
         pm.metrics.set_ready(ready && rt.is_some(), in_flight);
         pm.metrics
@@ -111,19 +111,19 @@ pub struct ModelStats {
     security((), ("bearer" = []))
 )]
 pub async fn stats(State(state): State<AppState>) -> Json<StatsBody> {
-    let pool = state.pool();
-    let models: Vec<ModelStats> = pool
+    let registry = state.registry();
+    let models: Vec<ModelStats> = registry
         .models()
         .iter()
         .enumerate()
         .map(|(i, pm)| {
-            let load = pool
+            let load = registry
                 .loaded(i)
                 .map(|rt| rt.engine.load())
                 .unwrap_or_default();
             ModelStats {
-                model: pool.routes().id(i).to_string(),
-                status: pool.status(i).as_str().to_string(),
+                model: registry.routes().id(i).to_string(),
+                status: registry.status(i).as_str().to_string(),
                 last_1m: pm.stats.query(Duration::from_secs(60)),
                 last_5m: pm.stats.query(Duration::from_secs(300)),
                 running: load.running,
@@ -153,8 +153,8 @@ pub async fn stats(State(state): State<AppState>) -> Json<StatsBody> {
         kv_blocks_used: d.kv_blocks_used,
         kv_blocks_cached: d.kv_blocks_cached,
         kv_blocks_total: d.kv_blocks_total,
-        memory_bytes: pool.memory_used(),
-        memory_budget_bytes: pool.settings().budget,
+        memory_bytes: registry.memory_used(),
+        memory_budget_bytes: registry.settings().budget,
         models,
     })
 }
@@ -168,10 +168,10 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "other".to_string());
-    let (resp, model) = crate::server::pool::track_routing(next.run(req)).await;
+    let (resp, model) = crate::server::registry::track_routing(next.run(req)).await;
     let status = resp.status().as_u16();
     // Counted on the model the request ran on (the default one when it named none served).
-    let m = &state.pool().model(model.unwrap_or(0)).metrics;
+    let m = &state.registry().model(model.unwrap_or(0)).metrics;
     m.http_request(&endpoint, status);
     let reason = match status {
         400 | 422 => Some("invalid"),

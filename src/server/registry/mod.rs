@@ -1,14 +1,14 @@
 //! The models a server serves, and their life: each is unloaded, loading, loaded or failed.
 //! One engine (its own workers and KV cache, weights mapped from its file) per loaded model.
 //!
-//! - A request takes a [`Lease`] on its model ([`ModelPool::acquire`]): a loaded model is
+//! - A request takes a [`Lease`] on its model ([`ModelRegistry::acquire`]): a loaded model is
 //!   leased at once; an unloaded one is loaded off the runtime (`spawn_blocking`) and the
 //!   request waits, at most `server.models_load_timeout`, then a 503 with `Retry-After`; a
 //!   model whose load failed is a 503 naming why (the others keep serving).
 //! - With `server.models_memory_budget`, a load that does not fit first unloads the least
 //!   recently used models without a lease ([`plan`]); while only leased models stand in the
 //!   way it waits like a load. Requests in flight are never cut.
-//! - A model without a lease for `server.models_keep_alive` is unloaded ([`ModelPool::sweep`]).
+//! - A model without a lease for `server.models_keep_alive` is unloaded ([`ModelRegistry::sweep`]).
 //!
 //! The slots live behind one mutex, held for bookkeeping only (never across a load or an
 //! engine shutdown); every change bumps a `watch` counter that waiting requests listen to.
@@ -31,9 +31,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Why the pool could not be set up.
+/// Why the registry could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum PoolError {
+pub enum RegistryError {
     #[error("cannot read server.models_dir {path}")]
     ModelsDir {
         path: PathBuf,
@@ -105,7 +105,7 @@ pub struct PoolSettings {
     pub load_timeout: Duration,
 }
 
-pub struct ModelPool {
+pub struct ModelRegistry {
     models: Vec<PoolModel>,
     routes: Routes,
     settings: PoolSettings,
@@ -118,7 +118,7 @@ pub struct ModelPool {
 
 /// A request's hold on a loaded model: the model is not unloaded while any is held.
 pub struct Lease {
-    pool: Arc<ModelPool>,
+    registry: Arc<ModelRegistry>,
     index: usize,
     rt: Arc<Runtime>,
 }
@@ -134,21 +134,21 @@ impl Lease {
 
     /// The model's id (what replies carry).
     pub fn id(&self) -> &str {
-        self.pool.routes.id(self.index)
+        self.registry.routes.id(self.index)
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         let idle = {
-            let mut slots = self.pool.lock();
+            let mut slots = self.registry.lock();
             let s = &mut slots[self.index];
             s.leases = s.leases.saturating_sub(1);
             s.last_used = Instant::now();
             s.leases == 0
         };
         if idle {
-            self.pool.bump();
+            self.registry.bump();
         }
     }
 }
@@ -183,14 +183,17 @@ fn scan_dir(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-impl ModelPool {
+impl ModelRegistry {
     /// The configured models, then the files of `server.models_dir` (a file whose stem is
     /// already an id is left out, with a warning). Nothing is loaded yet.
-    pub fn new(cfg: &Config, faults: Vec<FaultInjection>) -> Result<Arc<ModelPool>, PoolError> {
+    pub fn new(
+        cfg: &Config,
+        faults: Vec<FaultInjection>,
+    ) -> Result<Arc<ModelRegistry>, RegistryError> {
         let mut specs: Vec<(ModelSpec, bool)> =
             cfg.models.iter().map(|s| (s.clone(), true)).collect();
         if let Some(dir) = &cfg.server.models_dir {
-            let files = scan_dir(dir).map_err(|source| PoolError::ModelsDir {
+            let files = scan_dir(dir).map_err(|source| RegistryError::ModelsDir {
                 path: dir.clone(),
                 source,
             })?;
@@ -215,7 +218,7 @@ impl ModelPool {
             }
         }
         if specs.is_empty() {
-            return Err(PoolError::NoModels);
+            return Err(RegistryError::NoModels);
         }
         let routes = Routes::new(specs.iter().map(|(s, _)| s.ids()).collect());
         let mut models = Vec::with_capacity(specs.len());
@@ -243,7 +246,7 @@ impl ModelPool {
                 last_used: now,
             })
             .collect();
-        Ok(Arc::new(ModelPool {
+        Ok(Arc::new(ModelRegistry {
             models,
             routes,
             settings: PoolSettings {
@@ -377,15 +380,15 @@ impl ModelPool {
             match self.step(i, need)? {
                 Step::Leased(rt) => {
                     return Ok(Lease {
-                        pool: Arc::clone(self),
+                        registry: Arc::clone(self),
                         index: i,
                         rt,
                     })
                 }
                 Step::Estimate => {
                     // Read from the file, off the runtime and outside the lock.
-                    let pool = Arc::clone(self);
-                    let est = tokio::task::spawn_blocking(move || pool.estimate(i))
+                    let registry = Arc::clone(self);
+                    let est = tokio::task::spawn_blocking(move || registry.estimate(i))
                         .await
                         .map_err(|e| e.to_string())
                         .and_then(|r| r);
@@ -477,13 +480,13 @@ impl ModelPool {
         slots[i].state = State::Loading { bytes: need };
         drop(slots);
         self.bump();
-        let pool = Arc::clone(self);
+        let registry = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             for rt in unloaded {
                 rt.engine.shutdown();
             }
-            let result = pool.build(i);
-            pool.finish_load(i, result);
+            let result = registry.build(i);
+            registry.finish_load(i, result);
         });
         Ok(Step::Wait)
     }

@@ -10,8 +10,8 @@
 //! Its size defaults to the physical cores this process may use ([`crate::engine::cpus`]: the
 //! affinity mask and the cgroup quota; hyper-threads share the vector units the
 //! kernels saturate, so they add contention rather than speed). Regions do not nest: a
-//! [`Pool::run`] called from inside a task runs its tasks inline. A waiting thread (a worker
-//! between regions, the caller at a join) first works through its [`Pool::warm`] slot:
+//! [`Team::run`] called from inside a task runs its tasks inline. A waiting thread (a worker
+//! between regions, the caller at a join) first works through its [`Team::warm`] slot:
 //! prefetching the next matrix it will multiply (see [`crate::engine::warm`]).
 
 use crate::engine::error::EngineError;
@@ -52,19 +52,19 @@ struct Shared {
     stop: AtomicBool,
     lock: Mutex<()>,
     wake: Condvar,
-    /// What each thread prefetches while it waits (see [`Pool::warm`]).
+    /// What each thread prefetches while it waits (see [`Team::warm`]).
     warm: WarmSlots,
 }
 
-/// A `&Task` with its lifetime erased (see [`Pool::run`] for why that is sound).
+/// A `&Task` with its lifetime erased (see [`Team::run`] for why that is sound).
 #[derive(Clone, Copy)]
 struct JobPtr(*const Task<'static>);
-// SAFETY: the pointee is `Sync` (Task requires it) and outlives every use (Pool::run waits for
+// SAFETY: the pointee is `Sync` (Task requires it) and outlives every use (Team::run waits for
 // all workers before returning), so the pointer may be sent to and shared by the workers.
 unsafe impl Send for JobPtr {}
 
 /// The team: `threads - 1` worker threads plus the calling thread.
-pub struct Pool {
+pub struct Team {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     threads: usize,
@@ -72,9 +72,9 @@ pub struct Pool {
     caller: Mutex<()>,
 }
 
-impl Pool {
+impl Team {
     /// A team of `threads` (0 means one per usable physical core, [`crate::engine::cpus`]).
-    pub fn new(threads: usize) -> Result<Pool, EngineError> {
+    pub fn new(threads: usize) -> Result<Team, EngineError> {
         let threads = if threads == 0 {
             crate::engine::cpus::default_threads(1)
         } else {
@@ -99,10 +99,10 @@ impl Pool {
             let h = std::thread::Builder::new()
                 .name(format!("kiln-engine-{i}"))
                 .spawn(move || worker(&sh, i))
-                .map_err(|e| EngineError::Pool(e.to_string()))?;
+                .map_err(|e| EngineError::Team(e.to_string()))?;
             workers.push(h);
         }
-        Ok(Pool {
+        Ok(Team {
             shared,
             workers,
             threads,
@@ -115,7 +115,7 @@ impl Pool {
         self.threads
     }
 
-    /// The team's idle-time prefetch slots, indexed like `f`'s `worker` in [`Pool::run`]:
+    /// The team's idle-time prefetch slots, indexed like `f`'s `worker` in [`Team::run`]:
     /// a worker works through its slot while it waits for the next region, the caller
     /// through slot 0 while it waits at a region's join.
     pub fn warm(&self) -> &WarmSlots {
@@ -274,7 +274,7 @@ fn worker(sh: &Shared, index: usize) {
         seen = sh.epoch.load(Ordering::Acquire);
         let job = *sh.job.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(JobPtr(p)) = job {
-            // SAFETY: see JobPtr and Pool::run: the region's caller keeps the closure alive
+            // SAFETY: see JobPtr and Team::run: the region's caller keeps the closure alive
             // until `pending` reaches 0, which happens only after this use.
             let f = unsafe { &*p };
             if catch_unwind(AssertUnwindSafe(|| claim(sh, f, index))).is_err() {
@@ -285,7 +285,7 @@ fn worker(sh: &Shared, index: usize) {
     }
 }
 
-impl Drop for Pool {
+impl Drop for Team {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         {
@@ -298,9 +298,9 @@ impl Drop for Pool {
     }
 }
 
-impl std::fmt::Debug for Pool {
+impl std::fmt::Debug for Team {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool")
+        f.debug_struct("Team")
             .field("threads", &self.threads)
             .finish()
     }
@@ -313,7 +313,7 @@ mod tests {
 
     #[test]
     fn every_task_runs_exactly_once_on_a_valid_worker() {
-        let p = Pool::new(3).unwrap();
+        let p = Team::new(3).unwrap();
         assert_eq!(p.threads(), 3);
         for n in [0usize, 1, 2, 7, 1000] {
             let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
@@ -328,7 +328,7 @@ mod tests {
 
     #[test]
     fn wakes_parked_workers_and_nests_inline() {
-        let p = Pool::new(2).unwrap();
+        let p = Team::new(2).unwrap();
         std::thread::sleep(SPIN * 3); // the worker parks
         let sum = AtomicUsize::new(0);
         p.run(4, &|t, _| {
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_task_panic_reaches_the_caller_and_the_team_survives() {
-        let p = Pool::new(2).unwrap();
+        let p = Team::new(2).unwrap();
         let r = catch_unwind(AssertUnwindSafe(|| {
             p.run(64, &|t, _| {
                 if t == 40 {

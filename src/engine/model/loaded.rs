@@ -4,11 +4,11 @@
 use crate::engine::batch::{Logits, LogitsWanted, SeqInput};
 use crate::engine::error::EngineError;
 use crate::engine::kv_cache::{KvCache, KvCacheConfig, KvType, LayerWindows};
-use crate::engine::model::config::LlamaConfig;
+use crate::engine::model::desc::ModelDesc;
 use crate::engine::model::load::load_weights;
-use crate::engine::pool::{Pool, SendPtr};
 use crate::engine::scratch::{BatchLimits, ForwardScratch};
-use crate::engine::weights::LlamaWeights;
+use crate::engine::team::{SendPtr, Team};
+use crate::engine::weights::ModelWeights;
 use crate::gguf::GgufFile;
 use std::path::Path;
 use std::sync::Arc;
@@ -21,31 +21,31 @@ const PAR_ROWS_MIN: usize = 16;
 #[cfg(feature = "trace")]
 pub type TraceHook = Box<dyn Fn(&str, Option<usize>, &[f32]) + Send + Sync>;
 
-/// A loaded model (any supported architecture) and the thread pool it computes on.
-pub struct LlamaModel {
-    cfg: LlamaConfig,
-    /// Shared by every replica (see [`LlamaModel::replica`]).
-    w: Arc<LlamaWeights>,
-    pub(super) pool: Pool,
+/// A loaded model (any supported architecture) and the worker team it computes on.
+pub struct Model {
+    desc: ModelDesc,
+    /// Shared by every replica (see [`Model::replica`]).
+    w: Arc<ModelWeights>,
+    pub(super) team: Team,
     #[cfg(feature = "trace")]
     trace: Option<TraceHook>,
 }
 
-/// Applies `f(t, row)` to each of the `n` first `width`-long rows of `buf`, over the pool
+/// Applies `f(t, row)` to each of the `n` first `width`-long rows of `buf`, over the team
 /// when there are many (in groups of rows, a few groups per thread).
 pub(super) fn for_rows(
-    pool: &Pool,
+    team: &Team,
     buf: &mut [f32],
     width: usize,
     n: usize,
     f: impl Fn(usize, &mut [f32]) + Sync,
 ) {
     let buf = &mut buf[..n * width];
-    if n >= PAR_ROWS_MIN && pool.threads() > 1 {
-        let per = n.div_ceil(pool.threads() * 4);
+    if n >= PAR_ROWS_MIN && team.threads() > 1 {
+        let per = n.div_ceil(team.threads() * 4);
         let groups = n.div_ceil(per);
         let base = SendPtr(buf.as_mut_ptr());
-        pool.run(groups, &|g, _| {
+        team.run(groups, &|g, _| {
             for t in g * per..((g + 1) * per).min(n) {
                 // SAFETY: row t lies inside `buf` (t < n) and every row belongs to exactly one
                 // group, run once, so no two calls alias.
@@ -64,18 +64,18 @@ pub(super) fn for_rows(
 /// [`for_rows`] over two buffers at once: `f(t, a_row, b_row)` for each of the `n` first rows
 /// (`wa` and `wb` wide) of `a` and `b`, in one parallel region (e.g. RoPE of q and of k).
 pub(super) fn for_row_pairs(
-    pool: &Pool,
+    team: &Team,
     (a, wa): (&mut [f32], usize),
     (b, wb): (&mut [f32], usize),
     n: usize,
     f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
 ) {
     let (a, b) = (&mut a[..n * wa], &mut b[..n * wb]);
-    if n >= PAR_ROWS_MIN && pool.threads() > 1 {
-        let per = n.div_ceil(pool.threads() * 4);
+    if n >= PAR_ROWS_MIN && team.threads() > 1 {
+        let per = n.div_ceil(team.threads() * 4);
         let groups = n.div_ceil(per);
         let (pa, pb) = (SendPtr(a.as_mut_ptr()), SendPtr(b.as_mut_ptr()));
-        pool.run(groups, &|g, _| {
+        team.run(groups, &|g, _| {
             for t in g * per..((g + 1) * per).min(n) {
                 // SAFETY: row t of each buffer lies inside it (t < n) and every row belongs to
                 // exactly one group, run once, so no two calls alias.
@@ -101,22 +101,22 @@ pub(super) fn add_in_place(x: &mut [f32], y: &[f32]) {
     }
 }
 
-impl LlamaModel {
-    /// Opens a GGUF model and starts a pool of `threads` workers (0 = the usable physical cores, [`crate::engine::cpus`]).
-    pub fn load(path: impl AsRef<Path>, threads: usize) -> Result<LlamaModel, EngineError> {
-        LlamaModel::from_gguf(&GgufFile::open(path)?, threads)
+impl Model {
+    /// Opens a GGUF model and starts a team of `threads` workers (0 = the usable physical cores, [`crate::engine::cpus`]).
+    pub fn load(path: impl AsRef<Path>, threads: usize) -> Result<Model, EngineError> {
+        Model::from_gguf(&GgufFile::open(path)?, threads)
     }
 
     /// The model in an opened GGUF file (its weights stay borrowed from the file's map).
-    pub fn from_gguf(file: &GgufFile, threads: usize) -> Result<LlamaModel, EngineError> {
-        let mut cfg = LlamaConfig::from_gguf(file)?;
-        let mut w = load_weights(file, &mut cfg)?;
-        let pool = Pool::new(threads)?;
-        w.repack(&pool);
-        Ok(LlamaModel {
-            cfg,
+    pub fn from_gguf(file: &GgufFile, threads: usize) -> Result<Model, EngineError> {
+        let mut desc = ModelDesc::from_gguf(file)?;
+        let mut w = load_weights(file, &mut desc)?;
+        let team = Team::new(threads)?;
+        w.repack(&team);
+        Ok(Model {
+            desc,
             w: Arc::new(w),
-            pool,
+            team,
             #[cfg(feature = "trace")]
             trace: None,
         })
@@ -125,41 +125,46 @@ impl LlamaModel {
     /// Another engine over the same weights (memory-mapped and repacked once) with its own
     /// worker team of `threads` (0 = the usable physical cores, [`crate::engine::cpus`]): each replica runs its own batches, KV
     /// cache and scratch.
-    pub fn replica(&self, threads: usize) -> Result<LlamaModel, EngineError> {
-        Ok(LlamaModel {
-            cfg: self.cfg.clone(),
+    pub fn replica(&self, threads: usize) -> Result<Model, EngineError> {
+        Ok(Model {
+            desc: self.desc.clone(),
             w: Arc::clone(&self.w),
-            pool: Pool::new(threads)?,
+            team: Team::new(threads)?,
             #[cfg(feature = "trace")]
             trace: None,
         })
     }
 
-    pub fn config(&self) -> &LlamaConfig {
-        &self.cfg
+    pub fn desc(&self) -> &ModelDesc {
+        &self.desc
     }
 
-    pub fn weights(&self) -> &LlamaWeights {
+    pub fn weights(&self) -> &ModelWeights {
         &self.w
     }
 
     /// The engine's one worker team (the thread calling `forward` is its worker 0).
-    pub fn pool(&self) -> &Pool {
-        &self.pool
+    pub fn team(&self) -> &Team {
+        &self.team
     }
 
     /// A KV cache shape for this model with `n_positions / block_size` pages of `block_size`
     /// positions (with sliding windows a page holds a group of layers, see
     /// `kv_cache::layout`: a long sequence takes fewer pages per position).
     pub fn kv_config(&self, n_positions: usize, block_size: usize) -> KvCacheConfig {
-        let local: Vec<bool> = self.cfg.layers.iter().map(|l| l.window.is_some()).collect();
+        let local: Vec<bool> = self
+            .desc
+            .layers
+            .iter()
+            .map(|l| l.window.is_some())
+            .collect();
         KvCacheConfig {
-            n_layer: self.cfg.n_layer,
-            n_head_kv: self.cfg.n_head_kv,
-            head_dim: self.cfg.head_dim,
+            n_layer: self.desc.n_layer,
+            n_head_kv: self.desc.n_head_kv,
+            head_dim: self.desc.head_dim,
             block_size,
             n_blocks: n_positions.div_ceil(block_size.max(1)),
-            windows: LayerWindows::new(self.cfg.max_window().unwrap_or(0), &local)
+            windows: LayerWindows::new(self.desc.max_window().unwrap_or(0), &local)
                 .unwrap_or(LayerWindows::NONE),
             kv_type: KvType::F16,
         }
@@ -171,7 +176,7 @@ impl LlamaModel {
         limits: BatchLimits,
         kv: &KvCacheConfig,
     ) -> Result<ForwardScratch, EngineError> {
-        ForwardScratch::new(&self.cfg, limits, kv, self.pool.threads())
+        ForwardScratch::new(&self.desc, limits, kv, self.team.threads())
     }
 
     /// Installs a hook receiving every named intermediate activation.
@@ -202,11 +207,11 @@ impl LlamaModel {
         self.run(seqs, n_tok, n_rows, kv, s)?;
         let n_seq = seqs.len();
         Ok(Logits {
-            data: &s.logits[..n_rows * self.cfg.n_vocab],
+            data: &s.logits[..n_rows * self.desc.n_vocab],
             row_start: &s.row_start[..n_seq + 1],
-            n_vocab: self.cfg.n_vocab,
-            hidden: &s.out_norm[..n_rows * self.cfg.n_embd],
-            n_embd: self.cfg.n_embd,
+            n_vocab: self.desc.n_vocab,
+            hidden: &s.out_norm[..n_rows * self.desc.n_embd],
+            n_embd: self.desc.n_embd,
         })
     }
 
@@ -236,10 +241,10 @@ impl LlamaModel {
         let mut r = 0;
         for (i, q) in seqs.iter().enumerate() {
             let end = q.start_pos + q.tokens.len();
-            if end > self.cfg.n_ctx_train {
+            if end > self.desc.n_ctx_train {
                 return Err(EngineError::ContextOverflow {
                     pos: end - 1,
-                    n_ctx: self.cfg.n_ctx_train,
+                    n_ctx: self.desc.n_ctx_train,
                 });
             }
             if q.table.capacity() < end {
@@ -250,10 +255,10 @@ impl LlamaModel {
             }
             s.row_start[i] = r;
             for (j, &id) in q.tokens.iter().enumerate() {
-                if id as usize >= self.cfg.n_vocab {
+                if id as usize >= self.desc.n_vocab {
                     return Err(EngineError::BadToken {
                         id,
-                        n_vocab: self.cfg.n_vocab,
+                        n_vocab: self.desc.n_vocab,
                     });
                 }
                 s.tok_seq[t] = i as u32;

@@ -5,7 +5,7 @@
 //! 1. [`Session::open`]: the request counts as in flight (a drain waits for it), the server
 //!    must be ready (503 otherwise), the model is picked by the request's `model` (404
 //!    `model_not_found` naming the served ones) and leased (loaded first if need be, see
-//!    [`crate::server::pool`]); the request's deadline starts.
+//!    [`crate::server::registry`]); the request's deadline starts.
 //! 2. [`Session::chat_prompt`]: a conversation (chat, Responses and Messages all end up as
 //!    chat messages) rendered with the model's template and tokenized on the blocking pool,
 //!    with the grammar its `response_format` / tools need.
@@ -21,12 +21,12 @@
 use crate::random::random_id;
 use crate::scheduler::{EngineInfo, GenerationRequest, PromptOutput, RequestStream, TokenLogprob};
 use crate::server::admission;
+use crate::server::app_state::{unix_now, AppState, InFlight, Runtime};
 use crate::server::error::ApiError;
+use crate::server::generation_fields::{Fields, SamplingPlan};
+use crate::server::merged_events::{collect, ChoiceOutput};
 use crate::server::output_constraint::{self as shapes, Shape};
-use crate::server::params::{Fields, SamplingPlan};
-use crate::server::run::{collect, ChoiceOutput};
 use crate::server::sse::{self, ChunkWriter};
-use crate::server::state::{unix_now, AppState, InFlight, Runtime};
 use crate::server::types::{ChatMessage, UsageBody};
 use crate::server::{blocking, prompt};
 use crate::structured::reasoning::ThinkStart;

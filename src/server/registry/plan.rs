@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 /// A model holding memory: loaded, or being loaded (then busy, with its estimate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resident {
-    /// The model's index in the pool.
+    /// The model's index in the registry.
     pub index: usize,
     /// Weights plus KV cache.
     pub bytes: u64,

@@ -1,4 +1,4 @@
-//! What every handler shares: the settings, the served models ([`ModelPool`]) and the
+//! What every handler shares: the settings, the served models ([`ModelRegistry`]) and the
 //! server's phase (loading, ready, draining). Requests in flight are counted so a drain knows
 //! when it is done.
 
@@ -7,7 +7,7 @@ use crate::metrics::window::StatsWindow;
 use crate::metrics::Metrics;
 use crate::server::capacity::Admission;
 use crate::server::error::ApiError;
-use crate::server::pool::{Lease, ModelPool};
+use crate::server::registry::{Lease, ModelRegistry};
 use crate::server::responses::store::ResponseStore;
 pub use crate::server::runtime::{has_chatml_markers, Runtime, RuntimeError};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -38,7 +38,7 @@ pub struct AppState {
 struct Shared {
     admission: Arc<Admission>,
     settings: ServerSettings,
-    pool: Arc<ModelPool>,
+    registry: Arc<ModelRegistry>,
     created: u64,
     api_keys: Vec<String>,
     /// The models loaded at start-up are (the server is past [`ServerPhase::Loading`]).
@@ -50,10 +50,14 @@ struct Shared {
 }
 
 impl AppState {
-    /// The server over `pool` (its first model is the default one); `api_keys` empty means
+    /// The server over `registry` (its first model is the default one); `api_keys` empty means
     /// no authentication. Each model's metrics and stats window are fed by its engine; the
     /// HTTP middleware counts on the default model's.
-    pub fn new(settings: ServerSettings, pool: Arc<ModelPool>, api_keys: Vec<String>) -> Self {
+    pub fn new(
+        settings: ServerSettings,
+        registry: Arc<ModelRegistry>,
+        api_keys: Vec<String>,
+    ) -> Self {
         AppState {
             inner: Arc::new(Shared {
                 responses: ResponseStore::new(
@@ -65,7 +69,7 @@ impl AppState {
                     settings.max_body_bytes_in_flight,
                 )),
                 settings,
-                pool,
+                registry,
                 created: unix_now(),
                 api_keys,
                 started: AtomicBool::new(false),
@@ -84,8 +88,8 @@ impl AppState {
         &self.inner.admission
     }
 
-    pub fn pool(&self) -> &Arc<ModelPool> {
-        &self.inner.pool
+    pub fn registry(&self) -> &Arc<ModelRegistry> {
+        &self.inner.registry
     }
 
     /// The stored responses of `/v1/responses`.
@@ -95,22 +99,22 @@ impl AppState {
 
     /// The default model's metrics (where HTTP requests are counted).
     pub fn metrics(&self) -> &Metrics {
-        &self.inner.pool.model(0).metrics
+        &self.inner.registry.model(0).metrics
     }
 
     /// The default model's stats window.
     pub fn stats(&self) -> &StatsWindow {
-        &self.inner.pool.model(0).stats
+        &self.inner.registry.model(0).stats
     }
 
     /// Every served id and alias, model by model.
     pub fn model_ids(&self) -> Vec<String> {
-        self.inner.pool.routes().all()
+        self.inner.registry.routes().all()
     }
 
     /// The default model's id.
     pub fn model_id(&self) -> &str {
-        self.inner.pool.routes().id(0)
+        self.inner.registry.routes().id(0)
     }
 
     /// When the server started (unix seconds): the models' `created`.
@@ -129,7 +133,7 @@ impl AppState {
 
     /// The default model's engine when it is loaded, whatever the phase.
     pub fn loaded(&self) -> Option<Arc<Runtime>> {
-        self.inner.pool.loaded(0)
+        self.inner.registry.loaded(0)
     }
 
     pub fn start_draining(&self) {
@@ -143,7 +147,7 @@ impl AppState {
         if !self.inner.started.load(Ordering::Acquire) {
             return ServerPhase::Loading;
         }
-        let loaded = self.inner.pool.all_loaded();
+        let loaded = self.inner.registry.all_loaded();
         if loaded.iter().any(|(_, rt)| !rt.engine.is_healthy()) {
             ServerPhase::Failed
         } else if loaded.iter().any(|(_, rt)| !rt.engine.is_ready()) {
@@ -176,11 +180,11 @@ impl AppState {
     /// picks one once its body is read).
     pub fn single_runtime(&self) -> Result<Option<Arc<Runtime>>, ApiError> {
         self.check_serving()?;
-        if self.inner.pool.len() != 1 {
+        if self.inner.registry.len() != 1 {
             return Ok(None);
         }
         // None when unloaded after its keep-alive: the request loads it again.
-        Ok(self.inner.pool.loaded(0))
+        Ok(self.inner.registry.loaded(0))
     }
 
     /// The model `model` names (None: the default), leased for the request: 503 unless the
@@ -188,8 +192,8 @@ impl AppState {
     /// model is loaded first (the request waits, bounded by `server.models_load_timeout`).
     pub async fn lease(&self, model: Option<&str>) -> Result<Lease, ApiError> {
         self.check_serving()?;
-        let i = self.inner.pool.routes().resolve(model)?;
-        let lease = self.inner.pool.acquire(i).await?;
+        let i = self.inner.registry.routes().resolve(model)?;
+        let lease = self.inner.registry.acquire(i).await?;
         if !lease.runtime().engine.is_healthy() {
             return Err(ApiError::Unavailable(
                 "the inference engine failed and could not be rebuilt; the server must be restarted"

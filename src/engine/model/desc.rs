@@ -14,8 +14,8 @@ use crate::gguf::GgufFile;
 
 /// Per layer: which RoPE table applies and how far back attention sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LayerConfig {
-    /// Index into [`LlamaConfig::ropes`]; `None` on a layer without RoPE (NoPE).
+pub struct LayerDesc {
+    /// Index into [`ModelDesc::ropes`]; `None` on a layer without RoPE (NoPE).
     pub rope: Option<usize>,
     /// Sliding window: a query at position `p` attends to `p - w + 1 ..= p`; `None` = all.
     pub window: Option<usize>,
@@ -23,7 +23,7 @@ pub struct LayerConfig {
 
 /// Everything the forward pass needs to know about a model.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LlamaConfig {
+pub struct ModelDesc {
     pub arch: Arch,
     /// The architecture and its variant in words (`HParams::variant`).
     pub variant: String,
@@ -43,7 +43,7 @@ pub struct LlamaConfig {
     pub rope: RopeTable,
     /// The distinct RoPE tables: `[global]` or `[global, local]` (gemma's local layers).
     pub ropes: Vec<RopeTable>,
-    pub layers: Vec<LayerConfig>,
+    pub layers: Vec<LayerDesc>,
     /// The LongRoPE factors (`rope_factors_long` when true, else `_short`) if the file has them:
     /// chosen, as llama.cpp does, by whether the served context exceeds the original one.
     pub long_rope_factors: bool,
@@ -111,9 +111,9 @@ fn rope_table(
     }
 }
 
-impl LlamaConfig {
+impl ModelDesc {
     /// The forward-pass description of `hp`.
-    pub fn from_hparams(hp: &HParams) -> Result<LlamaConfig, EngineError> {
+    pub fn from_hparams(hp: &HParams) -> Result<ModelDesc, EngineError> {
         let rope_dim = hp.rope_dim as usize;
         if rope_dim == 0 || !rope_dim.is_multiple_of(2) || rope_dim > hp.head_dim as usize {
             return Err(EngineError::BadHParam {
@@ -152,7 +152,7 @@ impl LlamaConfig {
         let layers = (0..hp.n_layer as usize)
             .map(|il| {
                 let local = hp.sliding_window.as_ref().is_some_and(|w| w.local[il]);
-                LayerConfig {
+                LayerDesc {
                     rope: hp.rope_layers[il].then_some(usize::from(local)),
                     window: hp
                         .sliding_window
@@ -162,7 +162,7 @@ impl LlamaConfig {
                 }
             })
             .collect();
-        Ok(LlamaConfig {
+        Ok(ModelDesc {
             arch: hp.arch,
             variant: hp.variant(),
             n_layer: hp.n_layer as usize,
@@ -195,8 +195,8 @@ impl LlamaConfig {
     }
 
     /// Reads the hyper-parameters of `file` and derives the description.
-    pub fn from_gguf(file: &GgufFile) -> Result<LlamaConfig, EngineError> {
-        LlamaConfig::from_hparams(&HParams::from_gguf(file)?)
+    pub fn from_gguf(file: &GgufFile) -> Result<ModelDesc, EngineError> {
+        ModelDesc::from_hparams(&HParams::from_gguf(file)?)
     }
 
     /// The largest sliding window of any layer, `None` when every layer attends to everything.
