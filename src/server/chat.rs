@@ -1,7 +1,6 @@
 //! `POST /v1/chat/completions`: render the conversation, generate, answer as one JSON
 //! object or as a stream of `chat.completion.chunk`s (see [`crate::server::sse`]).
 
-use crate::random::random_id;
 use crate::scheduler::{FinishReason, PromptOutput, TokenLogprob};
 use crate::server::app_state::{AppState, Runtime};
 use crate::server::body::JsonBody;
@@ -10,16 +9,17 @@ use crate::server::generation_fields::{Fields, SamplingPlan};
 use crate::server::logprobs::chat_entries;
 use crate::server::openapi::errors::GenerationErrors;
 use crate::server::output_constraint::{self as shapes, Shape};
+use crate::server::reply::{call_id, reply_parts, reply_syntax};
 use crate::server::session::{Job, Meta, Session};
 use crate::server::sse::{json_event, ChunkWriter};
 use crate::server::types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
-    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, FunctionCall,
-    FunctionCallDelta, TimingsBody, ToolCall, ToolCallDelta, UsageBody,
+    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, FunctionCallDelta,
+    TimingsBody, ToolCallDelta, UsageBody,
 };
-use crate::structured::reasoning::{self, ReasoningSplit, ThinkStart};
+use crate::structured::reasoning::ReasoningSplit;
 use crate::structured::syntax::SyntaxTokens;
-use crate::structured::tools::{CallReading, ToolDelta, ToolFormat, ToolStream};
+use crate::structured::tools::{ToolDelta, ToolFormat, ToolStream};
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
@@ -154,104 +154,12 @@ fn request_shape(req: &ChatCompletionRequest) -> Result<Shape, ApiError> {
     }
 }
 
-/// A new tool call id: `call_` and 24 hex digits, or for Mistral templates (which check)
-/// 9 alphanumeric characters.
-fn call_id(format: ToolFormat) -> String {
-    match format {
-        ToolFormat::Mistral => random_id("").chars().take(9).collect(),
-        _ => random_id("call_"),
-    }
-}
-
 /// `finish_reason`: a reply that made calls and ended by itself is `tool_calls`.
 fn finish_reason(reason: FinishReason, called: bool) -> String {
     match reason {
         FinishReason::Stop if called => "tool_calls".to_string(),
         other => other.as_str().to_string(),
     }
-}
-
-/// The syntax tokens a reply is read for: the reasoning tags (when the template writes them)
-/// and the tool-call format's.
-pub(crate) fn reply_syntax(rt: &Runtime, read_calls: Option<CallReading>) -> SyntaxTokens {
-    let mut texts: Vec<&'static str> = Vec::new();
-    if rt.reasoning {
-        texts.extend([reasoning::OPEN, reasoning::CLOSE]);
-    }
-    if let Some(r) = read_calls {
-        texts.extend_from_slice(r.format.trigger_texts());
-    }
-    SyntaxTokens::new(Arc::clone(&rt.tokenizer), &texts)
-}
-
-/// A whole reply's reasoning, content and calls: what the streamed readers send, so the two
-/// agree.
-pub(crate) fn reply_parts(
-    rt: &Runtime,
-    read_calls: Option<CallReading>,
-    think: Option<ThinkStart>,
-    ids: &[u32],
-    text: String,
-) -> (Option<String>, Option<String>, Option<Vec<ToolCall>>) {
-    let Some(start) = think else {
-        return match read_calls {
-            Some(f) => {
-                let (content, calls) = reply_calls(f, rt, ToolInput::Tokens(ids, &text));
-                (None, content, calls)
-            }
-            None => (None, Some(text), None),
-        };
-    };
-    let full = reply_syntax(rt, read_calls).text(ids, &text).into_owned();
-    let parts = reasoning::split(start, &full);
-    let (content, calls) = match read_calls {
-        Some(f) => reply_calls(f, rt, ToolInput::Text(&parts.content)),
-        None => (Some(parts.content), None),
-    };
-    let reasoning = (!parts.reasoning.is_empty()).then_some(parts.reasoning);
-    (reasoning, content, calls)
-}
-
-/// A reply as the tool reader takes it: token ids with their shown text, or text that has
-/// the format's control tokens in place already.
-enum ToolInput<'a> {
-    Tokens(&'a [u32], &'a str),
-    Text(&'a str),
-}
-
-/// The content and calls of a whole reply: what the streamed reader sends, so the two agree.
-/// A call cut short (`finish_reason: "length"`) is returned as far as it got.
-fn reply_calls(
-    reading: CallReading,
-    rt: &Runtime,
-    input: ToolInput<'_>,
-) -> (Option<String>, Option<Vec<ToolCall>>) {
-    let format = reading.format;
-    let mut reader = ToolStream::new(format, reading.forced, Arc::clone(&rt.tokenizer));
-    match input {
-        ToolInput::Tokens(ids, text) => reader.push(ids, text),
-        ToolInput::Text(text) => reader.push_text(text),
-    };
-    let (_, reply) = reader.finish();
-    let calls: Vec<ToolCall> = reply
-        .calls
-        .into_iter()
-        .filter_map(|c| {
-            Some(ToolCall {
-                id: call_id(format),
-                kind: "function".to_string(),
-                function: FunctionCall {
-                    name: c.name?,
-                    arguments: c.arguments,
-                },
-            })
-        })
-        .collect();
-    if calls.is_empty() {
-        return (Some(reply.content), None);
-    }
-    let content = (!reply.content.is_empty()).then_some(reply.content);
-    (content, Some(calls))
 }
 
 /// Chat's chunks.

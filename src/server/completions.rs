@@ -3,26 +3,23 @@
 
 use crate::scheduler::{FinishReason, PromptOutput, TokenLogprob};
 use crate::server::app_state::{AppState, Runtime};
-use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
 use crate::server::generation_fields::{Fields, SamplingPlan};
 use crate::server::logprobs::CompletionLogprobBuilder;
+use crate::server::offload::blocking;
 use crate::server::openapi::errors::GenerationErrors;
+use crate::server::raw_prompt::{tokenize, MAX_PROMPTS};
 use crate::server::session::{Job, Meta, Session};
 use crate::server::sse::{json_event, ChunkWriter};
 use crate::server::types::{
-    CompletionChoice, CompletionRequest, CompletionResponse, OnePrompt, TimingsBody, UsageBody,
+    CompletionChoice, CompletionRequest, CompletionResponse, TimingsBody, UsageBody,
 };
-use crate::tokenizer::Tokenizer;
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::sync::Arc;
-
-/// Most prompts in one request (each is its own engine request).
-pub const MAX_PROMPTS: usize = 64;
 
 fn fields(r: &CompletionRequest) -> Fields<'_> {
     let mut f = Fields::shared(&r.sampling);
@@ -31,57 +28,6 @@ fn fields(r: &CompletionRequest) -> Fields<'_> {
     f.top_logprobs = r.logprobs;
     f.top_logprobs_param = "logprobs";
     f
-}
-
-/// A prompt's token ids and its text (for `echo`).
-pub(crate) struct Tokenized {
-    pub ids: Vec<u32>,
-    pub text: String,
-}
-
-/// Tokenizes (text: with BOS as the vocabulary asks and control tokens parsed, since the
-/// whole prompt is the client's own) or checks the ids against the vocabulary.
-/// `param` names the request field in errors.
-pub(crate) fn tokenize(
-    tok: &Tokenizer,
-    prompts: Vec<OnePrompt>,
-    param: &'static str,
-) -> Result<Vec<Tokenized>, ApiError> {
-    let n_vocab = tok.n_vocab();
-    prompts
-        .into_iter()
-        .enumerate()
-        .map(|(i, p)| match p {
-            OnePrompt::Text(text) => {
-                if text.contains('\0') {
-                    return Err(ApiError::bad(param, format!("the {param} must not contain NUL characters")));
-                }
-                Ok(Tokenized {
-                    ids: tok.encode(&text, true, true),
-                    text,
-                })
-            }
-            OnePrompt::Ids(raw) => {
-                let mut ids = Vec::with_capacity(raw.len());
-                for v in raw {
-                    match u32::try_from(v) {
-                        Ok(id) if (id as usize) < n_vocab => ids.push(id),
-                        _ => {
-                            return Err(ApiError::bad(
-                                param,
-                                format!("{param} {i}: token id {v} is outside the vocabulary of {n_vocab} tokens"),
-                            ))
-                        }
-                    }
-                }
-                let bytes: Vec<u8> = ids.iter().flat_map(|&id| tok.token_to_piece(id).to_vec()).collect();
-                Ok(Tokenized {
-                    text: String::from_utf8_lossy(&bytes).into_owned(),
-                    ids,
-                })
-            }
-        })
-        .collect()
 }
 
 /// Creates a completion for each prompt.

@@ -7,11 +7,11 @@
 
 use crate::scheduler::{Pooling, PoolingType, PromptOutput};
 use crate::server::app_state::AppState;
-use crate::server::blocking;
 use crate::server::body::JsonBody;
-use crate::server::completions::{tokenize, MAX_PROMPTS};
 use crate::server::error::ApiError;
+use crate::server::offload::blocking;
 use crate::server::openapi::errors::GenerationErrors;
+use crate::server::raw_prompt::{tokenize, MAX_PROMPTS};
 use crate::server::session::Session;
 use crate::server::types::{
     EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, EmbeddingVector,

@@ -15,9 +15,9 @@
 use crate::random::random_id;
 use crate::scheduler::{PromptOutput, TokenLogprob};
 use crate::server::app_state::{AppState, Runtime};
-use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
+use crate::server::offload::blocking;
 use crate::server::openapi::errors::GenerationErrors;
 use crate::server::prompt::render_chat;
 use crate::server::session::Session;

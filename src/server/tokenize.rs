@@ -2,9 +2,9 @@
 //! tokenizer over HTTP. `messages` are tokenized exactly as a chat request's prompt is.
 
 use crate::server::app_state::AppState;
-use crate::server::blocking;
 use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
+use crate::server::offload::blocking;
 use crate::server::openapi::errors::PromptErrors;
 use crate::server::prompt;
 use crate::server::types::{
