@@ -8,7 +8,7 @@ use crate::metrics::Metrics;
 use crate::server::capacity::Admission;
 use crate::server::error::ApiError;
 use crate::server::registry::{Lease, ModelRegistry};
-use crate::server::responses::store::ResponseStore;
+use crate::server::response_store::ResponseStore;
 pub use crate::server::runtime::{has_chatml_markers, Runtime, RuntimeError};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -48,6 +48,7 @@ pub mod registry;
 mod reply;
 pub mod request_id;
 pub mod rerank;
+pub mod response_store;
 pub mod responses;
 pub mod runtime;
 mod serve;

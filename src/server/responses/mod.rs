@@ -11,7 +11,6 @@
 
 pub mod convert;
 pub mod items;
-pub mod store;
 pub mod stream;
 
 use crate::random::random_id;
@@ -23,6 +22,7 @@ use crate::server::generation_fields::{Fields, SamplingPlan};
 use crate::server::logprobs::chat_entries;
 use crate::server::openapi::errors::GenerationErrors;
 use crate::server::reply::reply_parts;
+use crate::server::response_store::{Stored, Turn};
 use crate::server::session::{Job, Meta, Session};
 use crate::server::types::responses::*;
 use crate::server::types::{ChatMessage, ErrorResponse, UsageBody};
@@ -31,7 +31,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use convert::{convert, output_message};
 use std::sync::Arc;
-use store::{Stored, Turn};
 use stream::ResponsesWriter;
 
 /// How a response ended.

@@ -20,7 +20,7 @@ use crate::server::app_state::{AppState, Runtime};
 use crate::server::error::ApiError;
 use crate::server::logprobs::chat_entries;
 use crate::server::reply::reply_syntax;
-use crate::server::responses::store::Stored;
+use crate::server::response_store::Stored;
 use crate::server::sse::{json_event, ChunkWriter};
 use crate::server::types::responses::*;
 use crate::server::types::{ChatTokenLogprob, TimingsBody, UsageBody};
