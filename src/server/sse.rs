@@ -33,9 +33,17 @@ use tokio::time::Instant;
 pub trait ChunkWriter: Send + 'static {
     /// Events sent before any token.
     fn opening(&mut self) -> Vec<SseEvent>;
-    /// New text and logprobs of a choice; None when there is nothing to send.
-    fn delta(&mut self, choice: usize, text: String, logprobs: &[TokenLogprob])
-        -> Option<SseEvent>;
+    /// New text and logprobs of a choice as one event; None when there is nothing to send.
+    /// The driver calls [`ChunkWriter::deltas`] only: a writer that overrides it (one delta
+    /// may be several events) need not write this one, which by default sends nothing.
+    fn delta(
+        &mut self,
+        _choice: usize,
+        _text: String,
+        _logprobs: &[TokenLogprob],
+    ) -> Option<SseEvent> {
+        None
+    }
     /// The choice's last chunk.
     fn finished(&mut self, choice: usize, reason: FinishReason) -> SseEvent;
     /// The events for a delta, given its token ids too (a writer that reads tool calls may

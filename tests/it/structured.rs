@@ -96,38 +96,8 @@ fn random_logits_under_the_mask_always_give_valid_json() {
     let g = grammars();
     let tok = tokenizer();
     let c = Constraint::json_schema(g, &person_schema(), "response_format", "person").unwrap();
-    let mut rng = Rng::new(7);
-    let mut scratch = SampleScratch::new();
     for sample in 0..20 {
-        let mut seq = c.sequence();
-        let mut sampler = Sampler::new(&Default::default(), sample, &[]);
-        let mut out = Vec::new();
-        let done = loop {
-            assert!(
-                out.len() < 400,
-                "no end after 400 tokens: {}",
-                tok.decode(&out)
-            );
-            seq.compute_mask();
-            let logits: Vec<f32> = (0..tok.n_vocab())
-                .map(|_| rng.next_f64() as f32 * 8.0)
-                .collect();
-            let id = sampler
-                .sample_masked(&logits, seq.allowed(), &mut scratch)
-                .expect("the mask leaves a candidate")
-                .id;
-            if tok.is_eog(id) {
-                break true;
-            }
-            out.push(id);
-            match seq.commit(id) {
-                Step::Continue => {}
-                Step::Complete => break true,
-                Step::Failed(e) => panic!("{e}"),
-            }
-        };
-        assert!(done);
-        let text = tok.decode(&out);
+        let text = random_walk_with(&tok, &c, sample);
         let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
         check_person(&v);
     }

@@ -28,12 +28,13 @@ use crate::engine::attention::{attend_batch, AttnBatch, AttnParams};
 use crate::engine::batch::SeqInput;
 use crate::engine::hparams::Activation;
 use crate::engine::kv_cache::{KvCache, KvCacheError};
-use crate::engine::matmul::{matmul, matmul_made, warm_next, MatJob};
+use crate::engine::matmul::{matmul, matmul_made, warm_next, MatJob, MatmulScratch};
 use crate::engine::model::loaded::{add_in_place, for_row_pairs, for_rows, Model};
 use crate::engine::ops::{
     geglu, rms_norm, rms_norm_in_place, scale_in_place, softcap_in_place, swiglu,
 };
 use crate::engine::scratch::ForwardScratch;
+use crate::engine::team::Team;
 
 /// `row = rms_norm(row) * w` per `w.len()`-wide head, in place (llama.cpp's q/k norm on the
 /// `[head_dim, n_head]` view).
@@ -43,6 +44,25 @@ fn norm_heads(row: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
+/// `jobs` on `xn[r] = rms_norm(x[row_of(r)]) * norm` for `n` rows (`x` rows `d` wide): the
+/// norm runs in the region that quantizes its rows for the jobs ([`matmul_made`]), and `xn`
+/// holds the normed rows afterwards.
+fn norm_matmul(
+    team: &Team,
+    (x, d, norm, eps): (&[f32], usize, &[f32], f32),
+    row_of: &(dyn Fn(usize) -> usize + Sync),
+    xn: &mut [f32],
+    n: usize,
+    jobs: &mut [MatJob<'_>],
+    mm: &mut MatmulScratch,
+) {
+    let make = |r: usize, row: &mut [f32]| {
+        let t = row_of(r);
+        rms_norm(&x[t * d..(t + 1) * d], norm, eps, row)
+    };
+    matmul_made(team, xn, &make, n, jobs, mm);
+}
+
 /// Mistral3's query temperature at `pos` (llama.cpp computes it in double, stores an f32).
 fn temperature(scale: f32, floor_len: u32, pos: u32) -> f32 {
     let steps = f64::from((pos as f32 / floor_len as f32).floor());
@@ -50,7 +70,8 @@ fn temperature(scale: f32, floor_len: u32, pos: u32) -> f32 {
 }
 
 impl Model {
-    /// The forward pass proper, on the team.
+    /// The forward pass proper, on the team: the embeddings, then per layer its attention
+    /// block and its FFN block, then the LM head for the `n_rows` rows asked for.
     pub(super) fn run(
         &self,
         seqs: &[SeqInput<'_>],
@@ -59,18 +80,25 @@ impl Model {
         kv: &mut KvCache,
         s: &mut ForwardScratch,
     ) -> Result<(), KvCacheError> {
+        self.embed(seqs, n_tok, s);
+        for l in 0..self.weights().layers.len() {
+            self.attention_block(l, seqs, n_tok, kv, s)?;
+            self.ffn_block(l, n_tok, n_rows, s);
+        }
+        if n_rows > 0 {
+            self.lm_head(n_rows, s);
+        }
+        Ok(())
+    }
+
+    /// `s.x` = the token embeddings (the dequantized rows of token_embd, times the family's
+    /// scale); `s.rope` = the RoPE angles, once per token and table for all layers.
+    fn embed(&self, seqs: &[SeqInput<'_>], n_tok: usize, s: &mut ForwardScratch) {
         let c = self.desc();
         let w = self.weights();
-        let (d, hd) = (c.n_embd, c.head_dim);
-        let nq = c.n_head * hd;
-        let nkv = c.n_head_kv * hd;
-        let nf = c.n_ff;
+        let d = c.n_embd;
         let n_rot = c.rope.n_dims;
-        let eps = c.rms_eps;
-        let tok_seq = &s.tok_seq[..n_tok];
-        let tok_pos = &s.tok_pos[..n_tok];
-
-        // Token embeddings: the dequantized rows of token_embd (times the family's scale).
+        let (tok_seq, tok_pos) = (&s.tok_seq[..n_tok], &s.tok_pos[..n_tok]);
         let mut tok_ids = tok_seq.iter().zip(tok_pos).map(|(&sq, &p)| {
             let q = &seqs[sq as usize];
             q.tokens[p as usize - q.start_pos]
@@ -83,263 +111,274 @@ impl Model {
             }
         }
         self.trace("inp_embd", None, &s.x[..n_tok * d]);
-        // RoPE angles, once per token and table for all layers.
         for (ri, rope) in c.ropes.iter().enumerate() {
             let buf = &mut s.rope[ri * n_tok * n_rot..(ri + 1) * n_tok * n_rot];
             for_rows(&self.team, buf, n_rot, n_tok, |t, row| {
                 rope.fill(tok_pos[t] as usize, row)
             });
         }
+    }
 
-        for (l, lw) in w.layers.iter().enumerate() {
-            let lt = Some(l);
-            let lc = c.layers[l];
-            // Attention block.
-            // Each matmul below first names the one after it: the idle threads prefetch its
-            // first bytes meanwhile (attention and the serial work leave the bus idle).
-            warm_next(&self.team, n_tok, &lw.wo);
-            // The norm runs in the region that quantizes its rows for Q, K, V.
-            let x = &s.x;
-            let norm = |t: usize, row: &mut [f32]| {
-                rms_norm(&x[t * d..(t + 1) * d], &lw.attn_norm, eps, row)
-            };
-            matmul_made(
-                &self.team,
-                &mut s.xn,
-                &norm,
-                n_tok,
-                &mut [
-                    MatJob {
-                        w: &lw.wq,
-                        out: &mut s.q,
-                    },
-                    MatJob {
-                        w: &lw.wk,
-                        out: &mut s.k,
-                    },
-                    MatJob {
-                        w: &lw.wv,
-                        out: &mut s.v,
-                    },
-                ],
-                &mut s.mm,
-            );
-            self.trace("attn_norm", lt, &s.xn[..n_tok * d]);
-            self.trace("q_mm", lt, &s.q[..n_tok * nq]);
-            self.trace("k_mm", lt, &s.k[..n_tok * nkv]);
-            let rope = lc.rope.map(|ri| {
-                (
-                    &c.ropes[ri],
-                    &s.rope[ri * n_tok * n_rot..(ri + 1) * n_tok * n_rot],
-                )
-            });
-            // Q's and K's bias, head norm and RoPE: one region for both.
-            for_row_pairs(
-                &self.team,
-                (&mut s.q, nq),
-                (&mut s.k, nkv),
-                n_tok,
-                |t, row, krow| {
-                    // Bias, head norm and RoPE, the same for a q row and a k row.
-                    let shared =
-                        |x: &mut [f32], bias: &Option<Vec<f32>>, norm: &Option<Vec<f32>>| {
-                            if let Some(b) = bias {
-                                add_in_place(x, b);
-                            }
-                            if let Some(nw) = norm {
-                                norm_heads(x, nw, eps);
-                            }
-                            if let Some((table, cache)) = rope {
-                                table.apply(&cache[t * n_rot..(t + 1) * n_rot], x, hd);
-                            }
-                        };
-                    shared(row, &lw.bq, &lw.q_norm);
-                    if let Some(qs) = c.q_scale {
-                        scale_in_place(row, qs);
-                    }
-                    if let Some(tmp) = c.attn_temperature {
-                        scale_in_place(row, temperature(tmp.scale, tmp.floor_len, tok_pos[t]));
-                    }
-                    shared(krow, &lw.bk, &lw.k_norm);
+    /// Layer `l`'s attention block: `s.x += Wo attn(norm(s.x))` with the family's biases,
+    /// head norms, RoPE, scales and post-norm; this step's K and V go into `kv` first.
+    fn attention_block(
+        &self,
+        l: usize,
+        seqs: &[SeqInput<'_>],
+        n_tok: usize,
+        kv: &mut KvCache,
+        s: &mut ForwardScratch,
+    ) -> Result<(), KvCacheError> {
+        let c = self.desc();
+        let lw = &self.weights().layers[l];
+        let (d, hd) = (c.n_embd, c.head_dim);
+        let nq = c.n_head * hd;
+        let nkv = c.n_head_kv * hd;
+        let n_rot = c.rope.n_dims;
+        let eps = c.rms_eps;
+        let lt = Some(l);
+        let lc = c.layers[l];
+        let (tok_seq, tok_pos) = (&s.tok_seq[..n_tok], &s.tok_pos[..n_tok]);
+        // Each matmul below first names the one after it: the idle threads prefetch its
+        // first bytes meanwhile (attention and the serial work leave the bus idle).
+        warm_next(&self.team, n_tok, &lw.wo);
+        norm_matmul(
+            &self.team,
+            (&s.x, d, &lw.attn_norm, eps),
+            &|t| t,
+            &mut s.xn,
+            n_tok,
+            &mut [
+                MatJob {
+                    w: &lw.wq,
+                    out: &mut s.q,
                 },
-            );
-            if let Some(b) = &lw.bv {
-                for_rows(&self.team, &mut s.v, nkv, n_tok, |_, row| {
-                    add_in_place(row, b)
-                });
-            }
-            self.trace("q", lt, &s.q[..n_tok * nq]);
-            self.trace("k", lt, &s.k[..n_tok * nkv]);
-            self.trace("v", lt, &s.v[..n_tok * nkv]);
-            for t in 0..n_tok {
-                let q = &seqs[tok_seq[t] as usize];
-                let (kr, vr) = (&s.k[t * nkv..(t + 1) * nkv], &s.v[t * nkv..(t + 1) * nkv]);
-                kv.write(l, q.table, tok_pos[t] as usize, kr, vr)?;
-            }
-            let params = AttnParams {
-                scale: c.kq_scale,
-                softcap: c.attn_softcap,
-                window: lc.window,
-            };
-            let table_of = |i: usize| seqs[i].table;
-            let batch = AttnBatch {
-                tok_seq,
-                tok_pos,
-                table: &table_of,
-                q: &s.q,
-                params: &params,
-            };
-            attend_batch(
-                &self.team,
-                kv,
-                l,
-                &batch,
-                &mut s.attn[..n_tok * nq],
-                &s.attn_scratch,
-                &mut s.attn_plan,
-            )?;
-            self.trace("attn_out", lt, &s.attn[..n_tok * nq]);
-            warm_next(&self.team, n_tok, &lw.w_gate);
-            matmul(
-                &self.team,
-                &s.attn,
-                n_tok,
-                &mut [MatJob {
-                    w: &lw.wo,
-                    out: &mut s.proj,
-                }],
-                &mut s.mm,
-            );
-            self.finish_branch(
-                lw.bo.as_deref(),
-                lw.post_attn_norm.as_deref(),
-                n_tok,
-                &mut s.proj,
-                &mut s.xn,
-            );
-            self.trace("attn_proj", lt, &s.proj[..n_tok * d]);
-            add_in_place(&mut s.x[..n_tok * d], &s.proj[..n_tok * d]);
-            self.trace("ffn_inp", lt, &s.x[..n_tok * d]);
-
-            // Feed-forward block.
-            // The norm runs in the region that quantizes its rows for gate and up.
-            warm_next(&self.team, n_tok, &lw.w_down);
-            let x = &s.x;
-            let norm = |t: usize, row: &mut [f32]| {
-                rms_norm(&x[t * d..(t + 1) * d], &lw.ffn_norm, eps, row)
-            };
-            matmul_made(
-                &self.team,
-                &mut s.xn,
-                &norm,
-                n_tok,
-                &mut [
-                    MatJob {
-                        w: &lw.w_gate,
-                        out: &mut s.gate,
-                    },
-                    MatJob {
-                        w: &lw.w_up,
-                        out: &mut s.up,
-                    },
-                ],
-                &mut s.mm,
-            );
-            self.trace("ffn_norm", lt, &s.xn[..n_tok * d]);
-            if let Some(b) = &lw.b_up {
-                for_rows(&self.team, &mut s.up, nf, n_tok, |_, row| {
-                    add_in_place(row, b)
-                });
-            }
-            if let Some(b) = &lw.b_gate {
-                for_rows(&self.team, &mut s.gate, nf, n_tok, |_, row| {
-                    add_in_place(row, b)
-                });
-            }
-            self.trace("ffn_gate", lt, &s.gate[..n_tok * nf]);
-            self.trace("ffn_up", lt, &s.up[..n_tok * nf]);
-            match w.layers.get(l + 1) {
-                Some(next) => warm_next(&self.team, n_tok, &next.wq),
-                None if n_rows > 0 => warm_next(&self.team, n_rows, &w.output),
-                None => self.team.warm().clear(),
-            }
-            // The activation runs in the region that quantizes its rows for down.
-            let (gate, up) = (&s.gate, &s.up);
-            let act = c.activation;
-            let activate = |t: usize, row: &mut [f32]| {
-                let (g, u) = (&gate[t * nf..(t + 1) * nf], &up[t * nf..(t + 1) * nf]);
-                match act {
-                    Activation::Silu => swiglu(g, u, row),
-                    Activation::Gelu => geglu(g, u, row),
-                }
-            };
-            matmul_made(
-                &self.team,
-                &mut s.xn,
-                &activate,
-                n_tok,
-                &mut [MatJob {
-                    w: &lw.w_down,
-                    out: &mut s.proj,
-                }],
-                &mut s.mm,
-            );
-            self.trace("ffn_act", lt, &s.xn[..n_tok * nf]);
-            self.finish_branch(
-                lw.b_down.as_deref(),
-                lw.post_ffn_norm.as_deref(),
-                n_tok,
-                &mut s.proj,
-                &mut s.xn,
-            );
-            self.trace("ffn_out", lt, &s.proj[..n_tok * d]);
-            add_in_place(&mut s.x[..n_tok * d], &s.proj[..n_tok * d]);
-            self.trace("l_out", lt, &s.x[..n_tok * d]);
-        }
-
-        // Final norm and LM head, only for the rows asked for.
-        if n_rows > 0 {
-            // The next step starts with the first layer's Q (its embedding lookup and norm
-            // run on the caller).
-            if let Some(first) = w.layers.first() {
-                warm_next(&self.team, n_rows, &first.wq);
-            }
-            // The final norm runs in the region that quantizes its rows for the LM head.
-            let (x, logit_tok) = (&s.x, &s.logit_tok);
-            let norm = |r: usize, row: &mut [f32]| {
-                let t = logit_tok[r] as usize;
-                rms_norm(&x[t * d..(t + 1) * d], &w.output_norm, eps, row)
-            };
-            matmul_made(
-                &self.team,
-                &mut s.out_norm,
-                &norm,
-                n_rows,
-                &mut [MatJob {
-                    w: &w.output,
-                    out: &mut s.logits,
-                }],
-                &mut s.mm,
-            );
-            self.trace("result_norm", None, &s.out_norm[..n_rows * d]);
-            let nv = c.n_vocab;
-            if w.output_bias.is_some() || c.logit_scale.is_some() || c.final_softcap.is_some() {
-                let bias = w.output_bias.as_deref();
-                for_rows(&self.team, &mut s.logits, nv, n_rows, |_, row| {
+                MatJob {
+                    w: &lw.wk,
+                    out: &mut s.k,
+                },
+                MatJob {
+                    w: &lw.wv,
+                    out: &mut s.v,
+                },
+            ],
+            &mut s.mm,
+        );
+        self.trace("attn_norm", lt, &s.xn[..n_tok * d]);
+        self.trace("q_mm", lt, &s.q[..n_tok * nq]);
+        self.trace("k_mm", lt, &s.k[..n_tok * nkv]);
+        let rope = lc.rope.map(|ri| {
+            (
+                &c.ropes[ri],
+                &s.rope[ri * n_tok * n_rot..(ri + 1) * n_tok * n_rot],
+            )
+        });
+        // Q's and K's bias, head norm and RoPE: one region for both.
+        for_row_pairs(
+            &self.team,
+            (&mut s.q, nq),
+            (&mut s.k, nkv),
+            n_tok,
+            |t, row, krow| {
+                // Bias, head norm and RoPE, the same for a q row and a k row.
+                let shared = |x: &mut [f32], bias: &Option<Vec<f32>>, norm: &Option<Vec<f32>>| {
                     if let Some(b) = bias {
-                        add_in_place(row, b);
+                        add_in_place(x, b);
                     }
-                    if let Some(ls) = c.logit_scale {
-                        scale_in_place(row, 1.0 / ls);
+                    if let Some(nw) = norm {
+                        norm_heads(x, nw, eps);
                     }
-                    if let Some(cap) = c.final_softcap {
-                        softcap_in_place(row, cap);
+                    if let Some((table, cache)) = rope {
+                        table.apply(&cache[t * n_rot..(t + 1) * n_rot], x, hd);
                     }
-                });
-            }
-            self.trace("result_output", None, &s.logits[..n_rows * nv]);
+                };
+                shared(row, &lw.bq, &lw.q_norm);
+                if let Some(qs) = c.q_scale {
+                    scale_in_place(row, qs);
+                }
+                if let Some(tmp) = c.attn_temperature {
+                    scale_in_place(row, temperature(tmp.scale, tmp.floor_len, tok_pos[t]));
+                }
+                shared(krow, &lw.bk, &lw.k_norm);
+            },
+        );
+        if let Some(b) = &lw.bv {
+            for_rows(&self.team, &mut s.v, nkv, n_tok, |_, row| {
+                add_in_place(row, b)
+            });
         }
+        self.trace("q", lt, &s.q[..n_tok * nq]);
+        self.trace("k", lt, &s.k[..n_tok * nkv]);
+        self.trace("v", lt, &s.v[..n_tok * nkv]);
+        for t in 0..n_tok {
+            let q = &seqs[tok_seq[t] as usize];
+            let (kr, vr) = (&s.k[t * nkv..(t + 1) * nkv], &s.v[t * nkv..(t + 1) * nkv]);
+            kv.write(l, q.table, tok_pos[t] as usize, kr, vr)?;
+        }
+        let params = AttnParams {
+            scale: c.kq_scale,
+            softcap: c.attn_softcap,
+            window: lc.window,
+        };
+        let table_of = |i: usize| seqs[i].table;
+        let batch = AttnBatch {
+            tok_seq,
+            tok_pos,
+            table: &table_of,
+            q: &s.q,
+            params: &params,
+        };
+        attend_batch(
+            &self.team,
+            kv,
+            l,
+            &batch,
+            &mut s.attn[..n_tok * nq],
+            &s.attn_scratch,
+            &mut s.attn_plan,
+        )?;
+        self.trace("attn_out", lt, &s.attn[..n_tok * nq]);
+        warm_next(&self.team, n_tok, &lw.w_gate);
+        matmul(
+            &self.team,
+            &s.attn,
+            n_tok,
+            &mut [MatJob {
+                w: &lw.wo,
+                out: &mut s.proj,
+            }],
+            &mut s.mm,
+        );
+        self.finish_branch(
+            lw.bo.as_deref(),
+            lw.post_attn_norm.as_deref(),
+            n_tok,
+            &mut s.proj,
+            &mut s.xn,
+        );
+        self.trace("attn_proj", lt, &s.proj[..n_tok * d]);
+        add_in_place(&mut s.x[..n_tok * d], &s.proj[..n_tok * d]);
+        self.trace("ffn_inp", lt, &s.x[..n_tok * d]);
         Ok(())
+    }
+
+    /// Layer `l`'s dense FFN block: `s.x += Wdown act(Wgate m, Wup m)`, `m = norm(s.x)`, with
+    /// the family's biases and post-norm. Names the next layer's first matmul (or the LM
+    /// head's) for the idle threads to prefetch.
+    fn ffn_block(&self, l: usize, n_tok: usize, n_rows: usize, s: &mut ForwardScratch) {
+        let c = self.desc();
+        let w = self.weights();
+        let lw = &w.layers[l];
+        let d = c.n_embd;
+        let nf = c.n_ff;
+        let lt = Some(l);
+        warm_next(&self.team, n_tok, &lw.w_down);
+        norm_matmul(
+            &self.team,
+            (&s.x, d, &lw.ffn_norm, c.rms_eps),
+            &|t| t,
+            &mut s.xn,
+            n_tok,
+            &mut [
+                MatJob {
+                    w: &lw.w_gate,
+                    out: &mut s.gate,
+                },
+                MatJob {
+                    w: &lw.w_up,
+                    out: &mut s.up,
+                },
+            ],
+            &mut s.mm,
+        );
+        self.trace("ffn_norm", lt, &s.xn[..n_tok * d]);
+        for (bias, buf) in [(&lw.b_up, &mut s.up), (&lw.b_gate, &mut s.gate)] {
+            if let Some(b) = bias {
+                for_rows(&self.team, buf, nf, n_tok, |_, row| add_in_place(row, b));
+            }
+        }
+        self.trace("ffn_gate", lt, &s.gate[..n_tok * nf]);
+        self.trace("ffn_up", lt, &s.up[..n_tok * nf]);
+        match w.layers.get(l + 1) {
+            Some(next) => warm_next(&self.team, n_tok, &next.wq),
+            None if n_rows > 0 => warm_next(&self.team, n_rows, &w.output),
+            None => self.team.warm().clear(),
+        }
+        // The activation runs in the region that quantizes its rows for down.
+        let (gate, up) = (&s.gate, &s.up);
+        let act = c.activation;
+        let activate = |t: usize, row: &mut [f32]| {
+            let (g, u) = (&gate[t * nf..(t + 1) * nf], &up[t * nf..(t + 1) * nf]);
+            match act {
+                Activation::Silu => swiglu(g, u, row),
+                Activation::Gelu => geglu(g, u, row),
+            }
+        };
+        matmul_made(
+            &self.team,
+            &mut s.xn,
+            &activate,
+            n_tok,
+            &mut [MatJob {
+                w: &lw.w_down,
+                out: &mut s.proj,
+            }],
+            &mut s.mm,
+        );
+        self.trace("ffn_act", lt, &s.xn[..n_tok * nf]);
+        self.finish_branch(
+            lw.b_down.as_deref(),
+            lw.post_ffn_norm.as_deref(),
+            n_tok,
+            &mut s.proj,
+            &mut s.xn,
+        );
+        self.trace("ffn_out", lt, &s.proj[..n_tok * d]);
+        add_in_place(&mut s.x[..n_tok * d], &s.proj[..n_tok * d]);
+        self.trace("l_out", lt, &s.x[..n_tok * d]);
+    }
+
+    /// The final norm and the LM head for the `n_rows` rows asked for (`s.logit_tok` names
+    /// their tokens), then the output bias, logit scale and final softcap.
+    fn lm_head(&self, n_rows: usize, s: &mut ForwardScratch) {
+        let c = self.desc();
+        let w = self.weights();
+        let d = c.n_embd;
+        // The next step starts with the first layer's Q (its embedding lookup and norm run on
+        // the caller).
+        if let Some(first) = w.layers.first() {
+            warm_next(&self.team, n_rows, &first.wq);
+        }
+        let logit_tok = &s.logit_tok;
+        norm_matmul(
+            &self.team,
+            (&s.x, d, &w.output_norm, c.rms_eps),
+            &|r| logit_tok[r] as usize,
+            &mut s.out_norm,
+            n_rows,
+            &mut [MatJob {
+                w: &w.output,
+                out: &mut s.logits,
+            }],
+            &mut s.mm,
+        );
+        self.trace("result_norm", None, &s.out_norm[..n_rows * d]);
+        let nv = c.n_vocab;
+        if w.output_bias.is_some() || c.logit_scale.is_some() || c.final_softcap.is_some() {
+            let bias = w.output_bias.as_deref();
+            for_rows(&self.team, &mut s.logits, nv, n_rows, |_, row| {
+                if let Some(b) = bias {
+                    add_in_place(row, b);
+                }
+                if let Some(ls) = c.logit_scale {
+                    scale_in_place(row, 1.0 / ls);
+                }
+                if let Some(cap) = c.final_softcap {
+                    softcap_in_place(row, cap);
+                }
+            });
+        }
+        self.trace("result_output", None, &s.logits[..n_rows * nv]);
     }
 
     /// The end of an attention or FFN branch in `s.proj`: its output bias, its post-norm

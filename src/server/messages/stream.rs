@@ -187,14 +187,6 @@ impl ChunkWriter for MessagesWriter {
         ]
     }
 
-    fn delta(&mut self, _choice: usize, text: String, _lps: &[TokenLogprob]) -> Option<SseEvent> {
-        let mut out = Vec::new();
-        self.text(text, &mut out);
-        // Only called without a tool reader, where one text delta is at most two events;
-        // `deltas` below sends them all.
-        out.pop()
-    }
-
     fn deltas(
         &mut self,
         _choice: usize,

@@ -359,13 +359,6 @@ impl ChunkWriter for ResponsesWriter {
         ]
     }
 
-    fn delta(&mut self, _choice: usize, text: String, _lps: &[TokenLogprob]) -> Option<SseEvent> {
-        // Unused: `deltas` is overridden (one delta can be several events).
-        let mut out = Vec::new();
-        self.content(text, &mut out);
-        out.pop()
-    }
-
     fn deltas(
         &mut self,
         _choice: usize,
