@@ -88,6 +88,13 @@ pub struct Args {
     /// Serve /metrics without an API key (server.metrics_public).
     #[arg(long, env = "KILN_METRICS_PUBLIC", num_args = 0..=1, default_missing_value = "true")]
     metrics_public: Option<bool>,
+    /// The id or alias of the model requests without `model` reach, and with several models
+    /// those naming one not served (server.default_model).
+    #[arg(long, env = "KILN_DEFAULT_MODEL")]
+    default_model: Option<String>,
+    /// A `model` not served is a 404 even when one model is served (server.strict_model_names).
+    #[arg(long, env = "KILN_STRICT_MODEL_NAMES", num_args = 0..=1, default_missing_value = "true")]
+    strict_model_names: Option<bool>,
     /// Testing only: a fault in the engine, STAGE@STEP (stage: forward, sample, emit, commit,
     /// grammar, rebuild, slow-rebuild; the first time the stage is reached in that step or
     /// later). Repeatable.
@@ -197,6 +204,12 @@ impl Args {
         }
         if let Some(v) = self.metrics_public {
             o.push(("server.metrics_public", Value::Boolean(v)));
+        }
+        if let Some(v) = &self.default_model {
+            o.push(("server.default_model", Value::String(v.clone())));
+        }
+        if let Some(v) = self.strict_model_names {
+            o.push(("server.strict_model_names", Value::Boolean(v)));
         }
         Ok(o)
     }
