@@ -9,6 +9,8 @@
   `/infill` with a request shaped like llama.vim's (the editor plugin) against a copy of the
   default model whose GGUF names FIM tokens (written here: the model itself has none, so on the
   shared server `/infill` is the clear 400), `/props`, `/slots` (501), `/apply-template`.
+- llama-server's command line: a launch line with its common flags starts kiln; the flags kiln
+  does not take are named in one error line with kiln's alternative.
 """
 from __future__ import annotations
 
@@ -395,3 +397,51 @@ def test_infill_with_an_editor_plugins_request(fim_server, model_path):
     bad = post(base, "/infill", vim_request(input_extra=[{"filename": 3}]))
     assert bad.status_code == 400, bad.text
 
+
+# --- llama-server's command line ------------------------------------------------------------
+
+
+def test_a_llama_server_launch_line_starts_kiln(model_path, tmp_path):
+    from servers import Server, free_port, kiln_binary, write_config
+    template = tmp_path / "tpl.jinja"
+    template.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}[assistant] {% endif %}")
+    port = free_port()
+    cfg = write_config(tmp_path / "kiln.toml", config())
+    # Exactly how a llama-server launch script spells it, binary swapped.
+    cmd = [str(kiln_binary()), "serve", "--config", str(cfg), "-m", str(model_path),
+           "-c", "4096", "-np", "2", "--host", "127.0.0.1", "--port", str(port), "-t", "1",
+           "--api-key", "sk-llama", "--alias", "my-model", "--chat-template-file",
+           str(template), "--jinja", "-n", "6"]
+    with Server("kiln", cmd, env=dict(__import__("os").environ, KILN_LOG="info"),
+                log_dir=tmp_path) as server:
+        server.base_url = f"http://127.0.0.1:{port}"
+        server.wait_ready("/ready", 60)
+        auth = {"Authorization": "Bearer sk-llama"}
+        assert httpx.get(server.base_url + "/props", timeout=30).status_code == 401
+        props = httpx.get(server.base_url + "/props", headers=auth, timeout=30).json()
+        assert props["model_alias"] == "my-model" and props["total_slots"] == 2
+        assert props["chat_template"] == template.read_text()
+        tpl = httpx.post(server.base_url + "/apply-template", headers=auth, timeout=30,
+                         json={"messages": [{"role": "user", "content": "Hi"}]}).json()
+        assert tpl["prompt"] == "[user] Hi\n[assistant] "
+        # -n: the default number of tokens to predict.
+        r = httpx.post(server.base_url + "/completion", headers=auth, timeout=60,
+                       json={"prompt": "Once upon a time", "ignore_eos": True}).json()
+        assert r["tokens_predicted"] == 6 and r["model"] == "my-model"
+        # -c: the KV cache holds 4096 positions (the effective configuration says so).
+        log = server.log_path.read_text(errors="replace")
+        assert "Positions(4096)" in log, log[-2000:]
+
+
+def test_llama_server_flags_kiln_does_not_take_are_named_in_one_line(model_path):
+    import subprocess
+    from servers import kiln_binary
+    p = subprocess.run([str(kiln_binary()), "serve", "-m", str(model_path), "-ngl", "99",
+                        "--metrics", "-fa", "-ctk", "q8_0", "--port", "0"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    for part in ("-ngl (kiln runs on the CPU only", "--metrics (", "-fa (", "-ctk (--kv-type"):
+        assert part in lines[0], lines[0]
