@@ -87,9 +87,20 @@ const REFUSED: &[(&[&str], bool, &str)] = &[
 /// `args` (a whole command line) with `-np` spelled `--parallel` after `serve`, or the one
 /// line naming every llama-server flag kiln does not take.
 pub fn rewrite(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
-    let Some(serve) = args.iter().position(|a| a == "serve") else {
+    // The subcommand: the first word after the program that is neither a global option nor
+    // the value of one (`--config FILE`, `--log-format text`).
+    let mut i = 1;
+    while let Some(a) = args.get(i).and_then(|a| a.to_str()) {
+        match a {
+            "--config" | "--log-format" => i += 2,
+            _ if a.starts_with('-') => i += 1,
+            _ => break,
+        }
+    }
+    if args.get(i).is_none_or(|a| a != "serve") {
         return Ok(args);
-    };
+    }
+    let serve = i;
     let mut out = args[..=serve].to_vec();
     let mut refused: Vec<String> = Vec::new();
     let mut rest = args[serve + 1..].iter();
@@ -163,6 +174,14 @@ mod tests {
         assert_eq!(
             rewrite(args("kiln bench -np 4")).unwrap(),
             args("kiln bench -np 4")
+        );
+        assert_eq!(
+            rewrite(args("kiln tokenize serve -np")).unwrap(),
+            args("kiln tokenize serve -np")
+        );
+        assert_eq!(
+            rewrite(args("kiln --config k.toml serve -np 2")).unwrap(),
+            args("kiln --config k.toml serve --parallel 2")
         );
         assert_eq!(
             rewrite(args("kiln serve -- -ngl")).unwrap(),
