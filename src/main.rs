@@ -60,7 +60,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // llama-server's command line works for `kiln serve` (see cli::llama_flags).
+    let args = match cli::llama_flags::rewrite(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("kiln serve: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     let format = cli.log_format.map(Into::into);
     // The server starts logging once it has read its configuration (`[log]`); the one-shot
     // commands log only warnings.

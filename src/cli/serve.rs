@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub struct Args {
     /// GGUF model file (model.path). Repeat it to serve several models, each by its file's
     /// stem (replaces [[models]]); the first is the default.
-    #[arg(long, env = "KILN_MODEL")]
+    #[arg(short = 'm', long, env = "KILN_MODEL")]
     model: Vec<PathBuf>,
     /// A directory whose *.gguf files are served too, each loaded on first use
     /// (server.models_dir).
@@ -27,11 +27,12 @@ pub struct Args {
     /// Seconds after which an idle model is unloaded; 0 = never (server.models_keep_alive).
     #[arg(long, env = "KILN_MODELS_KEEP_ALIVE")]
     models_keep_alive: Option<f64>,
-    /// The model id clients use (model.name; default: the file's stem).
-    #[arg(long, env = "KILN_MODEL_NAME")]
+    /// The model id clients use (model.name; default: the file's stem). llama-server: --alias.
+    #[arg(long, visible_alias = "alias", env = "KILN_MODEL_NAME")]
     model_name: Option<String>,
-    /// Chat template (Jinja) overriding the model's (model.chat_template).
-    #[arg(long, env = "KILN_CHAT_TEMPLATE")]
+    /// Chat template (Jinja) overriding the model's (model.chat_template). llama-server:
+    /// --chat-template-file.
+    #[arg(long, visible_alias = "chat-template-file", env = "KILN_CHAT_TEMPLATE")]
     chat_template: Option<PathBuf>,
     /// How /v1/embeddings pools: mean, cls or last (model.pooling; default: the GGUF's
     /// pooling_type, else mean).
@@ -44,7 +45,7 @@ pub struct Args {
     #[arg(long, env = "KILN_PORT")]
     port: Option<u16>,
     /// Threads per engine worker; 0 = the physical cores this process may use, divided among the workers (engine.threads).
-    #[arg(long, env = "KILN_THREADS")]
+    #[arg(short = 't', long, env = "KILN_THREADS")]
     threads: Option<usize>,
     /// Engine workers (engine.workers).
     #[arg(long, env = "KILN_WORKERS")]
@@ -52,11 +53,16 @@ pub struct Args {
     /// KV cache budget: "auto", a size ("512MiB") or positions (engine.kv_cache).
     #[arg(long, env = "KILN_KV_CACHE")]
     kv_cache: Option<String>,
+    /// llama-server's -c/--ctx-size: N positions of KV cache shared by all sequences
+    /// (engine.kv_cache = N); 0 = kiln's automatic size. A request's context is the model's,
+    /// within what the cache holds.
+    #[arg(short = 'c', long = "ctx-size", conflicts_with = "kv_cache")]
+    ctx_size: Option<u64>,
     /// How the KV cache stores K and V: "f16" or "q8_0" (half the memory) (engine.kv_type).
     #[arg(long, env = "KILN_KV_TYPE")]
     kv_type: Option<String>,
-    /// Sequences per step (scheduler.max_num_seqs).
-    #[arg(long, env = "KILN_MAX_NUM_SEQS")]
+    /// Sequences per step (scheduler.max_num_seqs). llama-server: -np/--parallel.
+    #[arg(long, visible_alias = "parallel", env = "KILN_MAX_NUM_SEQS")]
     max_num_seqs: Option<usize>,
     /// Tokens per step (scheduler.max_batch_tokens).
     #[arg(long, env = "KILN_MAX_BATCH_TOKENS")]
@@ -67,8 +73,9 @@ pub struct Args {
     /// Largest request body, e.g. "8MiB" (server.max_body_bytes).
     #[arg(long, env = "KILN_MAX_BODY_BYTES")]
     max_body_bytes: Option<String>,
-    /// Seconds a request may run; 0 = no limit (server.request_timeout).
-    #[arg(long, env = "KILN_REQUEST_TIMEOUT")]
+    /// Seconds a request may run; 0 = no limit (server.request_timeout). llama-server:
+    /// --timeout.
+    #[arg(long, visible_alias = "timeout", env = "KILN_REQUEST_TIMEOUT")]
     request_timeout: Option<f64>,
     /// Seconds requests in flight get to finish on SIGTERM (server.drain_timeout).
     #[arg(long, env = "KILN_DRAIN_TIMEOUT")]
@@ -77,17 +84,37 @@ pub struct Args {
     /// show in process listings.
     #[arg(
         long,
+        visible_alias = "api-key",
         env = "KILN_API_KEYS",
         value_delimiter = ',',
         hide_env_values = true
     )]
     api_keys: Option<Vec<String>>,
-    /// A file of API keys, one per line (server.api_keys_file).
-    #[arg(long, env = "KILN_API_KEYS_FILE")]
+    /// A file of API keys, one per line (server.api_keys_file). llama-server: --api-key-file.
+    #[arg(long, visible_alias = "api-key-file", env = "KILN_API_KEYS_FILE")]
     api_keys_file: Option<PathBuf>,
     /// Serve /metrics without an API key (server.metrics_public).
     #[arg(long, env = "KILN_METRICS_PUBLIC", num_args = 0..=1, default_missing_value = "true")]
     metrics_public: Option<bool>,
+    /// The id or alias of the model requests without `model` reach, and with several models
+    /// those naming one not served (server.default_model).
+    #[arg(long, env = "KILN_DEFAULT_MODEL")]
+    default_model: Option<String>,
+    /// A `model` not served is a 404 even when one model is served (server.strict_model_names).
+    #[arg(long, env = "KILN_STRICT_MODEL_NAMES", num_args = 0..=1, default_missing_value = "true")]
+    strict_model_names: Option<bool>,
+    /// llama-server's -n/--n-predict: max_tokens when a request gives none
+    /// (server.max_tokens_default); -1 keeps kiln's default (lowered to the context left).
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        visible_alias = "predict",
+        allow_negative_numbers = true
+    )]
+    n_predict: Option<i64>,
+    /// llama-server's --jinja: accepted; kiln always renders chat templates as Jinja.
+    #[arg(long)]
+    jinja: bool,
     /// Testing only: a fault in the engine, STAGE@STEP (stage: forward, sample, emit, commit,
     /// grammar, rebuild, slow-rebuild; the first time the stage is reached in that step or
     /// later). Repeatable.
@@ -164,6 +191,17 @@ impl Args {
         if let Some(v) = &self.kv_cache {
             o.push(("engine.kv_cache", size(v)));
         }
+        if let Some(v) = self.ctx_size {
+            // 0 is llama-server's "from the model": kiln's automatic size.
+            let cache = match v {
+                0 => Value::String("auto".to_string()),
+                n => Value::Integer(i64::try_from(n).unwrap_or(i64::MAX)),
+            };
+            o.push(("engine.kv_cache", cache));
+        }
+        if let Some(v) = self.n_predict.filter(|&n| n >= 0) {
+            o.push(("server.max_tokens_default", Value::Integer(v)));
+        }
         if let Some(v) = &self.kv_type {
             o.push(("engine.kv_type", Value::String(v.clone())));
         }
@@ -197,6 +235,12 @@ impl Args {
         }
         if let Some(v) = self.metrics_public {
             o.push(("server.metrics_public", Value::Boolean(v)));
+        }
+        if let Some(v) = &self.default_model {
+            o.push(("server.default_model", Value::String(v.clone())));
+        }
+        if let Some(v) = self.strict_model_names {
+            o.push(("server.strict_model_names", Value::Boolean(v)));
         }
         Ok(o)
     }

@@ -110,6 +110,8 @@ pub(super) struct RawServer {
     pub models_load_timeout: Option<f64>,
     pub responses_store_entries: Option<usize>,
     pub responses_store_ttl: Option<f64>,
+    pub default_model: Option<String>,
+    pub strict_model_names: Option<bool>,
 }
 
 /// `[log]`.

@@ -279,6 +279,12 @@ pub struct ServerSettings {
     pub responses_store_entries: usize,
     /// How long a stored response is kept.
     pub responses_store_ttl: Duration,
+    /// The id or alias of the model requests without `model` reach, and (unless
+    /// `strict_model_names`) those naming a model not served (None: the first served model;
+    /// with one model served, unknown names reach it anyway).
+    pub default_model: Option<String>,
+    /// A `model` no served model has is a 404 even when one model is served.
+    pub strict_model_names: bool,
 }
 
 impl Default for ServerSettings {
@@ -308,6 +314,8 @@ impl Default for ServerSettings {
             models_load_timeout: Duration::from_secs(120),
             responses_store_entries: 1000,
             responses_store_ttl: Duration::from_secs(3600),
+            default_model: None,
+            strict_model_names: false,
         }
     }
 }
@@ -343,6 +351,8 @@ impl std::fmt::Debug for ServerSettings {
             .field("models_load_timeout", &self.models_load_timeout)
             .field("responses_store_entries", &self.responses_store_entries)
             .field("responses_store_ttl", &self.responses_store_ttl)
+            .field("default_model", &self.default_model)
+            .field("strict_model_names", &self.strict_model_names)
             .finish()
     }
 }

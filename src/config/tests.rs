@@ -365,3 +365,19 @@ fn models_dir_budget_and_keep_alive() {
         ["a", "b"]
     );
 }
+
+#[test]
+fn model_name_settings() {
+    let c = Config::parse("").unwrap();
+    assert_eq!(c.server.default_model, None);
+    assert!(!c.server.strict_model_names);
+    let c =
+        Config::parse("[server]\ndefault_model = \" smol \"\nstrict_model_names = true\n").unwrap();
+    assert_eq!(c.server.default_model.as_deref(), Some("smol"));
+    assert!(c.server.strict_model_names);
+    // Blank: none.
+    let c = Config::parse("[server]\ndefault_model = \"\"\n").unwrap();
+    assert_eq!(c.server.default_model, None);
+    let e = Config::parse("[server]\nstrict_model_names = \"yes\"\n").unwrap_err();
+    assert!(e.to_string().contains("strict_model_names"), "{e}");
+}

@@ -270,6 +270,12 @@ fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
             "must be at least 1 second (responses_store_entries = 0 stores none)",
         ));
     }
+    // Which model it names is checked against the served ones when they are known (a
+    // `models_dir` file's id is only known then).
+    let default_model = match raw.default_model.map(|m| m.trim().to_string()) {
+        Some(m) if m.is_empty() => None,
+        m => m,
+    };
     let api_keys: Vec<String> = raw.api_keys.unwrap_or_default();
     if api_keys
         .iter()
@@ -350,6 +356,8 @@ fn server_settings(raw: RawServer) -> Result<ServerSettings, ConfigError> {
             1 << 20,
         )?,
         responses_store_ttl,
+        default_model,
+        strict_model_names: raw.strict_model_names.unwrap_or(d.strict_model_names),
     })
 }
 

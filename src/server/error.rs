@@ -85,6 +85,9 @@ pub enum ApiError {
     /// 500: the engine failed while running the request (never caused by input alone).
     #[error("{0}")]
     Internal(String),
+    /// 501: a route kiln knows but does not provide; the message says why and what instead.
+    #[error("{0}")]
+    NotImplemented(String),
 }
 
 impl ApiError {
@@ -180,6 +183,7 @@ impl ApiError {
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
         }
     }
 
@@ -214,6 +218,7 @@ impl ApiError {
             ApiError::Unavailable(_) => Some("service_unavailable"),
             ApiError::Timeout(_) => Some("request_timeout"),
             ApiError::Internal(_) => Some("internal_error"),
+            ApiError::NotImplemented(_) => Some("not_implemented"),
         }
     }
 

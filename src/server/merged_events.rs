@@ -4,10 +4,10 @@
 //! Dropping the merged stream (client gone, error, timeout) drops every engine stream, which
 //! aborts their requests at the next scheduler step.
 
-use crate::scheduler::{Event, FinishReason, RequestStream, TokenLogprob};
+use crate::scheduler::{Event, FinishReason, RequestStream, TokenLogprob, Usage};
 use crate::server::access;
 use crate::server::error::ApiError;
-use crate::server::types::UsageBody;
+use crate::server::types::{TimingsBody, UsageBody};
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use tokio::time::Instant;
 
@@ -59,6 +59,8 @@ pub struct Outputs {
     /// Per prompt, its embedding when asked.
     pub embeddings: Vec<Vec<f32>>,
     pub usage: UsageBody,
+    /// Per prompt, its own counts and timings.
+    pub per_prompt: Vec<(Usage, TimingsBody)>,
 }
 
 /// Reads `streams` to their end: the outputs of the `streams.len() * n` choices and the usage.
@@ -73,6 +75,7 @@ pub async fn collect(
     let mut prompt_logprobs = vec![Vec::new(); remaining];
     let mut embeddings = vec![Vec::new(); remaining];
     let mut usage = UsageBody::default();
+    let mut per_prompt = vec![(Usage::default(), TimingsBody::default()); remaining];
     let mut merged = merge(streams);
     let note = access::current();
     while remaining > 0 {
@@ -108,6 +111,10 @@ pub async fn collect(
             Event::Done { usage: u, timings } => {
                 note.done(u, &timings);
                 usage.add(u);
+                if let Some(slot) = per_prompt.get_mut(p) {
+                    slot.0 = u;
+                    slot.1.add(&timings);
+                }
                 remaining -= 1;
             }
             Event::PromptLogprobs { logprobs } => {
@@ -128,5 +135,6 @@ pub async fn collect(
         prompt_logprobs,
         embeddings,
         usage,
+        per_prompt,
     })
 }

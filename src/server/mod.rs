@@ -6,8 +6,9 @@
 //!   the models load in the background), then serves until SIGTERM/SIGINT and drains;
 //! - handlers, one module per API family or concept: [`chat`], [`completions`],
 //!   [`embeddings`], [`rerank`], [`messages`] (Anthropic), [`responses`] (OpenAI's Responses
-//!   API), [`models`], [`tokenize`], [`probes`], [`monitoring`] (`/metrics`, `/stats`),
-//!   [`openapi`];
+//!   API), [`llama`] (llama-server's native `/completion`, `/infill`, `/props`, `/slots`,
+//!   `/apply-template`), [`models`], [`tokenize`], [`probes`], [`monitoring`] (`/metrics`,
+//!   `/stats`), [`openapi`];
 //! - what several families share, imported downward by the handlers: [`types`] the bodies;
 //!   [`error`] the one mapping from failures to status codes and the error envelopes; `body`
 //!   safe JSON bodies; [`generation_fields`] the sampling fields and limits; [`prompt`] chat
@@ -33,6 +34,7 @@ pub mod completions;
 pub mod embeddings;
 pub mod error;
 pub mod generation_fields;
+pub mod llama;
 mod logprobs;
 mod merged_events;
 pub mod messages;
@@ -78,8 +80,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/messages", post(messages::messages))
         .route("/v1/responses", post(responses::create_response))
         .route("/v1/rerank", post(rerank::rerank))
-        // llama-server's name for it.
+        // llama-server's names and native routes.
         .route("/rerank", post(rerank::rerank))
+        .route("/completion", post(llama::completion))
+        .route("/infill", post(llama::infill::infill))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             admission::reserve,
@@ -101,6 +105,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models/{*id}", get(models::get_model))
         .route("/models/load", post(models::load_model))
         .route("/models/unload", post(models::unload_model))
+        .route("/props", get(llama::props::props))
+        .route("/slots", get(llama::props::slots))
+        .route("/apply-template", post(llama::props::apply_template))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/health", get(probes::health))

@@ -45,7 +45,7 @@ pub async fn list_models(State(state): State<AppState>) -> Json<ModelList> {
     let mut data = Vec::new();
     for i in 0..routes.len() {
         for name in routes.names(i) {
-            if routes.resolve(Some(name)) == Ok(i) {
+            if routes.resolve_exact(name) == Ok(i) {
                 data.push(card(&state, i, name));
             }
         }
@@ -56,7 +56,8 @@ pub async fn list_models(State(state): State<AppState>) -> Json<ModelList> {
     })
 }
 
-/// One model by id (or alias).
+/// One model by id (or alias). A name no model has is answered like a request naming it: the
+/// card of the model it reaches (one served model, or `server.default_model`), else a 404.
 #[utoipa::path(
     get,
     path = "/v1/models/{id}",
@@ -73,8 +74,15 @@ pub async fn get_model(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<ModelCard>, ApiError> {
-    let i = state.registry().routes().resolve(Some(&id))?;
-    Ok(Json(card(&state, i, &id)))
+    let routes = state.registry().routes();
+    let i = routes.resolve(Some(&id))?;
+    // A name no model has (routed by the server's policy) gets the served model's card.
+    let name = if routes.contains(&id) {
+        id.as_str()
+    } else {
+        routes.id(i)
+    };
+    Ok(Json(card(&state, i, name)))
 }
 
 /// `POST /models/load` and `/models/unload`.
@@ -121,7 +129,7 @@ pub async fn load_model(
 ) -> Result<Json<ModelActionResult>, ApiError> {
     state.check_serving()?;
     let registry = state.registry();
-    let i = registry.routes().resolve(Some(&req.model))?;
+    let i = registry.routes().resolve_exact(&req.model)?;
     let was = registry.status(i) == Status::Loaded;
     registry.load(i).await?;
     Ok(Json(ModelActionResult {
@@ -154,7 +162,7 @@ pub async fn unload_model(
     JsonBody(req): JsonBody<ModelAction>,
 ) -> Result<Json<ModelActionResult>, ApiError> {
     let registry = state.registry();
-    let i = registry.routes().resolve(Some(&req.model))?;
+    let i = registry.routes().resolve_exact(&req.model)?;
     let changed = registry.unload(i).await?;
     Ok(Json(ModelActionResult {
         model: registry.routes().id(i).to_string(),

@@ -45,6 +45,8 @@ pub fn chat_prompt_with_tools(
 /// reasoning block (None when the template has none).
 pub struct RenderedChat {
     pub ids: Vec<u32>,
+    /// The rendered text (`/apply-template` returns it).
+    pub text: String,
     pub think: Option<ThinkStart>,
 }
 
@@ -97,7 +99,11 @@ pub fn render_chat(
         }
     }
     let think = rt.reasoning.then(|| ThinkStart::after_prompt(&rendered));
-    Ok(RenderedChat { ids, think })
+    Ok(RenderedChat {
+        ids,
+        think,
+        text: rendered,
+    })
 }
 
 /// The template's variables, and every string of the messages the client wrote.

@@ -19,7 +19,9 @@
 //!    scheduler step; the deadline (`server.request_timeout`) is a 408.
 
 use crate::random::random_id;
-use crate::scheduler::{EngineInfo, GenerationRequest, PromptOutput, RequestStream, TokenLogprob};
+use crate::scheduler::{
+    EngineInfo, GenerationRequest, PromptOutput, RequestStream, TokenLogprob, Usage,
+};
 use crate::server::admission;
 use crate::server::app_state::{unix_now, AppState, InFlight, Runtime};
 use crate::server::error::ApiError;
@@ -29,7 +31,7 @@ use crate::server::offload::blocking;
 use crate::server::output_constraint::{self as shapes, Shape};
 use crate::server::prompt;
 use crate::server::sse::{self, ChunkWriter};
-use crate::server::types::{ChatMessage, UsageBody};
+use crate::server::types::{ChatMessage, TimingsBody, UsageBody};
 use crate::structured::reasoning::ThinkStart;
 use crate::structured::tools::CallReading;
 use crate::structured::Constraint;
@@ -255,6 +257,8 @@ pub struct Collected {
     /// Per prompt, its embedding when the job asked.
     pub embeddings: Vec<Vec<f32>>,
     pub usage: UsageBody,
+    /// Per prompt, its own counts and timings.
+    pub per_prompt: Vec<(Usage, TimingsBody)>,
 }
 
 impl Submitted {
@@ -267,6 +271,7 @@ impl Submitted {
             prompt_logprobs: out.prompt_logprobs,
             embeddings: out.embeddings,
             usage: out.usage,
+            per_prompt: out.per_prompt,
         })
     }
 

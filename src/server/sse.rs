@@ -16,7 +16,7 @@
 //! Memory stays bounded for a slow reader: the engine aborts a request whose client leaves
 //! `MAX_UNREAD_EVENTS` events unread.
 
-use crate::scheduler::{Event, FinishReason, RequestStream, TokenLogprob};
+use crate::scheduler::{Event, FinishReason, RequestStream, Timings, TokenLogprob, Usage};
 use crate::server::access::{self, Note};
 use crate::server::app_state::InFlight;
 use crate::server::error::ApiError;
@@ -70,6 +70,11 @@ pub trait ChunkWriter: Send + 'static {
     /// Told, before the choice's closing events, which stop string ended it (Anthropic
     /// reports it). By default nothing.
     fn stopped_by(&mut self, _choice: usize, _stop: &str) {}
+    /// The events once prompt `prompt`'s engine request is done, given its own counts and
+    /// timings (llama-server's `/completion`: each prompt's final event). By default nothing.
+    fn prompt_done(&mut self, _prompt: usize, _usage: Usage, _timings: &Timings) -> Vec<SseEvent> {
+        Vec::new()
+    }
     /// The events after every choice ended, given the request's usage and kiln's timings
     /// (OpenAI's chunk streams: the usage chunk, `choices: []`, when the client asked).
     fn closing(&mut self, usage: UsageBody, timings: TimingsBody) -> Vec<SseEvent>;
@@ -189,8 +194,10 @@ impl<W: ChunkWriter> Driver<W> {
                     let chunks = self.writer.finish_chunks(p * self.n + choice, reason);
                     self.outbox.extend(chunks);
                 }
-                (_, Event::Done { usage, timings }) => {
+                (p, Event::Done { usage, timings }) => {
                     self.note.done(usage, &timings);
+                    let events = self.writer.prompt_done(p, usage, &timings);
+                    self.outbox.extend(events);
                     self.timings.add(&timings);
                     self.usage.add(usage);
                     self.remaining -= 1;

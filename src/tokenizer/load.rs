@@ -6,7 +6,7 @@ use super::pretok::PreTokenizer;
 use super::special::SpecialMatcher;
 use super::unicode::char_to_byte;
 use super::vocab::{attr, TokenType, Vocab};
-use super::{spm, Model, SpecialIds, Tokenizer, TokenizerError};
+use super::{spm, FimIds, Model, SpecialIds, Tokenizer, TokenizerError};
 
 /// Everything a tokenizer is built from: the GGUF `tokenizer.ggml.*` keys as plain values.
 /// `None` means the key is absent (llama.cpp's default applies).
@@ -29,6 +29,11 @@ pub struct TokenizerSpec {
     pub eom: Option<u32>,
     pub unk: Option<u32>,
     pub pad: Option<u32>,
+    /// Fill-in-the-middle: `fim_pre_token_id` (older files: `prefix_token_id`), `fim_suf`
+    /// (`suffix`), `fim_mid` (`middle`), `fim_pad`, `fim_rep`, `fim_sep`.
+    pub fim_pre: Option<u32>,
+    pub fim_suf: Option<u32>,
+    pub fim_mid: Option<u32>,
     pub fim_pad: Option<u32>,
     pub fim_rep: Option<u32>,
     pub fim_sep: Option<u32>,
@@ -50,6 +55,35 @@ const EOT_TEXTS: &[&str] = &[
     "[EOT]",
     "<｜end▁of▁sentence｜>",
     "<end_of_utterance>",
+];
+// The fill-in-the-middle markers llama.cpp recognises by text when the metadata names none
+// (Qwen, StarCoder, DeepSeek, CodeLlama, GLM spellings).
+const FIM_PRE_TEXTS: &[&str] = &[
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+];
+const FIM_SUF_TEXTS: &[&str] = &[
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+];
+const FIM_MID_TEXTS: &[&str] = &[
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
 ];
 const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
 const FIM_REP_TEXTS: &[&str] = &[
@@ -160,16 +194,20 @@ impl Tokenizer {
             ids.eom = find_text(&vocab, &["<|eom_id|>"]);
             detected.extend(ids.eom);
         }
-        let fim: Vec<u32> = [
-            (spec.fim_pad, FIM_PAD_TEXTS),
-            (spec.fim_rep, FIM_REP_TEXTS),
-            (spec.fim_sep, FIM_SEP_TEXTS),
-        ]
-        .iter()
-        .filter_map(|&(meta, texts)| in_range(meta).or_else(|| find_text(&vocab, texts)))
-        .collect();
-        detected.extend(&fim);
-        let mut eog: Vec<u32> = fim;
+        let fim_id =
+            |meta: Option<u32>, texts: &[&str]| in_range(meta).or_else(|| find_text(&vocab, texts));
+        let fim = FimIds {
+            pre: fim_id(spec.fim_pre, FIM_PRE_TEXTS),
+            suf: fim_id(spec.fim_suf, FIM_SUF_TEXTS),
+            mid: fim_id(spec.fim_mid, FIM_MID_TEXTS),
+            pad: fim_id(spec.fim_pad, FIM_PAD_TEXTS),
+            rep: fim_id(spec.fim_rep, FIM_REP_TEXTS),
+            sep: fim_id(spec.fim_sep, FIM_SEP_TEXTS),
+        };
+        detected.extend([fim.pre, fim.suf, fim.mid].into_iter().flatten());
+        // The pad, repository and file-separator markers also end generation (llama.cpp).
+        let mut eog: Vec<u32> = [fim.pad, fim.rep, fim.sep].into_iter().flatten().collect();
+        detected.extend(&eog);
         eog.extend(EOG_TEXTS.iter().filter_map(|t| vocab.id(t.as_bytes())));
         detected.extend(&eog);
         for id in detected {
@@ -206,6 +244,7 @@ impl Tokenizer {
             vocab,
             model,
             ids,
+            fim,
             eog,
             add_bos,
             add_eos,

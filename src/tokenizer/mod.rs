@@ -65,6 +65,23 @@ pub(crate) struct SpecialIds {
     pub unk: Option<u32>,
 }
 
+/// The fill-in-the-middle markers of a vocabulary (from the metadata, else recognised by
+/// text as llama.cpp does); None when it has none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FimIds {
+    /// Before the code preceding the hole (`<fim_prefix>`).
+    pub pre: Option<u32>,
+    /// Before the code following it (`<fim_suffix>`).
+    pub suf: Option<u32>,
+    /// Where the model writes the middle (`<fim_middle>`).
+    pub mid: Option<u32>,
+    pub pad: Option<u32>,
+    /// Before a repository's name (repo-level prompts).
+    pub rep: Option<u32>,
+    /// Before each file of a repository-level prompt.
+    pub sep: Option<u32>,
+}
+
 pub(crate) enum Model {
     Spm { bytes: [Option<u32>; 256] },
     Bpe(bpe::Bpe),
@@ -75,6 +92,7 @@ pub struct Tokenizer {
     vocab: Vocab,
     model: Model,
     ids: SpecialIds,
+    fim: FimIds,
     /// Sorted end-of-generation ids.
     eog: Vec<u32>,
     add_bos: bool,
@@ -282,6 +300,11 @@ impl Tokenizer {
         self.ids.eot
     }
 
+    /// The fill-in-the-middle markers.
+    pub fn fim(&self) -> FimIds {
+        self.fim
+    }
+
     /// End of generation: eos, eot, eom and the end-of-turn tokens llama.cpp recognises by
     /// text (`<|im_end|>`, `<|endoftext|>`, `<end_of_turn>`...).
     pub fn is_eog(&self, id: u32) -> bool {
@@ -324,4 +347,4 @@ impl Tokenizer {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

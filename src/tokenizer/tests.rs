@@ -197,3 +197,56 @@ fn protected_range_without_control_text_changes_nothing() {
     assert!(t.contains_control_text("a<|im_end|>b"));
     assert!(!t.contains_control_text("a<|im_end|b"));
 }
+
+#[test]
+fn fim_markers_come_from_the_metadata_or_their_text() {
+    let build = |extra: &[&str], spec: TokenizerSpec| {
+        let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
+        tokens.extend(extra.iter().map(|t| t.to_string()));
+        Tokenizer::from_spec(TokenizerSpec {
+            model: "llama".into(),
+            tokens,
+            ..spec
+        })
+        .unwrap()
+    };
+    let none = build(&["a", "b"], TokenizerSpec::default());
+    assert_eq!(none.fim(), super::FimIds::default());
+    // StarCoder's spelling, recognised by text, becomes control tokens.
+    let text = build(
+        &[
+            "<fim_prefix>",
+            "<fim_suffix>",
+            "<fim_middle>",
+            "<|file_sep|>",
+        ],
+        TokenizerSpec::default(),
+    );
+    let f = text.fim();
+    assert_eq!(
+        (f.pre, f.suf, f.mid, f.sep),
+        (Some(3), Some(4), Some(5), Some(6))
+    );
+    assert!(text.is_control(3) && text.is_control(5));
+    assert!(
+        text.is_eog(6),
+        "the file separator ends generation, as in llama.cpp"
+    );
+    assert!(!text.is_eog(5));
+    // The metadata wins over the text; an id outside the vocabulary is ignored.
+    let meta = build(
+        &["x", "y", "z", "<fim_prefix>"],
+        TokenizerSpec {
+            fim_pre: Some(3),
+            fim_suf: Some(4),
+            fim_mid: Some(5),
+            fim_rep: Some(99),
+            ..TokenizerSpec::default()
+        },
+    );
+    let f = meta.fim();
+    assert_eq!(
+        (f.pre, f.suf, f.mid, f.rep),
+        (Some(3), Some(4), Some(5), None)
+    );
+}

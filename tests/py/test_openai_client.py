@@ -207,14 +207,6 @@ def test_context_length_exceeded(client, model_id):
     ), e.value.body
 
 
-def test_unknown_model_is_not_found(client):
-    with pytest.raises(openai.NotFoundError) as e:
-        client.chat.completions.create(model="no-such-model", messages=CHAT, max_tokens=4)
-    assert e.value.code == "model_not_found"
-    with pytest.raises(openai.NotFoundError):
-        client.models.retrieve("no-such-model")
-
-
 def test_api_key(model_path, model_id, tmp_path):
     with start_kiln(model_path, config(), env={"KILN_API_KEYS": "sk-test-1,sk-test-2"},
                     log_dir=tmp_path) as server:

@@ -182,9 +182,8 @@ def test_stored_responses_get_delete_and_misses(client, model_id):
 
 
 def test_bad_requests_are_4xx_in_openais_envelope(kiln, client, model_id):
-    with pytest.raises(openai.NotFoundError) as e:
-        create(client, "no-such-model")
-    assert e.value.body["code"] == "model_not_found"
+    # Unknown model names (404 only with server.strict_model_names on one model):
+    # test_llama_server_compat.py.
     with pytest.raises(openai.BadRequestError) as e:
         create(client, model_id, tools=[{"type": "web_search"}])
     assert e.value.body["param"] == "tools[0].type"

@@ -74,6 +74,9 @@ def test_each_api_route_is_logged_and_counted_by_its_pattern(kiln, model_id):
         ("DELETE", f"/v1/responses/{rid}", None, "/v1/responses/{id}"),
         ("GET", f"/v1/models/{model_id}", None, "/v1/models/{*id}"),
         ("POST", "/tokenize", {"prompt": "Hi"}, None),
+        ("POST", "/completion", {"prompt": "Hi", "n_predict": 2}, None),
+        ("GET", "/props", None, None),
+        ("POST", "/apply-template", {"messages": HI}, None),
     ]
     before = counts(base)
     ids = {}

@@ -67,6 +67,9 @@ def test_openapi_document_holds_under_schemathesis(fuzz_server, tmp_path):
         "--seed", "20251123",
         "--generation-database", "none",
         "--no-color",
+        # Its one answer is a documented 501 (kiln has no slots; llama-server's route):
+        # not_a_server_error would flag it whatever the request.
+        "--exclude-path", "/slots",
     ]
     # Run in a scratch directory: schemathesis and hypothesis write files where they run.
     def run():

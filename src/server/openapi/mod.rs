@@ -3,6 +3,11 @@
 
 pub mod errors;
 
+use crate::server::types::llama::{
+    ApplyTemplateRequest, ApplyTemplateResponse, DefaultSettings, ExtraChunk, GenerationSettings,
+    InfillRequest, LlamaCompletionReply, LlamaCompletionRequest, LlamaCompletionResult,
+    LlamaTimings, Modalities, PropsResponse, TokenProbs, TopProb,
+};
 use crate::server::types::messages::{
     AnthropicErrorResponse, CountTokensRequest, CountTokensResponse, MessagesRequest,
     MessagesResponse,
@@ -19,7 +24,7 @@ use crate::server::types::responses::{
 };
 use crate::server::types::*;
 use crate::server::{
-    chat, completions, embeddings, messages, models, monitoring, probes, rerank, responses,
+    chat, completions, embeddings, llama, messages, models, monitoring, probes, rerank, responses,
     tokenize,
 };
 use axum::Json;
@@ -44,6 +49,11 @@ use utoipa::{Modify, OpenApi};
         responses::delete_response,
         responses::items::list_input_items,
         rerank::rerank,
+        llama::completion,
+        llama::infill::infill,
+        llama::props::props,
+        llama::props::slots,
+        llama::props::apply_template,
         models::list_models,
         models::get_model,
         models::load_model,
@@ -144,12 +154,27 @@ use utoipa::{Modify, OpenApi};
         RerankResult,
         RerankText,
         RerankUsage,
+        LlamaCompletionRequest,
+        InfillRequest,
+        ExtraChunk,
+        LlamaCompletionResult,
+        LlamaCompletionReply,
+        TokenProbs,
+        TopProb,
+        LlamaTimings,
+        GenerationSettings,
+        PropsResponse,
+        DefaultSettings,
+        Modalities,
+        ApplyTemplateRequest,
+        ApplyTemplateResponse,
     )),
     modifiers(&BearerAuth, &SseEvents),
     tags(
         (name = "openai", description = "OpenAI-compatible endpoints"),
         (name = "anthropic", description = "Anthropic-compatible endpoints (Messages API)"),
         (name = "kiln", description = "Probes, metrics, tokenizer and this document"),
+        (name = "llama-server", description = "llama-server's native routes (docs/api.md, \"Coming from llama-server\")"),
     )
 )]
 pub struct ApiDoc;

@@ -25,7 +25,7 @@ use crate::scheduler::setup;
 use crate::server::error::ApiError;
 use crate::server::runtime::Runtime;
 use plan::{Fit, Resident};
-use routes::Routes;
+use routes::{Routes, UnknownNames};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -41,6 +41,8 @@ pub enum RegistryError {
     },
     #[error("no model to serve: configure [model], [[models]] or a server.models_dir holding .gguf files")]
     NoModels,
+    #[error(transparent)]
+    DefaultModel(#[from] routes::UnknownDefault),
     #[error(transparent)]
     Metrics(#[from] MetricsError),
 }
@@ -220,7 +222,12 @@ impl ModelRegistry {
         if specs.is_empty() {
             return Err(RegistryError::NoModels);
         }
-        let routes = Routes::new(specs.iter().map(|(s, _)| s.ids()).collect());
+        let routes = Routes::new(specs.iter().map(|(s, _)| s.ids()).collect()).with_policy(
+            &UnknownNames {
+                default_model: cfg.server.default_model.clone(),
+                strict: cfg.server.strict_model_names,
+            },
+        )?;
         let mut models = Vec::with_capacity(specs.len());
         for (i, (spec, eager)) in specs.into_iter().enumerate() {
             // The process metrics once, with the default model's label.

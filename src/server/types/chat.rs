@@ -87,10 +87,18 @@ pub struct ChatMessage {
     /// For `tool` messages: the call this answers.
     #[serde(default)]
     pub tool_call_id: Option<String>,
-    /// For `assistant` messages: calls made earlier (passed to the template as they are).
-    #[serde(default)]
+    /// For `assistant` messages: calls made earlier (passed to the template as they are);
+    /// each must be an object, as documented (anything else is a 400 naming it).
+    #[serde(default, deserialize_with = "tool_call_objects")]
     #[schema(value_type = Option<Vec<Object>>)]
     pub tool_calls: Option<Vec<serde_json::Value>>,
+}
+
+fn tool_call_objects<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<serde_json::Value>>, D::Error> {
+    let calls: Option<Vec<serde_json::Map<String, serde_json::Value>>> = Option::deserialize(d)?;
+    Ok(calls.map(|c| c.into_iter().map(serde_json::Value::Object).collect()))
 }
 
 impl ChatMessage {
@@ -251,4 +259,24 @@ pub struct ChatDelta {
     pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+#[cfg(test)]
+mod tool_call_tests {
+    use super::*;
+
+    #[test]
+    fn earlier_tool_calls_must_be_objects() {
+        let ok: ChatMessage = serde_json::from_str(
+            r#"{"role": "assistant", "tool_calls": [{"id": "c", "type": "function"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.tool_calls.unwrap()[0]["id"], "c");
+        let none: ChatMessage = serde_json::from_str(r#"{"role": "assistant"}"#).unwrap();
+        assert!(none.tool_calls.is_none());
+        for bad in [r#"[[null, null]]"#, r#"[null]"#, r#"["call"]"#] {
+            let text = format!(r#"{{"role": "system", "tool_calls": {bad}}}"#);
+            assert!(serde_json::from_str::<ChatMessage>(&text).is_err(), "{bad}");
+        }
+    }
 }

@@ -11,6 +11,7 @@ pub mod chat;
 pub mod common;
 pub mod completions;
 pub mod embeddings;
+pub mod llama;
 pub mod messages;
 pub mod models;
 pub mod rerank;
