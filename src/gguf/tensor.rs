@@ -202,6 +202,30 @@ impl TensorData {
         })
     }
 
+    /// The `i`-th 2-D matrix of a 3-D tensor (shape `[row_len, n_rows, n]` -> `[row_len,
+    /// n_rows]`; a mixture's expert `i`), sharing the same bytes. `None` unless the tensor is
+    /// 3-D and `i < n`.
+    pub fn matrix(&self, i: usize) -> Option<TensorData> {
+        let [row_len, rows, n] = *self.shape.as_slice() else {
+            return None;
+        };
+        if i as u64 >= n {
+            return None;
+        }
+        let rows = usize::try_from(rows).ok()?;
+        let bytes = self.row_bytes().checked_mul(rows)?;
+        let start = self.range.start.checked_add(i.checked_mul(bytes)?)?;
+        if start.checked_add(bytes)? > self.range.end {
+            return None;
+        }
+        Some(TensorData {
+            backing: Arc::clone(&self.backing),
+            range: start..start + bytes,
+            dtype: self.dtype,
+            shape: vec![row_len, rows as u64],
+        })
+    }
+
     /// The bytes of row `i` (e.g. one token's embedding), `None` past the last row.
     pub fn row(&self, i: usize) -> Option<&[u8]> {
         let rb = self.row_bytes();

@@ -331,4 +331,6 @@ proofs! {
     smollm3 => "smollm3",
     granite => "granite",
     mistral3 => "mistral3",
+    qwen3moe => "qwen3moe",
+    granitemoe => "granitemoe",
 }

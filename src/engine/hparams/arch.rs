@@ -3,6 +3,7 @@
 //! [`ArchRules`] the description is built from. A new family is a new row here, not a new
 //! forward pass.
 
+use super::moe::{Gating, MoeRule};
 use serde::Serialize;
 use std::fmt;
 
@@ -19,11 +20,13 @@ pub enum Arch {
     Smollm3,
     Granite,
     Mistral3,
+    Qwen3Moe,
+    GraniteMoe,
 }
 
 /// Every supported architecture with its `general.architecture` name: the one list behind
 /// [`Arch::from_name`], [`Arch::name`] and the "unsupported architecture" error.
-pub const ARCHS: [(Arch, &str); 9] = [
+pub const ARCHS: [(Arch, &str); 11] = [
     (Arch::Llama, "llama"),
     (Arch::Qwen2, "qwen2"),
     (Arch::Qwen3, "qwen3"),
@@ -33,6 +36,8 @@ pub const ARCHS: [(Arch, &str); 9] = [
     (Arch::Smollm3, "smollm3"),
     (Arch::Granite, "granite"),
     (Arch::Mistral3, "mistral3"),
+    (Arch::Qwen3Moe, "qwen3moe"),
+    (Arch::GraniteMoe, "granitemoe"),
 ];
 
 /// How RoPE pairs dimensions.
@@ -104,6 +109,8 @@ pub struct ArchRules {
     pub mistral3_keys: bool,
     /// `ffn_up.weight` holds gate then up rows (`2 * n_ff`), there is no `ffn_gate.weight`.
     pub fused_gate_up: bool,
+    /// The FFN of every layer is a mixture of experts routed this way (`build_moe_ffn`).
+    pub moe: Option<MoeRule>,
 }
 
 const LLAMA: ArchRules = ArchRules {
@@ -122,6 +129,7 @@ const LLAMA: ArchRules = ArchRules {
     reads_attention_scale: false,
     mistral3_keys: false,
     fused_gate_up: false,
+    moe: None,
 };
 
 impl Arch {
@@ -195,6 +203,30 @@ impl Arch {
             },
             Arch::Mistral3 => ArchRules {
                 mistral3_keys: true,
+                ..LLAMA
+            },
+            // qwen3moe.cpp: qwen3's attention, softmax router, top-k weights normalized.
+            Arch::Qwen3Moe => ArchRules {
+                qk_norm: true,
+                moe: Some(MoeRule {
+                    gating: Gating::Softmax,
+                    norm_weights: true,
+                    reads_expert_width: true,
+                    reads_shared_width: false,
+                }),
+                ..neox
+            },
+            // granite-moe.cpp: granite's multipliers, softmax router with normalized top-k
+            // weights, an optional shared expert.
+            Arch::GraniteMoe => ArchRules {
+                granite_scales: true,
+                reads_attention_scale: true,
+                moe: Some(MoeRule {
+                    gating: Gating::Softmax,
+                    norm_weights: true,
+                    reads_expert_width: false,
+                    reads_shared_width: true,
+                }),
                 ..LLAMA
             },
         }
