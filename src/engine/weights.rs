@@ -317,7 +317,7 @@ pub struct LayerWeights {
     pub bq: Option<Vec<f32>>, // (q)   qwen2
     pub bk: Option<Vec<f32>>, // (kv)  qwen2
     pub bv: Option<Vec<f32>>, // (kv)  qwen2
-    /// Per-head RMSNorm weights of q and k (qwen3, gemma3).
+    /// Per-head RMSNorm weights of q and k (qwen3, gemma3), or whole-row ones (olmoe: q, kv).
     pub q_norm: Option<Vec<f32>>, // (h)
     pub k_norm: Option<Vec<f32>>, // (h)
     pub wo: Weight,           // (d, q)

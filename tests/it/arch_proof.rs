@@ -332,5 +332,6 @@ proofs! {
     granite => "granite",
     mistral3 => "mistral3",
     qwen3moe => "qwen3moe",
+    olmoe => "olmoe",
     granitemoe => "granitemoe",
 }

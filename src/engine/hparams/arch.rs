@@ -21,12 +21,13 @@ pub enum Arch {
     Granite,
     Mistral3,
     Qwen3Moe,
+    Olmoe,
     GraniteMoe,
 }
 
 /// Every supported architecture with its `general.architecture` name: the one list behind
 /// [`Arch::from_name`], [`Arch::name`] and the "unsupported architecture" error.
-pub const ARCHS: [(Arch, &str); 11] = [
+pub const ARCHS: [(Arch, &str); 12] = [
     (Arch::Llama, "llama"),
     (Arch::Qwen2, "qwen2"),
     (Arch::Qwen3, "qwen3"),
@@ -37,6 +38,7 @@ pub const ARCHS: [(Arch, &str); 11] = [
     (Arch::Granite, "granite"),
     (Arch::Mistral3, "mistral3"),
     (Arch::Qwen3Moe, "qwen3moe"),
+    (Arch::Olmoe, "olmoe"),
     (Arch::GraniteMoe, "granitemoe"),
 ];
 
@@ -82,6 +84,9 @@ pub struct ArchRules {
     pub rope_style: RopeStyle,
     /// Per-head RMSNorm of q and k before RoPE (`attn_q_norm`, `attn_k_norm`).
     pub qk_norm: bool,
+    /// The q and k norms span the whole projection (`[n_head * head_dim]`, olmoe) instead of
+    /// one head.
+    pub qk_norm_full: bool,
     /// RMSNorm of the attention and FFN outputs before their residual adds
     /// (`post_attention_norm`, `post_ffw_norm`).
     pub post_norms: bool,
@@ -116,6 +121,7 @@ pub struct ArchRules {
 const LLAMA: ArchRules = ArchRules {
     rope_style: RopeStyle::Normal,
     qk_norm: false,
+    qk_norm_full: false,
     post_norms: false,
     gelu: false,
     embd_scale_sqrt: false,
@@ -212,6 +218,19 @@ impl Arch {
                     gating: Gating::Softmax,
                     norm_weights: true,
                     reads_expert_width: true,
+                    reads_shared_width: false,
+                }),
+                ..neox
+            },
+            // olmoe.cpp: q and k RMS-normed over their whole width, softmax router, top-k
+            // weights as they are; an expert's width is feed_forward_length.
+            Arch::Olmoe => ArchRules {
+                qk_norm: true,
+                qk_norm_full: true,
+                moe: Some(MoeRule {
+                    gating: Gating::Softmax,
+                    norm_weights: false,
+                    reads_expert_width: false,
                     reads_shared_width: false,
                 }),
                 ..neox

@@ -98,6 +98,8 @@ pub struct HParams {
     pub fused_gate_up: bool,
     /// Per-head RMSNorm of q and k before RoPE.
     pub qk_norm: bool,
+    /// The q/k norms span the whole q and k rows (olmoe), not one head.
+    pub qk_norm_full: bool,
     /// RMSNorm of the attention and FFN outputs before the residual adds.
     pub post_norms: bool,
     pub activation: Activation,
@@ -364,6 +366,7 @@ impl HParams {
             fused_qkv,
             fused_gate_up: rules.fused_gate_up,
             qk_norm: rules.qk_norm,
+            qk_norm_full: rules.qk_norm_full,
             post_norms: rules.post_norms,
             activation: if rules.gelu {
                 Activation::Gelu
@@ -438,7 +441,14 @@ impl HParams {
             ));
         }
         if self.qk_norm {
-            parts.push("q/k norm".into());
+            parts.push(
+                if self.qk_norm_full {
+                    "q/k norm (full width)"
+                } else {
+                    "q/k norm"
+                }
+                .into(),
+            );
         }
         if self.post_norms {
             parts.push("post-norms".into());
@@ -517,8 +527,9 @@ impl HParams {
             expect(&n("attn_output.weight"), &[q, e], true)?;
             expect(&n("attn_output.bias"), &[e], false)?;
             if self.qk_norm {
-                expect(&n("attn_q_norm.weight"), &[hd], true)?;
-                expect(&n("attn_k_norm.weight"), &[hd], true)?;
+                let (qn, kn) = if self.qk_norm_full { (q, kv) } else { (hd, hd) };
+                expect(&n("attn_q_norm.weight"), &[qn], true)?;
+                expect(&n("attn_k_norm.weight"), &[kn], true)?;
             }
             if self.post_norms {
                 expect(&n("post_attention_norm.weight"), &[e], true)?;

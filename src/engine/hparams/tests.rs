@@ -255,3 +255,12 @@ fn bad_expert_counts_are_named_errors() {
     let e = err(|m| set(m, "qwen3moe.expert_count", MetaValue::U32(5)));
     assert!(e.to_string().contains("ffn_gate_inp.weight"), "{e}");
 }
+
+#[test]
+fn olmoe_norms_q_and_k_whole_and_keeps_its_weights() {
+    let h = hparams_of("olmoe", |_| {});
+    let m = h.moe.unwrap();
+    assert_eq!((m.n_expert, m.n_expert_used, m.n_ff_exp), (6, 2, 256));
+    assert!(!m.norm_weights);
+    assert!(h.qk_norm && h.qk_norm_full && h.rope_style == RopeStyle::NeoX);
+}

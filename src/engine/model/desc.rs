@@ -90,6 +90,8 @@ pub struct ModelDesc {
     /// chosen, as llama.cpp does, by whether the served context exceeds the original one.
     pub long_rope_factors: bool,
     pub qk_norm: bool,
+    /// The q/k norm weights span the whole q and k rows (olmoe), not one head.
+    pub qk_norm_full: bool,
     pub post_norms: bool,
     pub activation: Activation,
     pub embd_scale: Option<f32>,
@@ -228,6 +230,7 @@ impl ModelDesc {
             layers,
             long_rope_factors: hp.n_ctx_train > n_ctx_orig,
             qk_norm: hp.qk_norm,
+            qk_norm_full: hp.qk_norm_full,
             post_norms: hp.post_norms,
             activation: hp.activation,
             embd_scale: hp.embd_scale,

@@ -42,7 +42,7 @@ use crate::engine::team::Team;
 use crate::engine::weights::{DenseFfn, FfnWeights, MoeFfn};
 
 /// `row = rms_norm(row) * w` per `w.len()`-wide head, in place (llama.cpp's q/k norm on the
-/// `[head_dim, n_head]` view).
+/// `[head_dim, n_head]` view; a `w` as wide as the row normalizes it whole, olmoe's).
 fn norm_heads(row: &mut [f32], w: &[f32], eps: f32) {
     for head in row.chunks_exact_mut(w.len()) {
         rms_norm_in_place(head, w, eps);

@@ -199,6 +199,11 @@ pub(crate) fn load_weights(
         r.freq_factors = factors.clone();
     }
     desc.rope.freq_factors = factors;
+    let (qn_width, kn_width) = if desc.qk_norm_full {
+        (nq, nkv)
+    } else {
+        (hd, hd)
+    };
     let mut layers = Vec::with_capacity(desc.n_layer);
     for i in 0..desc.n_layer {
         let n = |s: &str| format!("blk.{i}.{s}");
@@ -252,8 +257,8 @@ pub(crate) fn load_weights(
             bq,
             bk,
             bv,
-            q_norm: norm("attn_q_norm.weight", hd, desc.qk_norm)?,
-            k_norm: norm("attn_k_norm.weight", hd, desc.qk_norm)?,
+            q_norm: norm("attn_q_norm.weight", qn_width, desc.qk_norm)?,
+            k_norm: norm("attn_k_norm.weight", kn_width, desc.qk_norm)?,
             wo: matrix(file, &n("attn_output.weight"), d, nq)?,
             bo: opt_vec(file, &n("attn_output.bias"), d)?,
             post_attn_norm: norm("post_attention_norm.weight", d, desc.post_norms)?,

@@ -55,6 +55,8 @@ struct Parts {
     qkv_bias: bool,
     output_bias: bool,
     qk_norm: bool,
+    /// The q/k norms span the whole q and k rows (olmoe).
+    qk_norm_full: bool,
     post_norms: bool,
     fused_qkv: bool,
     fused_gate_up: bool,
@@ -147,8 +149,9 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
             add(n("attn_v.bias"), vec![kv], Init::Normal(0.2));
         }
         if p.qk_norm {
-            add(n("attn_q_norm.weight"), vec![hd], Init::Around(1.0, 0.3));
-            add(n("attn_k_norm.weight"), vec![hd], Init::Around(1.0, 0.3));
+            let (qn, kn) = if p.qk_norm_full { (q, kv) } else { (hd, hd) };
+            add(n("attn_q_norm.weight"), vec![qn], Init::Around(1.0, 0.3));
+            add(n("attn_k_norm.weight"), vec![kn], Init::Around(1.0, 0.3));
         }
         add(
             n("attn_output.weight"),
@@ -477,6 +480,32 @@ pub fn proof_variants() -> Vec<Variant> {
                 ("expert_count", u(6)),
                 ("expert_used_count", u(2)),
                 ("expert_feed_forward_length", u(256)),
+            ],
+        ),
+        variant(
+            "olmoe",
+            "olmoe: 6 experts of width 256 (feed_forward_length), 2 used, softmax router with the top-k weights as they are, q and k RMS-normed over their whole width",
+            "olmoe",
+            // llama.cpp requires olmoe's output.weight.
+            Shape {
+                n_head_kv: 4,
+                untied: true,
+                ..BASE
+            },
+            Parts {
+                qk_norm: true,
+                qk_norm_full: true,
+                moe: Some(Experts {
+                    n_expert: 6,
+                    width: 256,
+                    shared: None,
+                }),
+                ..Parts::default()
+            },
+            vec![
+                ("feed_forward_length", u(256)),
+                ("expert_count", u(6)),
+                ("expert_used_count", u(2)),
             ],
         ),
         variant(
