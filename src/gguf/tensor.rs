@@ -284,4 +284,21 @@ mod tests {
         assert_eq!(part.row(0).unwrap(), q.row(1).unwrap());
         assert!(q.rows(2, 4).is_none() && q.rows(2, 1).is_none() && h.rows(0, 1).is_some());
     }
+
+    #[test]
+    fn matrices_of_a_3d_tensor_are_views() {
+        let mut w = GgufWriter::new();
+        // 3 experts of 2 rows of one Q8_0 block each.
+        w.add_tensor("e", DType::Q8_0, &[32, 2, 3], (0..204).collect())
+            .unwrap();
+        w.add_tensor("m", DType::Q8_0, &[32, 2], (0..68).collect())
+            .unwrap();
+        let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        let e = f.tensor_data("e").unwrap();
+        let x = e.matrix(2).unwrap();
+        assert_eq!(x.shape(), &[32, 2]);
+        assert_eq!(x.bytes(), &e.bytes()[136..204]);
+        assert!(e.matrix(3).is_none());
+        assert!(f.tensor_data("m").unwrap().matrix(0).is_none());
+    }
 }
