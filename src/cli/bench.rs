@@ -221,7 +221,8 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     let isa = kiln::kernels::isa().to_string();
     let threads = model.team().threads();
     let (pp, tg) = (median(pp), median(tg));
-    let footprint = model.weights().decode_footprint();
+    let n_used = model.desc().moe.map_or(0, |m| m.n_expert_used);
+    let footprint = model.weights().decode_footprint(n_used);
     if args.json {
         let obj = serde_json::json!({
             "model": model_path.display().to_string(),

@@ -113,6 +113,26 @@ fn n_params(file: &GgufFile) -> u64 {
     file.tensors().iter().map(TensorInfo::n_elems).sum()
 }
 
+/// What one decode token uses: `(parameters, bytes)` of every tensor its matmuls read, a
+/// mixture's 3-D expert tensors (`*_exps.weight`) counted for the `n_expert_used` of
+/// `n_expert` experts a token runs, and the token embedding only when it is also the LM head
+/// (a lookup reads one row).
+fn per_token(file: &GgufFile, hparams: Option<&HParams>) -> (u64, u64) {
+    let used = hparams
+        .and_then(|h| h.moe)
+        .map(|m| (u64::from(m.n_expert_used), u64::from(m.n_expert)));
+    let tied = file.tensor("output.weight").is_none();
+    file.tensors()
+        .iter()
+        .filter(|t| tied || t.name != "token_embd.weight")
+        .fold((0, 0), |(p, b), t| match used {
+            Some((k, n)) if t.name.ends_with("_exps.weight") => {
+                (p + t.n_elems() / n * k, b + t.n_bytes / n * k)
+            }
+            _ => (p + t.n_elems(), b + t.n_bytes),
+        })
+}
+
 fn print_text(
     args: &Args,
     file: &GgufFile,
@@ -178,6 +198,13 @@ fn print_text(
 
     let params = n_params(file);
     w!(o, "\nparameters  {params} ({:.1} M)", params as f64 / 1e6);
+    let (active, bytes) = per_token(file, hparams.as_ref().ok());
+    w!(
+        o,
+        "per token   {active} parameters active ({:.1} M), {bytes} bytes read by a decode token ({:.1} MiB)",
+        active as f64 / 1e6,
+        bytes as f64 / (1u64 << 20) as f64
+    );
     w!(o, "bytes per type");
     for (d, (n, bytes, p)) in per_type(file) {
         w!(
@@ -301,6 +328,8 @@ fn to_json(
                   "rss": cost.rss_kib, "rss_before_open": cost.rss_before },
         "metadata": metadata,
         "parameters": n_params(file),
+        "active_parameters": per_token(file, hparams.as_ref().ok()).0,
+        "decode_bytes_per_token": per_token(file, hparams.as_ref().ok()).1,
         "bytes_per_type": by_type,
     });
     if !args.no_tensors {

@@ -10,6 +10,7 @@ pub mod kv_cache;
 pub mod line_buf;
 pub mod matmul;
 pub mod model;
+pub mod moe;
 pub mod ops;
 pub mod pooling;
 pub mod quantize;

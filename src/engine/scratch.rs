@@ -7,6 +7,7 @@ use crate::engine::kv_cache::KvCacheConfig;
 use crate::engine::line_buf::LineBuf;
 use crate::engine::matmul::MatmulScratch;
 use crate::engine::model::ModelDesc;
+use crate::engine::moe::MoeScratch;
 use std::sync::Mutex;
 
 /// Size limits of one forward call.
@@ -49,8 +50,8 @@ pub struct ForwardScratch {
     pub(crate) v: LineBuf,    // [T][n_head_kv * head_dim]
     pub(crate) attn: LineBuf, // [T][n_head * head_dim]
     pub(crate) proj: LineBuf, // [T][d]
-    pub(crate) gate: LineBuf, // [T][n_ff]
-    pub(crate) up: LineBuf,   // [T][n_ff]
+    pub(crate) gate: LineBuf, // [T][max_ff]
+    pub(crate) up: LineBuf,   // [T][max_ff]
     /// RoPE cos/sin per table and token `[n_tables][T][n_rot]`.
     pub(crate) rope: LineBuf,
     /// Final-normed rows that want logits `[R][d]`.
@@ -61,6 +62,10 @@ pub struct ForwardScratch {
     pub(crate) attn_scratch: Vec<Mutex<AttnScratch>>,
     /// Attention's task lists and split-K partials.
     pub(crate) attn_plan: AttnPlan,
+    /// A mixture's routing and expert buffers (models with one).
+    pub(crate) moe: Option<MoeScratch>,
+    /// The experts' sum `[T][d]` while a shared expert runs (models with one).
+    pub(crate) moe_out: LineBuf,
 }
 
 impl ForwardScratch {
@@ -86,13 +91,15 @@ impl ForwardScratch {
         let d = desc.n_embd;
         let nq = desc.n_head * desc.head_dim;
         let nkv = desc.n_head_kv * desc.head_dim;
-        let f = desc.n_ff;
+        let f = desc.max_ff();
+        let n_expert = desc.moe.map_or(0, |m| m.n_expert);
         let max_k = d.max(nq).max(f);
         // Largest quantized activation row: Q8_1 (36 bytes per 32) or f32 rows, whichever.
         let max_act_row = (max_k * 4).max(max_k.div_ceil(32) * 36);
         let max_tmp = (t * (nq + 2 * nkv))
             .max(t * 2 * f)
             .max(t * d)
+            .max(t * n_expert)
             .max(r * desc.n_vocab);
         Ok(ForwardScratch {
             limits,
@@ -117,6 +124,11 @@ impl ForwardScratch {
                 .map(|_| Mutex::new(AttnScratch::new(kv)))
                 .collect(),
             attn_plan: AttnPlan::new(kv, desc.n_head, t, max_seqs),
+            moe: desc.moe.map(|m| MoeScratch::new(&m, d, t)),
+            moe_out: LineBuf::zeroed(match desc.moe {
+                Some(m) if m.n_ff_shexp.is_some() => t * d,
+                _ => 0,
+            }),
         })
     }
 

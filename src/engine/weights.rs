@@ -211,8 +211,100 @@ pub fn vector(name: &str, data: &TensorData, n: usize) -> Result<Vec<f32>, Engin
     Ok(out)
 }
 
+/// A gated FFN: `down(act(gate m (+ bg)) * (up m (+ bu))) (+ bd)`. `d` = n_embd, `f` = its
+/// hidden width (a dense layer's `n_ff`, or a shared expert's).
+#[derive(Clone, Debug)]
+pub struct DenseFfn {
+    pub w_gate: Weight,           // (f, d)
+    pub w_up: Weight,             // (f, d)
+    pub b_gate: Option<Vec<f32>>, // (f)
+    pub b_up: Option<Vec<f32>>,   // (f)
+    pub w_down: Weight,           // (d, f)
+    pub b_down: Option<Vec<f32>>, // (d)
+}
+
+/// One expert of a mixture: a SiLU-gated FFN of width `fe` = n_ff_exp, each matrix a view of
+/// its slice of the file's 3-D expert tensor (an expert's rows are contiguous there).
+#[derive(Clone, Debug)]
+pub struct Expert {
+    pub gate: Weight, // (fe, d)
+    pub up: Weight,   // (fe, d)
+    pub down: Weight, // (d, fe)
+}
+
+/// A mixture-of-experts FFN: the router and every expert, plus the shared expert when the
+/// family has one. The experts stay in the file's map (never repacked: a step reads only the
+/// chosen experts' pages).
+#[derive(Clone, Debug)]
+pub struct MoeFfn {
+    /// `ffn_gate_inp.weight`: router logits per expert.
+    pub router: Weight, // (n_expert, d)
+    pub experts: Vec<Expert>,
+    pub shared: Option<DenseFfn>,
+}
+
+/// A layer's FFN (see [`crate::engine::model::desc::FfnKind`]).
+#[derive(Clone, Debug)]
+pub enum FfnWeights {
+    Dense(DenseFfn),
+    Moe(MoeFfn),
+}
+
+impl FfnWeights {
+    /// The first matrix the FFN block multiplies (what the team prefetches before it).
+    pub fn first(&self) -> &Weight {
+        match self {
+            FfnWeights::Dense(f) => &f.w_gate,
+            FfnWeights::Moe(m) => &m.router,
+        }
+    }
+
+    /// The matrices every token reads (all of a dense FFN; a mixture's router and shared
+    /// expert), mutably for the load-time repacking.
+    fn every_token_mut(&mut self) -> Vec<&mut Weight> {
+        match self {
+            FfnWeights::Dense(f) => vec![&mut f.w_gate, &mut f.w_up, &mut f.w_down],
+            FfnWeights::Moe(m) => {
+                let mut v = vec![&mut m.router];
+                if let Some(s) = &mut m.shared {
+                    v.extend([&mut s.w_gate, &mut s.w_up, &mut s.w_down]);
+                }
+                v
+            }
+        }
+    }
+
+    /// [`FfnWeights::every_token_mut`], shared.
+    fn every_token(&self) -> Vec<&Weight> {
+        match self {
+            FfnWeights::Dense(f) => vec![&f.w_gate, &f.w_up, &f.w_down],
+            FfnWeights::Moe(m) => {
+                let mut v = vec![&m.router];
+                if let Some(s) = &m.shared {
+                    v.extend([&s.w_gate, &s.w_up, &s.w_down]);
+                }
+                v
+            }
+        }
+    }
+
+    /// What the experts chosen for one token read and compute: `(bytes, multiply-adds)` of
+    /// `n_used` experts (they all have one shape); zero for a dense FFN.
+    fn active_experts(&self, n_used: usize) -> (u64, u64) {
+        match self {
+            FfnWeights::Moe(m) => m.experts.first().map_or((0, 0), |e| {
+                let mats = [&e.gate, &e.up, &e.down];
+                let b: u64 = mats.iter().map(|w| w.matmul_bytes()).sum();
+                let c: u64 = mats.iter().map(|w| w.macs()).sum();
+                (b * n_used as u64, c * n_used as u64)
+            }),
+            FfnWeights::Dense(_) => (0, 0),
+        }
+    }
+}
+
 /// One transformer block's weights. `d` = n_embd, `q` = n_head * head_dim,
-/// `kv` = n_head_kv * head_dim, `f` = n_ff, `h` = head_dim. Optional parts are there when the
+/// `kv` = n_head_kv * head_dim, `h` = head_dim. Optional parts are there when the
 /// file has them (biases) or the family uses them (norms of the model description). A fused
 /// file matrix (phi3's `attn_qkv`, gate+up `ffn_up`) is split into its row ranges here, views of
 /// the same mapped bytes.
@@ -225,7 +317,7 @@ pub struct LayerWeights {
     pub bq: Option<Vec<f32>>, // (q)   qwen2
     pub bk: Option<Vec<f32>>, // (kv)  qwen2
     pub bv: Option<Vec<f32>>, // (kv)  qwen2
-    /// Per-head RMSNorm weights of q and k (qwen3, gemma3).
+    /// Per-head RMSNorm weights of q and k (qwen3, gemma3), or whole-row ones (olmoe: q, kv).
     pub q_norm: Option<Vec<f32>>, // (h)
     pub k_norm: Option<Vec<f32>>, // (h)
     pub wo: Weight,           // (d, q)
@@ -233,41 +325,25 @@ pub struct LayerWeights {
     /// RMSNorm of the attention output before its residual add (gemma).
     pub post_attn_norm: Option<Vec<f32>>, // (d)
     pub ffn_norm: Vec<f32>,   // (d)
-    pub w_gate: Weight,       // (f, d)
-    pub w_up: Weight,         // (f, d)
-    pub b_gate: Option<Vec<f32>>, // (f)
-    pub b_up: Option<Vec<f32>>, // (f)
-    pub w_down: Weight,       // (d, f)
-    pub b_down: Option<Vec<f32>>, // (d)
+    pub ffn: FfnWeights,
     /// RMSNorm of the FFN output before its residual add (gemma).
     pub post_ffn_norm: Option<Vec<f32>>, // (d)
 }
 
 impl LayerWeights {
-    /// The layer's matrices, mutably (for the load-time repacking).
-    pub fn matrices_mut(&mut self) -> [&mut Weight; 7] {
-        [
-            &mut self.wq,
-            &mut self.wk,
-            &mut self.wv,
-            &mut self.wo,
-            &mut self.w_gate,
-            &mut self.w_up,
-            &mut self.w_down,
-        ]
+    /// The matrices every token reads (attention's and the FFN's, not a mixture's experts),
+    /// mutably (for the load-time repacking).
+    pub fn matrices_mut(&mut self) -> Vec<&mut Weight> {
+        let mut v = vec![&mut self.wq, &mut self.wk, &mut self.wv, &mut self.wo];
+        v.extend(self.ffn.every_token_mut());
+        v
     }
 
-    /// The layer's matrices.
-    pub fn matrices(&self) -> [&Weight; 7] {
-        [
-            &self.wq,
-            &self.wk,
-            &self.wv,
-            &self.wo,
-            &self.w_gate,
-            &self.w_up,
-            &self.w_down,
-        ]
+    /// The matrices every token reads.
+    pub fn matrices(&self) -> Vec<&Weight> {
+        let mut v = vec![&self.wq, &self.wk, &self.wv, &self.wo];
+        v.extend(self.ffn.every_token());
+        v
     }
 }
 
@@ -306,11 +382,19 @@ impl ModelWeights {
         }
     }
 
-    /// What one decode step reads and computes in its matmuls (every layer's matrices and the
-    /// LM head): `(bytes, multiply-adds)` per token. The figures speed is stated against.
-    pub fn decode_footprint(&self) -> (u64, u64) {
+    /// What one decode step reads and computes in its matmuls (every layer's matrices, the
+    /// `n_expert_used` experts a token runs in a mixture, and the LM head): `(bytes,
+    /// multiply-adds)` per token. The figures speed is stated against.
+    pub fn decode_footprint(&self, n_expert_used: usize) -> (u64, u64) {
         let mats = self.layers.iter().flat_map(|l| l.matrices());
         let (b, m) = mats.fold((0, 0), |(b, m), w| (b + w.matmul_bytes(), m + w.macs()));
-        (b + self.output.matmul_bytes(), m + self.output.macs())
+        let (eb, em) = self.layers.iter().fold((0, 0), |(b, m), l| {
+            let (x, y) = l.ffn.active_experts(n_expert_used);
+            (b + x, m + y)
+        });
+        (
+            b + eb + self.output.matmul_bytes(),
+            m + em + self.output.macs(),
+        )
     }
 }

@@ -202,6 +202,30 @@ impl TensorData {
         })
     }
 
+    /// The `i`-th 2-D matrix of a 3-D tensor (shape `[row_len, n_rows, n]` -> `[row_len,
+    /// n_rows]`; a mixture's expert `i`), sharing the same bytes. `None` unless the tensor is
+    /// 3-D and `i < n`.
+    pub fn matrix(&self, i: usize) -> Option<TensorData> {
+        let [row_len, rows, n] = *self.shape.as_slice() else {
+            return None;
+        };
+        if i as u64 >= n {
+            return None;
+        }
+        let rows = usize::try_from(rows).ok()?;
+        let bytes = self.row_bytes().checked_mul(rows)?;
+        let start = self.range.start.checked_add(i.checked_mul(bytes)?)?;
+        if start.checked_add(bytes)? > self.range.end {
+            return None;
+        }
+        Some(TensorData {
+            backing: Arc::clone(&self.backing),
+            range: start..start + bytes,
+            dtype: self.dtype,
+            shape: vec![row_len, rows as u64],
+        })
+    }
+
     /// The bytes of row `i` (e.g. one token's embedding), `None` past the last row.
     pub fn row(&self, i: usize) -> Option<&[u8]> {
         let rb = self.row_bytes();
@@ -259,5 +283,22 @@ mod tests {
         assert_eq!(part.bytes(), &q.bytes()[34..102]);
         assert_eq!(part.row(0).unwrap(), q.row(1).unwrap());
         assert!(q.rows(2, 4).is_none() && q.rows(2, 1).is_none() && h.rows(0, 1).is_some());
+    }
+
+    #[test]
+    fn matrices_of_a_3d_tensor_are_views() {
+        let mut w = GgufWriter::new();
+        // 3 experts of 2 rows of one Q8_0 block each.
+        w.add_tensor("e", DType::Q8_0, &[32, 2, 3], (0..204).collect())
+            .unwrap();
+        w.add_tensor("m", DType::Q8_0, &[32, 2], (0..68).collect())
+            .unwrap();
+        let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        let e = f.tensor_data("e").unwrap();
+        let x = e.matrix(2).unwrap();
+        assert_eq!(x.shape(), &[32, 2]);
+        assert_eq!(x.bytes(), &e.bytes()[136..204]);
+        assert!(e.matrix(3).is_none());
+        assert!(f.tensor_data("m").unwrap().matrix(0).is_none());
     }
 }

@@ -247,11 +247,19 @@ const ATTENTION_MAC_COST: f64 = 4.5;
 /// Cached positions whose attention costs as much as one token's matmuls, for the scheduler's
 /// prefill chunking (`Limits::attn_positions_per_token`): about 860 for the default model.
 pub fn attn_positions_per_token(c: &crate::engine::ModelDesc) -> usize {
+    // A token's FFN width: the dense one, or its experts' and the shared expert's (plus the
+    // router's rows) in a mixture.
+    let f = match c.moe {
+        Some(m) => {
+            m.n_expert_used * m.n_ff_exp + m.n_ff_shexp.unwrap_or(0) + m.n_expert.div_ceil(3)
+        }
+        None => c.n_ff,
+    };
     let (d, q, kv, f) = (
         c.n_embd as f64,
         (c.n_head * c.head_dim) as f64,
         (c.n_head_kv * c.head_dim) as f64,
-        c.n_ff as f64,
+        f as f64,
     );
     let per_layer = d * (q + 2.0 * kv) + q * d + 3.0 * d * f;
     let matmul = c.n_layer as f64 * per_layer + c.n_vocab as f64 * d;

@@ -331,4 +331,7 @@ proofs! {
     smollm3 => "smollm3",
     granite => "granite",
     mistral3 => "mistral3",
+    qwen3moe => "qwen3moe",
+    olmoe => "olmoe",
+    granitemoe => "granitemoe",
 }

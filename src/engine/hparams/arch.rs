@@ -3,6 +3,7 @@
 //! [`ArchRules`] the description is built from. A new family is a new row here, not a new
 //! forward pass.
 
+use super::moe::{Gating, MoeRule};
 use serde::Serialize;
 use std::fmt;
 
@@ -19,11 +20,14 @@ pub enum Arch {
     Smollm3,
     Granite,
     Mistral3,
+    Qwen3Moe,
+    Olmoe,
+    GraniteMoe,
 }
 
 /// Every supported architecture with its `general.architecture` name: the one list behind
 /// [`Arch::from_name`], [`Arch::name`] and the "unsupported architecture" error.
-pub const ARCHS: [(Arch, &str); 9] = [
+pub const ARCHS: [(Arch, &str); 12] = [
     (Arch::Llama, "llama"),
     (Arch::Qwen2, "qwen2"),
     (Arch::Qwen3, "qwen3"),
@@ -33,6 +37,9 @@ pub const ARCHS: [(Arch, &str); 9] = [
     (Arch::Smollm3, "smollm3"),
     (Arch::Granite, "granite"),
     (Arch::Mistral3, "mistral3"),
+    (Arch::Qwen3Moe, "qwen3moe"),
+    (Arch::Olmoe, "olmoe"),
+    (Arch::GraniteMoe, "granitemoe"),
 ];
 
 /// How RoPE pairs dimensions.
@@ -77,6 +84,9 @@ pub struct ArchRules {
     pub rope_style: RopeStyle,
     /// Per-head RMSNorm of q and k before RoPE (`attn_q_norm`, `attn_k_norm`).
     pub qk_norm: bool,
+    /// The q and k norms span the whole projection (`[n_head * head_dim]`, olmoe) instead of
+    /// one head.
+    pub qk_norm_full: bool,
     /// RMSNorm of the attention and FFN outputs before their residual adds
     /// (`post_attention_norm`, `post_ffw_norm`).
     pub post_norms: bool,
@@ -104,11 +114,14 @@ pub struct ArchRules {
     pub mistral3_keys: bool,
     /// `ffn_up.weight` holds gate then up rows (`2 * n_ff`), there is no `ffn_gate.weight`.
     pub fused_gate_up: bool,
+    /// The FFN of every layer is a mixture of experts routed this way (`build_moe_ffn`).
+    pub moe: Option<MoeRule>,
 }
 
 const LLAMA: ArchRules = ArchRules {
     rope_style: RopeStyle::Normal,
     qk_norm: false,
+    qk_norm_full: false,
     post_norms: false,
     gelu: false,
     embd_scale_sqrt: false,
@@ -122,6 +135,7 @@ const LLAMA: ArchRules = ArchRules {
     reads_attention_scale: false,
     mistral3_keys: false,
     fused_gate_up: false,
+    moe: None,
 };
 
 impl Arch {
@@ -195,6 +209,43 @@ impl Arch {
             },
             Arch::Mistral3 => ArchRules {
                 mistral3_keys: true,
+                ..LLAMA
+            },
+            // qwen3moe.cpp: qwen3's attention, softmax router, top-k weights normalized.
+            Arch::Qwen3Moe => ArchRules {
+                qk_norm: true,
+                moe: Some(MoeRule {
+                    gating: Gating::Softmax,
+                    norm_weights: true,
+                    reads_expert_width: true,
+                    reads_shared_width: false,
+                }),
+                ..neox
+            },
+            // olmoe.cpp: q and k RMS-normed over their whole width, softmax router, top-k
+            // weights as they are; an expert's width is feed_forward_length.
+            Arch::Olmoe => ArchRules {
+                qk_norm: true,
+                qk_norm_full: true,
+                moe: Some(MoeRule {
+                    gating: Gating::Softmax,
+                    norm_weights: false,
+                    reads_expert_width: false,
+                    reads_shared_width: false,
+                }),
+                ..neox
+            },
+            // granite-moe.cpp: granite's multipliers, softmax router with normalized top-k
+            // weights, an optional shared expert.
+            Arch::GraniteMoe => ArchRules {
+                granite_scales: true,
+                reads_attention_scale: true,
+                moe: Some(MoeRule {
+                    gating: Gating::Softmax,
+                    norm_weights: true,
+                    reads_expert_width: false,
+                    reads_shared_width: true,
+                }),
                 ..LLAMA
             },
         }

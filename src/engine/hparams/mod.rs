@@ -7,9 +7,11 @@
 //! file's keys into the plain values the one forward pass reads (scales, caps, windows, norms).
 
 mod arch;
+mod moe;
 mod rope;
 
 pub use arch::{Arch, ArchRules, QueryScale, RopeStyle, SwaRule, ARCHS};
+pub use moe::{Gating, MoeParams, MoeRule, MAX_EXPERTS};
 pub use rope::{RopeScaling, RopeScalingKind};
 
 use crate::engine::pooling::PoolingType;
@@ -64,8 +66,10 @@ pub struct HParams {
     pub n_layer: u32,
     /// Embedding (residual stream) width.
     pub n_embd: u32,
-    /// Feed-forward hidden width.
+    /// Feed-forward hidden width (of the dense FFN; see `moe` for the experts').
     pub n_ff: u32,
+    /// The mixture of experts that is every layer's FFN, for the families that have one.
+    pub moe: Option<MoeParams>,
     /// Query heads.
     pub n_head: u32,
     /// Key/value heads (grouped-query attention when < `n_head`; divides `n_head`).
@@ -94,6 +98,8 @@ pub struct HParams {
     pub fused_gate_up: bool,
     /// Per-head RMSNorm of q and k before RoPE.
     pub qk_norm: bool,
+    /// The q/k norms span the whole q and k rows (olmoe), not one head.
+    pub qk_norm_full: bool,
     /// RMSNorm of the attention and FFN outputs before the residual adds.
     pub post_norms: bool,
     pub activation: Activation,
@@ -199,7 +205,7 @@ pub(crate) fn invalid(key: String, value: impl fmt::Display, why: &'static str) 
     }
 }
 
-fn inconsistent(msg: String) -> HParamsError {
+pub(crate) fn inconsistent(msg: String) -> HParamsError {
     HParamsError::Inconsistent(msg)
 }
 
@@ -329,6 +335,10 @@ impl HParams {
         };
         let sliding_window = sliding_window(&k, rules.swa, n_layer, rope_freq_base)?;
         let pooling = pooling_type(&k)?;
+        let moe = match rules.moe {
+            Some(rule) => Some(MoeParams::from_keys(&k, rule, n_ff)?),
+            None => None,
+        };
 
         let tied_embeddings = rules.always_tied || f.tensor("output.weight").is_none();
         let fused_qkv = f.tensor("blk.0.attn_qkv.weight").is_some();
@@ -339,6 +349,7 @@ impl HParams {
             n_layer,
             n_embd,
             n_ff,
+            moe,
             n_head,
             n_head_kv,
             head_dim,
@@ -355,6 +366,7 @@ impl HParams {
             fused_qkv,
             fused_gate_up: rules.fused_gate_up,
             qk_norm: rules.qk_norm,
+            qk_norm_full: rules.qk_norm_full,
             post_norms: rules.post_norms,
             activation: if rules.gelu {
                 Activation::Gelu
@@ -391,6 +403,9 @@ impl HParams {
     /// global), q/k norm, post-norms, GELU, ...").
     pub fn variant(&self) -> String {
         let mut parts: Vec<String> = Vec::new();
+        if let Some(m) = &self.moe {
+            parts.push(m.describe());
+        }
         if let Some(w) = &self.sliding_window {
             parts.push(format!(
                 "sliding window {} on {} of {} layers (RoPE base {} local, {} global)",
@@ -426,7 +441,14 @@ impl HParams {
             ));
         }
         if self.qk_norm {
-            parts.push("q/k norm".into());
+            parts.push(
+                if self.qk_norm_full {
+                    "q/k norm (full width)"
+                } else {
+                    "q/k norm"
+                }
+                .into(),
+            );
         }
         if self.post_norms {
             parts.push("post-norms".into());
@@ -505,15 +527,18 @@ impl HParams {
             expect(&n("attn_output.weight"), &[q, e], true)?;
             expect(&n("attn_output.bias"), &[e], false)?;
             if self.qk_norm {
-                expect(&n("attn_q_norm.weight"), &[hd], true)?;
-                expect(&n("attn_k_norm.weight"), &[hd], true)?;
+                let (qn, kn) = if self.qk_norm_full { (q, kv) } else { (hd, hd) };
+                expect(&n("attn_q_norm.weight"), &[qn], true)?;
+                expect(&n("attn_k_norm.weight"), &[kn], true)?;
             }
             if self.post_norms {
                 expect(&n("post_attention_norm.weight"), &[e], true)?;
                 expect(&n("post_ffw_norm.weight"), &[e], true)?;
             }
             expect(&n("ffn_norm.weight"), &[e], true)?;
-            if self.fused_gate_up {
+            if let Some(m) = &self.moe {
+                m.check_tensors(f, il, e)?;
+            } else if self.fused_gate_up {
                 expect(&n("ffn_up.weight"), &[e, 2 * ff], true)?;
             } else {
                 expect(&n("ffn_gate.weight"), &[e, ff], true)?;
@@ -521,8 +546,10 @@ impl HParams {
                 expect(&n("ffn_gate.bias"), &[ff], false)?;
                 expect(&n("ffn_up.bias"), &[ff], false)?;
             }
-            expect(&n("ffn_down.weight"), &[ff, e], true)?;
-            expect(&n("ffn_down.bias"), &[e], false)?;
+            if self.moe.is_none() {
+                expect(&n("ffn_down.weight"), &[ff, e], true)?;
+                expect(&n("ffn_down.bias"), &[e], false)?;
+            }
         }
         let factors = u64::from(self.rope_dim / 2);
         for name in [
@@ -671,6 +698,9 @@ impl fmt::Display for HParams {
         writeln!(f, "blocks            {}", self.n_layer)?;
         writeln!(f, "embedding         {}", self.n_embd)?;
         writeln!(f, "feed-forward      {}", self.n_ff)?;
+        if let Some(m) = &self.moe {
+            writeln!(f, "experts           {}", m.describe())?;
+        }
         writeln!(
             f,
             "heads             {} query, {} kv, head dim {}",

@@ -207,3 +207,60 @@ fn pooling_type_is_read_with_llama_cpp_s_codes() {
         .to_string();
     assert!(e.contains("llama.pooling_type = 7"), "{e}");
 }
+
+#[test]
+fn qwen3moe_reads_its_experts() {
+    let h = hparams_of("qwen3moe", |_| {});
+    let m = h.moe.unwrap();
+    assert_eq!((m.n_expert, m.n_expert_used, m.n_ff_exp), (6, 2, 256));
+    assert!(m.norm_weights && m.gating == Gating::Softmax && m.n_ff_shexp.is_none());
+    assert!(h.qk_norm);
+    assert!(h
+        .variant()
+        .contains("mixture of 6 experts (2 used per token, width 256"));
+    // Without expert_feed_forward_length: n_ff / n_expert_used, as llama.cpp.
+    let h = hparams_of("qwen3moe", |m| {
+        m.retain(|(k, _)| k != "qwen3moe.expert_feed_forward_length")
+    });
+    assert_eq!(h.moe.unwrap().n_ff_exp, 512 / 2);
+}
+
+#[test]
+fn granitemoe_has_a_shared_expert_and_granite_scales() {
+    let h = hparams_of("granitemoe", |_| {});
+    let m = h.moe.unwrap();
+    assert_eq!((m.n_expert, m.n_ff_exp, m.n_ff_shexp), (6, 256, Some(512)));
+    assert!(m.norm_weights);
+    assert_eq!(h.residual_scale, Some(0.22));
+}
+
+#[test]
+fn bad_expert_counts_are_named_errors() {
+    let err = |edit: fn(&mut Vec<(String, MetaValue)>)| {
+        let mut v = proof_variants()
+            .into_iter()
+            .find(|v| v.name == "qwen3moe")
+            .unwrap();
+        edit(&mut v.spec.meta);
+        let w = build(&v.spec, "qwen3moe", &tiny_vocab(), Quant::F16, 1).unwrap();
+        HParams::from_gguf(&GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()).unwrap_err()
+    };
+    let e = err(|m| set(m, "qwen3moe.expert_used_count", MetaValue::U32(7)));
+    assert!(matches!(e, HParamsError::Inconsistent(_)), "{e}");
+    let e = err(|m| set(m, "qwen3moe.expert_count", MetaValue::U32(0)));
+    assert!(matches!(e, HParamsError::Invalid { .. }), "{e}");
+    let e = err(|m| m.retain(|(k, _)| k != "qwen3moe.expert_count"));
+    assert!(matches!(e, HParamsError::Missing { .. }), "{e}");
+    // The experts' tensors must have the shapes the keys imply.
+    let e = err(|m| set(m, "qwen3moe.expert_count", MetaValue::U32(5)));
+    assert!(e.to_string().contains("ffn_gate_inp.weight"), "{e}");
+}
+
+#[test]
+fn olmoe_norms_q_and_k_whole_and_keeps_its_weights() {
+    let h = hparams_of("olmoe", |_| {});
+    let m = h.moe.unwrap();
+    assert_eq!((m.n_expert, m.n_expert_used, m.n_ff_exp), (6, 2, 256));
+    assert!(!m.norm_weights);
+    assert!(h.qk_norm && h.qk_norm_full && h.rope_style == RopeStyle::NeoX);
+}

@@ -6,19 +6,59 @@
 use crate::engine::error::EngineError;
 pub use crate::engine::hparams::Arch;
 use crate::engine::hparams::{
-    Activation, AttnTemperature, HParams, RopeScaling, RopeScalingKind, RopeStyle,
+    Activation, AttnTemperature, Gating, HParams, MoeParams, RopeScaling, RopeScalingKind,
+    RopeStyle,
 };
 use crate::engine::ops::{yarn_corr_dims, RopeKind, RopeTable};
 use crate::engine::pooling::PoolingType;
 use crate::gguf::GgufFile;
 
-/// Per layer: which RoPE table applies and how far back attention sees.
+/// Which FFN block a layer runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FfnKind {
+    /// One gated FFN of width [`ModelDesc::n_ff`].
+    Dense,
+    /// The mixture of experts of [`ModelDesc::moe`].
+    Moe,
+}
+
+/// Per layer: which RoPE table applies, how far back attention sees, which FFN runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayerDesc {
     /// Index into [`ModelDesc::ropes`]; `None` on a layer without RoPE (NoPE).
     pub rope: Option<usize>,
     /// Sliding window: a query at position `p` attends to `p - w + 1 ..= p`; `None` = all.
     pub window: Option<usize>,
+    pub ffn: FfnKind,
+}
+
+/// A mixture-of-experts FFN (llama.cpp's `build_moe_ffn`): per token, router logits
+/// `Wr m` (f32), probabilities by `gating`, the `n_expert_used` most probable experts (their
+/// weights divided by their sum when `norm_weights`), then the sum over the chosen experts,
+/// in order of probability, of `weight * down(silu(gate m) * up m)`; plus a shared expert's
+/// output when `n_ff_shexp` is set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeDesc {
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    /// Hidden width of one expert.
+    pub n_ff_exp: usize,
+    pub gating: Gating,
+    pub norm_weights: bool,
+    pub n_ff_shexp: Option<usize>,
+}
+
+impl From<&MoeParams> for MoeDesc {
+    fn from(m: &MoeParams) -> MoeDesc {
+        MoeDesc {
+            n_expert: m.n_expert as usize,
+            n_expert_used: m.n_expert_used as usize,
+            n_ff_exp: m.n_ff_exp as usize,
+            gating: m.gating,
+            norm_weights: m.norm_weights,
+            n_ff_shexp: m.n_ff_shexp.map(|w| w as usize),
+        }
+    }
 }
 
 /// Everything the forward pass needs to know about a model.
@@ -33,6 +73,8 @@ pub struct ModelDesc {
     pub n_head_kv: usize,
     pub head_dim: usize,
     pub n_ff: usize,
+    /// The experts of the layers whose FFN is [`FfnKind::Moe`].
+    pub moe: Option<MoeDesc>,
     pub n_vocab: usize,
     /// Training context length: positions at or beyond it are refused.
     pub n_ctx_train: usize,
@@ -48,6 +90,8 @@ pub struct ModelDesc {
     /// chosen, as llama.cpp does, by whether the served context exceeds the original one.
     pub long_rope_factors: bool,
     pub qk_norm: bool,
+    /// The q/k norm weights span the whole q and k rows (olmoe), not one head.
+    pub qk_norm_full: bool,
     pub post_norms: bool,
     pub activation: Activation,
     pub embd_scale: Option<f32>,
@@ -159,6 +203,11 @@ impl ModelDesc {
                         .as_ref()
                         .filter(|_| local)
                         .map(|w| w.size as usize),
+                    ffn: if hp.moe.is_some() {
+                        FfnKind::Moe
+                    } else {
+                        FfnKind::Dense
+                    },
                 }
             })
             .collect();
@@ -171,6 +220,7 @@ impl ModelDesc {
             n_head_kv: hp.n_head_kv as usize,
             head_dim: hp.head_dim as usize,
             n_ff: hp.n_ff as usize,
+            moe: hp.moe.as_ref().map(MoeDesc::from),
             n_vocab: hp.n_vocab as usize,
             n_ctx_train: hp.n_ctx_train as usize,
             rms_eps: hp.rms_eps,
@@ -180,6 +230,7 @@ impl ModelDesc {
             layers,
             long_rope_factors: hp.n_ctx_train > n_ctx_orig,
             qk_norm: hp.qk_norm,
+            qk_norm_full: hp.qk_norm_full,
             post_norms: hp.post_norms,
             activation: hp.activation,
             embd_scale: hp.embd_scale,
@@ -197,6 +248,19 @@ impl ModelDesc {
     /// Reads the hyper-parameters of `file` and derives the description.
     pub fn from_gguf(file: &GgufFile) -> Result<ModelDesc, EngineError> {
         ModelDesc::from_hparams(&HParams::from_gguf(file)?)
+    }
+
+    /// The widest FFN hidden row a step computes: the dense FFN's, an expert's or the shared
+    /// expert's.
+    pub fn max_ff(&self) -> usize {
+        let dense = if self.layers.iter().any(|l| l.ffn == FfnKind::Dense) {
+            self.n_ff
+        } else {
+            0
+        };
+        self.moe.map_or(dense, |m| {
+            dense.max(m.n_ff_exp).max(m.n_ff_shexp.unwrap_or(0))
+        })
     }
 
     /// The largest sliding window of any layer, `None` when every layer attends to everything.

@@ -12,6 +12,9 @@
 //! x += a * residual_scale                              [granite]
 //! m = rms_norm(x) * ffn_norm
 //! f = Wdown (act(Wgate m (+bg)) * (Wup m (+bu))) (+bd)  act = SiLU or GELU
+//!   or, on a mixture-of-experts layer (`engine::moe`):
+//! f = sum over the router's top-k experts e of w_e * Wdown_e (silu(Wgate_e m) * Wup_e m)
+//!     (+ the shared expert's dense FFN of m)           [granitemoe]
 //! f = rms_norm(f) * post_ffw_norm                      [post_norms]
 //! x += f * residual_scale
 //! ```
@@ -30,14 +33,16 @@ use crate::engine::hparams::Activation;
 use crate::engine::kv_cache::{KvCache, KvCacheError};
 use crate::engine::matmul::{matmul, matmul_made, warm_next, MatJob, MatmulScratch};
 use crate::engine::model::loaded::{add_in_place, for_row_pairs, for_rows, Model};
+use crate::engine::moe::experts_forward;
 use crate::engine::ops::{
     geglu, rms_norm, rms_norm_in_place, scale_in_place, softcap_in_place, swiglu,
 };
 use crate::engine::scratch::ForwardScratch;
 use crate::engine::team::Team;
+use crate::engine::weights::{DenseFfn, FfnWeights, MoeFfn};
 
 /// `row = rms_norm(row) * w` per `w.len()`-wide head, in place (llama.cpp's q/k norm on the
-/// `[head_dim, n_head]` view).
+/// `[head_dim, n_head]` view; a `w` as wide as the row normalizes it whole, olmoe's).
 fn norm_heads(row: &mut [f32], w: &[f32], eps: f32) {
     for head in row.chunks_exact_mut(w.len()) {
         rms_norm_in_place(head, w, eps);
@@ -81,9 +86,12 @@ impl Model {
         s: &mut ForwardScratch,
     ) -> Result<(), KvCacheError> {
         self.embed(seqs, n_tok, s);
-        for l in 0..self.weights().layers.len() {
+        for (l, lw) in self.weights().layers.iter().enumerate() {
             self.attention_block(l, seqs, n_tok, kv, s)?;
-            self.ffn_block(l, n_tok, n_rows, s);
+            match &lw.ffn {
+                FfnWeights::Dense(f) => self.ffn_block(l, f, n_tok, n_rows, s),
+                FfnWeights::Moe(m) => self.moe_block(l, m, n_tok, n_rows, s),
+            }
         }
         if n_rows > 0 {
             self.lm_head(n_rows, s);
@@ -238,7 +246,7 @@ impl Model {
             &mut s.attn_plan,
         )?;
         self.trace("attn_out", lt, &s.attn[..n_tok * nq]);
-        warm_next(&self.team, n_tok, &lw.w_gate);
+        warm_next(&self.team, n_tok, lw.ffn.first());
         matmul(
             &self.team,
             &s.attn,
@@ -265,14 +273,19 @@ impl Model {
     /// Layer `l`'s dense FFN block: `s.x += Wdown act(Wgate m, Wup m)`, `m = norm(s.x)`, with
     /// the family's biases and post-norm. Names the next layer's first matmul (or the LM
     /// head's) for the idle threads to prefetch.
-    fn ffn_block(&self, l: usize, n_tok: usize, n_rows: usize, s: &mut ForwardScratch) {
+    fn ffn_block(
+        &self,
+        l: usize,
+        f: &DenseFfn,
+        n_tok: usize,
+        n_rows: usize,
+        s: &mut ForwardScratch,
+    ) {
         let c = self.desc();
-        let w = self.weights();
-        let lw = &w.layers[l];
+        let lw = &self.weights().layers[l];
         let d = c.n_embd;
-        let nf = c.n_ff;
         let lt = Some(l);
-        warm_next(&self.team, n_tok, &lw.w_down);
+        warm_next(&self.team, n_tok, &f.w_down);
         norm_matmul(
             &self.team,
             (&s.x, d, &lw.ffn_norm, c.rms_eps),
@@ -281,32 +294,116 @@ impl Model {
             n_tok,
             &mut [
                 MatJob {
-                    w: &lw.w_gate,
+                    w: &f.w_gate,
                     out: &mut s.gate,
                 },
                 MatJob {
-                    w: &lw.w_up,
+                    w: &f.w_up,
                     out: &mut s.up,
                 },
             ],
             &mut s.mm,
         );
         self.trace("ffn_norm", lt, &s.xn[..n_tok * d]);
-        for (bias, buf) in [(&lw.b_up, &mut s.up), (&lw.b_gate, &mut s.gate)] {
+        self.warm_after(l, n_tok, n_rows);
+        self.gated_down(l, f, c.activation, n_tok, s);
+        self.finish_ffn(l, n_tok, s);
+    }
+
+    /// Layer `l`'s mixture-of-experts FFN block: `s.x += moe(m)` (plus the shared expert's
+    /// FFN of `m` when the family has one), `m = norm(s.x)`; see `engine::moe`.
+    fn moe_block(&self, l: usize, m: &MoeFfn, n_tok: usize, n_rows: usize, s: &mut ForwardScratch) {
+        let c = self.desc();
+        let lw = &self.weights().layers[l];
+        let d = c.n_embd;
+        let lt = Some(l);
+        let (Some(md), Some(ms)) = (c.moe.as_ref(), s.moe.as_mut()) else {
+            unreachable!("a mixture layer's model has a mixture description and its scratch");
+        };
+        norm_matmul(
+            &self.team,
+            (&s.x, d, &lw.ffn_norm, c.rms_eps),
+            &|t| t,
+            &mut s.xn,
+            n_tok,
+            &mut [MatJob {
+                w: &m.router,
+                out: &mut ms.logits,
+            }],
+            &mut s.mm,
+        );
+        self.trace("ffn_norm", lt, &s.xn[..n_tok * d]);
+        self.trace("ffn_moe_logits", lt, &ms.logits[..n_tok * md.n_expert]);
+        match &m.shared {
+            Some(sh) => warm_next(&self.team, n_tok, &sh.w_gate),
+            None => self.warm_after(l, n_tok, n_rows),
+        }
+        // With a shared expert the experts' sum goes aside and the shared FFN into s.proj.
+        let moe_out = match m.shared {
+            Some(_) => &mut s.moe_out,
+            None => &mut s.proj,
+        };
+        experts_forward(&self.team, md, &m.experts, (&s.xn, d), n_tok, ms, moe_out);
+        self.trace("ffn_moe_out", lt, &moe_out[..n_tok * d]);
+        if let Some(sh) = &m.shared {
+            // The shared expert reads the same normed rows; its output and the experts' are
+            // added (ggml_add(moe_out, ffn_shexp)).
+            warm_next(&self.team, n_tok, &sh.w_down);
+            matmul(
+                &self.team,
+                &s.xn,
+                n_tok,
+                &mut [
+                    MatJob {
+                        w: &sh.w_gate,
+                        out: &mut s.gate,
+                    },
+                    MatJob {
+                        w: &sh.w_up,
+                        out: &mut s.up,
+                    },
+                ],
+                &mut s.mm,
+            );
+            self.warm_after(l, n_tok, n_rows);
+            self.gated_down(l, sh, Activation::Silu, n_tok, s);
+            self.trace("ffn_shexp", lt, &s.proj[..n_tok * d]);
+            add_in_place(&mut s.proj[..n_tok * d], &s.moe_out[..n_tok * d]);
+        }
+        self.finish_ffn(l, n_tok, s);
+    }
+
+    /// Names what the team multiplies after layer `l`'s FFN: the next layer's Q, or the LM
+    /// head after the last layer.
+    fn warm_after(&self, l: usize, n_tok: usize, n_rows: usize) {
+        let w = self.weights();
+        match w.layers.get(l + 1) {
+            Some(next) => warm_next(&self.team, n_tok, &next.wq),
+            None if n_rows > 0 => warm_next(&self.team, n_rows, &w.output),
+            None => self.team.warm().clear(),
+        }
+    }
+
+    /// `s.proj = Wdown (act(s.gate + bg) * (s.up + bu)) + ...`: the biases, then the
+    /// activation in the region that quantizes its rows for down (`s.xn` holds them after).
+    fn gated_down(
+        &self,
+        l: usize,
+        f: &DenseFfn,
+        act: Activation,
+        n_tok: usize,
+        s: &mut ForwardScratch,
+    ) {
+        let lt = Some(l);
+        let nf = f.w_gate.n_out;
+        for (bias, buf) in [(&f.b_up, &mut s.up), (&f.b_gate, &mut s.gate)] {
             if let Some(b) = bias {
                 for_rows(&self.team, buf, nf, n_tok, |_, row| add_in_place(row, b));
             }
         }
         self.trace("ffn_gate", lt, &s.gate[..n_tok * nf]);
         self.trace("ffn_up", lt, &s.up[..n_tok * nf]);
-        match w.layers.get(l + 1) {
-            Some(next) => warm_next(&self.team, n_tok, &next.wq),
-            None if n_rows > 0 => warm_next(&self.team, n_rows, &w.output),
-            None => self.team.warm().clear(),
-        }
-        // The activation runs in the region that quantizes its rows for down.
         let (gate, up) = (&s.gate, &s.up);
-        let act = c.activation;
         let activate = |t: usize, row: &mut [f32]| {
             let (g, u) = (&gate[t * nf..(t + 1) * nf], &up[t * nf..(t + 1) * nf]);
             match act {
@@ -320,22 +417,35 @@ impl Model {
             &activate,
             n_tok,
             &mut [MatJob {
-                w: &lw.w_down,
+                w: &f.w_down,
                 out: &mut s.proj,
             }],
             &mut s.mm,
         );
         self.trace("ffn_act", lt, &s.xn[..n_tok * nf]);
+        if let Some(b) = &f.b_down {
+            let d = f.w_down.n_out;
+            for_rows(&self.team, &mut s.proj, d, n_tok, |_, row| {
+                add_in_place(row, b)
+            });
+        }
+    }
+
+    /// The end of layer `l`'s FFN branch in `s.proj`: post-norm and residual scale, then the
+    /// residual add into `s.x`.
+    fn finish_ffn(&self, l: usize, n_tok: usize, s: &mut ForwardScratch) {
+        let d = self.desc().n_embd;
+        let lw = &self.weights().layers[l];
         self.finish_branch(
-            lw.b_down.as_deref(),
+            None,
             lw.post_ffn_norm.as_deref(),
             n_tok,
             &mut s.proj,
             &mut s.xn,
         );
-        self.trace("ffn_out", lt, &s.proj[..n_tok * d]);
+        self.trace("ffn_out", Some(l), &s.proj[..n_tok * d]);
         add_in_place(&mut s.x[..n_tok * d], &s.proj[..n_tok * d]);
-        self.trace("l_out", lt, &s.x[..n_tok * d]);
+        self.trace("l_out", Some(l), &s.x[..n_tok * d]);
     }
 
     /// The final norm and the LM head for the `n_rows` rows asked for (`s.logit_tok` names

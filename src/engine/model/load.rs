@@ -4,8 +4,11 @@
 //! row ranges of the same mapped bytes: no copy of the weights.
 
 use crate::engine::error::EngineError;
+use crate::engine::model::desc::{FfnKind, MoeDesc};
 use crate::engine::model::ModelDesc;
-use crate::engine::weights::{vector, LayerWeights, ModelWeights, Weight};
+use crate::engine::weights::{
+    vector, DenseFfn, Expert, FfnWeights, LayerWeights, ModelWeights, MoeFfn, Weight,
+};
 use crate::gguf::{GgufFile, TensorData};
 
 fn tensor(file: &GgufFile, name: &str) -> Result<TensorData, EngineError> {
@@ -81,6 +84,89 @@ fn split_vec<const N: usize>(
     Ok(v.try_into().ok())
 }
 
+/// The `n` experts of the 3-D tensor `name` (`[k, n_out, n]` in ggml order), one `(n_out, k)`
+/// view per expert.
+fn experts_of(
+    file: &GgufFile,
+    name: &str,
+    n: usize,
+    n_out: usize,
+    k: usize,
+) -> Result<Vec<Weight>, EngineError> {
+    let t = tensor(file, name)?;
+    let want = [k as u64, n_out as u64, n as u64];
+    let bad = || EngineError::BadShape {
+        name: name.to_string(),
+        got: t.shape().to_vec(),
+        want: want.to_vec(),
+    };
+    if t.shape() != want {
+        return Err(bad());
+    }
+    (0..n)
+        .map(|e| Weight::new(name, t.matrix(e).ok_or_else(bad)?, n_out, k))
+        .collect()
+}
+
+/// Layer `i`'s mixture: router, experts (views of the 3-D tensors) and shared expert.
+fn moe_ffn(file: &GgufFile, i: usize, m: &MoeDesc, d: usize) -> Result<MoeFfn, EngineError> {
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let (ne, fe) = (m.n_expert, m.n_ff_exp);
+    let gates = experts_of(file, &n("ffn_gate_exps.weight"), ne, fe, d)?;
+    let ups = experts_of(file, &n("ffn_up_exps.weight"), ne, fe, d)?;
+    let downs = experts_of(file, &n("ffn_down_exps.weight"), ne, d, fe)?;
+    let experts = gates
+        .into_iter()
+        .zip(ups)
+        .zip(downs)
+        .map(|((gate, up), down)| Expert { gate, up, down })
+        .collect();
+    let shared = match m.n_ff_shexp {
+        Some(fs) => Some(DenseFfn {
+            w_gate: matrix(file, &n("ffn_gate_shexp.weight"), fs, d)?,
+            w_up: matrix(file, &n("ffn_up_shexp.weight"), fs, d)?,
+            b_gate: None,
+            b_up: None,
+            w_down: matrix(file, &n("ffn_down_shexp.weight"), d, fs)?,
+            b_down: None,
+        }),
+        None => None,
+    };
+    Ok(MoeFfn {
+        router: matrix(file, &n("ffn_gate_inp.weight"), ne, d)?,
+        experts,
+        shared,
+    })
+}
+
+/// Layer `i`'s dense FFN (`f` wide; gate and up split from a fused `ffn_up` when the family
+/// fuses them).
+fn dense_ffn(
+    file: &GgufFile,
+    i: usize,
+    fused_gate_up: bool,
+    f: usize,
+    d: usize,
+) -> Result<DenseFfn, EngineError> {
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let [w_gate, w_up] = if fused_gate_up {
+        split_matrix(file, &n("ffn_up.weight"), [f, f], d)?
+    } else {
+        [
+            matrix(file, &n("ffn_gate.weight"), f, d)?,
+            matrix(file, &n("ffn_up.weight"), f, d)?,
+        ]
+    };
+    Ok(DenseFfn {
+        w_gate,
+        w_up,
+        b_gate: opt_vec(file, &n("ffn_gate.bias"), f)?,
+        b_up: opt_vec(file, &n("ffn_up.bias"), f)?,
+        w_down: matrix(file, &n("ffn_down.weight"), d, f)?,
+        b_down: opt_vec(file, &n("ffn_down.bias"), d)?,
+    })
+}
+
 /// Loads all weights, and the RoPE frequency factors into `desc` when the file has them
 /// (`rope_freqs.weight`, else LongRoPE's long or short factors as `desc` chose).
 pub(crate) fn load_weights(
@@ -113,6 +199,11 @@ pub(crate) fn load_weights(
         r.freq_factors = factors.clone();
     }
     desc.rope.freq_factors = factors;
+    let (qn_width, kn_width) = if desc.qk_norm_full {
+        (nq, nkv)
+    } else {
+        (hd, hd)
+    };
     let mut layers = Vec::with_capacity(desc.n_layer);
     for i in 0..desc.n_layer {
         let n = |s: &str| format!("blk.{i}.{s}");
@@ -146,13 +237,17 @@ pub(crate) fn load_weights(
                 opt_vec(file, &n("attn_v.bias"), nkv)?,
             ],
         };
-        let [w_gate, w_up] = if desc.arch.rules().fused_gate_up {
-            split_matrix(file, &n("ffn_up.weight"), [f, f], d)?
-        } else {
-            [
-                matrix(file, &n("ffn_gate.weight"), f, d)?,
-                matrix(file, &n("ffn_up.weight"), f, d)?,
-            ]
+        let ffn = match (desc.layers[i].ffn, &desc.moe) {
+            (FfnKind::Moe, Some(m)) => FfnWeights::Moe(moe_ffn(file, i, m, d)?),
+            (FfnKind::Moe, None) => {
+                return Err(EngineError::BadHParam {
+                    key: "expert_count",
+                    message: format!("layer {i} is a mixture of experts without experts"),
+                })
+            }
+            (FfnKind::Dense, _) => {
+                FfnWeights::Dense(dense_ffn(file, i, desc.arch.rules().fused_gate_up, f, d)?)
+            }
         };
         layers.push(LayerWeights {
             attn_norm: vec_of(file, &n("attn_norm.weight"), d)?,
@@ -162,18 +257,13 @@ pub(crate) fn load_weights(
             bq,
             bk,
             bv,
-            q_norm: norm("attn_q_norm.weight", hd, desc.qk_norm)?,
-            k_norm: norm("attn_k_norm.weight", hd, desc.qk_norm)?,
+            q_norm: norm("attn_q_norm.weight", qn_width, desc.qk_norm)?,
+            k_norm: norm("attn_k_norm.weight", kn_width, desc.qk_norm)?,
             wo: matrix(file, &n("attn_output.weight"), d, nq)?,
             bo: opt_vec(file, &n("attn_output.bias"), d)?,
             post_attn_norm: norm("post_attention_norm.weight", d, desc.post_norms)?,
             ffn_norm: vec_of(file, &n("ffn_norm.weight"), d)?,
-            w_gate,
-            w_up,
-            b_gate: opt_vec(file, &n("ffn_gate.bias"), f)?,
-            b_up: opt_vec(file, &n("ffn_up.bias"), f)?,
-            w_down: matrix(file, &n("ffn_down.weight"), d, f)?,
-            b_down: opt_vec(file, &n("ffn_down.bias"), d)?,
+            ffn,
             post_ffn_norm: norm("post_ffw_norm.weight", d, desc.post_norms)?,
         });
     }

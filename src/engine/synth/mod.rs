@@ -103,7 +103,9 @@ fn layer_of(name: &str) -> Option<usize> {
 /// The type `llama-quantize` gives tensor `t` for `quant` (only what these files need: every
 /// row length here is a multiple of 256).
 fn quant_type(quant: Quant, t: &TensorSpec, tied: bool, n_layer: usize) -> DType {
-    if !t.is_matrix() {
+    // Vectors, and routers (llama.cpp's converter keeps `ffn_gate_inp` in F32 and
+    // llama-quantize never quantizes it).
+    if !t.is_matrix() || t.name.ends_with("ffn_gate_inp.weight") {
         return DType::F32;
     }
     let is_head = t.name == "output.weight" || (tied && t.name == "token_embd.weight");
@@ -117,7 +119,7 @@ fn quant_type(quant: Quant, t: &TensorSpec, tied: bool, n_layer: usize) -> DType
         Quant::Q4KM
             if (t.name.ends_with("attn_v.weight")
                 || t.name.ends_with("attn_qkv.weight")
-                || t.name.ends_with("ffn_down.weight"))
+                || t.name.contains("ffn_down"))
                 && more_bits() =>
         {
             DType::Q6_K

@@ -55,11 +55,24 @@ struct Parts {
     qkv_bias: bool,
     output_bias: bool,
     qk_norm: bool,
+    /// The q/k norms span the whole q and k rows (olmoe).
+    qk_norm_full: bool,
     post_norms: bool,
     fused_qkv: bool,
     fused_gate_up: bool,
     rope_freqs: Option<u64>,
     long_short: Option<u64>,
+    moe: Option<Experts>,
+}
+
+/// A mixture-of-experts FFN in place of the dense one.
+#[derive(Clone, Copy)]
+struct Experts {
+    n_expert: u64,
+    /// Hidden width of one expert.
+    width: u64,
+    /// Hidden width of the shared expert, when there is one.
+    shared: Option<u64>,
 }
 
 fn meta(arch: &str, s: Shape, extra: Vec<(&str, MetaValue)>) -> Vec<(String, MetaValue)> {
@@ -83,7 +96,13 @@ fn meta(arch: &str, s: Shape, extra: Vec<(&str, MetaValue)>) -> Vec<(String, Met
             m.push((format!("{arch}.{k}"), MetaValue::U32(s.head_dim as u32)));
         }
     }
-    m.extend(extra.into_iter().map(|(k, v)| (format!("{arch}.{k}"), v)));
+    let extra: Vec<(String, MetaValue)> = extra
+        .into_iter()
+        .map(|(k, v)| (format!("{arch}.{k}"), v))
+        .collect();
+    // A key given in `extra` replaces the default one.
+    m.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
+    m.extend(extra);
     m
 }
 
@@ -130,8 +149,9 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
             add(n("attn_v.bias"), vec![kv], Init::Normal(0.2));
         }
         if p.qk_norm {
-            add(n("attn_q_norm.weight"), vec![hd], Init::Around(1.0, 0.3));
-            add(n("attn_k_norm.weight"), vec![hd], Init::Around(1.0, 0.3));
+            let (qn, kn) = if p.qk_norm_full { (q, kv) } else { (hd, hd) };
+            add(n("attn_q_norm.weight"), vec![qn], Init::Around(1.0, 0.3));
+            add(n("attn_k_norm.weight"), vec![kn], Init::Around(1.0, 0.3));
         }
         add(
             n("attn_output.weight"),
@@ -146,17 +166,54 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
             );
         }
         add(n("ffn_norm.weight"), vec![D], Init::Around(1.0, 0.2));
-        if p.fused_gate_up {
+        if let Some(x) = p.moe {
+            let (ne, w) = (x.n_expert, x.width);
+            add(
+                n("ffn_gate_inp.weight"),
+                vec![D, ne],
+                Init::Normal(2.0 * inv(D)),
+            );
+            add(
+                n("ffn_gate_exps.weight"),
+                vec![D, w, ne],
+                Init::Normal(inv(D)),
+            );
+            add(
+                n("ffn_up_exps.weight"),
+                vec![D, w, ne],
+                Init::Normal(inv(D)),
+            );
+            add(
+                n("ffn_down_exps.weight"),
+                vec![w, D, ne],
+                Init::Normal(1.2 * s.branch * inv(w)),
+            );
+            if let Some(sw) = x.shared {
+                add(
+                    n("ffn_gate_shexp.weight"),
+                    vec![D, sw],
+                    Init::Normal(inv(D)),
+                );
+                add(n("ffn_up_shexp.weight"), vec![D, sw], Init::Normal(inv(D)));
+                add(
+                    n("ffn_down_shexp.weight"),
+                    vec![sw, D],
+                    Init::Normal(0.6 * s.branch * inv(sw)),
+                );
+            }
+        } else if p.fused_gate_up {
             add(n("ffn_up.weight"), vec![D, 2 * FF], Init::Normal(inv(D)));
         } else {
             add(n("ffn_gate.weight"), vec![D, FF], Init::Normal(inv(D)));
             add(n("ffn_up.weight"), vec![D, FF], Init::Normal(inv(D)));
         }
-        add(
-            n("ffn_down.weight"),
-            vec![FF, D],
-            Init::Normal(1.2 * s.branch * inv(FF)),
-        );
+        if p.moe.is_none() {
+            add(
+                n("ffn_down.weight"),
+                vec![FF, D],
+                Init::Normal(1.2 * s.branch * inv(FF)),
+            );
+        }
         if p.post_norms {
             add(
                 n("post_ffw_norm.weight"),
@@ -400,6 +457,84 @@ pub fn proof_variants() -> Vec<Variant> {
                 ],
             ]
             .concat(),
+        ),
+        variant(
+            "qwen3moe",
+            "qwen3moe: 6 experts of width 256, 2 used per token, softmax router, top-k weights normalized; qwen3's q/k norm",
+            "qwen3moe",
+            Shape {
+                head_dim: 128,
+                ..BASE
+            },
+            Parts {
+                qk_norm: true,
+                moe: Some(Experts {
+                    n_expert: 6,
+                    width: 256,
+                    shared: None,
+                }),
+                ..Parts::default()
+            },
+            vec![
+                ("rope.freq_base", f(1_000_000.0)),
+                ("expert_count", u(6)),
+                ("expert_used_count", u(2)),
+                ("expert_feed_forward_length", u(256)),
+            ],
+        ),
+        variant(
+            "olmoe",
+            "olmoe: 6 experts of width 256 (feed_forward_length), 2 used, softmax router with the top-k weights as they are, q and k RMS-normed over their whole width",
+            "olmoe",
+            // llama.cpp requires olmoe's output.weight.
+            Shape {
+                n_head_kv: 4,
+                untied: true,
+                ..BASE
+            },
+            Parts {
+                qk_norm: true,
+                qk_norm_full: true,
+                moe: Some(Experts {
+                    n_expert: 6,
+                    width: 256,
+                    shared: None,
+                }),
+                ..Parts::default()
+            },
+            vec![
+                ("feed_forward_length", u(256)),
+                ("expert_count", u(6)),
+                ("expert_used_count", u(2)),
+            ],
+        ),
+        variant(
+            "granitemoe",
+            "granitemoe: 6 experts of width 256 (feed_forward_length), 2 used, normalized softmax router, a shared expert of width 512; granite's multipliers",
+            "granitemoe",
+            Shape {
+                out_norm: 0.4,
+                branch: 40.0,
+                ..BASE
+            },
+            Parts {
+                moe: Some(Experts {
+                    n_expert: 6,
+                    width: 256,
+                    shared: Some(512),
+                }),
+                ..Parts::default()
+            },
+            vec![
+                ("feed_forward_length", u(256)),
+                ("expert_count", u(6)),
+                ("expert_used_count", u(2)),
+                ("expert_shared_feed_forward_length", u(512)),
+                ("embedding_scale", f(12.0)),
+                ("residual_scale", f(0.22)),
+                ("logit_scale", f(8.0)),
+                ("attention.scale", f(0.02)),
+            ],
         ),
     ]
 }

@@ -1,0 +1,146 @@
+//! The mixture-of-experts keys of a file (`{arch}.expert_count`, `expert_used_count`,
+//! `expert_feed_forward_length`, `expert_shared_feed_forward_length`) read as llama.cpp does
+//! for the families kiln runs (`load_hparams`, `src/models/{qwen3moe,olmoe,granite-moe}.cpp`),
+//! and the shapes of their expert tensors.
+
+use super::{inconsistent, invalid, HParamsError, Keys};
+use crate::gguf::GgufFile;
+use serde::Serialize;
+
+/// Most experts per layer accepted (llama.cpp's `LLAMA_MAX_EXPERTS`).
+pub const MAX_EXPERTS: u32 = 1024;
+
+/// How a family's router turns its logits into expert weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Gating {
+    /// Softmax over all experts, top-k of the probabilities (llama.cpp's
+    /// `LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX`).
+    Softmax,
+}
+
+/// The per-family MoE rule of [`super::ArchRules`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeRule {
+    pub gating: Gating,
+    /// The k chosen weights are divided by their sum (`norm_w` of `build_moe_ffn`).
+    pub norm_weights: bool,
+    /// An expert's FFN width is `expert_feed_forward_length` (default `n_ff / n_expert_used`);
+    /// otherwise it is `feed_forward_length` (olmoe, granitemoe).
+    pub reads_expert_width: bool,
+    /// `expert_shared_feed_forward_length` gives a shared expert (granitemoe).
+    pub reads_shared_width: bool,
+}
+
+/// A mixture-of-experts FFN: every layer's FFN is `n_expert` SiLU-gated experts of width
+/// `n_ff_exp`, of which the router picks `n_expert_used` per token, plus a shared expert of
+/// width `n_ff_shexp` every token runs when the family has one.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct MoeParams {
+    pub n_expert: u32,
+    pub n_expert_used: u32,
+    pub n_ff_exp: u32,
+    pub gating: Gating,
+    pub norm_weights: bool,
+    pub n_ff_shexp: Option<u32>,
+}
+
+impl MoeParams {
+    /// The MoE description of a family with `rule`, from its keys; `n_ff` is the file's
+    /// `feed_forward_length`.
+    pub(super) fn from_keys(
+        k: &Keys<'_>,
+        rule: MoeRule,
+        n_ff: u32,
+    ) -> Result<MoeParams, HParamsError> {
+        let n_expert = k.u32_pos("expert_count")?;
+        if n_expert > MAX_EXPERTS {
+            return Err(invalid(k.key("expert_count"), n_expert, "above 1024"));
+        }
+        let n_expert_used = k.u32_pos("expert_used_count")?;
+        if n_expert_used > n_expert {
+            return Err(inconsistent(format!(
+                "{n_expert_used} experts used per token of {n_expert}"
+            )));
+        }
+        let n_ff_exp = if rule.reads_expert_width {
+            match k.u32_opt("expert_feed_forward_length")? {
+                Some(0) | None => n_ff / n_expert_used,
+                Some(w) => w,
+            }
+        } else {
+            n_ff
+        };
+        if n_ff_exp == 0 {
+            return Err(invalid(
+                k.key("expert_feed_forward_length"),
+                0,
+                "must be positive",
+            ));
+        }
+        let n_ff_shexp = if rule.reads_shared_width {
+            k.u32_opt("expert_shared_feed_forward_length")?
+                .filter(|&w| w > 0)
+        } else {
+            None
+        };
+        Ok(MoeParams {
+            n_expert,
+            n_expert_used,
+            n_ff_exp,
+            gating: rule.gating,
+            norm_weights: rule.norm_weights,
+            n_ff_shexp,
+        })
+    }
+
+    /// Checks layer `il`'s router, expert and shared-expert tensors (`e` = n_embd).
+    pub(super) fn check_tensors(&self, f: &GgufFile, il: u32, e: u64) -> Result<(), HParamsError> {
+        let (ne, fe) = (u64::from(self.n_expert), u64::from(self.n_ff_exp));
+        let mut want: Vec<(&str, Vec<u64>)> = vec![
+            ("ffn_gate_inp.weight", vec![e, ne]),
+            ("ffn_gate_exps.weight", vec![e, fe, ne]),
+            ("ffn_up_exps.weight", vec![e, fe, ne]),
+            ("ffn_down_exps.weight", vec![fe, e, ne]),
+        ];
+        if let Some(s) = self.n_ff_shexp {
+            let s = u64::from(s);
+            want.push(("ffn_gate_shexp.weight", vec![e, s]));
+            want.push(("ffn_up_shexp.weight", vec![e, s]));
+            want.push(("ffn_down_shexp.weight", vec![s, e]));
+        }
+        for (suffix, shape) in want {
+            let name = format!("blk.{il}.{suffix}");
+            match f.tensor(&name) {
+                None => return Err(HParamsError::MissingTensor(name)),
+                Some(t) if t.shape == shape => {}
+                Some(t) => {
+                    return Err(inconsistent(format!(
+                        "tensor {name} has shape {:?}, the metadata implies {shape:?}",
+                        t.shape
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// "mixture of 64 experts (8 used, width 768), ..." for the variant line.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "mixture of {} experts ({} used per token, width {}, {:?} router{})",
+            self.n_expert,
+            self.n_expert_used,
+            self.n_ff_exp,
+            self.gating,
+            if self.norm_weights {
+                ", top-k weights normalized"
+            } else {
+                ""
+            }
+        );
+        if let Some(w) = self.n_ff_shexp {
+            s.push_str(&format!(", shared expert width {w}"));
+        }
+        s
+    }
+}
