@@ -73,6 +73,54 @@ pub(super) trait Simd: Copy {
     unsafe fn narrow(w: [Self::W; 2]) -> Self::V;
 }
 
+/// The [`Simd`] operations that are one intrinsic of the width each (`$v` its register):
+/// `zero`, `set1`, `load`, `store`, `fma`, `add`, `mul`, `sub`, in that order.
+#[cfg(target_arch = "x86_64")]
+macro_rules! lanewise {
+    ($v:ty: $zero:ident, $set1:ident, $load:ident, $store:ident, $fma:ident, $add:ident, $mul:ident, $sub:ident) => {
+        #[inline(always)]
+        unsafe fn zero() -> $v {
+            // SAFETY: the features of this width (the trait's contract).
+            unsafe { $zero() }
+        }
+        #[inline(always)]
+        unsafe fn set1(x: f32) -> $v {
+            // SAFETY: the features of this width (the trait's contract).
+            unsafe { $set1(x) }
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> $v {
+            // SAFETY: the caller passes `LANES` readable f32.
+            unsafe { $load(p) }
+        }
+        #[inline(always)]
+        unsafe fn store(p: *mut f32, v: $v) {
+            // SAFETY: the caller passes `LANES` writable f32.
+            unsafe { $store(p, v) }
+        }
+        #[inline(always)]
+        unsafe fn fma(a: $v, b: $v, c: $v) -> $v {
+            // SAFETY: the features of this width (the trait's contract).
+            unsafe { $fma(a, b, c) }
+        }
+        #[inline(always)]
+        unsafe fn add(a: $v, b: $v) -> $v {
+            // SAFETY: as above.
+            unsafe { $add(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn mul(a: $v, b: $v) -> $v {
+            // SAFETY: as above.
+            unsafe { $mul(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn sub(a: $v, b: $v) -> $v {
+            // SAFETY: as above.
+            unsafe { $sub(a, b) }
+        }
+    };
+}
+
 /// AVX-512F with FMA and F16C: 16 lanes.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
@@ -88,25 +136,10 @@ impl Simd for Avx512 {
     const V_W: usize = 4;
     const SCORE_ROWS_Q8: usize = 8;
 
-    #[inline(always)]
-    unsafe fn zero() -> __m512 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm512_setzero_ps() }
-    }
-    #[inline(always)]
-    unsafe fn set1(x: f32) -> __m512 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm512_set1_ps(x) }
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> __m512 {
-        // SAFETY: the caller passes 16 readable f32.
-        unsafe { _mm512_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: __m512) {
-        // SAFETY: the caller passes 16 writable f32.
-        unsafe { _mm512_storeu_ps(p, v) }
+    lanewise! {
+        __m512:
+        _mm512_setzero_ps, _mm512_set1_ps, _mm512_loadu_ps, _mm512_storeu_ps,
+        _mm512_fmadd_ps, _mm512_add_ps, _mm512_mul_ps, _mm512_sub_ps
     }
     #[inline(always)]
     unsafe fn load_f16(p: *const half::f16) -> __m512 {
@@ -117,26 +150,6 @@ impl Simd for Avx512 {
     unsafe fn load_i8(p: *const i8) -> __m512 {
         // SAFETY: the caller passes 16 readable i8.
         unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast()))) }
-    }
-    #[inline(always)]
-    unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm512_fmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn add(a: __m512, b: __m512) -> __m512 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm512_add_ps(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm512_mul_ps(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn sub(a: __m512, b: __m512) -> __m512 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm512_sub_ps(a, b) }
     }
     #[inline(always)]
     unsafe fn mask_outside(x: __m512, a: usize, b: usize) -> __m512 {
@@ -263,25 +276,10 @@ impl Simd for Avx2 {
     const V_W: usize = 3;
     const SCORE_ROWS_Q8: usize = 4;
 
-    #[inline(always)]
-    unsafe fn zero() -> __m256 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm256_setzero_ps() }
-    }
-    #[inline(always)]
-    unsafe fn set1(x: f32) -> __m256 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm256_set1_ps(x) }
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> __m256 {
-        // SAFETY: the caller passes 8 readable f32.
-        unsafe { _mm256_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: __m256) {
-        // SAFETY: the caller passes 8 writable f32.
-        unsafe { _mm256_storeu_ps(p, v) }
+    lanewise! {
+        __m256:
+        _mm256_setzero_ps, _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps,
+        _mm256_fmadd_ps, _mm256_add_ps, _mm256_mul_ps, _mm256_sub_ps
     }
     #[inline(always)]
     unsafe fn load_f16(p: *const half::f16) -> __m256 {
@@ -292,26 +290,6 @@ impl Simd for Avx2 {
     unsafe fn load_i8(p: *const i8) -> __m256 {
         // SAFETY: the caller passes 8 readable i8 (one 64-bit load).
         unsafe { _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast()))) }
-    }
-    #[inline(always)]
-    unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm256_fmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn add(a: __m256, b: __m256) -> __m256 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm256_add_ps(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm256_mul_ps(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn sub(a: __m256, b: __m256) -> __m256 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm256_sub_ps(a, b) }
     }
     #[inline(always)]
     unsafe fn mask_outside(x: __m256, a: usize, b: usize) -> __m256 {
