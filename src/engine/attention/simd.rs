@@ -73,6 +73,34 @@ pub(super) trait Simd: Copy {
     unsafe fn narrow(w: [Self::W; 2]) -> Self::V;
 }
 
+/// [`Simd::exp_fast`]'s arithmetic between the width's clamp and its exponent bits, one body
+/// for both widths (lane-wise adds and multiplies, no fma, in the order of
+/// [`super::exp_fast::exp_fast`]): for clamped lanes `xc` it returns `z = xc * log2(e) +
+/// ROUND` (whose low bits hold `n`) and `y ~ e^r`, `r = xc - n * ln 2`, so that
+/// `e^xc = y * 2^n`.
+///
+/// # Safety
+/// `S`'s features.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn exp_fast_poly<S: Simd>(xc: S::V) -> (S::V, S::V) {
+    use super::exp_fast::*;
+    // SAFETY: `S`'s features (this function's contract).
+    unsafe {
+        let c = |v: f32| S::set1(v);
+        let z = S::add(S::mul(xc, c(LOG2E)), c(ROUND));
+        let n = S::sub(z, c(ROUND));
+        let r = S::sub(S::sub(xc, S::mul(n, c(LN2_HI))), S::mul(n, c(LN2_LO)));
+        let mut p = c(P[0]);
+        for &k in &P[1..] {
+            p = S::add(S::mul(p, r), c(k));
+        }
+        p = S::add(S::mul(p, r), c(0.5));
+        let y = S::add(S::add(S::mul(p, S::mul(r, r)), r), c(1.0));
+        (z, y)
+    }
+}
+
 /// The [`Simd`] operations that are one intrinsic of the width each (`$v` its register):
 /// `zero`, `set1`, `load`, `store`, `fma`, `add`, `mul`, `sub`, in that order.
 #[cfg(target_arch = "x86_64")]
@@ -175,21 +203,7 @@ impl Simd for Avx512 {
             let xc =
                 _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, c(FLOOR)), c(FLOOR), x);
             let xc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(xc, c(0.0)), c(0.0), xc);
-            let z = _mm512_add_ps(_mm512_mul_ps(xc, c(LOG2E)), c(ROUND));
-            let n = _mm512_sub_ps(z, c(ROUND));
-            let r = _mm512_sub_ps(
-                _mm512_sub_ps(xc, _mm512_mul_ps(n, c(LN2_HI))),
-                _mm512_mul_ps(n, c(LN2_LO)),
-            );
-            let mut p = c(P[0]);
-            for &k in &P[1..] {
-                p = _mm512_add_ps(_mm512_mul_ps(p, r), c(k));
-            }
-            p = _mm512_add_ps(_mm512_mul_ps(p, r), c(0.5));
-            let y = _mm512_add_ps(
-                _mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
-                c(1.0),
-            );
+            let (z, y) = exp_fast_poly::<Self>(xc);
             let e = _mm512_sub_epi32(
                 _mm512_castps_si512(z),
                 _mm512_set1_epi32(ROUND.to_bits() as i32),
@@ -328,21 +342,7 @@ impl Simd for Avx2 {
             let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(x, c(FLOOR));
             let xc = _mm256_blendv_ps(c(FLOOR), x, _mm256_cmp_ps::<_CMP_GT_OQ>(x, c(FLOOR)));
             let xc = _mm256_blendv_ps(c(0.0), xc, _mm256_cmp_ps::<_CMP_LT_OQ>(xc, c(0.0)));
-            let z = _mm256_add_ps(_mm256_mul_ps(xc, c(LOG2E)), c(ROUND));
-            let n = _mm256_sub_ps(z, c(ROUND));
-            let r = _mm256_sub_ps(
-                _mm256_sub_ps(xc, _mm256_mul_ps(n, c(LN2_HI))),
-                _mm256_mul_ps(n, c(LN2_LO)),
-            );
-            let mut p = c(P[0]);
-            for &k in &P[1..] {
-                p = _mm256_add_ps(_mm256_mul_ps(p, r), c(k));
-            }
-            p = _mm256_add_ps(_mm256_mul_ps(p, r), c(0.5));
-            let y = _mm256_add_ps(
-                _mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r),
-                c(1.0),
-            );
+            let (z, y) = exp_fast_poly::<Self>(xc);
             let e = _mm256_sub_epi32(
                 _mm256_castps_si256(z),
                 _mm256_set1_epi32(ROUND.to_bits() as i32),
