@@ -38,8 +38,7 @@ pub fn kernels_for(dtype: DType, isa: Isa) -> Result<&'static TypeKernels, Kerne
 fn build(isa: Isa) -> Table {
     let mut t: Table = [None; DTYPES.len()];
     for info in DTYPES {
-        t[info.dtype as usize] =
-            legacy_scalar_row(info.dtype).or_else(|| kquant_scalar_row(info.dtype));
+        t[info.dtype as usize] = scalar_row(info.dtype);
     }
     if supported(isa) {
         install_simd(isa, &mut t);
@@ -81,166 +80,51 @@ fn install_simd(isa: Isa, t: &mut Table) {
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn install_simd(_isa: Isa, _t: &mut Table) {}
 
-const fn row(
-    dtype: DType,
-    vec_dot_type: DType,
-    to_f32: ToF32Fn,
-    from_f32: Option<FromF32Fn>,
-    vec_dot: VecDotFn,
-    gemm: GemmFn,
-) -> TypeKernels {
-    TypeKernels {
-        dtype,
-        vec_dot_type,
-        to_f32,
-        from_f32,
-        vec_dot,
-        gemm,
-        packed: None,
-    }
-}
-
-// ===== Legacy and float rows [kern-legacy] =====
-
-fn legacy_scalar_row(d: DType) -> Option<TypeKernels> {
-    use DType::*;
-    Some(match d {
-        F32 => row(
-            F32,
-            F32,
-            float::dequantize_f32,
-            Some(float::quantize_f32),
-            float::vec_dot_f32,
-            float::gemm_f32,
-        ),
-        F16 => row(
-            F16,
-            F32,
-            float::dequantize_f16,
-            Some(float::quantize_f16),
-            float::vec_dot_f16,
-            float::gemm_f16,
-        ),
-        BF16 => row(
-            BF16,
-            F32,
-            float::dequantize_bf16,
-            Some(float::quantize_bf16),
-            float::vec_dot_bf16,
-            float::gemm_bf16,
-        ),
-        Q4_0 => row(
-            Q4_0,
-            Q8_0,
-            legacy::dequantize_q4_0,
-            Some(legacy::quantize_q4_0),
-            legacy::vec_dot_q4_0,
-            legacy::gemm_q4_0,
-        ),
-        Q4_1 => row(
-            Q4_1,
-            Q8_1,
-            legacy::dequantize_q4_1,
-            Some(legacy::quantize_q4_1),
-            legacy::vec_dot_q4_1,
-            legacy::gemm_q4_1,
-        ),
-        Q5_0 => row(
-            Q5_0,
-            Q8_0,
-            legacy::dequantize_q5_0,
-            Some(legacy::quantize_q5_0),
-            legacy::vec_dot_q5_0,
-            legacy::gemm_q5_0,
-        ),
-        Q5_1 => row(
-            Q5_1,
-            Q8_1,
-            legacy::dequantize_q5_1,
-            Some(legacy::quantize_q5_1),
-            legacy::vec_dot_q5_1,
-            legacy::gemm_q5_1,
-        ),
-        Q8_0 => row(
-            Q8_0,
-            Q8_0,
-            legacy::dequantize_q8_0,
-            Some(legacy::quantize_q8_0),
-            legacy::vec_dot_q8_0,
-            legacy::gemm_q8_0,
-        ),
-        Q8_1 => row(
-            Q8_1,
-            Q8_1,
-            legacy::dequantize_q8_1,
-            Some(legacy::quantize_q8_1),
-            legacy::vec_dot_q8_1,
-            legacy::gemm_q8_1,
-        ),
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => return None,
-    })
-}
-
-// ===== K-quant rows [kern-k] =====
-// Scalar rows of Q2_K..Q6_K and Q8_K (all take Q8_K activations); the SIMD versions are
-// installed by `kquants::install` from `x86::avx2`, `x86::avx512` and `aarch64::neon`.
-// Q8_K's `from_f32` is bit-exact with ggml's `quantize_row_q8_K_ref`; the Q2_K..Q6_K weight
-// quantizers are kiln's own (same format, error within test-quantize-fns' limits).
-
-fn kquant_scalar_row(d: DType) -> Option<TypeKernels> {
+/// The scalar row of dtype `d` (the reference every ISA's `install` starts from), `None` for
+/// a dtype without kernels. One line a dtype: the dtype, its activation dtype, and the
+/// module's dequantizer, quantizer, `vec_dot` and `gemm`.
+fn scalar_row(d: DType) -> Option<TypeKernels> {
     use super::scalar::kquants as k;
-    use DType::*;
-    Some(match d {
-        Q2_K => row(
-            Q2_K,
-            Q8_K,
-            k::dequantize_row_q2_k,
-            Some(k::quantize_row_q2_k),
-            k::vec_dot_q2_k_q8_k,
-            k::gemm_q2_k_q8_k,
-        ),
-        Q3_K => row(
-            Q3_K,
-            Q8_K,
-            k::dequantize_row_q3_k,
-            Some(k::quantize_row_q3_k),
-            k::vec_dot_q3_k_q8_k,
-            k::gemm_q3_k_q8_k,
-        ),
-        Q4_K => row(
-            Q4_K,
-            Q8_K,
-            k::dequantize_row_q4_k,
-            Some(k::quantize_row_q4_k),
-            k::vec_dot_q4_k_q8_k,
-            k::gemm_q4_k_q8_k,
-        ),
-        Q5_K => row(
-            Q5_K,
-            Q8_K,
-            k::dequantize_row_q5_k,
-            Some(k::quantize_row_q5_k),
-            k::vec_dot_q5_k_q8_k,
-            k::gemm_q5_k_q8_k,
-        ),
-        Q6_K => row(
-            Q6_K,
-            Q8_K,
-            k::dequantize_row_q6_k,
-            Some(k::quantize_row_q6_k),
-            k::vec_dot_q6_k_q8_k,
-            k::gemm_q6_k_q8_k,
-        ),
-        Q8_K => row(
-            Q8_K,
-            Q8_K,
-            k::dequantize_row_q8_k,
-            Some(k::quantize_row_q8_k),
-            k::vec_dot_q8_k_q8_k,
-            k::gemm_q8_k_q8_k,
-        ),
-        _ => return None,
-    })
+    macro_rules! rows {
+        ($($dt:ident / $act:ident: $m:ident::{$to:ident, $from:ident, $vd:ident, $gm:ident};)*) => {
+            match d {
+                $(DType::$dt => Some(TypeKernels {
+                    dtype: DType::$dt,
+                    vec_dot_type: DType::$act,
+                    to_f32: $m::$to,
+                    from_f32: Some($m::$from),
+                    vec_dot: $m::$vd,
+                    gemm: $m::$gm,
+                    packed: None,
+                }),)*
+                #[allow(unreachable_patterns)] // every dtype has kernels today
+                _ => None,
+            }
+        };
+    }
+    rows! {
+        // Legacy and float rows [kern-legacy].
+        F32 / F32: float::{dequantize_f32, quantize_f32, vec_dot_f32, gemm_f32};
+        F16 / F32: float::{dequantize_f16, quantize_f16, vec_dot_f16, gemm_f16};
+        BF16 / F32: float::{dequantize_bf16, quantize_bf16, vec_dot_bf16, gemm_bf16};
+        Q4_0 / Q8_0: legacy::{dequantize_q4_0, quantize_q4_0, vec_dot_q4_0, gemm_q4_0};
+        Q4_1 / Q8_1: legacy::{dequantize_q4_1, quantize_q4_1, vec_dot_q4_1, gemm_q4_1};
+        Q5_0 / Q8_0: legacy::{dequantize_q5_0, quantize_q5_0, vec_dot_q5_0, gemm_q5_0};
+        Q5_1 / Q8_1: legacy::{dequantize_q5_1, quantize_q5_1, vec_dot_q5_1, gemm_q5_1};
+        Q8_0 / Q8_0: legacy::{dequantize_q8_0, quantize_q8_0, vec_dot_q8_0, gemm_q8_0};
+        Q8_1 / Q8_1: legacy::{dequantize_q8_1, quantize_q8_1, vec_dot_q8_1, gemm_q8_1};
+        // K-quant rows [kern-k]: Q2_K..Q6_K and Q8_K, all taking Q8_K activations; the SIMD
+        // versions are installed by `kquants::install` from `x86::avx2`, `x86::avx512` and
+        // `aarch64::neon`. Q8_K's quantizer is bit-exact with ggml's `quantize_row_q8_K_ref`;
+        // the Q2_K..Q6_K weight quantizers are kiln's own (same format, error within
+        // test-quantize-fns' limits).
+        Q2_K / Q8_K: k::{dequantize_row_q2_k, quantize_row_q2_k, vec_dot_q2_k_q8_k, gemm_q2_k_q8_k};
+        Q3_K / Q8_K: k::{dequantize_row_q3_k, quantize_row_q3_k, vec_dot_q3_k_q8_k, gemm_q3_k_q8_k};
+        Q4_K / Q8_K: k::{dequantize_row_q4_k, quantize_row_q4_k, vec_dot_q4_k_q8_k, gemm_q4_k_q8_k};
+        Q5_K / Q8_K: k::{dequantize_row_q5_k, quantize_row_q5_k, vec_dot_q5_k_q8_k, gemm_q5_k_q8_k};
+        Q6_K / Q8_K: k::{dequantize_row_q6_k, quantize_row_q6_k, vec_dot_q6_k_q8_k, gemm_q6_k_q8_k};
+        Q8_K / Q8_K: k::{dequantize_row_q8_k, quantize_row_q8_k, vec_dot_q8_k_q8_k, gemm_q8_k_q8_k};
+    }
 }
 
 #[cfg(test)]

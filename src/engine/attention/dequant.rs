@@ -92,19 +92,13 @@ impl DequantTiles {
                     k_tile(kq, ks, bs, ko);
                     v_tile(vq, vs, vo);
                 }
-                // SAFETY: `for_isa` picks Avx2 only when the CPU has AVX2 and F16C and `bs` is
-                // a multiple of 8; the slices have the lengths `k_tile` describes.
+                // SAFETY: `for_isa` picks Avx2 only when the CPU has AVX2, FMA and F16C and
+                // `bs` is a multiple of 8; the slices have the lengths `k_tile` describes.
                 #[cfg(target_arch = "x86_64")]
-                Kernel::Avx2 => unsafe {
-                    x86::k_tile_avx2(kq, ks, bs, ko);
-                    x86::v_tile_avx2(vq, vs, vo);
-                },
-                // SAFETY: as above with AVX-512F and `bs` a multiple of 16.
+                Kernel::Avx2 => unsafe { x86::tiles_avx2([kq, vq], [ks, vs], bs, [ko, vo]) },
+                // SAFETY: as above with AVX-512F, FMA and F16C and `bs` a multiple of 16.
                 #[cfg(target_arch = "x86_64")]
-                Kernel::Avx512 => unsafe {
-                    x86::k_tile_avx512(kq, ks, bs, ko);
-                    x86::v_tile_avx512(vq, vs, vo);
-                },
+                Kernel::Avx512 => unsafe { x86::tiles_avx512([kq, vq], [ks, vs], bs, [ko, vo]) },
             }
             self.held = Some(base);
         }
@@ -147,98 +141,78 @@ fn v_tile(q: &[i8], s: &[f16], out: &mut [f16]) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    //! The SIMD twins of `k_tile` / `v_tile`: 16 (AVX-512) or 8 (AVX2) values per step,
-    //! sign-extended to i32, converted to f32 (exact), multiplied by their scales, converted
-    //! to f16 with round-to-nearest-even, as `f16::from_f32`.
+    //! The SIMD twins of `k_tile` / `v_tile`, one body over both widths ([`Simd`]): 16
+    //! (AVX-512) or 8 (AVX2) values per step, sign-extended to i32, converted to f32 (exact),
+    //! multiplied by their scales, converted to f16 with round-to-nearest-even, as
+    //! `f16::from_f32`.
 
     use super::QK;
+    use crate::engine::attention::simd::{Avx2, Avx512, Simd};
     use half::f16;
-    use std::arch::x86_64::*;
 
-    const ROUND: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-
+    /// The K and V tiles (see `k_tile` and `v_tile`) with AVX-512.
+    ///
     /// # Safety
-    /// AVX-512F; `q` and `out` hold `n` values, `s` `n / QK`, `n` a multiple of `bs` and `bs`
-    /// of 16.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn k_tile_avx512(q: &[i8], s: &[f16], bs: usize, out: &mut [f16]) {
-        let n = out.len();
-        assert!(q.len() >= n && s.len() * QK >= n && bs.is_multiple_of(16) && n.is_multiple_of(bs));
-        // SAFETY: every access is in bounds by the assert: row i (< n / bs), columns
-        // p..p + 16 <= bs of q and out; scales row i / QK < n / bs / QK, same columns.
+    /// AVX-512F, FMA and F16C; as [`tiles`] with `bs` a multiple of 16.
+    #[target_feature(enable = "avx512f,fma,f16c")]
+    pub(super) unsafe fn tiles_avx512(
+        k: [&[i8]; 2],
+        s: [&[f16]; 2],
+        bs: usize,
+        out: [&mut [f16]; 2],
+    ) {
+        // SAFETY: this function's contract.
+        unsafe { tiles::<Avx512>(k, s, bs, out) }
+    }
+
+    /// The K and V tiles (see `k_tile` and `v_tile`) with AVX2.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; as [`tiles`] with `bs` a multiple of 8.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tiles_avx2(
+        k: [&[i8]; 2],
+        s: [&[f16]; 2],
+        bs: usize,
+        out: [&mut [f16]; 2],
+    ) {
+        // SAFETY: this function's contract.
+        unsafe { tiles::<Avx2>(k, s, bs, out) }
+    }
+
+    /// `[kq, vq]` with their scales `[ks, vs]` into `[ko, vo]`: the K tile `[d][bs]` (scales
+    /// `[d / QK][bs]`) and the V tile `[bs][d]` (scales `[bs][d / QK]`).
+    ///
+    /// # Safety
+    /// `S`'s features. (Lengths are asserted: `kq`, `vq` hold as many values as `ko`, `vo`, a
+    /// multiple of `bs` and of [`QK`]; `ks`, `vs` one per [`QK`]; `bs` a multiple of
+    /// `S::LANES`.)
+    #[inline(always)]
+    unsafe fn tiles<S: Simd>(
+        [kq, vq]: [&[i8]; 2],
+        [ks, vs]: [&[f16]; 2],
+        bs: usize,
+        [ko, vo]: [&mut [f16]; 2],
+    ) {
+        let (n, m) = (ko.len(), vo.len());
+        assert!(kq.len() >= n && ks.len() * QK >= n && n.is_multiple_of(bs));
+        assert!(vq.len() >= m && vs.len() * QK >= m && m.is_multiple_of(QK));
+        assert!(bs.is_multiple_of(S::LANES));
+        // SAFETY: every access is in bounds by the asserts: row i (< n / bs), columns
+        // p..p + LANES <= bs of kq and ko, scales row i / QK < n / bs / QK, same columns;
+        // V values j..j + LANES <= m (m a multiple of QK, hence of LANES), scale j / QK.
         unsafe {
             for i in 0..n / bs {
-                for p in (0..bs).step_by(16) {
-                    let sc = _mm512_cvtph_ps(_mm256_loadu_si256(
-                        s.as_ptr().add((i / QK) * bs + p) as *const __m256i
-                    ));
-                    let x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-                        q.as_ptr().add(i * bs + p) as *const __m128i,
-                    )));
-                    let h = _mm512_cvtps_ph::<ROUND>(_mm512_mul_ps(sc, x));
-                    _mm256_storeu_si256(out.as_mut_ptr().add(i * bs + p) as *mut __m256i, h);
+                for p in (0..bs).step_by(S::LANES) {
+                    let sc = S::load_f16(ks.as_ptr().add((i / QK) * bs + p));
+                    let x = S::load_i8(kq.as_ptr().add(i * bs + p));
+                    S::store_f16(ko.as_mut_ptr().add(i * bs + p), S::mul(sc, x));
                 }
             }
-        }
-    }
-
-    /// # Safety
-    /// AVX-512F; `q` and `out` hold `n` values (a multiple of [`QK`]), `s` `n / QK`.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn v_tile_avx512(q: &[i8], s: &[f16], out: &mut [f16]) {
-        let n = out.len();
-        assert!(q.len() >= n && s.len() * QK >= n && n.is_multiple_of(QK));
-        // SAFETY: j + 16 <= n for every step (n a multiple of 32), j / QK < n / QK.
-        unsafe {
-            for j in (0..n).step_by(16) {
-                let sc = _mm512_set1_ps(s.get_unchecked(j / QK).to_f32());
-                let x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-                    q.as_ptr().add(j) as *const __m128i,
-                )));
-                let h = _mm512_cvtps_ph::<ROUND>(_mm512_mul_ps(sc, x));
-                _mm256_storeu_si256(out.as_mut_ptr().add(j) as *mut __m256i, h);
-            }
-        }
-    }
-
-    /// # Safety
-    /// AVX2 and F16C; as [`k_tile_avx512`] with `bs` a multiple of 8.
-    #[target_feature(enable = "avx2,f16c")]
-    pub(super) unsafe fn k_tile_avx2(q: &[i8], s: &[f16], bs: usize, out: &mut [f16]) {
-        let n = out.len();
-        assert!(q.len() >= n && s.len() * QK >= n && bs.is_multiple_of(8) && n.is_multiple_of(bs));
-        // SAFETY: as in `k_tile_avx512`, 8 columns per step.
-        unsafe {
-            for i in 0..n / bs {
-                for p in (0..bs).step_by(8) {
-                    let sc = _mm256_cvtph_ps(_mm_loadu_si128(
-                        s.as_ptr().add((i / QK) * bs + p) as *const __m128i
-                    ));
-                    let x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                        q.as_ptr().add(i * bs + p) as *const __m128i,
-                    )));
-                    let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(sc, x));
-                    _mm_storeu_si128(out.as_mut_ptr().add(i * bs + p) as *mut __m128i, h);
-                }
-            }
-        }
-    }
-
-    /// # Safety
-    /// AVX2 and F16C; as [`v_tile_avx512`].
-    #[target_feature(enable = "avx2,f16c")]
-    pub(super) unsafe fn v_tile_avx2(q: &[i8], s: &[f16], out: &mut [f16]) {
-        let n = out.len();
-        assert!(q.len() >= n && s.len() * QK >= n && n.is_multiple_of(QK));
-        // SAFETY: j + 8 <= n for every step, j / QK < n / QK.
-        unsafe {
-            for j in (0..n).step_by(8) {
-                let sc = _mm256_set1_ps(s.get_unchecked(j / QK).to_f32());
-                let x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                    q.as_ptr().add(j) as *const __m128i,
-                )));
-                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(sc, x));
-                _mm_storeu_si128(out.as_mut_ptr().add(j) as *mut __m128i, h);
+            for j in (0..m).step_by(S::LANES) {
+                let sc = S::set1(vs.get_unchecked(j / QK).to_f32());
+                let x = S::load_i8(vq.as_ptr().add(j));
+                S::store_f16(vo.as_mut_ptr().add(j), S::mul(sc, x));
             }
         }
     }

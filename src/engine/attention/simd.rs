@@ -73,6 +73,82 @@ pub(super) trait Simd: Copy {
     unsafe fn narrow(w: [Self::W; 2]) -> Self::V;
 }
 
+/// [`Simd::exp_fast`]'s arithmetic between the width's clamp and its exponent bits, one body
+/// for both widths (lane-wise adds and multiplies, no fma, in the order of
+/// [`super::exp_fast::exp_fast`]): for clamped lanes `xc` it returns `z = xc * log2(e) +
+/// ROUND` (whose low bits hold `n`) and `y ~ e^r`, `r = xc - n * ln 2`, so that
+/// `e^xc = y * 2^n`.
+///
+/// # Safety
+/// `S`'s features.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn exp_fast_poly<S: Simd>(xc: S::V) -> (S::V, S::V) {
+    use super::exp_fast::*;
+    // SAFETY: `S`'s features (this function's contract).
+    unsafe {
+        let c = |v: f32| S::set1(v);
+        let z = S::add(S::mul(xc, c(LOG2E)), c(ROUND));
+        let n = S::sub(z, c(ROUND));
+        let r = S::sub(S::sub(xc, S::mul(n, c(LN2_HI))), S::mul(n, c(LN2_LO)));
+        let mut p = c(P[0]);
+        for &k in &P[1..] {
+            p = S::add(S::mul(p, r), c(k));
+        }
+        p = S::add(S::mul(p, r), c(0.5));
+        let y = S::add(S::add(S::mul(p, S::mul(r, r)), r), c(1.0));
+        (z, y)
+    }
+}
+
+/// The [`Simd`] operations that are one intrinsic of the width each (`$v` its register):
+/// `zero`, `set1`, `load`, `store`, `fma`, `add`, `mul`, `sub`, in that order.
+#[cfg(target_arch = "x86_64")]
+macro_rules! lanewise {
+    ($v:ty: $zero:ident, $set1:ident, $load:ident, $store:ident, $fma:ident, $add:ident, $mul:ident, $sub:ident) => {
+        #[inline(always)]
+        unsafe fn zero() -> $v {
+            // SAFETY: the features of this width (the trait's contract).
+            unsafe { $zero() }
+        }
+        #[inline(always)]
+        unsafe fn set1(x: f32) -> $v {
+            // SAFETY: the features of this width (the trait's contract).
+            unsafe { $set1(x) }
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> $v {
+            // SAFETY: the caller passes `LANES` readable f32.
+            unsafe { $load(p) }
+        }
+        #[inline(always)]
+        unsafe fn store(p: *mut f32, v: $v) {
+            // SAFETY: the caller passes `LANES` writable f32.
+            unsafe { $store(p, v) }
+        }
+        #[inline(always)]
+        unsafe fn fma(a: $v, b: $v, c: $v) -> $v {
+            // SAFETY: the features of this width (the trait's contract).
+            unsafe { $fma(a, b, c) }
+        }
+        #[inline(always)]
+        unsafe fn add(a: $v, b: $v) -> $v {
+            // SAFETY: as above.
+            unsafe { $add(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn mul(a: $v, b: $v) -> $v {
+            // SAFETY: as above.
+            unsafe { $mul(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn sub(a: $v, b: $v) -> $v {
+            // SAFETY: as above.
+            unsafe { $sub(a, b) }
+        }
+    };
+}
+
 /// AVX-512F with FMA and F16C: 16 lanes.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
@@ -88,25 +164,10 @@ impl Simd for Avx512 {
     const V_W: usize = 4;
     const SCORE_ROWS_Q8: usize = 8;
 
-    #[inline(always)]
-    unsafe fn zero() -> __m512 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm512_setzero_ps() }
-    }
-    #[inline(always)]
-    unsafe fn set1(x: f32) -> __m512 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm512_set1_ps(x) }
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> __m512 {
-        // SAFETY: the caller passes 16 readable f32.
-        unsafe { _mm512_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: __m512) {
-        // SAFETY: the caller passes 16 writable f32.
-        unsafe { _mm512_storeu_ps(p, v) }
+    lanewise! {
+        __m512:
+        _mm512_setzero_ps, _mm512_set1_ps, _mm512_loadu_ps, _mm512_storeu_ps,
+        _mm512_fmadd_ps, _mm512_add_ps, _mm512_mul_ps, _mm512_sub_ps
     }
     #[inline(always)]
     unsafe fn load_f16(p: *const half::f16) -> __m512 {
@@ -117,26 +178,6 @@ impl Simd for Avx512 {
     unsafe fn load_i8(p: *const i8) -> __m512 {
         // SAFETY: the caller passes 16 readable i8.
         unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast()))) }
-    }
-    #[inline(always)]
-    unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm512_fmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn add(a: __m512, b: __m512) -> __m512 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm512_add_ps(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm512_mul_ps(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn sub(a: __m512, b: __m512) -> __m512 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm512_sub_ps(a, b) }
     }
     #[inline(always)]
     unsafe fn mask_outside(x: __m512, a: usize, b: usize) -> __m512 {
@@ -162,21 +203,7 @@ impl Simd for Avx512 {
             let xc =
                 _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, c(FLOOR)), c(FLOOR), x);
             let xc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(xc, c(0.0)), c(0.0), xc);
-            let z = _mm512_add_ps(_mm512_mul_ps(xc, c(LOG2E)), c(ROUND));
-            let n = _mm512_sub_ps(z, c(ROUND));
-            let r = _mm512_sub_ps(
-                _mm512_sub_ps(xc, _mm512_mul_ps(n, c(LN2_HI))),
-                _mm512_mul_ps(n, c(LN2_LO)),
-            );
-            let mut p = c(P[0]);
-            for &k in &P[1..] {
-                p = _mm512_add_ps(_mm512_mul_ps(p, r), c(k));
-            }
-            p = _mm512_add_ps(_mm512_mul_ps(p, r), c(0.5));
-            let y = _mm512_add_ps(
-                _mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
-                c(1.0),
-            );
+            let (z, y) = exp_fast_poly::<Self>(xc);
             let e = _mm512_sub_epi32(
                 _mm512_castps_si512(z),
                 _mm512_set1_epi32(ROUND.to_bits() as i32),
@@ -263,25 +290,10 @@ impl Simd for Avx2 {
     const V_W: usize = 3;
     const SCORE_ROWS_Q8: usize = 4;
 
-    #[inline(always)]
-    unsafe fn zero() -> __m256 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm256_setzero_ps() }
-    }
-    #[inline(always)]
-    unsafe fn set1(x: f32) -> __m256 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm256_set1_ps(x) }
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> __m256 {
-        // SAFETY: the caller passes 8 readable f32.
-        unsafe { _mm256_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: __m256) {
-        // SAFETY: the caller passes 8 writable f32.
-        unsafe { _mm256_storeu_ps(p, v) }
+    lanewise! {
+        __m256:
+        _mm256_setzero_ps, _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps,
+        _mm256_fmadd_ps, _mm256_add_ps, _mm256_mul_ps, _mm256_sub_ps
     }
     #[inline(always)]
     unsafe fn load_f16(p: *const half::f16) -> __m256 {
@@ -292,26 +304,6 @@ impl Simd for Avx2 {
     unsafe fn load_i8(p: *const i8) -> __m256 {
         // SAFETY: the caller passes 8 readable i8 (one 64-bit load).
         unsafe { _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast()))) }
-    }
-    #[inline(always)]
-    unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm256_fmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn add(a: __m256, b: __m256) -> __m256 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm256_add_ps(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm256_mul_ps(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn sub(a: __m256, b: __m256) -> __m256 {
-        // SAFETY: the features of this width (the trait's contract).
-        unsafe { _mm256_sub_ps(a, b) }
     }
     #[inline(always)]
     unsafe fn mask_outside(x: __m256, a: usize, b: usize) -> __m256 {
@@ -350,21 +342,7 @@ impl Simd for Avx2 {
             let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(x, c(FLOOR));
             let xc = _mm256_blendv_ps(c(FLOOR), x, _mm256_cmp_ps::<_CMP_GT_OQ>(x, c(FLOOR)));
             let xc = _mm256_blendv_ps(c(0.0), xc, _mm256_cmp_ps::<_CMP_LT_OQ>(xc, c(0.0)));
-            let z = _mm256_add_ps(_mm256_mul_ps(xc, c(LOG2E)), c(ROUND));
-            let n = _mm256_sub_ps(z, c(ROUND));
-            let r = _mm256_sub_ps(
-                _mm256_sub_ps(xc, _mm256_mul_ps(n, c(LN2_HI))),
-                _mm256_mul_ps(n, c(LN2_LO)),
-            );
-            let mut p = c(P[0]);
-            for &k in &P[1..] {
-                p = _mm256_add_ps(_mm256_mul_ps(p, r), c(k));
-            }
-            p = _mm256_add_ps(_mm256_mul_ps(p, r), c(0.5));
-            let y = _mm256_add_ps(
-                _mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r),
-                c(1.0),
-            );
+            let (z, y) = exp_fast_poly::<Self>(xc);
             let e = _mm256_sub_epi32(
                 _mm256_castps_si256(z),
                 _mm256_set1_epi32(ROUND.to_bits() as i32),

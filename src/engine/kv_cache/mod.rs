@@ -43,6 +43,7 @@ use kv_type::{quantize_row, QK};
 pub use layout::{KvLayout, LayerWindows};
 pub use table::{BlockAllocator, BlockTable, RELEASED};
 
+use crate::engine::line_buf::{LineBuf, ZeroValid};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
@@ -186,66 +187,16 @@ impl KvCacheConfig {
     }
 }
 
-/// One array of the pool: a backing store and the offset of its first 64-byte aligned value
-/// (the array proper is `store[off..]`).
-#[derive(Debug)]
-struct Array<T> {
-    store: Vec<T>,
-    off: usize,
+/// One zeroed array of the pool, its first value on a 64-byte line. The memory comes zeroed
+/// from the allocator (`calloc`: fresh pages from the OS for a pool this big) and is not
+/// touched here: a page is mapped when a sequence first writes to it, so start-up and RSS do
+/// not pay for the whole KV budget up front (writing 2 GiB of zeros took 1-17 s of `kiln
+/// serve`'s start-up).
+fn array<T: ZeroValid>(len: usize) -> Result<LineBuf<T>, KvCacheError> {
+    LineBuf::try_zeroed(len).ok_or(KvCacheError::Alloc {
+        bytes: len.saturating_mul(size_of::<T>()),
+    })
 }
-
-impl<T: ZeroValid> Array<T> {
-    /// `len` zeroed values plus slack for the alignment. The memory comes zeroed from the
-    /// allocator (`calloc`: fresh pages from the OS for a pool this big) and is not touched
-    /// here: a page is mapped when a sequence first writes to it, so start-up and RSS do not pay
-    /// for the whole KV budget up front (writing 2 GiB of zeros took 1-17 s of `kiln serve`'s
-    /// start-up).
-    fn zeroed(len: usize) -> Result<Array<T>, KvCacheError> {
-        let size = size_of::<T>();
-        let line = 64 / size;
-        let bytes = len.saturating_mul(size);
-        let total = len.checked_add(line).ok_or(KvCacheError::Alloc { bytes })?;
-        let layout =
-            std::alloc::Layout::array::<T>(total).map_err(|_| KvCacheError::Alloc { bytes })?;
-        // SAFETY: `layout` has a non-zero size (total >= line > 0 and T is not zero-sized).
-        let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
-        if p.is_null() {
-            return Err(KvCacheError::Alloc { bytes });
-        }
-        // SAFETY: `p` was allocated by the global allocator with the layout of `total` values
-        // of T (so capacity `total`), and all-zero bytes are a valid T (`ZeroValid`).
-        let store = unsafe { Vec::from_raw_parts(p, total, total) };
-        let misalign = (store.as_ptr() as usize % 64) / size;
-        let off = (line - misalign) % line;
-        Ok(Array { store, off })
-    }
-
-    /// An array of no values (the arrays a [`KvType`] does not use).
-    fn empty() -> Array<T> {
-        Array {
-            store: Vec::new(),
-            off: 0,
-        }
-    }
-
-    fn get(&self) -> &[T] {
-        &self.store[self.off..]
-    }
-
-    fn get_mut(&mut self) -> &mut [T] {
-        &mut self.store[self.off..]
-    }
-}
-
-/// Element types of the pool's arrays.
-///
-/// # Safety
-/// All-zero bytes must be a valid value of the type, and its size a power of two at most 64.
-unsafe trait ZeroValid: Copy {}
-// SAFETY: all-zero bits are f16 0.0; 2 bytes.
-unsafe impl ZeroValid for f16 {}
-// SAFETY: all-zero bits are 0; 1 byte.
-unsafe impl ZeroValid for i8 {}
 
 /// One layer's stored K and V values (see [`KvType`] and the module docs' layouts), as the
 /// attention reads them.
@@ -270,11 +221,11 @@ pub struct KvCache {
     cfg: KvCacheConfig,
     alloc: BlockAllocator,
     /// f16: the K and V values. Q8_0: their scales (a [`QK`]th of the values' length).
-    k: Array<f16>,
-    v: Array<f16>,
+    k: LineBuf<f16>,
+    v: LineBuf<f16>,
     /// Q8_0: the K and V values (empty for f16).
-    kq: Array<i8>,
-    vq: Array<i8>,
+    kq: LineBuf<i8>,
+    vq: LineBuf<i8>,
     /// Values per slot (a layer's place in its group's pages) in each array.
     layer_len: usize,
     /// Per layer: its group and slot.
@@ -287,17 +238,12 @@ impl KvCache {
         let len = cfg.values_per_array()?;
         let (k, v, kq, vq) = match cfg.kv_type {
             KvType::F16 => (
-                Array::zeroed(len)?,
-                Array::zeroed(len)?,
-                Array::empty(),
-                Array::empty(),
+                array(len)?,
+                array(len)?,
+                LineBuf::zeroed(0),
+                LineBuf::zeroed(0),
             ),
-            KvType::Q8_0 => (
-                Array::zeroed(len / QK)?,
-                Array::zeroed(len / QK)?,
-                Array::zeroed(len)?,
-                Array::zeroed(len)?,
-            ),
+            KvType::Q8_0 => (array(len / QK)?, array(len / QK)?, array(len)?, array(len)?),
         };
         let layout = cfg.layout();
         let place = (0..cfg.n_layer).map(|l| layout.place(l)).collect();
@@ -426,27 +372,27 @@ impl KvCache {
                 let mut row = [f16::ZERO; MAX_HEAD_DIM];
                 let row = &mut row[..d];
                 row.convert_from_f32_slice(k);
-                let kt = &mut self.k.get_mut()[tile..][..bs * d];
+                let kt = &mut self.k[tile..][..bs * d];
                 for (i, &x) in row.iter().enumerate() {
                     kt[i * bs + p] = x;
                 }
-                self.v.get_mut()[tile + p * d..][..d].convert_from_f32_slice(v);
+                self.v[tile + p * d..][..d].convert_from_f32_slice(v);
             }
             KvType::Q8_0 => {
                 let (mut q, mut sc) = ([0i8; MAX_HEAD_DIM], [f16::ZERO; MAX_HEAD_DIM / QK]);
                 let (q, sc) = (&mut q[..d], &mut sc[..d / QK]);
                 quantize_row(k, q, sc);
-                let kt = &mut self.kq.get_mut()[tile..][..bs * d];
+                let kt = &mut self.kq[tile..][..bs * d];
                 for (i, &x) in q.iter().enumerate() {
                     kt[i * bs + p] = x;
                 }
-                let ks = &mut self.k.get_mut()[tile / QK..][..bs * d / QK];
+                let ks = &mut self.k[tile / QK..][..bs * d / QK];
                 for (b, &x) in sc.iter().enumerate() {
                     ks[b * bs + p] = x;
                 }
                 quantize_row(v, q, sc);
-                self.vq.get_mut()[tile + p * d..][..d].copy_from_slice(q);
-                self.v.get_mut()[(tile + p * d) / QK..][..d / QK].copy_from_slice(sc);
+                self.vq[tile + p * d..][..d].copy_from_slice(q);
+                self.v[(tile + p * d) / QK..][..d / QK].copy_from_slice(sc);
             }
         }
     }
@@ -470,11 +416,11 @@ impl KvCache {
             let base = slot * self.layer_len;
             let (s, d) = (base + src as usize * span, base + dst as usize * span);
             for a in [&mut self.k, &mut self.v] {
-                a.get_mut().copy_within(s / per..(s + span) / per, d / per);
+                a.copy_within(s / per..(s + span) / per, d / per);
             }
             if self.cfg.kv_type == KvType::Q8_0 {
                 for a in [&mut self.kq, &mut self.vq] {
-                    a.get_mut().copy_within(s..s + span, d);
+                    a.copy_within(s..s + span, d);
                 }
             }
         }
@@ -489,14 +435,14 @@ impl KvCache {
         let n = self.layer_len;
         match self.cfg.kv_type {
             KvType::F16 => LayerKv::F16 {
-                k: &self.k.get()[at..][..n],
-                v: &self.v.get()[at..][..n],
+                k: &self.k[at..][..n],
+                v: &self.v[at..][..n],
             },
             KvType::Q8_0 => LayerKv::Q8 {
-                k: &self.kq.get()[at..][..n],
-                v: &self.vq.get()[at..][..n],
-                k_scale: &self.k.get()[at / QK..][..n / QK],
-                v_scale: &self.v.get()[at / QK..][..n / QK],
+                k: &self.kq[at..][..n],
+                v: &self.vq[at..][..n],
+                k_scale: &self.k[at / QK..][..n / QK],
+                v_scale: &self.v[at / QK..][..n / QK],
             },
         }
     }

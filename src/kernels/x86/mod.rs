@@ -2,6 +2,8 @@
 
 pub mod avx2;
 pub mod avx512;
+mod kquant_tiles;
+mod legacy_tiles;
 
 use crate::kernels::packed::PanelLayout;
 use crate::kernels::prefetch;

@@ -40,7 +40,7 @@ use crate::engine::kv_cache::kv_type::QK;
 use crate::engine::kv_cache::LayerKv;
 
 #[cfg(target_arch = "x86_64")]
-mod simd_q8;
+mod kv_tile;
 #[cfg(target_arch = "x86_64")]
 mod simd_tiles;
 #[cfg(target_arch = "x86_64")]

@@ -16,7 +16,8 @@
 use std::arch::x86_64::*;
 
 use crate::kernels::legacy_kind::*;
-use crate::kernels::shape::{check_gemm, check_vec_dot};
+use crate::kernels::shape::check_vec_dot;
+use crate::kernels::x86::legacy_tiles::{legacy_entry_points, tile_sizes, Gemm};
 
 const fn offset(t: u8) -> i16 {
     match t {
@@ -228,36 +229,9 @@ unsafe fn tile<const T: u8, const M: usize, const N: usize>(
     }
 }
 
+/// The checked GEMM: panels of `ROWS_PER_PANEL` rows, tiles of up to `RM` rows x `RN` tokens.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_dyn<const T: u8>(
-    rm: usize,
-    rn: usize,
-    nb: usize,
-    w: *const u8,
-    wr: usize,
-    a: *const u8,
-    ar: usize,
-    out: *mut f32,
-    os: usize,
-) {
-    // SAFETY: forwarded caller contract.
-    unsafe {
-        match (rm, rn) {
-            (3, 2) => tile::<T, 3, 2>(nb, w, wr, a, ar, out, os),
-            (3, 1) => tile::<T, 3, 1>(nb, w, wr, a, ar, out, os),
-            (2, 2) => tile::<T, 2, 2>(nb, w, wr, a, ar, out, os),
-            (2, 1) => tile::<T, 2, 1>(nb, w, wr, a, ar, out, os),
-            (1, 2) => tile::<T, 1, 2>(nb, w, wr, a, ar, out, os),
-            _ => tile::<T, 1, 1>(nb, w, wr, a, ar, out, os),
-        }
-    }
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn gemm<const T: u8>(
     k: usize,
     w: &[u8],
@@ -267,43 +241,27 @@ unsafe fn gemm<const T: u8>(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let (wr, ar) = check_gemm(
-        k,
-        wdt(T),
-        w.len(),
-        n_rows,
-        adt(T),
-        a.len(),
-        n_tok,
-        out.len(),
-        out_stride,
-    );
-    let nb = k / 32;
-    let (wp, ap, op) = (w.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    for p0 in (0..n_rows).step_by(ROWS_PER_PANEL) {
-        let p1 = (p0 + ROWS_PER_PANEL).min(n_rows);
-        for t0 in (0..n_tok).step_by(RN) {
-            let rn = RN.min(n_tok - t0);
-            for r0 in (p0..p1).step_by(RM) {
-                let rm = RM.min(p1 - r0);
-                // SAFETY: check_gemm verified the rows and output cells; r0 + rm <= n_rows,
-                // t0 + rn <= n_tok.
-                unsafe {
-                    tile_dyn::<T>(
-                        rm,
-                        rn,
-                        nb,
-                        wp.add(r0 * wr),
-                        wr,
-                        ap.add(t0 * ar),
-                        ar,
-                        op.add(t0 * out_stride + r0),
-                        out_stride,
-                    )
-                };
-            }
+    let g = Gemm::new::<T>(k, w, n_rows, a, n_tok, out, out_stride);
+    g.tiles::<RM, RN>(n_rows, n_tok, ROWS_PER_PANEL, |g, rm, rn| {
+        let Gemm {
+            nb,
+            w,
+            wr,
+            a,
+            ar,
+            out,
+            os,
+        } = *g;
+        // SAFETY: `Gemm::new` checked the rows and output cells; `tiles` passes a tile of
+        // rm <= RM rows and rn <= RN tokens inside them.
+        unsafe {
+            tile_sizes!(
+                tile::<T>(nb, w, wr, a, ar, out, os),
+                (rm, rn),
+                [(3, 2)(3, 1)(2, 2)(2, 1)(1, 2)]
+            )
         }
-    }
+    });
 }
 
 #[inline]
@@ -316,34 +274,4 @@ unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     out
 }
 
-macro_rules! entry_points {
-    ($($t:ident: $vd:ident, $gm:ident;)*) => {$(
-        /// AVX2 twin of the scalar `vec_dot` of the same name.
-        ///
-        /// # Safety
-        /// The CPU must support AVX2, FMA and F16C. Lengths are checked (panics).
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub unsafe fn $vd(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            // SAFETY: same target features as the caller.
-            unsafe { vec_dot::<$t>(n, w, a) }
-        }
-
-        /// AVX2 register-tiled twin of the scalar `gemm` of the same name.
-        ///
-        /// # Safety
-        /// The CPU must support AVX2, FMA and F16C. Lengths are checked (panics).
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub unsafe fn $gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], out_stride: usize) {
-            // SAFETY: same target features as the caller.
-            unsafe { gemm::<$t>(k, w, n_rows, a, n_tok, out, out_stride) }
-        }
-    )*};
-}
-
-entry_points! {
-    Q4_0: vec_dot_q4_0, gemm_q4_0;
-    Q4_1: vec_dot_q4_1, gemm_q4_1;
-    Q5_0: vec_dot_q5_0, gemm_q5_0;
-    Q5_1: vec_dot_q5_1, gemm_q5_1;
-    Q8_0: vec_dot_q8_0, gemm_q8_0;
-}
+legacy_entry_points!("AVX2", "avx2,fma,f16c", "AVX2, FMA and F16C");

@@ -38,33 +38,17 @@
 use std::arch::x86_64::*;
 
 use crate::kernels::packed::driver::{self, PanelTile, Shape, Tile};
-use crate::kernels::packed::kquant::{scale_at, ActTable, Q8K_BYTES, QH_AT};
+use crate::kernels::packed::kquant::{scale_at, ActTable};
 use crate::kernels::packed::PanelLayout;
+use crate::kernels::x86::kquant_tiles::{checked, dtype, KBlock, LARGE, QH, SMALL};
+pub(crate) use crate::kernels::x86::kquant_tiles::{Q4K, Q5K, Q6K};
 use crate::kernels::DType;
 
-/// Kernel kinds (const generic): Q4_K, Q5_K, Q6_K.
-pub(crate) const Q4K: u8 = 0;
-pub(crate) const Q5K: u8 = 1;
-pub(crate) const Q6K: u8 = 2;
-
-fn dtype(t: u8) -> DType {
-    match t {
-        Q4K => DType::Q4_K,
-        Q5K => DType::Q5_K,
-        _ => DType::Q6_K,
-    }
-}
-
-/// First qh chunk of a block (Q5_K).
-const QH: usize = QH_AT / 64;
 /// Tokens sharing one unpacked weight dword in a whole-panel tile.
 const TT: usize = 2;
 /// Calls of at most this many tokens (decode) run whole-panel tiles, larger ones half-panel
 /// tiles of more tokens.
 pub(crate) const ONE_PASS_MAX: usize = 2;
-/// Activation table entries (token x block) of decode-sized calls, and of the others.
-const SMALL: usize = 128;
-const LARGE: usize = 1024;
 /// A `vpshufb` index that writes a zero byte.
 const Z: i8 = -128;
 
@@ -365,16 +349,15 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize, const W: usize, cons
     let mut acc = [[_mm256_setzero_ps(); N]; 2];
     let mut accm = [[_mm256_setzero_ps(); N]; 2];
     for b in 0..nb {
-        let q0 = panel.wrapping_add(b * l.quant_bytes);
-        let sc0 = panel.wrapping_add(l.scales_at(b));
-        let pf = if PF {
-            super::super::prefetch_k_ahead(l, panel, b)
-        } else {
-            std::ptr::null()
-        };
-        let x: [*const u8; N] = std::array::from_fn(|t| a.wrapping_add(t * ar + b * Q8K_BYTES + 4));
-        let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + t * nb + b]);
-        let dy: [__m256; N] = std::array::from_fn(|t| _mm256_set1_ps(tab.dy[tab0 + t * nb + b]));
+        let KBlock {
+            q: q0,
+            sc: sc0,
+            pf,
+            x,
+            pairs,
+            dy,
+        } = KBlock::<N>::at::<E, PF>(l, panel, b, a, ar, tab, tab0, |t| t);
+        let dy: [__m256; N] = dy.map(|y| _mm256_set1_ps(y));
         for hh in 0..halves {
             let h = half(hh);
             let (q, sc) = (q0.wrapping_add(32 * h), sc0.wrapping_add(8 * h));
@@ -576,22 +559,19 @@ pub(crate) unsafe fn gemm_packed_k<const T: u8>(
     out: crate::kernels::cells::OutCells<'_>,
     os: usize,
 ) {
-    let l = PanelLayout::new(dtype(T), k).expect("dtype with a panel layout");
-    let Some(s) = Shape::packed(&l, packed, n_rows, a, n_tok, out, os) else {
+    let Some((l, s, small)) = checked::<T>(k, packed, n_rows, a, n_tok, out, os) else {
         return;
     };
-    // SAFETY: `Shape::packed` checked the lengths; nb <= MAX_K / 256 <= LARGE; the CPU
-    // features are this function's contract.
+    // SAFETY: `checked` checked the lengths and chose a table that holds nb; the CPU features
+    // are this function's contract.
     unsafe {
-        if n_tok * l.nb <= SMALL {
+        if small {
             gemm_tab::<T, SMALL>(&l, &s)
         } else {
             gemm_tab::<T, LARGE>(&l, &s)
         }
     }
 }
-
-const _: () = assert!(crate::kernels::packed::MAX_K / 256 <= LARGE);
 
 /// Sets the K-quant rows' `packed` GEMMs in `t`.
 ///

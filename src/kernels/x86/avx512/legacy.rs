@@ -12,7 +12,8 @@
 use std::arch::x86_64::*;
 
 use crate::kernels::legacy_kind::*;
-use crate::kernels::shape::{check_gemm, check_vec_dot};
+use crate::kernels::shape::check_vec_dot;
+use crate::kernels::x86::legacy_tiles::{legacy_entry_points, tile_sizes, Gemm};
 use crate::kernels::DType;
 
 /// Activation dtype: Q8_1 for the types with a minimum, Q8_0 otherwise.
@@ -248,43 +249,11 @@ unsafe fn tile<const T: u8, const RM: usize, const RN: usize>(
 const RM: usize = 4;
 const RN: usize = 3;
 
-/// A tile with rm <= RM rows and rn <= RN tokens (dispatch to the const instance).
+/// The checked GEMM: Q4_1, Q5_0 and Q8_0 in llama.cpp's order (`ggml_order.rs`), Q4_0 and
+/// Q5_1 by the row-lanes GEMM (`lanes.rs`) or panels of `ROWS_PER_PANEL` rows in tiles of up
+/// to `RM` rows x `RN` tokens.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_dyn<const T: u8>(
-    rm: usize,
-    rn: usize,
-    nb: usize,
-    w: *const u8,
-    wr: usize,
-    a: *const u8,
-    ar: usize,
-    out: *mut f32,
-    os: usize,
-) {
-    // SAFETY: forwarded caller contract.
-    unsafe {
-        match (rm, rn) {
-            (4, 3) => tile::<T, 4, 3>(nb, w, wr, a, ar, out, os),
-            (4, 2) => tile::<T, 4, 2>(nb, w, wr, a, ar, out, os),
-            (4, 1) => tile::<T, 4, 1>(nb, w, wr, a, ar, out, os),
-            (3, 3) => tile::<T, 3, 3>(nb, w, wr, a, ar, out, os),
-            (3, 2) => tile::<T, 3, 2>(nb, w, wr, a, ar, out, os),
-            (3, 1) => tile::<T, 3, 1>(nb, w, wr, a, ar, out, os),
-            (2, 3) => tile::<T, 2, 3>(nb, w, wr, a, ar, out, os),
-            (2, 2) => tile::<T, 2, 2>(nb, w, wr, a, ar, out, os),
-            (2, 1) => tile::<T, 2, 1>(nb, w, wr, a, ar, out, os),
-            (1, 3) => tile::<T, 1, 3>(nb, w, wr, a, ar, out, os),
-            (1, 2) => tile::<T, 1, 2>(nb, w, wr, a, ar, out, os),
-            _ => tile::<T, 1, 1>(nb, w, wr, a, ar, out, os),
-        }
-    }
-}
-
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn gemm<const T: u8>(
     k: usize,
     w: &[u8],
@@ -294,54 +263,47 @@ unsafe fn gemm<const T: u8>(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let (wr, ar) = check_gemm(
-        k,
-        wdt(T),
-        w.len(),
-        n_rows,
-        adt(T),
-        a.len(),
-        n_tok,
-        out.len(),
-        out_stride,
-    );
-    let nb = k / 32;
-    let (wp, ap, op) = (w.as_ptr(), a.as_ptr(), out.as_mut_ptr());
+    let g = Gemm::new::<T>(k, w, n_rows, a, n_tok, out, out_stride);
+    let Gemm {
+        nb,
+        w: wp,
+        wr,
+        a: ap,
+        ar,
+        out: op,
+        os,
+    } = g;
     if ggml_lanes(T) {
-        // SAFETY: lengths checked by check_gemm.
-        unsafe { super::ggml_order::gemm::<T>(nb, wp, wr, n_rows, ap, ar, n_tok, op, out_stride) };
+        // SAFETY: lengths checked by `Gemm::new`.
+        unsafe { super::ggml_order::gemm::<T>(nb, wp, wr, n_rows, ap, ar, n_tok, op, os) };
         return;
     }
     let lanes_ok = nb <= super::lanes::SCRATCH && n_tok >= LANES_MIN_TOK;
     if lanes_ok {
-        // SAFETY: lengths checked by check_gemm; nb within the lanes table limit.
-        unsafe { super::lanes::gemm::<T>(nb, wp, wr, n_rows, ap, ar, n_tok, op, out_stride) };
+        // SAFETY: lengths checked by `Gemm::new`; nb within the lanes table limit.
+        unsafe { super::lanes::gemm::<T>(nb, wp, wr, n_rows, ap, ar, n_tok, op, os) };
         return;
     }
-    for p0 in (0..n_rows).step_by(ROWS_PER_PANEL) {
-        let p1 = (p0 + ROWS_PER_PANEL).min(n_rows);
-        for t0 in (0..n_tok).step_by(RN) {
-            let rn = RN.min(n_tok - t0);
-            for r0 in (p0..p1).step_by(RM) {
-                let rm = RM.min(p1 - r0);
-                // SAFETY: check_gemm verified n_rows weight rows, n_tok activation rows and
-                // the output cells; r0 + rm <= n_rows and t0 + rn <= n_tok.
-                unsafe {
-                    tile_dyn::<T>(
-                        rm,
-                        rn,
-                        nb,
-                        wp.add(r0 * wr),
-                        wr,
-                        ap.add(t0 * ar),
-                        ar,
-                        op.add(t0 * out_stride + r0),
-                        out_stride,
-                    )
-                };
-            }
+    g.tiles::<RM, RN>(n_rows, n_tok, ROWS_PER_PANEL, |g, rm, rn| {
+        let Gemm {
+            nb,
+            w,
+            wr,
+            a,
+            ar,
+            out,
+            os,
+        } = *g;
+        // SAFETY: `Gemm::new` checked n_rows weight rows, n_tok activation rows and the
+        // output cells; `tiles` passes a tile of rm <= RM rows and rn <= RN tokens inside them.
+        unsafe {
+            tile_sizes!(
+                tile::<T>(nb, w, wr, a, ar, out, os),
+                (rm, rn),
+                [(4, 3)(4, 2)(4, 1)(3, 3)(3, 2)(3, 1)(2, 3)(2, 2)(2, 1)(1, 3)(1, 2)]
+            )
         }
-    }
+    });
 }
 
 #[inline]
@@ -361,37 +323,11 @@ unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     out
 }
 
-macro_rules! entry_points {
-    ($($t:ident: $vd:ident, $gm:ident;)*) => {$(
-        /// AVX-512 VNNI twin of the scalar `vec_dot` of the same name.
-        ///
-        /// # Safety
-        /// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C. Lengths are checked (panics).
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        pub unsafe fn $vd(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            // SAFETY: same target features as the caller.
-            unsafe { vec_dot::<$t>(n, w, a) }
-        }
-
-        /// AVX-512 VNNI register-tiled twin of the scalar `gemm` of the same name.
-        ///
-        /// # Safety
-        /// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C. Lengths are checked (panics).
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        pub unsafe fn $gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], out_stride: usize) {
-            // SAFETY: same target features as the caller.
-            unsafe { gemm::<$t>(k, w, n_rows, a, n_tok, out, out_stride) }
-        }
-    )*};
-}
-
-entry_points! {
-    Q4_0: vec_dot_q4_0, gemm_q4_0;
-    Q4_1: vec_dot_q4_1, gemm_q4_1;
-    Q5_0: vec_dot_q5_0, gemm_q5_0;
-    Q5_1: vec_dot_q5_1, gemm_q5_1;
-    Q8_0: vec_dot_q8_0, gemm_q8_0;
-}
+legacy_entry_points!(
+    "AVX-512 VNNI",
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    "AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C"
+);
 
 /// Quantizes one 32-value block to Q8 exactly as the scalar reference (and llama.cpp's x86
 /// build) does: `d = amax / 127`, `x * (127 / amax)` rounded half to even; writes the 32

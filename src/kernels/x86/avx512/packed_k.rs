@@ -26,30 +26,14 @@
 use std::arch::x86_64::*;
 
 use crate::kernels::packed::driver::{self, PanelTile, Shape, Tile};
-use crate::kernels::packed::kquant::{scale_at, ActTable, Q8K_BYTES, QH_AT, QK_K};
+use crate::kernels::packed::kquant::{scale_at, ActTable, QK_K};
 use crate::kernels::packed::{PanelLayout, PANEL};
+use crate::kernels::x86::kquant_tiles::{checked, dtype, KBlock, LARGE, QH, SMALL};
+pub(crate) use crate::kernels::x86::kquant_tiles::{Q4K, Q5K, Q6K};
 use crate::kernels::DType;
 
-/// Kernel kinds (const generic): Q4_K, Q5_K, Q6_K.
-pub(crate) const Q4K: u8 = 0;
-pub(crate) const Q5K: u8 = 1;
-pub(crate) const Q6K: u8 = 2;
-
-fn dtype(t: u8) -> DType {
-    match t {
-        Q4K => DType::Q4_K,
-        Q5K => DType::Q5_K,
-        _ => DType::Q6_K,
-    }
-}
-
-/// First qh chunk of a block (Q5_K).
-const QH: usize = QH_AT / 64;
 /// Tokens sharing one unpacked weight chunk.
 const TT: usize = 4;
-/// Activation table entries (token x block) of decode-sized calls, and of the others.
-const SMALL: usize = 128;
-const LARGE: usize = 1024;
 
 #[inline(always)]
 fn mask(valid: usize) -> __mmask16 {
@@ -340,16 +324,15 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize, const PF: bool>(
     let tk = |t: usize| t.min(last);
     let mut acc = [_mm512_setzero_ps(); N];
     let mut accm = [_mm512_setzero_ps(); N];
-    let mut pf = std::ptr::null();
     for b in 0..nb {
-        let q = panel.wrapping_add(b * l.quant_bytes);
-        let sc = panel.wrapping_add(l.scales_at(b));
-        if PF {
-            pf = super::super::prefetch_k_ahead(l, panel, b);
-        }
-        let x: [*const u8; N] =
-            std::array::from_fn(|t| a.wrapping_add(tk(t) * ar + b * Q8K_BYTES + 4));
-        let pairs: [&[i32; 8]; N] = std::array::from_fn(|t| &tab.pair[tab0 + tk(t) * nb + b]);
+        let KBlock {
+            q,
+            sc,
+            pf,
+            x,
+            pairs,
+            dy,
+        } = KBlock::<N>::at::<E, PF>(l, panel, b, a, ar, tab, tab0, tk);
         // SAFETY: d and dmin are 16 f16 each inside the scale area.
         let (d, dmin) = unsafe {
             (
@@ -357,8 +340,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize, const PF: bool>(
                 _mm512_cvtph_ps(_mm256_loadu_si256(sc.add(scale_at::DMIN) as *const __m256i)),
             )
         };
-        let dy: [__m512; N] =
-            std::array::from_fn(|t| _mm512_set1_ps(tab.dy[tab0 + tk(t) * nb + b]));
+        let dy: [__m512; N] = dy.map(|y| _mm512_set1_ps(y));
         if T == Q6K {
             let mut isum = [_mm512_setzero_si512(); N];
             // SAFETY: block b's quants and scales lie in the panel; x[t] are the tokens'
@@ -487,14 +469,13 @@ unsafe fn gemm<const T: u8>(
     os: usize,
     paced: bool,
 ) {
-    let l = PanelLayout::new(dtype(T), k).expect("dtype with a panel layout");
-    let Some(s) = Shape::packed(&l, packed, n_rows, a, n_tok, out, os) else {
+    let Some((l, s, small)) = checked::<T>(k, packed, n_rows, a, n_tok, out, os) else {
         return;
     };
-    // SAFETY: `Shape::packed` checked the lengths; nb <= MAX_K / 256 <= LARGE; the CPU
-    // features are this function's contract.
+    // SAFETY: `checked` checked the lengths and chose a table that holds nb; the CPU features
+    // are this function's contract.
     unsafe {
-        if n_tok * l.nb <= SMALL {
+        if small {
             gemm_tab::<T, SMALL>(&l, &s, paced)
         } else {
             gemm_tab::<T, LARGE>(&l, &s, paced)
@@ -513,8 +494,6 @@ unsafe fn gemm_tab<const T: u8, const E: usize>(l: &PanelLayout, s: &Shape, pace
     // SAFETY: caller contract.
     unsafe { driver::run(&KTile::<T, E> { l, paced }, &mut tab, s) }
 }
-
-const _: () = assert!(crate::kernels::packed::MAX_K / 256 <= LARGE);
 
 /// [`gemm_packed_k`] on a CPU that runs AVX-512 on 256-bit datapaths
 /// ([`isa::avx512_on_256bit_datapaths`]): 1-token calls take the AVX2 whole-panel tiles
@@ -545,8 +524,7 @@ pub(crate) unsafe fn gemm_packed_k_decode_256<const T: u8>(
     os: usize,
 ) {
     use crate::kernels::x86::avx2::packed_k as avx2;
-    // The kinds are numbered alike in both modules.
-    const { assert!(Q4K == avx2::Q4K && Q5K == avx2::Q5K && Q6K == avx2::Q6K) };
+    // The kinds are `kquant_tiles`' in both modules.
     // SAFETY: this function's features include the AVX2 ones; the rest is the caller's
     // contract, the same for both GEMMs.
     unsafe {
