@@ -373,11 +373,13 @@ fn bad_input_gets_a_clear_4xx_and_the_server_stays_healthy() {
         // 8. Nesting.
         case("nested 10k deep", "/v1/chat/completions", deep, 400, None),
         // Other refusals.
+        // A model name that is not a string (any string reaches a server of one model, as
+        // llama-server's does: tests/py/test_llama_server_compat.py).
         case(
-            "unknown model",
+            "model not a string",
             "/v1/chat/completions",
-            chat(json!({"model": "gpt-4"})),
-            404,
+            chat(json!({"model": 5})),
+            400,
             Some("model"),
         ),
         case(
