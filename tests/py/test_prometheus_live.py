@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -64,8 +65,22 @@ scrape_configs:
         for t in users:
             t.join(timeout=60)
         assert not errors, errors
-        # Let Prometheus scrape the last of it and evaluate the rules a few times.
+        # Let Prometheus scrape the last of it and evaluate the rules a few times: on a fast
+        # machine the load can end within seconds of Prometheus starting, before its rule
+        # groups first ran, so wait (bounded) until a recording rule of each kind answers.
         time.sleep(5)
+        deadline = time.monotonic() + 60
+        for rule in ("kiln:requests:rate5m", "kiln:time_to_first_token_seconds:p50_5m"):
+            while True:
+                q = urllib.parse.quote(rule)
+                body = urllib.request.urlopen(
+                    f"{server.base_url}/api/v1/query?query={q}", timeout=10
+                ).read().decode()
+                if '"result":[]' not in body.replace(" ", ""):
+                    break
+                assert time.monotonic() < deadline, f"{rule} still has no data after 60 s: {body}"
+                time.sleep(1)
+        time.sleep(3)
         up = urllib.request.urlopen(
             f"{server.base_url}/api/v1/query?query=up%7Bjob%3D%22kiln%22%7D", timeout=10
         ).read().decode()
