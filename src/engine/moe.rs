@@ -212,12 +212,12 @@ fn quantize_grouped(
 /// `outs[j][row] = expert e's matrix · acts[j][row]` (row-major, `n_out` wide). One task per
 /// (part, expert, row chunk), so every chosen expert is split over the team.
 #[allow(clippy::too_many_arguments)]
-fn expert_gemms(
+fn expert_gemms<const N: usize>(
     team: &Team,
     experts: &[Expert],
-    parts: &[Part],
-    acts: &[&[u8]],
-    outs: &mut [&mut [f32]],
+    parts: [Part; N],
+    acts: [&[u8]; N],
+    outs: [&mut [f32]; N],
     start: &[usize],
     active: &[u32],
     tmp: &mut [f32],
@@ -234,11 +234,12 @@ fn expert_gemms(
         .min(n_out.next_multiple_of(ROW_ALIGN));
     let chunks = n_out.div_ceil(rows);
     assert!(tmp.len() >= parts.len() * n_rows * n_out, "moe scratch");
-    let out_ptrs: Vec<SendPtr<f32>> = outs.iter_mut().map(|o| SendPtr(o.as_mut_ptr())).collect();
     for (o, p) in outs.iter().zip(parts) {
         let w = p.of(first);
         assert!(o.len() >= n_rows * w.n_out, "moe output too short");
     }
+    // An array, not a Vec: this runs every step, which allocates nothing.
+    let out_ptrs = outs.map(|o| SendPtr(o.as_mut_ptr()));
     let tmp_ptr = SendPtr(tmp.as_mut_ptr());
     let n_tasks = parts.len() * per_part * chunks;
     team.run(n_tasks, &|task, _| {
@@ -308,9 +309,9 @@ pub fn experts_forward(
     expert_gemms(
         team,
         experts,
-        &[Part::Gate, Part::Up],
-        &[act_gate, act_up],
-        &mut [&mut s.gate, &mut s.up],
+        [Part::Gate, Part::Up],
+        [act_gate, act_up],
+        [&mut s.gate, &mut s.up],
         &s.start,
         &s.active,
         &mut s.tmp,
@@ -335,9 +336,9 @@ pub fn experts_forward(
     expert_gemms(
         team,
         experts,
-        &[Part::Down],
-        &[&s.act_down],
-        &mut [&mut s.down],
+        [Part::Down],
+        [&s.act_down],
+        [&mut s.down],
         &s.start,
         &s.active,
         &mut s.tmp,
