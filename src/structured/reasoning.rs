@@ -12,6 +12,10 @@
 //!
 //! [`ReasoningSplit`] reads a reply delta by delta and holds back only what may still turn
 //! out to be a tag, so the pieces it returns, joined, equal the split of the whole reply.
+//!
+//! gpt-oss's harmony replies ([`ThinkStart::Harmony`]) go through
+//! [`super::harmony::HarmonyReader`] first, which writes their analysis channel as a block
+//! between these tags: every API that splits reasoning splits harmony alike.
 
 use super::harmony::HarmonyReader;
 
