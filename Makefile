@@ -207,8 +207,10 @@ $(QUANTIZED): models/SmolLM2-135M-Instruct.%.gguf: $(MODEL) | release
 build:
 	$(CARGO) build
 
+## release: the binary, and the proof-model writer tests/py/test_gpt_oss.py serves a file of.
 release:
 	$(CARGO) build --release
+	$(CARGO) build --release --example proof_models
 
 fmt:
 	$(CARGO) fmt

@@ -63,6 +63,31 @@ def conversations():
     yield "roles_not_alternating", {"messages": user + user, "add_generation_prompt": True}
 
 
+def harmony_conversations():
+    """gpt-oss's own fields: the analysis channel (`thinking`) beside calls and answers, its
+    kwargs (`reasoning_effort`, `model_identity`), developer instructions."""
+    user = [{"role": "user", "content": "Weather in Paris?"}]
+    called = user + [{"role": "assistant", "content": "", "thinking": "Need the weather.",
+                      "tool_calls": [CALL]},
+                     {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"}]
+    answered = called + [{"role": "assistant", "content": "18C and sunny.",
+                          "thinking": "Report it."},
+                         {"role": "user", "content": "Thanks"}]
+    yield "harmony_thinking_then_call", {"messages": called, "add_generation_prompt": True,
+                                         "tools": [WEATHER]}
+    yield "harmony_past_turns_drop_thinking", {"messages": answered,
+                                               "add_generation_prompt": True,
+                                               "tools": [WEATHER]}
+    yield "harmony_training_turn", {"messages": user + [
+        {"role": "assistant", "content": "Sunny.", "thinking": "Guess."}],
+        "add_generation_prompt": False}
+    yield "harmony_effort_and_identity", {"messages": user, "add_generation_prompt": True,
+                                          "reasoning_effort": "high",
+                                          "model_identity": "You are kiln's test model."}
+    yield "harmony_developer", {"messages": [{"role": "developer", "content": "Be brief."}]
+                                + user, "add_generation_prompt": True}
+
+
 class Refused(Exception):
     pass
 
@@ -90,7 +115,8 @@ def main():
     for path in sorted(DIR.glob("*.jinja")):
         template = env.from_string(path.read_text())
         cases = []
-        for name, ctx in conversations():
+        extra = harmony_conversations() if "gpt-oss" in path.name else ()
+        for name, ctx in [*conversations(), *extra]:
             context = {**ctx, **BASE}
             context.setdefault("tools", None)
             try:

@@ -114,9 +114,9 @@ fn n_params(file: &GgufFile) -> u64 {
 }
 
 /// What one decode token uses: `(parameters, bytes)` of every tensor its matmuls read, a
-/// mixture's 3-D expert tensors (`*_exps.weight`) counted for the `n_expert_used` of
-/// `n_expert` experts a token runs, and the token embedding only when it is also the LM head
-/// (a lookup reads one row).
+/// mixture's expert tensors (`*_exps.weight`, and gpt-oss's `*_exps.bias`) counted for the
+/// `n_expert_used` of `n_expert` experts a token runs, and the token embedding only when it is
+/// also the LM head (a lookup reads one row).
 fn per_token(file: &GgufFile, hparams: Option<&HParams>) -> (u64, u64) {
     let used = hparams
         .and_then(|h| h.moe)
@@ -126,7 +126,7 @@ fn per_token(file: &GgufFile, hparams: Option<&HParams>) -> (u64, u64) {
         .iter()
         .filter(|t| tied || t.name != "token_embd.weight")
         .fold((0, 0), |(p, b), t| match used {
-            Some((k, n)) if t.name.ends_with("_exps.weight") => {
+            Some((k, n)) if t.name.ends_with("_exps.weight") || t.name.ends_with("_exps.bias") => {
                 (p + t.n_elems() / n * k, b + t.n_bytes / n * k)
             }
             _ => (p + t.n_elems(), b + t.n_bytes),

@@ -3,10 +3,15 @@
 //! GEMM over the tokens routed to it (its weights read once per step, an unchosen expert's
 //! bytes never touched), then per token the weighted sum of its experts' outputs.
 //!
-//! Routing, per token (`route`): softmax of the router logits (max subtracted, `expf`, the sum
-//! in f64, then one f32 scale: `ggml_soft_max`), the `n_expert_used` most probable experts
-//! (descending; equal probabilities by lower index), their probabilities as weights, divided
-//! by their f64 sum (clamped at 6.1e-5) when the family normalizes them.
+//! Routing, per token (`route`): the router logits (plus the router bias, gpt-oss); softmax of
+//! them (max subtracted, `expf`, the sum in f64, then one f32 scale: `ggml_soft_max`), the
+//! `n_expert_used` most probable experts (descending; equal probabilities by lower index),
+//! their probabilities as weights, divided by their f64 sum (clamped at 6.1e-5) when the
+//! family normalizes them. gpt-oss's gating (`SoftmaxWeight`) picks the top-k of the logits
+//! themselves and softmaxes the k chosen logits into the weights.
+//!
+//! An expert's row: `gate = Wg x (+ bg)`, `up = Wu x (+ bu)` (the biases of gpt-oss, ggml's
+//! `add_id`), `h = act(gate, up)`, `down = Wd h (+ bd)`, each in f32 as ggml adds them.
 //!
 //! Batch invariance: a grouped row is the token's own normed row quantized by the weight's
 //! activation quantizer (per row, as the dense path does), the GEMM's output for a row is
@@ -15,12 +20,12 @@
 //! (`out = w0 * e0; out += w1 * e1; ...`, ggml's mul then chain of adds). So a token's bits do
 //! not depend on the batch nor on which other tokens chose the same expert.
 
-use crate::engine::hparams::Gating;
+use crate::engine::hparams::{Activation, Gating};
 use crate::engine::line_buf::LineBuf;
 use crate::engine::model::desc::MoeDesc;
-use crate::engine::ops::swiglu;
+use crate::engine::ops::{add_in_place, geglu, swiglu, swiglu_oai};
 use crate::engine::team::{SendPtr, Team};
-use crate::engine::weights::{Expert, Weight, ROW_ALIGN};
+use crate::engine::weights::{Expert, MoeFfn, Weight, ROW_ALIGN};
 
 /// Tasks per team thread the expert GEMMs aim at (row chunks of each chosen expert).
 const TASKS_PER_THREAD: usize = 4;
@@ -66,6 +71,8 @@ pub struct MoeScratch {
     pos_of: Vec<u32>,
     /// Token of each grouped row.
     tok_at: Vec<u32>,
+    /// Expert of each grouped row.
+    exp_at: Vec<u32>,
     /// The experts chosen by at least one token this step, ascending.
     active: Vec<u32>,
     /// Quantized grouped input rows for gate and for up (one buffer when their activation
@@ -98,6 +105,7 @@ impl MoeScratch {
             fill: vec![0; m.n_expert],
             pos_of: vec![0; rows],
             tok_at: vec![0; rows],
+            exp_at: vec![0; rows],
             active: Vec::with_capacity(m.n_expert),
             act: [vec![0; rows * act_row(d)], vec![0; rows * act_row(d)]],
             act_down: vec![0; rows * act_row(f)],
@@ -129,6 +137,7 @@ fn softmax(logits: &[f32], probs: &mut [f32]) {
 fn route_token(m: &MoeDesc, logits: &[f32], probs: &mut [f32], sel: &mut [u32], wts: &mut [f32]) {
     match m.gating {
         Gating::Softmax => softmax(logits, probs),
+        Gating::SoftmaxWeight => probs.copy_from_slice(logits),
     }
     for j in 0..sel.len() {
         let mut best = usize::MAX;
@@ -145,6 +154,12 @@ fn route_token(m: &MoeDesc, logits: &[f32], probs: &mut [f32], sel: &mut [u32], 
         sel[j] = best as u32;
         wts[j] = probs[best];
     }
+    if m.gating == Gating::SoftmaxWeight {
+        // ggml_soft_max over the k chosen logits (in `probs`' first k values: its inputs).
+        let k = wts.len();
+        probs[..k].copy_from_slice(wts);
+        softmax(&probs[..k], wts);
+    }
     if m.norm_weights {
         let sum = wts.iter().fold(0f64, |s, &w| s + f64::from(w)) as f32;
         let sum = sum.max(MIN_WEIGHT_SUM);
@@ -154,11 +169,14 @@ fn route_token(m: &MoeDesc, logits: &[f32], probs: &mut [f32], sel: &mut [u32], 
     }
 }
 
-/// Routes the `n_tok` tokens whose router logits are in `s.logits` and groups them by expert.
-/// Returns the grouped row count.
-fn route(m: &MoeDesc, n_tok: usize, s: &mut MoeScratch) -> usize {
+/// Routes the `n_tok` tokens whose router logits are in `s.logits` (plus `bias`, added to
+/// them there) and groups them by expert. Returns the grouped row count.
+fn route(m: &MoeDesc, bias: Option<&[f32]>, n_tok: usize, s: &mut MoeScratch) -> usize {
     let (ne, k) = (m.n_expert, m.n_expert_used);
     for t in 0..n_tok {
+        if let Some(b) = bias {
+            add_in_place(&mut s.logits[t * ne..(t + 1) * ne], b);
+        }
         route_token(
             m,
             &s.logits[t * ne..(t + 1) * ne],
@@ -186,6 +204,7 @@ fn route(m: &MoeDesc, n_tok: usize, s: &mut MoeScratch) -> usize {
         s.fill[e as usize] += 1;
         s.pos_of[slot] = pos as u32;
         s.tok_at[pos] = (slot / k) as u32;
+        s.exp_at[pos] = e;
     }
     n_tok * k
 }
@@ -276,19 +295,37 @@ fn expert_gemms<const N: usize>(
     });
 }
 
+/// Adds to each grouped row `p` of `buf` (`w` wide) the bias `bias(expert of p)`, when the
+/// experts have biases.
+fn add_expert_bias(
+    buf: &mut [f32],
+    w: usize,
+    n_rows: usize,
+    exp_at: &[u32],
+    experts: &[Expert],
+    bias: fn(&Expert) -> Option<&Vec<f32>>,
+) {
+    for (p, row) in buf[..n_rows * w].chunks_exact_mut(w).enumerate() {
+        if let Some(b) = bias(&experts[exp_at[p] as usize]) {
+            add_in_place(row, b);
+        }
+    }
+}
+
 /// The mixture's output for `n_tok` tokens into `out` (`[n_tok][d]`): `xn` holds their normed
-/// rows and `s.logits` their router logits (the caller's router matmul).
+/// rows and `s.logits` their router logits (the caller's router matmul, before its bias).
 pub fn experts_forward(
     team: &Team,
     m: &MoeDesc,
-    experts: &[Expert],
+    ffn: &MoeFfn,
     (xn, d): (&[f32], usize),
     n_tok: usize,
     s: &mut MoeScratch,
     out: &mut [f32],
 ) {
+    let experts = &ffn.experts[..];
     let Some(first) = experts.first() else { return };
-    let n_rows = route(m, n_tok, s);
+    let n_rows = route(m, ffn.router_bias.as_deref(), n_tok, s);
     let f = m.n_ff_exp;
     // The grouped input rows, quantized per row for gate (and for up when its format differs).
     let two = first.up.vec_dot_type != first.gate.vec_dot_type;
@@ -316,8 +353,17 @@ pub fn experts_forward(
         &s.active,
         &mut s.tmp,
     );
-    // SiLU(gate) * up per grouped row, quantized for down in the same region.
+    if m.biases {
+        add_expert_bias(&mut s.gate, f, n_rows, &s.exp_at, experts, |e| {
+            e.b_gate.as_ref()
+        });
+        add_expert_bias(&mut s.up, f, n_rows, &s.exp_at, experts, |e| {
+            e.b_up.as_ref()
+        });
+    }
+    // act(gate, up) per grouped row, quantized for down in the same region.
     let (gate, up) = (&s.gate, &s.up);
+    let act = m.act;
     let hidden = SendPtr(s.hidden.as_mut_ptr());
     let q = first.down.quantize_act;
     quantize_grouped(
@@ -329,7 +375,12 @@ pub fn experts_forward(
             // SAFETY: grouped row p of `hidden` ([n_rows][f], sized for the largest batch) is
             // written by the task of row p alone.
             let h = unsafe { std::slice::from_raw_parts_mut(hidden.get().add(p * f), f) };
-            swiglu(&gate[p * f..(p + 1) * f], &up[p * f..(p + 1) * f], h);
+            let (g, u) = (&gate[p * f..(p + 1) * f], &up[p * f..(p + 1) * f]);
+            match act {
+                Activation::Silu => swiglu(g, u, h),
+                Activation::Gelu => geglu(g, u, h),
+                Activation::SwigluOai => swiglu_oai(g, u, h),
+            }
             q(h, dst)
         },
     );
@@ -343,6 +394,11 @@ pub fn experts_forward(
         &s.active,
         &mut s.tmp,
     );
+    if m.biases {
+        add_expert_bias(&mut s.down, d, n_rows, &s.exp_at, experts, |e| {
+            e.b_down.as_ref()
+        });
+    }
     // Per token, its experts' outputs times their weights, summed in slot order.
     let k = m.n_expert_used;
     let (down, pos_of, wts) = (&s.down, &s.pos_of, &s.wts);
@@ -378,6 +434,8 @@ mod tests {
             gating: Gating::Softmax,
             norm_weights: norm,
             n_ff_shexp: None,
+            biases: false,
+            act: Activation::Silu,
         }
     }
 
@@ -394,6 +452,31 @@ mod tests {
         let m = desc(4, 2, false);
         route_token(&m, &logits, &mut probs, &mut sel, &mut wts);
         assert_eq!(wts[0], probs[1]);
+    }
+
+    #[test]
+    fn softmax_weight_gating_softmaxes_the_chosen_logits() {
+        let m = MoeDesc {
+            gating: Gating::SoftmaxWeight,
+            ..desc(4, 2, false)
+        };
+        let logits = [0.5f32, 2.0, -1.0, 1.0];
+        let mut probs = [0f32; 4];
+        let (mut sel, mut wts) = ([0u32; 2], [0f32; 2]);
+        route_token(&m, &logits, &mut probs, &mut sel, &mut wts);
+        assert_eq!(sel, [1, 3]);
+        let e = 1f32.exp();
+        assert!((wts[0] - e / (e + 1.0)).abs() < 1e-6 && (wts[1] - 1.0 / (e + 1.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_router_bias_moves_the_choice() {
+        let m = desc(4, 1, false);
+        let mut s = MoeScratch::new(&m, 32, 1);
+        s.logits[..4].copy_from_slice(&[1.0, 0.0, 0.0, 0.0]);
+        route(&m, Some(&[0.0, 0.0, 2.0, 0.0]), 1, &mut s);
+        assert_eq!(s.sel[0], 2);
+        assert_eq!(s.exp_at[0], 2);
     }
 
     #[test]
@@ -421,7 +504,7 @@ mod tests {
         for (t, r) in rows.iter().enumerate() {
             s.logits[t * 4..(t + 1) * 4].copy_from_slice(r);
         }
-        assert_eq!(route(&m, 3, &mut s), 6);
+        assert_eq!(route(&m, None, 3, &mut s), 6);
         assert_eq!(s.active, [0, 1, 2, 3]);
         assert_eq!(&s.start[..5], &[0, 1, 3, 4, 6]);
         // Expert 1 has tokens 0 and 2; expert 3 tokens 1 and 2.

@@ -186,13 +186,20 @@ impl Weight {
 
 /// A 1-D tensor of `n` values (norm weights, biases), dequantized to f32 at load.
 pub fn vector(name: &str, data: &TensorData, n: usize) -> Result<Vec<f32>, EngineError> {
-    if data.shape() != [n as u64] {
+    values(name, data, &[n as u64])
+}
+
+/// A tensor of shape `shape` (ggml order; a mixture's 2-D expert biases), all its values in
+/// order, dequantized to f32 at load.
+pub fn values(name: &str, data: &TensorData, shape: &[u64]) -> Result<Vec<f32>, EngineError> {
+    if data.shape() != shape {
         return Err(EngineError::BadShape {
             name: name.to_string(),
             got: data.shape().to_vec(),
-            want: vec![n as u64],
+            want: shape.to_vec(),
         });
     }
+    let n = shape.iter().product::<u64>() as usize;
     let dtype = data.dtype();
     if dtype.bytes_for(n as u64) != Some(data.bytes().len() as u64) {
         return Err(EngineError::UnsupportedDType {
@@ -223,13 +230,17 @@ pub struct DenseFfn {
     pub b_down: Option<Vec<f32>>, // (d)
 }
 
-/// One expert of a mixture: a SiLU-gated FFN of width `fe` = n_ff_exp, each matrix a view of
-/// its slice of the file's 3-D expert tensor (an expert's rows are contiguous there).
+/// One expert of a mixture: a gated FFN of width `fe` = n_ff_exp, each matrix a view of its
+/// slice of the file's 3-D expert tensor (an expert's rows are contiguous there), and its
+/// slices of the 2-D bias tensors when the family has them (gpt-oss).
 #[derive(Clone, Debug)]
 pub struct Expert {
-    pub gate: Weight, // (fe, d)
-    pub up: Weight,   // (fe, d)
-    pub down: Weight, // (d, fe)
+    pub gate: Weight,             // (fe, d)
+    pub up: Weight,               // (fe, d)
+    pub down: Weight,             // (d, fe)
+    pub b_gate: Option<Vec<f32>>, // (fe)
+    pub b_up: Option<Vec<f32>>,   // (fe)
+    pub b_down: Option<Vec<f32>>, // (d)
 }
 
 /// A mixture-of-experts FFN: the router and every expert, plus the shared expert when the
@@ -239,6 +250,8 @@ pub struct Expert {
 pub struct MoeFfn {
     /// `ffn_gate_inp.weight`: router logits per expert.
     pub router: Weight, // (n_expert, d)
+    /// `ffn_gate_inp.bias`, added to the router logits (gpt-oss).
+    pub router_bias: Option<Vec<f32>>, // (n_expert)
     pub experts: Vec<Expert>,
     pub shared: Option<DenseFfn>,
 }
@@ -324,6 +337,8 @@ pub struct LayerWeights {
     pub bo: Option<Vec<f32>>, // (d)
     /// RMSNorm of the attention output before its residual add (gemma).
     pub post_attn_norm: Option<Vec<f32>>, // (d)
+    /// Each query head's learned sink logit (`attn_sinks.weight`, gpt-oss).
+    pub attn_sinks: Option<Vec<f32>>, // (n_head)
     pub ffn_norm: Vec<f32>,   // (d)
     pub ffn: FfnWeights,
     /// RMSNorm of the FFN output before its residual add (gemma).

@@ -98,7 +98,13 @@ pub fn render_chat(
             ids.insert(0, bos);
         }
     }
-    let think = rt.reasoning.then(|| ThinkStart::after_prompt(&rendered));
+    let think = rt.reasoning.then(|| {
+        if rt.harmony {
+            ThinkStart::Harmony
+        } else {
+            ThinkStart::after_prompt(&rendered)
+        }
+    });
     Ok(RenderedChat {
         ids,
         think,

@@ -7,6 +7,7 @@
 use crate::random::random_id;
 use crate::server::app_state::Runtime;
 use crate::server::types::{FunctionCall, ToolCall};
+use crate::structured::harmony;
 use crate::structured::reasoning::{self, ThinkStart};
 use crate::structured::syntax::SyntaxTokens;
 use crate::structured::tools::{CallReading, ToolFormat, ToolStream};
@@ -100,6 +101,9 @@ pub(crate) fn reply_syntax(rt: &Runtime, read_calls: Option<CallReading>) -> Syn
     let mut texts: Vec<&'static str> = Vec::new();
     if rt.reasoning {
         texts.extend([reasoning::OPEN, reasoning::CLOSE]);
+    }
+    if rt.harmony {
+        texts.extend(harmony::CONTROL);
     }
     if let Some(r) = read_calls {
         texts.extend_from_slice(r.format.trigger_texts());

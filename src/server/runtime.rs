@@ -32,9 +32,12 @@ pub struct Runtime {
     /// (it tells variants of a format apart).
     pub tool_format: ToolFormat,
     pub template_text: String,
-    /// The template writes `<think>` blocks: replies are split into `reasoning_content` and
-    /// `content` ([`crate::structured::reasoning`]).
+    /// The template writes `<think>` blocks (or harmony's analysis channel): replies are split
+    /// into `reasoning_content` and `content` ([`crate::structured::reasoning`]).
     pub reasoning: bool,
+    /// The template writes gpt-oss's harmony format: replies are read by
+    /// [`crate::structured::harmony`] (channels, calls to `functions.NAME`).
+    pub harmony: bool,
     /// Why chat requests are refused (a 400), when they are: the model has no chat template,
     /// none is configured, and its vocabulary has no ChatML markers for kiln's default (a
     /// base model such as gemma-3-270m serves completions only).
@@ -96,8 +99,10 @@ impl Runtime {
             }
         };
         tracing::info!(tool_format = tool_format.as_str(), "tool calling");
-        let reasoning = template_text.contains(crate::structured::reasoning::OPEN)
-            && template_text.contains(crate::structured::reasoning::CLOSE);
+        let harmony = crate::structured::harmony::is_harmony_template(&template_text);
+        let reasoning = harmony
+            || (template_text.contains(crate::structured::reasoning::OPEN)
+                && template_text.contains(crate::structured::reasoning::CLOSE));
         let chat_refusal = (template_source == TemplateSource::ChatmlDefault
             && !has_chatml_markers(tok))
         .then(|| {
@@ -122,6 +127,7 @@ impl Runtime {
             tool_format,
             template_text,
             reasoning,
+            harmony,
             chat_refusal,
         })
     }

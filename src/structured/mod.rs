@@ -32,6 +32,7 @@ mod counts;
 mod disjoint;
 pub mod error;
 pub mod grammar;
+pub mod harmony;
 pub mod lookahead;
 pub mod phrases;
 pub mod reasoning;

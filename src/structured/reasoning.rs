@@ -12,6 +12,12 @@
 //!
 //! [`ReasoningSplit`] reads a reply delta by delta and holds back only what may still turn
 //! out to be a tag, so the pieces it returns, joined, equal the split of the whole reply.
+//!
+//! gpt-oss's harmony replies ([`ThinkStart::Harmony`]) go through
+//! [`super::harmony::HarmonyReader`] first, which writes their analysis channel as a block
+//! between these tags: every API that splits reasoning splits harmony alike.
+
+use super::harmony::HarmonyReader;
 
 /// The tags, as the templates and models write them.
 pub const OPEN: &str = "<think>";
@@ -26,6 +32,9 @@ pub enum ThinkStart {
     Detect,
     /// The prompt closed the block (thinking turned off): the reply is all content.
     Closed,
+    /// gpt-oss's harmony format: the reply is read by [`HarmonyReader`] first (its analysis
+    /// channel becomes the block), then as [`ThinkStart::Detect`].
+    Harmony,
 }
 
 impl ThinkStart {
@@ -63,6 +72,8 @@ enum State {
 /// One reply's splitter; see the module docs.
 #[derive(Debug, Clone)]
 pub struct ReasoningSplit {
+    /// The harmony reader in front (gpt-oss).
+    harmony: Option<HarmonyReader>,
     state: State,
     /// Text not yet given out: a possible tag prefix (or leading blanks).
     held: String,
@@ -73,10 +84,11 @@ impl ReasoningSplit {
     pub fn new(start: ThinkStart) -> ReasoningSplit {
         let state = match start {
             ThinkStart::Open => State::Thinking,
-            ThinkStart::Detect => State::Leading,
+            ThinkStart::Detect | ThinkStart::Harmony => State::Leading,
             ThinkStart::Closed => State::Content,
         };
         ReasoningSplit {
+            harmony: (start == ThinkStart::Harmony).then(|| HarmonyReader::new(OPEN, CLOSE)),
             state,
             held: String::new(),
             whole: Parts::default(),
@@ -85,6 +97,17 @@ impl ReasoningSplit {
 
     /// Adds a delta of the reply's text; returns what became final.
     pub fn push(&mut self, text: &str) -> Parts {
+        match self.harmony.as_mut() {
+            Some(h) => {
+                let text = h.push(text);
+                self.push_read(&text)
+            }
+            None => self.push_read(text),
+        }
+    }
+
+    /// [`ReasoningSplit::push`] after the harmony reader.
+    fn push_read(&mut self, text: &str) -> Parts {
         self.held.push_str(text);
         let mut out = Parts::default();
         loop {
@@ -141,15 +164,22 @@ impl ReasoningSplit {
 
     /// The reply ended: what is still held, in its part.
     pub fn finish(&mut self) -> Parts {
+        // The harmony reader's rest is read (and recorded) first.
+        let mut out = match self.harmony.as_mut().map(HarmonyReader::finish) {
+            Some(rest) => self.push_read(&rest),
+            None => Parts::default(),
+        };
         let held = std::mem::take(&mut self.held);
-        let mut out = Parts::default();
+        let mut tail = Parts::default();
         match self.state {
-            State::Thinking => out.reasoning = held,
-            State::Leading | State::Content => out.content = held,
+            State::Thinking => tail.reasoning = held,
+            State::Leading | State::Content => tail.content = held,
             State::AfterClose => {}
         }
         self.state = State::Content;
-        self.record(&out);
+        self.record(&tail);
+        out.reasoning.push_str(&tail.reasoning);
+        out.content.push_str(&tail.content);
         out
     }
 

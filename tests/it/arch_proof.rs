@@ -334,4 +334,5 @@ proofs! {
     qwen3moe => "qwen3moe",
     olmoe => "olmoe",
     granitemoe => "granitemoe",
+    gpt_oss => "gpt-oss",
 }

@@ -148,3 +148,66 @@ fn inspect_names_the_architecture_and_variant() {
         v["model"]
     );
 }
+
+/// A mixture-of-experts file's total and active parameters: on the gpt-oss proof model (F16,
+/// 12 experts of which 4 run per token), the active count takes a third of every expert
+/// tensor, its 3-D weights and its 2-D biases alike, and everything else whole; the variant
+/// names the sinks, the router and the clamped SwiGLU.
+#[test]
+fn inspect_counts_gpt_oss_active_parameters() {
+    use kiln::engine::synth::{build, proof_variants, Quant};
+    use kiln::gguf::GgufFile;
+    let v = proof_variants()
+        .into_iter()
+        .find(|v| v.name == "gpt-oss")
+        .expect("the gpt-oss proof variant");
+    let vocab = GgufFile::open(crate::common::shared_file(
+        "conformance/tokenizer/ggml-vocab-llama-spm.gguf",
+    ))
+    .expect("open the vocabulary");
+    let bytes = build(&v.spec, v.name, &vocab, Quant::F16, 1)
+        .expect("write")
+        .to_bytes()
+        .expect("serialize");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("gpt-oss.gguf");
+    std::fs::write(&path, &bytes).expect("write the file");
+    let file = GgufFile::from_bytes(bytes).expect("parse");
+    let (mut total, mut active) = (0u64, 0u64);
+    for t in file.tensors() {
+        let n = t.n_elems();
+        total += n;
+        if t.name == "token_embd.weight" {
+            continue; // untied: the embedding is a lookup
+        }
+        active += if t.name.contains("_exps.") {
+            n / 12 * 4
+        } else {
+            n
+        };
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["inspect", "--no-tensors", "--json"])
+        .arg(&path)
+        .output()
+        .expect("run kiln inspect");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(j["parameters"], total);
+    assert_eq!(j["active_parameters"], active);
+    let variant = j["model"]["variant"].as_str().expect("variant");
+    for part in [
+        "gpt-oss: mixture of 12 experts (4 used per token, width 256",
+        "router and expert biases",
+        "clamped SwiGLU",
+        "sliding window 64 on 2 of 4 layers",
+        "attention sinks",
+        "yarn RoPE scaling x4",
+    ] {
+        assert!(variant.contains(part), "{part:?} not in {variant}");
+    }
+}

@@ -31,6 +31,7 @@ fn tool_formats_are_detected_from_real_templates() {
             "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
             ToolFormat::Generic,
         ),
+        ("openai-gpt-oss-120b", ToolFormat::Harmony),
     ];
     for (name, want) in cases {
         let src = crate::common::read_to_string(&dir.join(format!("{name}.jinja")));
@@ -183,6 +184,7 @@ fn book_call(format: kiln::structured::tools::ToolFormat, template: &str) -> &'s
             "<|tool_call|>[{\"name\": \"book\", \"arguments\": {\"ok\": true}}]"
         }
         (ToolFormat::Generic, _) => unreachable!("no native syntax"),
+        (ToolFormat::Harmony, _) => unreachable!("harmony calls are read, not constrained"),
     }
 }
 

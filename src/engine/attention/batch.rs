@@ -12,6 +12,7 @@
 //! the cut never changes a result.
 
 use super::long::{self, MAX_ROWS, SPAN};
+use super::sink::finish_row;
 use super::{attend_kv_heads, attend_with, check, AttnParams, AttnScratch, HeadView};
 use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig, KvCacheError};
 use crate::engine::team::{SendPtr, Team};
@@ -28,8 +29,8 @@ pub struct AttnBatch<'a> {
     pub table: &'a (dyn Fn(usize) -> &'a BlockTable + Sync),
     /// `[n_tok][n_head * head_dim]` queries, RoPE applied.
     pub q: &'a [f32],
-    /// How the layer attends (scale, softcapping, window).
-    pub params: &'a AttnParams,
+    /// How the layer attends (scale, softcapping, window, sinks).
+    pub params: &'a AttnParams<'a>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -135,6 +136,7 @@ pub fn attend_batch(
     plan_tasks(batch, plan, hk, team.threads());
     let group = plan.n_head / hk;
     let scale = batch.params.scale;
+    let sinks = batch.params.sinks;
     let first_err: Mutex<Option<KvCacheError>> = Mutex::new(None);
     let out_ptr = SendPtr(out.as_mut_ptr());
     let part_ptr = SendPtr(plan.partials.as_mut_ptr());
@@ -201,7 +203,9 @@ pub fn attend_batch(
                 for t in t0..t0 + n as usize {
                     let pos = batch.tok_pos[t] as usize;
                     for j in 0..group {
-                        ls.push(&batch.q[t * nq + (h * group + j) * d..][..d], 0, pos + 1);
+                        let head = h * group + j;
+                        let sink = sinks.map(|s| s[head]);
+                        ls.push(&batch.q[t * nq + head * d..][..d], 0, pos + 1, sink);
                     }
                 }
                 long::attend_rows(kernel, &mut view, ls, scale);
@@ -233,7 +237,13 @@ pub fn attend_batch(
                 let ls = &mut sc.long_scratch;
                 ls.clear();
                 for j in 0..group {
-                    ls.push(&batch.q[t * nq + (h * group + j) * d..][..d], 0, pos + 1);
+                    // The sink joins at the merge, after every span.
+                    ls.push(
+                        &batch.q[t * nq + (h * group + j) * d..][..d],
+                        0,
+                        pos + 1,
+                        None,
+                    );
                 }
                 long::span_partial(kernel, &mut view, ls, span as usize, scale);
                 for j in 0..group {
@@ -267,10 +277,7 @@ pub fn attend_batch(
                 let p = &partials[((slot as usize + s) * n_head + head) * part_w..][..part_w];
                 long::fold(&mut m, &mut l, o, p[0], p[1], &p[2..]);
             }
-            let inv = if l == 0.0 { 0.0 } else { 1.0 / l };
-            for x in o.iter_mut() {
-                *x *= inv;
-            }
+            finish_row(m, l, sinks.map(|s| s[head]), o);
         }
     });
     Ok(())

@@ -26,6 +26,7 @@ mod ggml_order;
 mod long;
 #[cfg(target_arch = "x86_64")]
 mod simd;
+mod sink;
 
 pub use batch::{attend_batch, AttnBatch, AttnPlan};
 use dequant::DequantTiles;
@@ -389,9 +390,9 @@ impl<'a> HeadView<'a> {
 }
 
 /// How one layer attends, beyond the cache's shape: the score scale, logit softcapping and
-/// sliding window of the model description.
+/// sliding window of the model description, and the layer's attention sinks.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AttnParams {
+pub struct AttnParams<'a> {
     /// Scores are `q·k * scale` (`1/sqrt(head_dim)` for most models; 1 when the queries were
     /// pre-scaled).
     pub scale: f32,
@@ -399,15 +400,19 @@ pub struct AttnParams {
     pub softcap: Option<f32>,
     /// A query at `pos` attends to `pos - window + 1 ..= pos` only.
     pub window: Option<usize>,
+    /// One sink logit per query head (`[n_head]`, gpt-oss): it joins each head's softmax
+    /// denominator (see `attention/sink.rs`).
+    pub sinks: Option<&'a [f32]>,
 }
 
-impl AttnParams {
+impl AttnParams<'_> {
     /// Full causal attention scaled by `1/sqrt(head_dim)`.
-    pub fn standard(head_dim: usize) -> AttnParams {
+    pub fn standard(head_dim: usize) -> AttnParams<'static> {
         AttnParams {
             scale: 1.0 / (head_dim as f32).sqrt(),
             softcap: None,
             window: None,
+            sinks: None,
         }
     }
 
@@ -453,7 +458,8 @@ pub fn attend(
 /// head are processed together so each K/V tile is read once. Below [`LONG_FROM`] (and on
 /// windowed or soft-capped layers) the order is llama.cpp's one-row order (position by
 /// position, `attention/ggml_order.rs`); otherwise the long-context order over spans of
-/// [`SPAN`] positions (`attention/long.rs`). Deterministic: the result depends only on `q`,
+/// [`SPAN`] positions (`attention/long.rs`). A head's sink logit (`params.sinks`) joins its
+/// softmax's denominator after the last position in either order. Deterministic: the result depends only on `q`,
 /// `pos` and the cached values it attends, never on the physical block ids, on other
 /// sequences, on positions after `pos` nor on how a batch is scheduled ([`attend_batch`]
 /// computes exactly this for every token). Allocation-free.
@@ -530,10 +536,19 @@ fn attend_kv_heads(
         }
         let qg = &q[h * group * d..(h + 1) * group * d];
         let og = &mut out[(h - h0) * group * d..(h - h0 + 1) * group * d];
+        let sinks = params.sinks.map(|s| &s[h * group..(h + 1) * group]);
         if params.long_at(pos) {
-            attend_long(&mut view, qg, og, 0, pos + 1, params.scale, scratch);
+            attend_long(
+                &mut view,
+                qg,
+                og,
+                (0, pos + 1),
+                params.scale,
+                sinks,
+                scratch,
+            );
         } else {
-            attend_short(&mut view, qg, og, params, scratch);
+            attend_short(&mut view, qg, og, params, sinks, scratch);
         }
     }
     scratch.tiles = tiles;
@@ -560,6 +575,13 @@ fn check(
             what: "q (a multiple of n_head_kv * head_dim)",
             expected: n_head.max(1).next_multiple_of(hk) * d,
             got: q_len,
+        });
+    }
+    if let Some(s) = params.sinks.filter(|s| s.len() != n_head) {
+        return Err(KvCacheError::Shape {
+            what: "attention sinks (one per query head)",
+            expected: n_head,
+            got: s.len(),
         });
     }
     if out_len != q_len {
@@ -603,12 +625,14 @@ fn check(
     Ok(n_head)
 }
 
-/// The one-row order for the query heads `q` of one KV head (see [`attend_with`]).
+/// The one-row order for the query heads `q` of one KV head, with their sink logits `sinks`
+/// if they have some (see [`attend_with`]).
 fn attend_short(
     view: &mut HeadView,
     q: &[f32],
     out: &mut [f32],
     params: &AttnParams,
+    sinks: Option<&[f32]>,
     scratch: &mut AttnScratch,
 ) {
     let scale = match params.softcap {
@@ -622,18 +646,18 @@ fn attend_short(
         },
     };
     match scratch.isa {
-        AttnIsa::Scalar => ggml_order::attend_group(view, q, out, scale, &mut scratch.buf),
+        AttnIsa::Scalar => ggml_order::attend_group(view, q, out, scale, sinks, &mut scratch.buf),
         // SAFETY: `force_isa` keeps Avx2 only when `supported()` detected AVX2, FMA and F16C
         // and `covers()` accepted this (head_dim, block_size), which `check` compared with the
         // cache's.
         #[cfg(target_arch = "x86_64")]
         AttnIsa::Avx2 => unsafe {
-            ggml_order::attend_group_avx2(view, q, out, scale, &mut scratch.buf)
+            ggml_order::attend_group_avx2(view, q, out, scale, sinks, &mut scratch.buf)
         },
         // SAFETY: as above, with AVX-512F.
         #[cfg(target_arch = "x86_64")]
         AttnIsa::Avx512 => unsafe {
-            ggml_order::attend_group_avx512(view, q, out, scale, &mut scratch.buf)
+            ggml_order::attend_group_avx512(view, q, out, scale, sinks, &mut scratch.buf)
         },
         #[cfg(not(target_arch = "x86_64"))]
         AttnIsa::Avx2 | AttnIsa::Avx512 => unreachable!("never supported off x86-64"),
@@ -641,26 +665,27 @@ fn attend_short(
 }
 
 /// The long-context order for the query heads `q` of one KV head, each attending positions
-/// `lo..hi` with scores scaled by `scale` (see [`attend_with`]): the heads in sets of at most
-/// `long::MAX_ROWS`.
+/// `lo..hi` with scores scaled by `scale`, with their sink logits `sinks` if they have some
+/// (see [`attend_with`]): the heads in sets of at most `long::MAX_ROWS`.
 fn attend_long(
     view: &mut HeadView,
     q: &[f32],
     out: &mut [f32],
-    lo: usize,
-    hi: usize,
+    (lo, hi): (usize, usize),
     scale: f32,
+    sinks: Option<&[f32]>,
     scratch: &mut AttnScratch,
 ) {
     let d = view.head_dim;
     let sc = &mut scratch.long_scratch;
-    for (qs, os) in q
+    for (set, (qs, os)) in q
         .chunks(long::MAX_ROWS * d)
         .zip(out.chunks_mut(long::MAX_ROWS * d))
+        .enumerate()
     {
         sc.clear();
-        for qh in qs.chunks(d) {
-            sc.push(qh, lo, hi);
+        for (r, qh) in qs.chunks(d).enumerate() {
+            sc.push(qh, lo, hi, sinks.map(|s| s[set * long::MAX_ROWS + r]));
         }
         long::attend_rows(scratch.long, view, sc, scale);
         for (r, o) in os.chunks_mut(d).enumerate() {

@@ -4,6 +4,7 @@
 //! forward pass.
 
 use super::moe::{Gating, MoeRule};
+use super::Activation;
 use serde::Serialize;
 use std::fmt;
 
@@ -23,11 +24,12 @@ pub enum Arch {
     Qwen3Moe,
     Olmoe,
     GraniteMoe,
+    GptOss,
 }
 
 /// Every supported architecture with its `general.architecture` name: the one list behind
 /// [`Arch::from_name`], [`Arch::name`] and the "unsupported architecture" error.
-pub const ARCHS: [(Arch, &str); 12] = [
+pub const ARCHS: [(Arch, &str); 13] = [
     (Arch::Llama, "llama"),
     (Arch::Qwen2, "qwen2"),
     (Arch::Qwen3, "qwen3"),
@@ -40,6 +42,7 @@ pub const ARCHS: [(Arch, &str); 12] = [
     (Arch::Qwen3Moe, "qwen3moe"),
     (Arch::Olmoe, "olmoe"),
     (Arch::GraniteMoe, "granitemoe"),
+    (Arch::GptOss, "gpt-oss"),
 ];
 
 /// How RoPE pairs dimensions.
@@ -116,6 +119,14 @@ pub struct ArchRules {
     pub fused_gate_up: bool,
     /// The FFN of every layer is a mixture of experts routed this way (`build_moe_ffn`).
     pub moe: Option<MoeRule>,
+    /// The FFN's input norm (`ffn_norm.weight`; gpt-oss names it `post_attention_norm.weight`).
+    pub ffn_norm_tensor: &'static str,
+    /// Every attention head has a learned sink logit (`attn_sinks.weight`, `[n_head]`) that
+    /// joins its softmax's denominator.
+    pub attn_sinks: bool,
+    /// The sliding-window layers' RoPE keeps the global frequency scale (gpt-oss: llama.cpp's
+    /// `rope_freq_scale_train_swa = rope_freq_scale_train`); otherwise their scale is 1.
+    pub swa_rope_scaled: bool,
 }
 
 const LLAMA: ArchRules = ArchRules {
@@ -136,6 +147,9 @@ const LLAMA: ArchRules = ArchRules {
     mistral3_keys: false,
     fused_gate_up: false,
     moe: None,
+    ffn_norm_tensor: "ffn_norm.weight",
+    attn_sinks: false,
+    swa_rope_scaled: false,
 };
 
 impl Arch {
@@ -219,6 +233,8 @@ impl Arch {
                     norm_weights: true,
                     reads_expert_width: true,
                     reads_shared_width: false,
+                    biases: false,
+                    act: Activation::Silu,
                 }),
                 ..neox
             },
@@ -232,6 +248,8 @@ impl Arch {
                     norm_weights: false,
                     reads_expert_width: false,
                     reads_shared_width: false,
+                    biases: false,
+                    act: Activation::Silu,
                 }),
                 ..neox
             },
@@ -245,8 +263,33 @@ impl Arch {
                     norm_weights: true,
                     reads_expert_width: false,
                     reads_shared_width: true,
+                    biases: false,
+                    act: Activation::Silu,
                 }),
                 ..LLAMA
+            },
+            // openai-moe.cpp: q/k/v/o biases, a learned sink per head, every other layer
+            // (the even ones) windowed with the global YaRN scale, the FFN norm named
+            // post_attention_norm, and a router with a bias whose top-k logits are softmaxed
+            // over the k chosen; experts with biases and the clamped SwiGLU (alpha 1.702,
+            // limit 7).
+            Arch::GptOss => ArchRules {
+                swa: SwaRule::Always {
+                    default_window: 128,
+                    default_pattern: 2,
+                },
+                moe: Some(MoeRule {
+                    gating: Gating::SoftmaxWeight,
+                    norm_weights: false,
+                    reads_expert_width: true,
+                    reads_shared_width: false,
+                    biases: true,
+                    act: Activation::SwigluOai,
+                }),
+                ffn_norm_tensor: "post_attention_norm.weight",
+                attn_sinks: true,
+                swa_rope_scaled: true,
+                ..neox
             },
         }
     }

@@ -30,6 +30,20 @@ pub enum Activation {
     Silu,
     /// Tanh-approximated GELU through ggml's f16 table (llama.cpp's GEGLU).
     Gelu,
+    /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`, alpha 1.702, limit 7):
+    /// `x = min(gate, 7)`, `y = clamp(up, -7, 7)`, `x / (1 + e^(-1.702 x)) * (y + 1)`.
+    SwigluOai,
+}
+
+impl Activation {
+    /// "SiLU", "GELU", "clamped SwiGLU (gpt-oss)".
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Silu => "SiLU",
+            Activation::Gelu => "GELU",
+            Activation::SwigluOai => "clamped SwiGLU (alpha 1.702, limit 7)",
+        }
+    }
 }
 
 /// Sliding-window attention: which layers are local and how far back they see.
@@ -39,8 +53,10 @@ pub struct SlidingWindow {
     pub size: u32,
     /// Per layer: true when local (windowed), false when global (full attention).
     pub local: Vec<bool>,
-    /// RoPE base of the local layers (`rope.freq_base_swa`); their frequency scale is 1.
+    /// RoPE base of the local layers (`rope.freq_base_swa`).
     pub rope_freq_base: f32,
+    /// The local layers keep the global RoPE frequency scale (gpt-oss); otherwise it is 1.
+    pub rope_scaled: bool,
 }
 
 impl SlidingWindow {
@@ -92,6 +108,8 @@ pub struct HParams {
     pub tied_embeddings: bool,
     /// q/k/v projections have biases (`blk.N.attn_q.bias` or `attn_qkv.bias`; qwen2).
     pub has_qkv_bias: bool,
+    /// Every attention head has a learned sink logit (`blk.N.attn_sinks.weight`; gpt-oss).
+    pub attn_sinks: bool,
     /// Q, K and V come from one fused matrix `attn_qkv.weight` (phi3), split at load.
     pub fused_qkv: bool,
     /// Gate and up come from one fused matrix `ffn_up.weight` (phi3), split at load.
@@ -333,7 +351,11 @@ impl HParams {
         } else {
             None
         };
-        let sliding_window = sliding_window(&k, rules.swa, n_layer, rope_freq_base)?;
+        let sliding_window =
+            sliding_window(&k, rules.swa, n_layer, rope_freq_base)?.map(|w| SlidingWindow {
+                rope_scaled: rules.swa_rope_scaled,
+                ..w
+            });
         let pooling = pooling_type(&k)?;
         let moe = match rules.moe {
             Some(rule) => Some(MoeParams::from_keys(&k, rule, n_ff)?),
@@ -363,6 +385,7 @@ impl HParams {
             n_vocab,
             tied_embeddings,
             has_qkv_bias,
+            attn_sinks: rules.attn_sinks,
             fused_qkv,
             fused_gate_up: rules.fused_gate_up,
             qk_norm: rules.qk_norm,
@@ -453,8 +476,11 @@ impl HParams {
         if self.post_norms {
             parts.push("post-norms".into());
         }
-        if self.activation == Activation::Gelu {
-            parts.push("GELU".into());
+        if self.attn_sinks {
+            parts.push("attention sinks".into());
+        }
+        if self.activation != Activation::Silu {
+            parts.push(self.activation.name().into());
         }
         if self.has_qkv_bias {
             parts.push("q/k/v biases".into());
@@ -535,7 +561,10 @@ impl HParams {
                 expect(&n("post_attention_norm.weight"), &[e], true)?;
                 expect(&n("post_ffw_norm.weight"), &[e], true)?;
             }
-            expect(&n("ffn_norm.weight"), &[e], true)?;
+            if self.attn_sinks {
+                expect(&n("attn_sinks.weight"), &[u64::from(self.n_head)], true)?;
+            }
+            expect(&n(self.arch.rules().ffn_norm_tensor), &[e], true)?;
             if let Some(m) = &self.moe {
                 m.check_tensors(f, il, e)?;
             } else if self.fused_gate_up {
@@ -648,6 +677,7 @@ fn sliding_window(
         size,
         local,
         rope_freq_base,
+        rope_scaled: false,
     }))
 }
 

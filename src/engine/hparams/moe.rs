@@ -3,7 +3,7 @@
 //! for the families kiln runs (`load_hparams`, `src/models/{qwen3moe,olmoe,granite-moe}.cpp`),
 //! and the shapes of their expert tensors.
 
-use super::{inconsistent, invalid, HParamsError, Keys};
+use super::{inconsistent, invalid, Activation, HParamsError, Keys};
 use crate::gguf::GgufFile;
 use serde::Serialize;
 
@@ -16,6 +16,9 @@ pub enum Gating {
     /// Softmax over all experts, top-k of the probabilities (llama.cpp's
     /// `LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX`).
     Softmax,
+    /// Top-k of the logits themselves, then a softmax over the k chosen logits (llama.cpp's
+    /// `LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT`, gpt-oss).
+    SoftmaxWeight,
 }
 
 /// The per-family MoE rule of [`super::ArchRules`].
@@ -29,9 +32,14 @@ pub struct MoeRule {
     pub reads_expert_width: bool,
     /// `expert_shared_feed_forward_length` gives a shared expert (granitemoe).
     pub reads_shared_width: bool,
+    /// The router and every expert matrix have a bias (`ffn_gate_inp.bias`,
+    /// `ffn_{gate,up,down}_exps.bias`; gpt-oss), required.
+    pub biases: bool,
+    /// The experts' gated activation.
+    pub act: Activation,
 }
 
-/// A mixture-of-experts FFN: every layer's FFN is `n_expert` SiLU-gated experts of width
+/// A mixture-of-experts FFN: every layer's FFN is `n_expert` gated experts (`act`) of width
 /// `n_ff_exp`, of which the router picks `n_expert_used` per token, plus a shared expert of
 /// width `n_ff_shexp` every token runs when the family has one.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -42,6 +50,9 @@ pub struct MoeParams {
     pub gating: Gating,
     pub norm_weights: bool,
     pub n_ff_shexp: Option<u32>,
+    /// The router and the experts have biases.
+    pub biases: bool,
+    pub act: Activation,
 }
 
 impl MoeParams {
@@ -90,6 +101,8 @@ impl MoeParams {
             gating: rule.gating,
             norm_weights: rule.norm_weights,
             n_ff_shexp,
+            biases: rule.biases,
+            act: rule.act,
         })
     }
 
@@ -107,6 +120,12 @@ impl MoeParams {
             want.push(("ffn_gate_shexp.weight", vec![e, s]));
             want.push(("ffn_up_shexp.weight", vec![e, s]));
             want.push(("ffn_down_shexp.weight", vec![s, e]));
+        }
+        if self.biases {
+            want.push(("ffn_gate_inp.bias", vec![ne]));
+            want.push(("ffn_gate_exps.bias", vec![fe, ne]));
+            want.push(("ffn_up_exps.bias", vec![fe, ne]));
+            want.push(("ffn_down_exps.bias", vec![e, ne]));
         }
         for (suffix, shape) in want {
             let name = format!("blk.{il}.{suffix}");
@@ -140,6 +159,12 @@ impl MoeParams {
         );
         if let Some(w) = self.n_ff_shexp {
             s.push_str(&format!(", shared expert width {w}"));
+        }
+        if self.biases {
+            s.push_str(", router and expert biases");
+        }
+        if self.act != Activation::Silu {
+            s.push_str(&format!(", {}", self.act.name()));
         }
         s
     }

@@ -264,3 +264,43 @@ fn olmoe_norms_q_and_k_whole_and_keeps_its_weights() {
     assert!(!m.norm_weights);
     assert!(h.qk_norm && h.qk_norm_full && h.rope_style == RopeStyle::NeoX);
 }
+
+#[test]
+fn gpt_oss_reads_its_sinks_window_router_and_yarn() {
+    let h = hparams_of("gpt-oss", |_| {});
+    let m = h.moe.unwrap();
+    assert_eq!((m.n_expert, m.n_expert_used, m.n_ff_exp), (12, 4, 256));
+    assert!(m.gating == Gating::SoftmaxWeight && !m.norm_weights);
+    assert!(m.biases && m.act == Activation::SwigluOai);
+    assert!(h.attn_sinks && h.has_qkv_bias && h.rope_style == RopeStyle::NeoX);
+    // llama.cpp's pattern 2: the even layers are windowed; they keep the global YaRN scale.
+    let w = h.sliding_window.as_ref().unwrap();
+    assert_eq!(w.size, 64);
+    assert_eq!(w.local, vec![true, false, true, false]);
+    assert!(w.rope_scaled && w.rope_freq_base == h.rope_freq_base);
+    assert_eq!(h.rope_scaling.kind, RopeScalingKind::Yarn);
+    let v = h.variant();
+    assert!(
+        v.contains("attention sinks") && v.contains("router and expert biases"),
+        "{v}"
+    );
+    assert!(v.contains("clamped SwiGLU"), "{v}");
+}
+
+#[test]
+fn gpt_oss_without_sinks_or_expert_biases_is_a_missing_tensor() {
+    for missing in ["blk.1.attn_sinks.weight", "blk.2.ffn_up_exps.bias"] {
+        let mut v = proof_variants()
+            .into_iter()
+            .find(|v| v.name == "gpt-oss")
+            .unwrap();
+        v.spec.tensors.retain(|t| t.name != missing);
+        let w = build(&v.spec, "gpt-oss", &tiny_vocab(), Quant::F16, 1).unwrap();
+        let e =
+            HParams::from_gguf(&GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()).unwrap_err();
+        assert!(
+            matches!(&e, HParamsError::MissingTensor(n) if n == missing),
+            "{e}"
+        );
+    }
+}

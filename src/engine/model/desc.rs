@@ -33,10 +33,10 @@ pub struct LayerDesc {
 }
 
 /// A mixture-of-experts FFN (llama.cpp's `build_moe_ffn`): per token, router logits
-/// `Wr m` (f32), probabilities by `gating`, the `n_expert_used` most probable experts (their
-/// weights divided by their sum when `norm_weights`), then the sum over the chosen experts,
-/// in order of probability, of `weight * down(silu(gate m) * up m)`; plus a shared expert's
-/// output when `n_ff_shexp` is set.
+/// `Wr m (+ br)` (f32), probabilities by `gating`, the `n_expert_used` most probable experts
+/// (their weights divided by their sum when `norm_weights`), then the sum over the chosen
+/// experts, in order of probability, of `weight * (down(act(gate m (+ bg), up m (+ bu)))
+/// (+ bd))` (the biases when `biases`); plus a shared expert's output when `n_ff_shexp` is set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoeDesc {
     pub n_expert: usize,
@@ -46,6 +46,10 @@ pub struct MoeDesc {
     pub gating: Gating,
     pub norm_weights: bool,
     pub n_ff_shexp: Option<usize>,
+    /// The router and every expert matrix have a bias.
+    pub biases: bool,
+    /// The experts' gated activation.
+    pub act: Activation,
 }
 
 impl From<&MoeParams> for MoeDesc {
@@ -57,6 +61,8 @@ impl From<&MoeParams> for MoeDesc {
             gating: m.gating,
             norm_weights: m.norm_weights,
             n_ff_shexp: m.n_ff_shexp.map(|w| w as usize),
+            biases: m.biases,
+            act: m.act,
         }
     }
 }
@@ -183,12 +189,13 @@ impl ModelDesc {
         let mut ropes = vec![global.clone()];
         if let Some(w) = &hp.sliding_window {
             // Local layers: their own base, no frequency scaling (llama.cpp's
-            // `rope_freq_scale_train_swa` is 1), the same YaRN/magnitude parameters.
+            // `rope_freq_scale_train_swa` is 1) unless the family keeps the global one
+            // (gpt-oss), the same YaRN/magnitude parameters.
             ropes.push(rope_table(
                 kind,
                 rope_dim,
                 w.rope_freq_base,
-                1.0,
+                if w.rope_scaled { freq_scale } else { 1.0 },
                 s,
                 n_ctx_orig,
             ));

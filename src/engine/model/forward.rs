@@ -7,7 +7,7 @@
 //! q, k = rms_norm per head (* q_norm, k_norm)          [qk_norm]
 //! q, k = rope(q), rope(k)   (the layer's table)        [unless NoPE]
 //! q *= q_scale; q *= temperature(pos)                  [gemma, phi3; mistral3]
-//! a = Wo attn(q, K, V; kq_scale, softcap, window) (+bo)
+//! a = Wo attn(q, K, V; kq_scale, softcap, window, sinks) (+bo)   sinks: gpt-oss
 //! a = rms_norm(a) * post_attention_norm                [post_norms]
 //! x += a * residual_scale                              [granite]
 //! m = rms_norm(x) * ffn_norm
@@ -35,7 +35,7 @@ use crate::engine::matmul::{matmul, matmul_made, warm_next, MatJob, MatmulScratc
 use crate::engine::model::loaded::{add_in_place, for_row_pairs, for_rows, Model};
 use crate::engine::moe::experts_forward;
 use crate::engine::ops::{
-    geglu, rms_norm, rms_norm_in_place, scale_in_place, softcap_in_place, swiglu,
+    geglu, rms_norm, rms_norm_in_place, scale_in_place, softcap_in_place, swiglu, swiglu_oai,
 };
 use crate::engine::scratch::ForwardScratch;
 use crate::engine::team::Team;
@@ -227,6 +227,7 @@ impl Model {
             scale: c.kq_scale,
             softcap: c.attn_softcap,
             window: lc.window,
+            sinks: lw.attn_sinks.as_deref(),
         };
         let table_of = |i: usize| seqs[i].table;
         let batch = AttnBatch {
@@ -343,7 +344,7 @@ impl Model {
             Some(_) => &mut s.moe_out,
             None => &mut s.proj,
         };
-        experts_forward(&self.team, md, &m.experts, (&s.xn, d), n_tok, ms, moe_out);
+        experts_forward(&self.team, md, m, (&s.xn, d), n_tok, ms, moe_out);
         self.trace("ffn_moe_out", lt, &moe_out[..n_tok * d]);
         if let Some(sh) = &m.shared {
             // The shared expert reads the same normed rows; its output and the experts' are
@@ -409,6 +410,7 @@ impl Model {
             match act {
                 Activation::Silu => swiglu(g, u, row),
                 Activation::Gelu => geglu(g, u, row),
+                Activation::SwigluOai => swiglu_oai(g, u, row),
             }
         };
         matmul_made(

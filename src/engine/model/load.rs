@@ -7,7 +7,7 @@ use crate::engine::error::EngineError;
 use crate::engine::model::desc::{FfnKind, MoeDesc};
 use crate::engine::model::ModelDesc;
 use crate::engine::weights::{
-    vector, DenseFfn, Expert, FfnWeights, LayerWeights, ModelWeights, MoeFfn, Weight,
+    values, vector, DenseFfn, Expert, FfnWeights, LayerWeights, ModelWeights, MoeFfn, Weight,
 };
 use crate::gguf::{GgufFile, TensorData};
 
@@ -108,18 +108,46 @@ fn experts_of(
         .collect()
 }
 
-/// Layer `i`'s mixture: router, experts (views of the 3-D tensors) and shared expert.
+/// The `n` experts' biases of the 2-D tensor `name` (`[width, n]` in ggml order), one
+/// `width`-long vector per expert; `n` `None`s when the family has none (`used` false).
+fn expert_biases(
+    file: &GgufFile,
+    name: &str,
+    n: usize,
+    width: usize,
+    used: bool,
+) -> Result<Vec<Option<Vec<f32>>>, EngineError> {
+    if !used {
+        return Ok(vec![None; n]);
+    }
+    let all = values(name, &tensor(file, name)?, &[width as u64, n as u64])?;
+    Ok(all.chunks_exact(width).map(|b| Some(b.to_vec())).collect())
+}
+
+/// Layer `i`'s mixture: router (and its bias), experts (views of the 3-D tensors, with their
+/// biases) and shared expert.
 fn moe_ffn(file: &GgufFile, i: usize, m: &MoeDesc, d: usize) -> Result<MoeFfn, EngineError> {
     let n = |s: &str| format!("blk.{i}.{s}");
     let (ne, fe) = (m.n_expert, m.n_ff_exp);
     let gates = experts_of(file, &n("ffn_gate_exps.weight"), ne, fe, d)?;
     let ups = experts_of(file, &n("ffn_up_exps.weight"), ne, fe, d)?;
     let downs = experts_of(file, &n("ffn_down_exps.weight"), ne, d, fe)?;
+    let b_gates = expert_biases(file, &n("ffn_gate_exps.bias"), ne, fe, m.biases)?;
+    let b_ups = expert_biases(file, &n("ffn_up_exps.bias"), ne, fe, m.biases)?;
+    let b_downs = expert_biases(file, &n("ffn_down_exps.bias"), ne, d, m.biases)?;
     let experts = gates
         .into_iter()
         .zip(ups)
         .zip(downs)
-        .map(|((gate, up), down)| Expert { gate, up, down })
+        .zip(b_gates.into_iter().zip(b_ups).zip(b_downs))
+        .map(|(((gate, up), down), ((b_gate, b_up), b_down))| Expert {
+            gate,
+            up,
+            down,
+            b_gate,
+            b_up,
+            b_down,
+        })
         .collect();
     let shared = match m.n_ff_shexp {
         Some(fs) => Some(DenseFfn {
@@ -134,6 +162,11 @@ fn moe_ffn(file: &GgufFile, i: usize, m: &MoeDesc, d: usize) -> Result<MoeFfn, E
     };
     Ok(MoeFfn {
         router: matrix(file, &n("ffn_gate_inp.weight"), ne, d)?,
+        router_bias: if m.biases {
+            Some(vec_of(file, &n("ffn_gate_inp.bias"), ne)?)
+        } else {
+            None
+        },
         experts,
         shared,
     })
@@ -204,6 +237,7 @@ pub(crate) fn load_weights(
     } else {
         (hd, hd)
     };
+    let rules = desc.arch.rules();
     let mut layers = Vec::with_capacity(desc.n_layer);
     for i in 0..desc.n_layer {
         let n = |s: &str| format!("blk.{i}.{s}");
@@ -262,7 +296,8 @@ pub(crate) fn load_weights(
             wo: matrix(file, &n("attn_output.weight"), d, nq)?,
             bo: opt_vec(file, &n("attn_output.bias"), d)?,
             post_attn_norm: norm("post_attention_norm.weight", d, desc.post_norms)?,
-            ffn_norm: vec_of(file, &n("ffn_norm.weight"), d)?,
+            attn_sinks: norm("attn_sinks.weight", desc.n_head, rules.attn_sinks)?,
+            ffn_norm: vec_of(file, &n(rules.ffn_norm_tensor), d)?,
             ffn,
             post_ffn_norm: norm("post_ffw_norm.weight", d, desc.post_norms)?,
         });

@@ -95,11 +95,7 @@ pub(super) fn for_row_pairs(
     }
 }
 
-pub(super) fn add_in_place(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
-    }
-}
+pub(super) use crate::engine::ops::add_in_place;
 
 impl Model {
     /// Opens a GGUF model and starts a team of `threads` workers (0 = the usable physical cores, [`crate::engine::cpus`]).

@@ -6,12 +6,21 @@ pub mod rmsnorm;
 pub mod rope;
 pub mod softmax;
 pub mod swiglu;
+pub mod swiglu_oai;
 
 pub use gelu::geglu;
 pub use rmsnorm::{rms_norm, rms_norm_in_place};
 pub use rope::{yarn_corr_dims, RopeKind, RopeTable};
 pub use softmax::log_softmax_at;
 pub use swiglu::swiglu;
+pub use swiglu_oai::swiglu_oai;
+
+/// `x += y` element by element (ggml_add of a broadcast row: biases).
+pub fn add_in_place(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
 
 /// `x *= s` (ggml_scale).
 pub fn scale_in_place(x: &mut [f32], s: f32) {

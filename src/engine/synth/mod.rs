@@ -45,8 +45,11 @@ pub struct TensorSpec {
 }
 
 impl TensorSpec {
+    /// A weight matrix (2-D or more, named `*weight`): stored in the file's type, its values
+    /// rounded through f16 first. Vectors and the 2-D expert biases (`*_exps.bias`, gpt-oss)
+    /// are F32 as llama.cpp's converter writes them.
     fn is_matrix(&self) -> bool {
-        self.shape.len() >= 2
+        self.shape.len() >= 2 && self.name.ends_with("weight")
     }
 }
 

@@ -63,6 +63,12 @@ struct Parts {
     rope_freqs: Option<u64>,
     long_short: Option<u64>,
     moe: Option<Experts>,
+    /// `attn_output.bias` (gpt-oss).
+    o_bias: bool,
+    /// A sink logit per head (`attn_sinks.weight`, gpt-oss).
+    attn_sinks: bool,
+    /// The FFN norm is `post_attention_norm.weight` (gpt-oss), not `ffn_norm.weight`.
+    ffn_norm_post_attention: bool,
 }
 
 /// A mixture-of-experts FFN in place of the dense one.
@@ -73,6 +79,11 @@ struct Experts {
     width: u64,
     /// Hidden width of the shared expert, when there is one.
     shared: Option<u64>,
+    /// Router and expert biases (gpt-oss).
+    biases: bool,
+    /// Gain of the gate and up weights (gpt-oss: large enough for some values to reach the
+    /// clamp of its SwiGLU).
+    gain: f32,
 }
 
 fn meta(arch: &str, s: Shape, extra: Vec<(&str, MetaValue)>) -> Vec<(String, MetaValue)> {
@@ -158,6 +169,12 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
             vec![q, D],
             Init::Normal(0.6 * s.branch * inv(q)),
         );
+        if p.o_bias {
+            add(n("attn_output.bias"), vec![D], Init::Normal(0.1));
+        }
+        if p.attn_sinks {
+            add(n("attn_sinks.weight"), vec![s.n_head], Init::Normal(1.5));
+        }
         if p.post_norms {
             add(
                 n("post_attention_norm.weight"),
@@ -165,7 +182,12 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
                 Init::Around(s.post_norm, 0.3),
             );
         }
-        add(n("ffn_norm.weight"), vec![D], Init::Around(1.0, 0.2));
+        let ffn_norm = if p.ffn_norm_post_attention {
+            "post_attention_norm.weight"
+        } else {
+            "ffn_norm.weight"
+        };
+        add(n(ffn_norm), vec![D], Init::Around(1.0, 0.2));
         if let Some(x) = p.moe {
             let (ne, w) = (x.n_expert, x.width);
             add(
@@ -173,21 +195,30 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
                 vec![D, ne],
                 Init::Normal(2.0 * inv(D)),
             );
+            if x.biases {
+                add(n("ffn_gate_inp.bias"), vec![ne], Init::Normal(0.5));
+            }
             add(
                 n("ffn_gate_exps.weight"),
                 vec![D, w, ne],
-                Init::Normal(inv(D)),
+                Init::Normal(x.gain * inv(D)),
             );
             add(
                 n("ffn_up_exps.weight"),
                 vec![D, w, ne],
-                Init::Normal(inv(D)),
+                Init::Normal(x.gain * inv(D)),
             );
+            // The down gain cancels the gate and up gains' (the branch keeps its size).
             add(
                 n("ffn_down_exps.weight"),
                 vec![w, D, ne],
-                Init::Normal(1.2 * s.branch * inv(w)),
+                Init::Normal(1.2 * s.branch * inv(w) / (x.gain * x.gain)),
             );
+            if x.biases {
+                add(n("ffn_gate_exps.bias"), vec![w, ne], Init::Normal(0.3));
+                add(n("ffn_up_exps.bias"), vec![w, ne], Init::Normal(0.3));
+                add(n("ffn_down_exps.bias"), vec![D, ne], Init::Normal(0.1));
+            }
             if let Some(sw) = x.shared {
                 add(
                     n("ffn_gate_shexp.weight"),
@@ -472,6 +503,8 @@ pub fn proof_variants() -> Vec<Variant> {
                     n_expert: 6,
                     width: 256,
                     shared: None,
+                    biases: false,
+                    gain: 1.0,
                 }),
                 ..Parts::default()
             },
@@ -499,6 +532,8 @@ pub fn proof_variants() -> Vec<Variant> {
                     n_expert: 6,
                     width: 256,
                     shared: None,
+                    biases: false,
+                    gain: 1.0,
                 }),
                 ..Parts::default()
             },
@@ -522,6 +557,8 @@ pub fn proof_variants() -> Vec<Variant> {
                     n_expert: 6,
                     width: 256,
                     shared: Some(512),
+                    biases: false,
+                    gain: 1.0,
                 }),
                 ..Parts::default()
             },
@@ -535,6 +572,41 @@ pub fn proof_variants() -> Vec<Variant> {
                 ("logit_scale", f(8.0)),
                 ("attention.scale", f(0.02)),
             ],
+        ),
+        variant(
+            "gpt-oss",
+            "gpt-oss: 12 experts of width 256, 4 used, router with a bias and a softmax over the top-k logits, expert biases, clamped SwiGLU (gate/up large enough to reach the clamp), attention sinks, q/k/v/o biases, window 64 on the even layers, YaRN x4 (local layers too), FFN norm named post_attention_norm",
+            "gpt-oss",
+            Shape {
+                untied: true,
+                ..BASE
+            },
+            Parts {
+                qkv_bias: true,
+                o_bias: true,
+                attn_sinks: true,
+                ffn_norm_post_attention: true,
+                // Not 8 experts: llama-quantize's mixes special-case 8-expert models.
+                moe: Some(Experts {
+                    n_expert: 12,
+                    width: 256,
+                    shared: None,
+                    biases: true,
+                    gain: 2.5,
+                }),
+                ..Parts::default()
+            },
+            [
+                yarn(64),
+                vec![
+                    ("rope.freq_base", f(150_000.0)),
+                    ("attention.sliding_window", u(64)),
+                    ("expert_count", u(12)),
+                    ("expert_used_count", u(4)),
+                    ("expert_feed_forward_length", u(256)),
+                ],
+            ]
+            .concat(),
         ),
     ]
 }

@@ -12,6 +12,9 @@
 //! - **Phi-4-mini**: `<|tool_call|>{"name": ..., "arguments": {...}}<|/tool_call|>` (a list of
 //!   calls inside the tags is read too);
 //! - **Granite 3.x**: `<|tool_call|>` then a JSON list of `{"name", "arguments"}`;
+//! - **Harmony** (gpt-oss): a message to `functions.NAME` on the commentary channel, its body
+//!   the arguments; [`super::harmony`] rewrites it as a Hermes call before this reader sees it
+//!   (calls are read, not yet constrained by a grammar);
 //! - **Generic** (any template without tool support, the default SmolLM2 among them): kiln
 //!   describes the tools in a system message and constrains the reply to a JSON envelope,
 //!   `{"tool_calls": [{"name": ..., "arguments": {...}}]}` or `{"response": "..."}`
@@ -63,6 +66,7 @@ pub enum ToolFormat {
     Mistral,
     Phi4,
     Granite,
+    Harmony,
 }
 
 /// How a reply is read for calls: its syntax, and whether it can only be calls
@@ -127,7 +131,9 @@ impl ToolFormat {
         if !template.contains("tools") && !template.contains("tool_calls") {
             return ToolFormat::Generic;
         }
-        if template.contains("<|tool_call|>") {
+        if crate::structured::harmony::is_harmony_template(template) {
+            ToolFormat::Harmony
+        } else if template.contains("<|tool_call|>") {
             // Phi-4-mini closes its calls; Granite writes one list after the tag.
             if template.contains("<|/tool_call|>") {
                 ToolFormat::Phi4
@@ -162,6 +168,7 @@ impl ToolFormat {
             ToolFormat::Hermes => &["<tool_call>", "</tool_call>"],
             ToolFormat::Phi4 => &["<|tool_call|>", "<|/tool_call|>"],
             ToolFormat::Granite => &["<|tool_call|>"],
+            ToolFormat::Harmony => &crate::structured::harmony::CONTROL,
             ToolFormat::Generic => &[],
         }
     }
@@ -174,6 +181,7 @@ impl ToolFormat {
             ToolFormat::Mistral => "mistral",
             ToolFormat::Phi4 => "phi4",
             ToolFormat::Granite => "granite",
+            ToolFormat::Harmony => "harmony",
         }
     }
 }

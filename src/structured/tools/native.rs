@@ -107,7 +107,9 @@ fn tagged_call(
     template: &str,
 ) -> Option<(Tag, String, usize)> {
     match format {
-        ToolFormat::Generic | ToolFormat::Llama3 => None,
+        // Harmony: not constrained yet (its call header is made of control tokens and
+        // free-form channel words); calls are read from the reply.
+        ToolFormat::Generic | ToolFormat::Llama3 | ToolFormat::Harmony => None,
         ToolFormat::Hermes => {
             let body = with_layout(call_schema(tools, "arguments"));
             let after = format!(

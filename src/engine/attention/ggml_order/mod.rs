@@ -9,6 +9,7 @@
 //! the reference's order and roundings makes kiln's attention output bit-identical to it for
 //! head_dim 64 (the default model), which is what the golden test compares against.
 
+use super::sink::finish_row;
 use super::HeadView;
 use half::f16;
 
@@ -91,13 +92,15 @@ fn score(q: &[f32], k: &[f16], bs: usize, pos: usize) -> f32 {
 }
 
 /// Attends the `q.len() / head_dim` query heads of one GQA group in the reference's order,
-/// writing `out` (same shape as `q`). `scratch` must hold at least `2 * head_dim` values. Any
-/// head_dim and block size (a block size of 1 included).
+/// writing `out` (same shape as `q`); `sinks`, when given, holds each of these heads' sink
+/// logit (`super::sink`). `scratch` must hold at least `2 * head_dim` values. Any head_dim and
+/// block size (a block size of 1 included).
 pub(super) fn attend_group(
     view: &mut HeadView,
     q: &[f32],
     out: &mut [f32],
     sc: Scores,
+    sinks: Option<&[f32]>,
     scratch: &mut [f32],
 ) {
     let (d, bs) = (view.head_dim, view.block_size);
@@ -130,10 +133,9 @@ pub(super) fn attend_group(
                 l = l.mul_add(ms, vs);
             }
         }
-        let inv = if l == 0.0 { 0.0 } else { 1.0 / l };
-        for (o, &a) in out[j * d..][..d].iter_mut().zip(acc.iter()) {
-            *o = a * inv;
-        }
+        let o = &mut out[j * d..][..d];
+        o.copy_from_slice(acc);
+        finish_row(m, l, sinks.map(|s| s[j]), o);
     }
 }
 

@@ -13,6 +13,7 @@
 //! f16 once, and their independent softmax chains interleave); each head's arithmetic is
 //! exactly the one-head order.
 
+use super::super::sink::fold_sink;
 use super::{HeadView, Scores, LANES, PARTS};
 use crate::engine::attention::simd::{Avx2, Avx512, Simd};
 use crate::kernels::prefetch::to_l1 as prefetch;
@@ -23,7 +24,8 @@ use std::mem::MaybeUninit;
 const ACC16: usize = 4 * 256;
 
 /// `G` query heads of one KV head, `C` registers of `S::LANES` values per head; `q` and `out`
-/// hold `G` heads, `qh` at least `G * head_dim` values (the f16-rounded queries).
+/// hold `G` heads, `sinks` (when given) their `G` sink logits, `qh` at least `G * head_dim`
+/// values (the f16-rounded queries).
 ///
 /// # Safety
 /// `S`'s CPU features; `head_dim == C * S::LANES`, one of [`super::simd_head_dim`]'s; the
@@ -35,6 +37,7 @@ unsafe fn heads<S: Simd, const G: usize, const C: usize>(
     q: &[f32],
     out: &mut [f32],
     scale: Scores,
+    sinks: Option<&[f32]>,
     qh: &mut [f32],
 ) {
     // SAFETY: `S`'s CPU features (every `S::` operation) are this function's contract; each
@@ -241,11 +244,22 @@ unsafe fn heads<S: Simd, const G: usize, const C: usize>(
             }
         }
         for j in 0..G {
-            let inv = S::set1(if l[j] == 0.0 { 0.0 } else { 1.0 / l[j] });
+            // The sink (super::super::sink): the f32 accumulator times `ms`, then the sum's
+            // reciprocal, as the scalar twin's `finish_row`.
+            let (ms, lj) = match sinks {
+                Some(s) => fold_sink(m[j], l[j], s[j]),
+                None => (1.0, l[j]),
+            };
+            let inv = S::set1(if lj == 0.0 { 0.0 } else { 1.0 / lj });
             if spill {
                 for ci in 0..C {
                     // In bounds: as above.
                     acc[j][ci] = S::load_f16(a16.add(j * d + ci * S::LANES));
+                }
+            }
+            if ms != 1.0 {
+                for a in acc[j].iter_mut() {
+                    *a = S::mul(*a, S::set1(ms));
                 }
             }
             for ci in 0..C {
@@ -276,10 +290,11 @@ macro_rules! simd_twin {
             q: &[f32],
             out: &mut [f32],
             scale: Scores,
+            sinks: Option<&[f32]>,
             qh: &mut [f32],
         ) {
             // SAFETY: this function's contract is `heads`'.
-            unsafe { heads::<$S, G, C>(view, q, out, scale, qh) }
+            unsafe { heads::<$S, G, C>(view, q, out, scale, sinks, qh) }
         }
 
         #[doc = concat!("The `", stringify!($S), "` twin of [`super::attend_group`] (see the ")]
@@ -296,6 +311,7 @@ macro_rules! simd_twin {
             q: &[f32],
             out: &mut [f32],
             scale: Scores,
+            sinks: Option<&[f32]>,
             scratch: &mut [f32],
         ) {
             let (d, bs) = (view.head_dim, view.block_size);
@@ -315,24 +331,27 @@ macro_rules! simd_twin {
                 q: &[f32],
                 out: &mut [f32],
                 scale: Scores,
+                sinks: Option<&[f32]>,
                 qh: &mut [f32],
             ) {
                 // SAFETY: forwarded contract; the head size picks C = head_dim / LANES.
                 unsafe {
                     match view.head_dim / <$S as Simd>::LANES {
-                        $($c => $heads::<G, $c>(view, q, out, scale, qh),)*
+                        $($c => $heads::<G, $c>(view, q, out, scale, sinks, qh),)*
                         c => unreachable!("{c} registers per head"),
                     }
                 }
             }
             let (g, max) = (q.len() / d, $max(d));
+            assert!(sinks.is_none_or(|s| s.len() == g), "one sink per head");
             for j0 in (0..g).step_by(max) {
                 let span = j0 * d..(j0 + max).min(g) * d;
                 let (qs, os) = (&q[span.clone()], &mut out[span]);
+                let ss = sinks.map(|s| &s[j0..(j0 + max).min(g)]);
                 // SAFETY: features as required by this function; d and bs checked above.
                 unsafe {
                     match (g - j0).min(max) {
-                        $($g => by_width::<$g>(view, qs, os, scale, scratch),)*
+                        $($g => by_width::<$g>(view, qs, os, scale, ss, scratch),)*
                         n => unreachable!("{n} heads per pass"),
                     }
                 }

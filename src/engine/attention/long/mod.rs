@@ -19,6 +19,8 @@
 //!   adds `p * v` position by position with fused multiply-adds. At the span's end `l` is the
 //!   halving sum of the 16 lanes of `lv`. `e^(s - m)` is [`exp_fast`] (no gather, ~1 ulp);
 //!   the rarer `e^x` of a rescale or a fold is the C library's `expf`.
+//! - A head with a sink logit (gpt-oss) folds it in after the last span, before the division
+//!   (`super::sink::finish_row`, as ggml does after its last position).
 //!
 //! A Q8_0 cache is read as stored (no f16 tile in between): a K value is its i8 `k` and the
 //! f16 scale `sk` of its 32 values, a V value `f32(v) * sv` (exact in f32: 8 x 11 significant
@@ -35,6 +37,7 @@
 //! body, [`super::simd`]) are bit-identical to the scalar twin [`tiles_scalar`].
 
 use super::exp_fast::exp_fast;
+use super::sink::finish_row;
 use super::HeadView;
 use crate::engine::kv_cache::kv_type::QK;
 use crate::engine::kv_cache::LayerKv;
@@ -83,6 +86,8 @@ pub(super) struct LongScratch {
     /// Each row attends positions `lo..hi`.
     lo: Vec<usize>,
     hi: Vec<usize>,
+    /// Each row's sink logit (`super::sink`), if its head has one.
+    sink: Vec<Option<f32>>,
     /// The current span's partial: maximum, rescale of this tile, sum, per-lane sums,
     /// scores then probabilities of this tile, accumulator.
     m: Vec<f32>,
@@ -121,6 +126,7 @@ impl LongScratch {
             q: rows(d),
             lo: vec![0; MAX_ROWS],
             hi: vec![0; MAX_ROWS],
+            sink: vec![None; MAX_ROWS],
             m: rows(1),
             c: rows(1),
             l: rows(1),
@@ -142,8 +148,9 @@ impl LongScratch {
         self.n = 0;
     }
 
-    /// Adds a row: query `q` (`head_dim` values) attending positions `lo..hi`.
-    pub(super) fn push(&mut self, q: &[f32], lo: usize, hi: usize) {
+    /// Adds a row: query `q` (`head_dim` values) attending positions `lo..hi`, with its head's
+    /// sink logit if it has one.
+    pub(super) fn push(&mut self, q: &[f32], lo: usize, hi: usize, sink: Option<f32>) {
         let (r, d) = (self.n, self.d);
         assert!(
             r < MAX_ROWS && q.len() == d && lo < hi,
@@ -152,6 +159,7 @@ impl LongScratch {
         self.q[r * d..][..d].copy_from_slice(q);
         self.lo[r] = lo;
         self.hi[r] = hi;
+        self.sink[r] = sink;
         self.n += 1;
     }
 
@@ -282,11 +290,12 @@ pub(super) fn attend_rows(
         }
     }
     for r in 0..n {
-        let l = sc.run_l[r];
-        let inv = if l == 0.0 { 0.0 } else { 1.0 / l };
-        for x in &mut sc.run_a[r * d..][..d] {
-            *x *= inv;
-        }
+        finish_row(
+            sc.run_m[r],
+            sc.run_l[r],
+            sc.sink[r],
+            &mut sc.run_a[r * d..][..d],
+        );
     }
 }
 

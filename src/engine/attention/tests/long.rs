@@ -101,14 +101,15 @@ fn long_simd_kernels_are_bit_identical_to_the_scalar_twin() {
     }
 }
 
-/// Runs `attend_batch` over `tokens` (sequence, position) with queries `q`, on a team of two.
+/// Runs `attend_batch` over `tokens` (sequence, position) with queries `q`, on a team of two,
+/// with `params` (`AttnParams::standard` when `None`).
 pub(super) fn run_batch(
     isa: AttnIsa,
     cache: &KvCache,
-    tables: &[BlockTable],
-    tokens: &[(u32, u32)],
+    (tables, tokens): (&[BlockTable], &[(u32, u32)]),
     q: &[f32],
     plan_tokens: usize,
+    params: Option<&AttnParams>,
 ) -> Vec<f32> {
     let c = cache.config();
     let team = Team::new(2).unwrap();
@@ -126,7 +127,7 @@ pub(super) fn run_batch(
     let tok_seq: Vec<u32> = tokens.iter().map(|t| t.0).collect();
     let tok_pos: Vec<u32> = tokens.iter().map(|t| t.1).collect();
     let table_of = |i: usize| &tables[i];
-    let params = AttnParams::standard(c.head_dim);
+    let params = params.copied().unwrap_or(AttnParams::standard(c.head_dim));
     let batch = AttnBatch {
         tok_seq: &tok_seq,
         tok_pos: &tok_pos,
@@ -141,15 +142,15 @@ pub(super) fn run_batch(
 
 #[test]
 fn batched_attention_equals_attend_token_by_token() {
-    check_batched(KvType::F16);
+    check_batched(KvType::F16, None);
 }
 
 /// Sequence 0 prefills across LONG_FROM (short tokens, then a tile run), sequence 1 decodes
 /// one long token (split over KV), sequence 2 decodes one short token, sequence 3 prefills a
 /// long run longer than one tile: with every kernel, `attend_batch` gives each token exactly
 /// what `attend` gives it alone (and the kernels give the scalar twin's bits), over a cache of
-/// `kv_type`.
-pub(super) fn check_batched(kv_type: KvType) {
+/// `kv_type`, with one sink logit per query head when `sinks` are given.
+pub(super) fn check_batched(kv_type: KvType, sinks: Option<&[f32]>) {
     let (hk, g, d, bs) = (2, 4, 64, 16);
     let n = LONG_FROM + SPAN + 50;
     let c = KvCacheConfig {
@@ -177,6 +178,13 @@ pub(super) fn check_batched(kv_type: KvType) {
     tokens.extend((n as u32 - 40..n as u32).map(|p| (3, p)));
     let nq = hk * g * d;
     let q = rng.vec(tokens.len() * nq, 1.0);
+    let params = AttnParams {
+        sinks,
+        ..AttnParams::standard(d)
+    };
+    if let Some(s) = sinks {
+        assert_eq!(s.len(), hk * g, "one sink per query head");
+    }
     let mut first: Option<Vec<u32>> = None;
     for isa in isas() {
         let mut s = AttnScratch::new(&c);
@@ -187,7 +195,7 @@ pub(super) fn check_batched(kv_type: KvType) {
             .flat_map(|(i, &(seq, pos))| {
                 let mut o = vec![0.0; nq];
                 let qt = &q[i * nq..][..nq];
-                attend(
+                attend_with(
                     &cache,
                     1,
                     &tables[seq as usize],
@@ -195,6 +203,7 @@ pub(super) fn check_batched(kv_type: KvType) {
                     qt,
                     &mut o,
                     &mut s,
+                    &params,
                 )
                 .unwrap();
                 o
@@ -202,7 +211,14 @@ pub(super) fn check_batched(kv_type: KvType) {
             .collect();
         // With room for split-K partials, and with none (the decode token is tiled instead).
         for plan_tokens in [c.n_blocks * bs, 16] {
-            let got = run_batch(isa, &cache, &tables, &tokens, &q, plan_tokens);
+            let got = run_batch(
+                isa,
+                &cache,
+                (&tables, &tokens),
+                &q,
+                plan_tokens,
+                Some(&params),
+            );
             assert_eq!(
                 bits(&got),
                 bits(&want),
@@ -211,7 +227,14 @@ pub(super) fn check_batched(kv_type: KvType) {
         }
         // A decode step's lone short token, split by KV head over the team of two.
         let i = tokens.iter().position(|t| *t == (2, 700)).unwrap();
-        let got = run_batch(isa, &cache, &tables, &tokens[i..=i], &q[i * nq..][..nq], 16);
+        let got = run_batch(
+            isa,
+            &cache,
+            (&tables, &tokens[i..=i]),
+            &q[i * nq..][..nq],
+            16,
+            Some(&params),
+        );
         assert_eq!(
             bits(&got),
             bits(&want[i * nq..][..nq]),

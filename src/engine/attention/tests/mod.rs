@@ -512,3 +512,4 @@ fn scratch_is_send_and_sync() {
 
 mod long;
 mod q8;
+mod sinks;

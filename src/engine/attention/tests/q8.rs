@@ -178,5 +178,5 @@ fn long_q8_0_values_extremes_stay_bit_identical() {
 
 #[test]
 fn batched_q8_0_attention_equals_attend_token_by_token() {
-    check_batched(KvType::Q8_0);
+    check_batched(KvType::Q8_0, None);
 }

@@ -20,7 +20,8 @@ struct Tags {
 
 fn tags(format: ToolFormat) -> Option<Tags> {
     match format {
-        ToolFormat::Hermes => Some(Tags {
+        // Harmony calls arrive rewritten as Hermes ones (`structured::harmony`).
+        ToolFormat::Hermes | ToolFormat::Harmony => Some(Tags {
             open: "<tool_call>",
             close: Some("</tool_call>"),
         }),

@@ -381,3 +381,29 @@ proptest::proptest! {
         }
     }
 }
+
+/// gpt-oss: the reasoning splitter reads the harmony reply first, the tool reader its calls.
+#[test]
+fn reasoning_content_and_calls_come_out_of_a_harmony_reply() {
+    use crate::structured::reasoning::{split, ThinkStart};
+    use crate::structured::tools::{parse_reply, ToolFormat};
+    let reply = "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant \
+        to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}";
+    let parts = split(ThinkStart::Harmony, reply);
+    assert_eq!(parts.reasoning, "Need weather.");
+    let r = parse_reply(ToolFormat::Harmony, &parts.content, true);
+    assert_eq!(r.content, "");
+    assert_eq!(r.calls.len(), 1);
+    assert_eq!(r.calls[0].name.as_deref(), Some("get_weather"));
+    assert_eq!(r.calls[0].arguments, "{\"city\": \"Paris\"}");
+    assert!(r.calls[0].complete);
+    // Reasoning then a final answer.
+    let parts = split(
+        ThinkStart::Harmony,
+        "<|channel|>analysis<|message|>The user greets.<|end|><|start|>assistant<|channel|>final<|message|>Hello!",
+    );
+    assert_eq!(
+        (parts.reasoning.as_str(), parts.content.as_str()),
+        ("The user greets.", "Hello!")
+    );
+}

@@ -1,0 +1,106 @@
+"""gpt-oss served (issue 40 §6) through the official `openai` client: `kiln serve` on the
+random-weight gpt-oss proof model (kiln's synth writer: `cargo build --release --example
+proof_models`, the file tests/it/arch_proof.rs holds against llama.cpp) with gpt-oss's own
+harmony chat template. Random weights over a llama vocabulary write no harmony, so these tests
+hold the plumbing, not the text: the architecture loads and serves; the rendered prompt is
+harmony's; the prompt the chat route feeds is that rendering; a whole and a streamed greedy
+reply agree; a request offering tools is accepted and its prompt grows by the tools' `functions`
+namespace; /v1/completions continues a raw harmony prompt. How a harmony reply is read
+(analysis channel -> `reasoning_content`, final -> `content`, `to=functions.NAME` -> a tool call)
+is tested on the text itself in src/structured/harmony.rs and the tool reader's tests.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from conftest import client_for, config, start_kiln
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("KILN_SHARED", ROOT.parent / "shared"))
+VOCAB = SHARED / "conformance/tokenizer/ggml-vocab-llama-spm.gguf"
+TEMPLATE = ROOT / "tests/data/chat-templates/openai-gpt-oss-120b.jinja"
+PROOF_MODELS = ROOT / "target/release/examples/proof_models"
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+
+
+@pytest.fixture(scope="module")
+def gpt_oss(tmp_path_factory):
+    """A kiln server on the gpt-oss proof model (F16) with the harmony template."""
+    for need, how in [(VOCAB, "the shared conformance corpus"), (TEMPLATE, "the repository"),
+                      (PROOF_MODELS, "`cargo build --release --example proof_models`")]:
+        assert need.is_file(), f"{need} is missing ({how})"
+    out = tmp_path_factory.mktemp("gpt-oss-model")
+    subprocess.run([str(PROOF_MODELS), str(VOCAB), str(out), "1801", "gpt-oss"], check=True,
+                   capture_output=True)
+    model = out / "gpt-oss.F16.gguf"
+    assert model.is_file(), f"proof_models wrote no {model}"
+    cfg = config()
+    cfg["model"] = {"chat_template": str(TEMPLATE)}
+    server = start_kiln(model, cfg, log_dir=tmp_path_factory.mktemp("gpt-oss"))
+    yield server
+    assert server.stop() == 0, server.log_tail()
+
+
+def post(base: str, path: str, body: dict) -> dict:
+    r = httpx.post(base + path, json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_the_prompt_is_harmony_and_the_chat_route_feeds_it(gpt_oss):
+    rendered = post(gpt_oss.base_url, "/apply-template", {"messages": ASK})["prompt"]
+    assert rendered.startswith("<|start|>system<|message|>"), rendered
+    assert "Reasoning: medium" in rendered
+    assert rendered.endswith("<|start|>user<|message|>Weather in Paris?<|end|><|start|>assistant")
+    # The chat route's prompt is that rendering, token for token.
+    want = post(gpt_oss.base_url, "/tokenize", {"messages": ASK})["count"]
+    text = post(gpt_oss.base_url, "/tokenize", {"prompt": rendered})["count"]
+    assert want == text, (want, text)
+    client = client_for(gpt_oss.base_url)
+    r = client.chat.completions.create(model=client.models.list().data[0].id, messages=ASK,
+                                       max_tokens=4, temperature=0)
+    assert r.usage.prompt_tokens == want
+
+
+def test_whole_and_streamed_replies_agree(gpt_oss):
+    client = client_for(gpt_oss.base_url)
+    model = client.models.list().data[0].id
+    kw = dict(model=model, messages=ASK, max_tokens=12, temperature=0, seed=1)
+    whole = client.chat.completions.create(**kw).choices[0]
+    assert whole.finish_reason in ("length", "stop")
+    content, reasoning = "", ""
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        for c in chunk.choices:
+            content += c.delta.content or ""
+            reasoning += (c.delta.model_extra or {}).get("reasoning_content") or ""
+    assert content == (whole.message.content or "")
+    assert reasoning == ((whole.message.model_extra or {}).get("reasoning_content") or "")
+
+
+def test_a_request_offering_tools_is_answered(gpt_oss):
+    client = client_for(gpt_oss.base_url)
+    r = client.chat.completions.create(model=client.models.list().data[0].id, messages=ASK,
+                                       tools=[WEATHER], max_tokens=8, temperature=0)
+    choice = r.choices[0]
+    assert choice.finish_reason in ("length", "stop", "tool_calls"), choice
+    assert r.usage.prompt_tokens > post(gpt_oss.base_url, "/tokenize",
+                                        {"messages": ASK})["count"]
+
+
+def test_completions_continue_a_raw_harmony_prompt(gpt_oss):
+    client = client_for(gpt_oss.base_url)
+    rendered = post(gpt_oss.base_url, "/apply-template", {"messages": ASK})["prompt"]
+    r = client.completions.create(model=client.models.list().data[0].id,
+                                  prompt=rendered + "<|channel|>final<|message|>",
+                                  max_tokens=6, temperature=0)
+    assert r.choices[0].finish_reason in ("length", "stop")
+    assert r.usage.completion_tokens >= 1
