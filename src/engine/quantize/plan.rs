@@ -69,7 +69,8 @@ pub fn llama_ftype(target: DType) -> Option<u32> {
         Q5_K => 16, // MOSTLY_Q5_K_S
         Q6_K => 18,
         BF16 => 32,
-        Q8_1 | Q8_K => return None,
+        // Not quantizer targets: activation formats, and formats kiln reads but does not write.
+        Q8_1 | Q8_K | IQ4_NL | IQ4_XS | MXFP4 => return None,
     })
 }
 

@@ -3,6 +3,7 @@
 pub mod float;
 pub mod kquants;
 pub mod legacy;
+pub mod nonlinear;
 pub mod packed;
 pub mod packed_k;
 
