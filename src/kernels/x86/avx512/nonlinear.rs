@@ -21,6 +21,9 @@ const IQ4_NL: u8 = 0;
 const MXFP4: u8 = 1;
 const IQ4_XS: u8 = 2;
 
+/// Rows per panel of the GEMM's walk (64 rows of 4096 IQ4_NL values: 147 KiB).
+const ROWS_PER_PANEL: usize = 64;
+
 const fn wdt(k: u8) -> DType {
     match k {
         IQ4_NL => DType::IQ4_NL,
@@ -338,15 +341,20 @@ unsafe fn gemm<const K: u8>(
     let nb = k / wdt(K).block_elems();
     let (tm, tn) = if n_tok == 1 { (4, 1) } else { (4, 2) };
     let (wp, ap, op) = (w.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    for t0 in (0..n_tok).step_by(tn) {
-        let rn = tn.min(n_tok - t0);
-        for r0 in (0..n_rows).step_by(tm) {
-            let rm = tm.min(n_rows - r0);
-            // SAFETY: `check_gemm` checked n_rows weight rows, n_tok activation rows and the
-            // output cells; the tile's rows r0..r0+rm and tokens t0..t0+rn are inside them.
-            unsafe {
-                let (wt, at, ot) = (wp.add(r0 * wr), ap.add(t0 * ar), op.add(t0 * os + r0));
-                tile::<K>(rm, rn, nb, wt, wr, at, ar, ot, os)
+    // Panels of ROWS_PER_PANEL rows, each swept by all token tiles while its weights are in
+    // cache (L2), instead of streaming the whole matrix once per token tile.
+    for p0 in (0..n_rows).step_by(ROWS_PER_PANEL) {
+        let p1 = (p0 + ROWS_PER_PANEL).min(n_rows);
+        for t0 in (0..n_tok).step_by(tn) {
+            let rn = tn.min(n_tok - t0);
+            for r0 in (p0..p1).step_by(tm) {
+                let rm = tm.min(p1 - r0);
+                // SAFETY: `check_gemm` checked n_rows weight rows, n_tok activation rows and
+                // the output cells; the tile's rows r0..r0+rm and tokens t0..t0+rn are inside.
+                unsafe {
+                    let (wt, at, ot) = (wp.add(r0 * wr), ap.add(t0 * ar), op.add(t0 * os + r0));
+                    tile::<K>(rm, rn, nb, wt, wr, at, ar, ot, os)
+                }
             }
         }
     }
