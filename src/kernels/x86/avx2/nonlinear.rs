@@ -51,14 +51,16 @@ const fn table(k: u8) -> [i8; 16] {
     }
 }
 
-/// Reads an f16 at `p` as f32.
+/// Reads an f16 at `p` as f32 (F16C `vcvtph2ps`: exact, as every f16 -> f32 conversion).
 ///
 /// # Safety
-/// 2 readable bytes at `p`.
-#[inline(always)]
+/// AVX2/FMA/F16C; 2 readable bytes at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_at(p: *const u8) -> f32 {
     // SAFETY: the caller guarantees 2 readable bytes.
-    half::f16::from_bits(unsafe { (p as *const u16).read_unaligned() }).to_f32()
+    let h = unsafe { (p as *const u16).read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
 
 /// The 32 values of the group whose 16 code bytes are at `p`, as signed bytes in value order.
@@ -81,11 +83,12 @@ unsafe fn group<const K: u8>(p: *const u8) -> __m256i {
     _mm256_shuffle_epi8(_mm256_set_m128i(t128, t128), codes)
 }
 
-/// The 16 products-pair sums `w * a` of signed bytes (exact: |w|, |a| <= 127).
+/// The 16 products-pair sums `w * a` of signed bytes, given `wa = |w|` (exact: |w|, |a| <=
+/// 127).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn pairs(w: __m256i, a: __m256i) -> __m256i {
-    _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
+fn pairs(wa: __m256i, w: __m256i, a: __m256i) -> __m256i {
+    _mm256_maddubs_epi16(wa, _mm256_sign_epi8(a, w))
 }
 
 /// The reference's `hsum8` order: `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`.
@@ -120,12 +123,14 @@ unsafe fn tile32<const K: u8, const RM: usize, const RN: usize>(
     let mut acc = [[_mm256_setzero_ps(); RN]; RM];
     for b in 0..nb {
         let mut wq = [_mm256_setzero_si256(); RM];
+        let mut wa = [_mm256_setzero_si256(); RM];
         let mut wd = [0f32; RM];
         for r in 0..RM {
             // SAFETY: block b of row r is in bounds (caller contract).
             let p = unsafe { w.add(r * wr + b * bw) };
             // SAFETY: as above; the codes follow the block's scale.
             wq[r] = unsafe { group::<K>(p.add(qoff)) };
+            wa[r] = _mm256_abs_epi8(wq[r]);
             // SAFETY: as above.
             wd[r] = unsafe {
                 if K == MXFP4 {
@@ -142,7 +147,7 @@ unsafe fn tile32<const K: u8, const RM: usize, const RN: usize>(
                 (f16_at(p), _mm256_loadu_si256(p.add(2) as *const __m256i))
             };
             for r in 0..RM {
-                let s = _mm256_madd_epi16(pairs(wq[r], aq), ones);
+                let s = _mm256_madd_epi16(pairs(wa[r], wq[r], aq), ones);
                 let c = _mm256_set1_ps(wd[r] * ad);
                 acc[r][t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(s), acc[r][t]);
             }
@@ -204,9 +209,11 @@ unsafe fn tile_xs<const RM: usize, const RN: usize>(
         let mut sum = [[_mm256_setzero_si256(); RN]; RM];
         for g in 0..8 {
             let mut wq = [_mm256_setzero_si256(); RM];
+            let mut wa = [_mm256_setzero_si256(); RM];
             for r in 0..RM {
                 // SAFETY: group g's 16 code bytes are at 8 + 16 g in the super-block.
                 wq[r] = unsafe { group::<IQ4_XS>(w.add(r * wr + b * IQ4_XS_BYTES + 8 + 16 * g)) };
+                wa[r] = _mm256_abs_epi8(wq[r]);
             }
             for t in 0..RN {
                 // SAFETY: the Q8_K block's quants 32g..32g+32 (after its f32 d) are in bounds.
@@ -214,7 +221,7 @@ unsafe fn tile_xs<const RM: usize, const RN: usize>(
                     _mm256_loadu_si256(a.add(t * ar + b * ab + 4 + 32 * g) as *const __m256i)
                 };
                 for r in 0..RM {
-                    let s = _mm256_madd_epi16(pairs(wq[r], aq), sc[r][g]);
+                    let s = _mm256_madd_epi16(pairs(wa[r], wq[r], aq), sc[r][g]);
                     sum[r][t] = _mm256_add_epi32(sum[r][t], s);
                 }
             }

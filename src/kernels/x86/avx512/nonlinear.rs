@@ -2,9 +2,10 @@
 //! `scalar/nonlinear.rs`, bit for bit (its module doc states the float order).
 //!
 //! Each step takes two 32-value groups in one zmm: their 32 code bytes become 64 signed values
-//! with one `vpshufb` into the 16-entry table (in all four 128-bit lanes), and `vpdpbusd` of
-//! `|w|` with `a` negated where `w < 0` leaves lane `i` of each half = the exact sum of that
-//! group's values `4i..4i+4` (the reference's lanes; no saturation, any i8 activation).
+//! with one `vpshufb` into the 16-entry table plus 128 (unsigned, in all four 128-bit lanes),
+//! and `vpdpbusd` of those with `a`, started at `-128 *` the activations' own lane sums (once
+//! per token), leaves lane `i` of each half = the exact sum of that group's values `4i..4i+4`
+//! (the reference's lanes; `vpdpbusd` adds four products into i32 without saturating).
 //! IQ4_NL / MXFP4 then add the two groups to the eight f32 lanes one after the other (two
 //! fmas, block order); IQ4_XS multiplies each half by its group's `ls - 32`, sums the eight
 //! groups in i32 and does one fma per super-block.
@@ -40,18 +41,20 @@ const fn adt(k: u8) -> DType {
     }
 }
 
-/// Reads an f16 at `p` as f32.
+/// Reads an f16 at `p` as f32 (F16C `vcvtph2ps`: exact, as every f16 -> f32 conversion).
 ///
 /// # Safety
-/// 2 readable bytes at `p`.
-#[inline(always)]
+/// CPU features as enabled; 2 readable bytes at `p`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn f16_at(p: *const u8) -> f32 {
     // SAFETY: the caller guarantees 2 readable bytes.
-    half::f16::from_bits(unsafe { (p as *const u16).read_unaligned() }).to_f32()
+    let h = unsafe { (p as *const u16).read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
 
-/// The values of two 32-value groups (codes at `p0` and `p1`, 16 bytes each) as 64 signed
-/// bytes: group 0's values 0..32, then group 1's.
+/// The values of two 32-value groups (codes at `p0` and `p1`, 16 bytes each) plus 128, as 64
+/// unsigned bytes (1..=241): group 0's values 0..32, then group 1's.
 ///
 /// # Safety
 /// AVX-512 F/BW; 16 readable bytes at `p0` and at `p1`.
@@ -75,18 +78,27 @@ unsafe fn groups2<const K: u8>(p0: *const u8, p1: *const u8) -> __m512i {
     } else {
         KVALUES_IQ4NL
     };
-    // SAFETY: `t` is 16 bytes.
+    // SAFETY: `t` is 16 bytes; flipping the top bit of an i8 adds 128.
     let t128 = unsafe { _mm_loadu_si128(t.as_ptr() as *const __m128i) };
+    let t128 = _mm_xor_si128(t128, _mm_set1_epi8(-128));
     _mm512_shuffle_epi8(_mm512_broadcast_i32x4(t128), codes)
 }
 
-/// Lane `i` of each 32-byte half: the exact sum of `w * a` over bytes `4i..4i+4`.
+/// `-128 *` the sum of activation bytes `4i..4i+4`, per i32 lane: where [`dot4`] starts so that
+/// the table's +128 cancels.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn dot4(w: __m512i, a: __m512i) -> __m512i {
-    let neg = _mm512_movepi8_mask(w);
-    let a = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
-    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), a)
+fn start(a: __m512i) -> __m512i {
+    let s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), a);
+    _mm512_sub_epi32(_mm512_setzero_si512(), s)
+}
+
+/// Lane `i` of each 32-byte half: the exact sum of `w * a` over bytes `4i..4i+4`, from the
+/// weights plus 128 (`u`) and the activations' [`start`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn dot4(start: __m512i, u: __m512i, a: __m512i) -> __m512i {
+    _mm512_dpbusd_epi32(start, u, a)
 }
 
 /// The reference's `hsum8` order.
@@ -96,6 +108,23 @@ fn hsum8(v: __m256) -> f32 {
     let x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
     _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)))
+}
+
+/// The f32 scale of the IQ4_NL or MXFP4 block at `p` (`d`, or `2^(e - 128)`).
+///
+/// # Safety
+/// CPU features as enabled; a whole block at `p`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn scale<const K: u8>(p: *const u8) -> f32 {
+    // SAFETY: the block's first byte(s) are its scale.
+    unsafe {
+        if K == MXFP4 {
+            e8m0_to_f32_half(*p)
+        } else {
+            f16_at(p)
+        }
+    }
 }
 
 /// An RM x RN tile of a 32-value kind (IQ4_NL, MXFP4) over `nb` blocks.
@@ -117,16 +146,6 @@ unsafe fn tile32<const K: u8, const RM: usize, const RN: usize>(
     os: usize,
 ) {
     let (bw, qoff) = (wdt(K).block_bytes(), if K == MXFP4 { 1 } else { 2 });
-    let scale = |p: *const u8| {
-        // SAFETY: `p` is a block start (caller contract below).
-        unsafe {
-            if K == MXFP4 {
-                e8m0_to_f32_half(*p)
-            } else {
-                f16_at(p)
-            }
-        }
-    };
     let mut acc = [[_mm256_setzero_ps(); RN]; RM];
     let mut b = 0;
     while b < nb {
@@ -140,7 +159,8 @@ unsafe fn tile32<const K: u8, const RM: usize, const RN: usize>(
             let (p0, p1) = unsafe { (w.add(r * wr + b * bw), w.add(r * wr + b1 * bw)) };
             // SAFETY: as above; the codes follow each block's scale.
             wq[r] = unsafe { groups2::<K>(p0.add(qoff), p1.add(qoff)) };
-            wd[r] = [scale(p0), scale(p1)];
+            // SAFETY: `p0` and `p1` are block starts (the scale is each block's first bytes).
+            wd[r] = unsafe { [scale::<K>(p0), scale::<K>(p1)] };
         }
         for t in 0..RN {
             // SAFETY: blocks b and b1 of token t (34 bytes each: f16 d, 32 quants).
@@ -153,8 +173,9 @@ unsafe fn tile32<const K: u8, const RM: usize, const RN: usize>(
                     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi),
                 )
             };
+            let st = start(aq);
             for r in 0..RM {
-                let s = _mm512_cvtepi32_ps(dot4(wq[r], aq));
+                let s = _mm512_cvtepi32_ps(dot4(st, wq[r], aq));
                 let mut x = acc[r][t];
                 x = _mm256_fmadd_ps(
                     _mm256_set1_ps(wd[r][0] * ad[0]),
@@ -246,8 +267,9 @@ unsafe fn tile_xs<const RM: usize, const RN: usize>(
                 let aq = unsafe {
                     _mm512_loadu_si512(a.add(t * ar + b * ab + 4 + 64 * q) as *const __m512i)
                 };
+                let st = start(aq);
                 for r in 0..RM {
-                    let s = _mm512_mullo_epi32(dot4(wq[r], aq), sc[r][q]);
+                    let s = _mm512_mullo_epi32(dot4(st, wq[r], aq), sc[r][q]);
                     sum[r][t] = _mm512_add_epi32(sum[r][t], s);
                 }
             }
