@@ -131,26 +131,31 @@ fn scalar_row(d: DType) -> Option<TypeKernels> {
 }
 
 /// The scalar rows of the 4-bit non-linear formats: IQ4_NL and MXFP4 take Q8_0
-/// activations, IQ4_XS Q8_K (ggml's pairings); kiln reads these formats but does not write
-/// them (`from_f32` is `None`). SIMD versions: `x86::avx2`, `x86::avx512`, `aarch64::neon`.
+/// activations, IQ4_XS Q8_K (ggml's pairings). The quantizers are kiln's own
+/// (`scalar::nonlinear_quant`). SIMD versions: `x86::avx2`, `x86::avx512`, `aarch64::neon`.
 fn nonlinear_row(d: DType) -> Option<TypeKernels> {
     use super::scalar::nonlinear as nl;
-    let (vec_dot_type, to_f32, vec_dot, gemm): (DType, ToF32Fn, VecDotFn, GemmFn) = match d {
+    use super::scalar::nonlinear_quant as nq;
+    type Row = (DType, ToF32Fn, FromF32Fn, VecDotFn, GemmFn);
+    let (vec_dot_type, to_f32, from_f32, vec_dot, gemm): Row = match d {
         DType::IQ4_NL => (
             DType::Q8_0,
             nl::dequantize_iq4_nl,
+            nq::quantize_iq4_nl,
             nl::vec_dot_iq4_nl,
             nl::gemm_iq4_nl,
         ),
         DType::IQ4_XS => (
             DType::Q8_K,
             nl::dequantize_iq4_xs,
+            nq::quantize_iq4_xs,
             nl::vec_dot_iq4_xs,
             nl::gemm_iq4_xs,
         ),
         DType::MXFP4 => (
             DType::Q8_0,
             nl::dequantize_mxfp4,
+            nq::quantize_mxfp4,
             nl::vec_dot_mxfp4,
             nl::gemm_mxfp4,
         ),
@@ -160,7 +165,7 @@ fn nonlinear_row(d: DType) -> Option<TypeKernels> {
         dtype: d,
         vec_dot_type,
         to_f32,
-        from_f32: None,
+        from_f32: Some(from_f32),
         vec_dot,
         gemm,
         packed: None,

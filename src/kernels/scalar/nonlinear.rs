@@ -15,8 +15,7 @@
 //! - The result is [`hsum8`] of the lanes.
 //!
 //! Activation quants must lie in -127..=127 (kiln's Q8_0 and Q8_K quantizers never produce
-//! -128); the x86 kernels rely on it (`vpsignb`). No quantizer for these weight formats: kiln
-//! reads them from files (llama-quantize writes them).
+//! -128); the x86 kernels rely on it (`vpsignb`). The quantizers are in `nonlinear_quant`.
 
 use super::gemm_by_vec_dot;
 use super::legacy::hsum8;

@@ -221,3 +221,84 @@ fn dequantize_iq4_xs_groups() {
     assert_eq!(y[3 * 32 + 5], (0x25 - 32) as f32 * KVALUES_IQ4NL[8] as f32);
     assert_eq!(KVALUES_MXFP4[8], 0, "MXFP4's negative zero is zero");
 }
+
+/// kiln's quantizers: quantize -> dequantize within a per-type RMS bound of the input, values
+/// already on the grid come back exactly, and the edge cases give finite values.
+mod quantizers {
+    use super::*;
+
+    fn roundtrip(dt: DType, x: &[f32]) -> Vec<f32> {
+        let k = kernels_for(dt, Isa::Scalar).unwrap();
+        let q = k.from_f32.expect("a quantizer");
+        let mut bytes = vec![0u8; dt.bytes_for(x.len() as u64).unwrap() as usize];
+        q(x, &mut bytes);
+        let mut out = vec![0f32; x.len()];
+        (k.to_f32)(&bytes, &mut out);
+        out
+    }
+
+    fn rms(a: &[f32], b: &[f32]) -> f32 {
+        let s: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+        (s / a.len() as f32).sqrt()
+    }
+
+    fn row(seed: u64, n: usize, scale: f32) -> Vec<f32> {
+        let mut r = Rng(seed);
+        (0..n).map(|_| r.f32() * scale).collect()
+    }
+
+    #[test]
+    fn error_is_bounded() {
+        // Uniform values in [-1, 1] (RMS 0.577): 4-bit codes keep the error well under 10%.
+        for (dt, bound) in [
+            (DType::IQ4_NL, 0.05),
+            (DType::IQ4_XS, 0.05),
+            (DType::MXFP4, 0.09),
+        ] {
+            for seed in 1..6u64 {
+                let x = row(seed, 1024, 1.0);
+                let e = rms(&x, &roundtrip(dt, &x));
+                assert!(e < bound, "{dt}: rms error {e} >= {bound}");
+            }
+        }
+    }
+
+    #[test]
+    fn dequantized_values_come_back_exactly() {
+        for dt in TYPES {
+            for seed in 1..6u64 {
+                let once = roundtrip(dt, &row(seed, 512, 3.0));
+                let twice = roundtrip(dt, &once);
+                assert_eq!(once, twice, "{dt}: seed {seed}");
+            }
+        }
+    }
+
+    #[test]
+    fn edge_cases_are_finite() {
+        for dt in TYPES {
+            assert!(roundtrip(dt, &[0.0; 256]).iter().all(|&v| v == 0.0), "{dt}");
+            for scale in [1e-30f32, 1e-8, 1e4, 6e4] {
+                let x = row(7, 256, scale);
+                let y = roundtrip(dt, &x);
+                assert!(y.iter().all(|v| v.is_finite()), "{dt} at {scale}");
+            }
+            // One large value among zeros keeps its sign and most of its size (MXFP4's
+            // exponent, ggml's, clips 3.5 to 3 = 12 * 2^-2).
+            let mut x = [0f32; 256];
+            x[5] = -3.5;
+            let y = roundtrip(dt, &x);
+            assert!((y[5] + 3.5).abs() <= 0.5, "{dt}: {}", y[5]);
+            // Blocks of zeros stay zero (IQ4's table has no zero, so only outside x[5]'s).
+            assert!(y[32..].iter().all(|&v| v == 0.0), "{dt}");
+        }
+        // MXFP4 spans E8M0's range: huge values stay finite and close.
+        let x = row(9, 64, 1e38);
+        let y = roundtrip(DType::MXFP4, &x);
+        assert!(y.iter().all(|v| v.is_finite()));
+        let mut x = [0f32; 32];
+        x[5] = -3.5;
+        let y = roundtrip(DType::MXFP4, &x);
+        assert!(y.iter().enumerate().all(|(i, &v)| i == 5 || v == 0.0));
+    }
+}
