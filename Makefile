@@ -231,7 +231,7 @@ unit:
 ## and SwiGLU as well (their AVX-512, AVX2 and scalar versions are bit-identical, each tested
 ## against the scalar one in the engine tests). AVX2 also runs tests/it/arch_proof.rs (issue 19's
 ## bars hold there too: measured 2026-11-25, every variant, ~60 s) and tests/it/quant_proof.rs
-## (the IQ4_NL, IQ4_XS and MXFP4 files llama-quantize makes, issue 40). The AVX2 family also runs the golden test: its
+## (kiln-written IQ4_NL, IQ4_XS and MXFP4_MOE files, issue 40). The AVX2 family also runs the golden test: its
 ## kernels follow llama.cpp's x86 operation order as the AVX-512 ones do, so the bars hold there
 ## (measured forced avx2: mean deviation 0.0016, max 0.19, 23/24 greedy, the AVX-512 figures).
 ## Scalar is left out of golden: it takes 12 minutes even in a release build (its figures then:
