@@ -232,7 +232,8 @@ unit:
 ## company), so each ISA's kernels are checked in the forward pass too. KILN_ISA steers attention
 ## and SwiGLU as well (their AVX-512, AVX2 and scalar versions are bit-identical, each tested
 ## against the scalar one in the engine tests). AVX2 also runs tests/it/arch_proof.rs (issue 19's
-## bars hold there too: measured 2026-11-25, every variant, ~60 s). The AVX2 family also runs the golden test: its
+## bars hold there too: measured 2026-11-25, every variant, ~60 s) and tests/it/quant_proof.rs
+## (kiln-written IQ4_NL, IQ4_XS and MXFP4_MOE files, issue 40). The AVX2 family also runs the golden test: its
 ## kernels follow llama.cpp's x86 operation order as the AVX-512 ones do, so the bars hold there
 ## (measured forced avx2: mean deviation 0.0016, max 0.19, 23/24 greedy, the AVX-512 figures).
 ## Scalar is left out of golden: it takes 12 minutes even in a release build (its figures then:
@@ -250,7 +251,7 @@ isa-matrix: release
 	    echo "isa-matrix KILN_ISA=$$isa: this CPU lacks $$isa (kernels, engine$$(case $$isa in avx2|avxvnni) echo ', golden';; esac) not run under it)" >> $(KILN_SKIP_REPORT); \
 	    continue; fi; \
 	  echo "isa-matrix: KILN_ISA=$$isa"; \
-	  filters="kernels engine::"; case $$isa in avx2) filters="$$filters golden arch_proof";; \
+	  filters="kernels engine::"; case $$isa in avx2) filters="$$filters golden arch_proof quant_proof";; \
 	    avxvnni) filters="$$filters golden";; \
 	    scalar) filters="$$filters --skip engine::long_prefill_chunks --skip engine::long_context_logits";; esac; \
 	  KILN_ISA=$$isa $(CARGO) test --lib --test it -q -- $$filters || exit 1; \

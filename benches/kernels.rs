@@ -3,6 +3,10 @@
 //! ("elements" = n_rows * k * n_tok); weights/s = elements / n_tok.
 //! Where an ISA has a panel GEMM (weights repacked at load), `gemm_packed/<isa>` measures it at
 //! n_tok = 1, 16, 64, 512 on the same data (Q4_0/Q4_1/Q8_0 and the K-quants Q4_K/Q5_K/Q6_K).
+//! `gemv_bytes/<isa>` is the n_tok = 1 gemm again with its throughput in weight bytes (GB/s of
+//! the matrix streamed, as decode reads it; the 1536 x 576 matrix stays in L2, so this is the
+//! kernel's speed, not memory's). IQ4_NL, IQ4_XS and MXFP4, which kiln does not write, get
+//! random codes under typical scales.
 //! `KILN_BENCH_ISA=avx512` restricts to one ISA; `KILN_BENCH_TYPES=Q4_1,Q8_0` to some types.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -25,8 +29,26 @@ fn data(n: usize, seed: u32) -> Vec<f32> {
 fn quant(dt: DType, x: &[f32]) -> Vec<u8> {
     let k = kernels_for(dt, Isa::Scalar).expect("kernels");
     let mut y = vec![0u8; dt.bytes_for(x.len() as u64).expect("blocks") as usize];
-    (k.from_f32.expect("quantizer"))(x, &mut y);
+    match k.from_f32 {
+        Some(f) => f(x, &mut y),
+        None => random_blocks(dt, &mut y),
+    }
     y
+}
+
+/// Blocks of a type kiln cannot quantize to (IQ4_NL, IQ4_XS, MXFP4): pseudo-random codes, the
+/// scale field set to a typical value (f16 0.01, or the E8M0 exponent 2^-7).
+fn random_blocks(dt: DType, y: &mut [u8]) {
+    for (i, b) in y.iter_mut().enumerate() {
+        *b = ((i as u32).wrapping_mul(2654435761) >> 13) as u8;
+    }
+    for blk in y.chunks_exact_mut(dt.block_bytes()) {
+        if dt == DType::MXFP4 {
+            blk[0] = 121;
+        } else {
+            blk[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+        }
+    }
 }
 
 fn isas() -> Vec<Isa> {
@@ -52,6 +74,9 @@ fn types() -> Vec<DType> {
             DType::Q4_K,
             DType::Q5_K,
             DType::Q6_K,
+            DType::IQ4_NL,
+            DType::IQ4_XS,
+            DType::MXFP4,
         ],
     }
 }
@@ -91,6 +116,21 @@ fn bench(c: &mut Criterion) {
                     })
                 });
             }
+            let mut out = vec![0f32; N_ROWS];
+            g.throughput(Throughput::Bytes(w.len() as u64));
+            g.bench_function(BenchmarkId::new(format!("gemv_bytes/{isa}"), 1), |b| {
+                b.iter(|| {
+                    (k.gemm)(
+                        kl,
+                        black_box(&w),
+                        N_ROWS,
+                        black_box(&a[..ar]),
+                        1,
+                        &mut out,
+                        N_ROWS,
+                    )
+                })
+            });
             let Some(pk) = k.packed else { continue };
             let p = kiln::kernels::packed::pack(dt, kl, &w, N_ROWS).expect("packable");
             for n_tok in [1usize, 16, 64, 512] {

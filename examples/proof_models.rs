@@ -4,7 +4,11 @@
 //! against the one recorded with the references.
 //!
 //!   cargo run --release --example proof_models -- VOCAB.gguf OUT_DIR SEED [VARIANT...]
+//!   cargo run --release --example proof_models -- --nonlinear VOCAB.gguf OUT_DIR SEED [VARIANT...]
 //!   cargo run --release --example proof_models -- --covers   (what each variant exercises)
+//!
+//! `--nonlinear` writes the quant proof's IQ4_NL, IQ4_XS and MXFP4_MOE copies
+//! (scripts/reference/regen_quant_proofs.py) instead of the architecture proof's types.
 //!
 //! Prints one JSON object per file: {"variant", "quant", "path", "sha256", "bytes"}, then
 //! {"tokens": [...]} (the 256 ids a proof feeds).
@@ -15,7 +19,7 @@ use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--covers") {
         let m: serde_json::Map<String, serde_json::Value> = proof_variants()
             .into_iter()
@@ -24,9 +28,15 @@ fn main() -> anyhow::Result<()> {
         println!("{}", serde_json::Value::Object(m));
         return Ok(());
     }
+    let quants: &[Quant] = if args.first().map(String::as_str) == Some("--nonlinear") {
+        args.remove(0);
+        &Quant::NONLINEAR
+    } else {
+        &Quant::ALL
+    };
     anyhow::ensure!(
         args.len() >= 3,
-        "usage: proof_models VOCAB.gguf OUT_DIR SEED [VARIANT...]"
+        "usage: proof_models [--nonlinear] VOCAB.gguf OUT_DIR SEED [VARIANT...]"
     );
     let vocab = GgufFile::open(&args[0])?;
     let out = PathBuf::from(&args[1]);
@@ -37,8 +47,8 @@ fn main() -> anyhow::Result<()> {
         if !only.is_empty() && !only.iter().any(|o| o == v.name) {
             continue;
         }
-        let writers = build_all(&v.spec, v.name, &vocab, &Quant::ALL, seed)?;
-        for (q, w) in Quant::ALL.into_iter().zip(writers) {
+        let writers = build_all(&v.spec, v.name, &vocab, quants, seed)?;
+        for (&q, w) in quants.iter().zip(writers) {
             let bytes = w.to_bytes()?;
             let path = out.join(format!("{}.{}.gguf", v.name, q.name()));
             std::fs::write(&path, &bytes)?;

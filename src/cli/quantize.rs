@@ -13,7 +13,8 @@ pub struct Args {
     pub input: PathBuf,
     /// The file to write (must differ from the input; replaced atomically).
     pub output: PathBuf,
-    /// Target type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, F16, BF16, F32.
+    /// Target type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
+    /// IQ4_XS, F16, BF16, F32 (not MXFP4: llama-quantize writes it only in the MXFP4_MOE mix).
     #[arg(long = "type", short = 't')]
     pub target: String,
     /// Print only the totals.

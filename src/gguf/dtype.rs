@@ -24,6 +24,9 @@ pub enum DType {
     Q5_K,
     Q6_K,
     Q8_K,
+    IQ4_NL,
+    IQ4_XS,
+    MXFP4,
 }
 
 /// Geometry of one dtype: `block_elems` values are stored in `block_bytes` bytes.
@@ -54,7 +57,7 @@ const fn info(
 }
 
 /// All known dtypes, in `DType` declaration order.
-pub const DTYPES: [DTypeInfo; 15] = [
+pub const DTYPES: [DTypeInfo; 18] = [
     info(DType::F32, "F32", 0, 1, 4),
     info(DType::F16, "F16", 1, 1, 2),
     info(DType::BF16, "BF16", 30, 1, 2),
@@ -70,6 +73,10 @@ pub const DTYPES: [DTypeInfo; 15] = [
     info(DType::Q5_K, "Q5_K", 13, 256, 176),
     info(DType::Q6_K, "Q6_K", 14, 256, 210),
     info(DType::Q8_K, "Q8_K", 15, 256, 292),
+    // The 4-bit non-linear formats: 16-entry value tables, see `kernels::blocks::nonlinear`.
+    info(DType::IQ4_NL, "IQ4_NL", 20, 32, 18),
+    info(DType::IQ4_XS, "IQ4_XS", 23, 256, 136),
+    info(DType::MXFP4, "MXFP4", 39, 32, 17),
 ];
 
 /// Names of ggml types kiln does not support, for error messages (index = ggml id).
@@ -80,10 +87,8 @@ const OTHER_GGML_NAMES: &[(u32, &str)] = &[
     (17, "IQ2_XS"),
     (18, "IQ3_XXS"),
     (19, "IQ1_S"),
-    (20, "IQ4_NL"),
     (21, "IQ3_S"),
     (22, "IQ2_S"),
-    (23, "IQ4_XS"),
     (24, "I8"),
     (25, "I16"),
     (26, "I32"),
@@ -92,7 +97,9 @@ const OTHER_GGML_NAMES: &[(u32, &str)] = &[
     (29, "IQ1_M"),
     (34, "TQ1_0"),
     (35, "TQ2_0"),
-    (39, "MXFP4"),
+    (40, "NVFP4"),
+    (41, "Q1_0"),
+    (42, "Q2_0"),
 ];
 
 impl DType {
@@ -183,7 +190,12 @@ mod tests {
         assert_eq!(DType::Q4_1.bytes_for(33), None);
         assert_eq!(DType::Q8_K.bytes_for(256), Some(292));
         assert_eq!(DType::F32.bytes_for(u64::MAX), None);
-        assert!(DType::describe_ggml_id(20).contains("IQ4_NL"));
+        assert_eq!(DType::describe_ggml_id(20), "IQ4_NL");
+        assert_eq!(DType::IQ4_XS.bytes_for(512), Some(272));
+        assert_eq!(DType::MXFP4.bytes_for(64), Some(34));
+        assert_eq!(DType::IQ4_NL.bytes_for(48), None);
+        assert!(DType::describe_ggml_id(18).contains("IQ3_XXS (ggml type 18)"));
+        assert!(DType::describe_ggml_id(40).contains("NVFP4"));
         assert!(DType::describe_ggml_id(999).contains("999"));
     }
 }

@@ -85,6 +85,9 @@ fn install_simd(_isa: Isa, _t: &mut Table) {}
 /// module's dequantizer, quantizer, `vec_dot` and `gemm`.
 fn scalar_row(d: DType) -> Option<TypeKernels> {
     use super::scalar::kquants as k;
+    if let Some(row) = nonlinear_row(d) {
+        return Some(row);
+    }
     macro_rules! rows {
         ($($dt:ident / $act:ident: $m:ident::{$to:ident, $from:ident, $vd:ident, $gm:ident};)*) => {
             match d {
@@ -125,6 +128,48 @@ fn scalar_row(d: DType) -> Option<TypeKernels> {
         Q6_K / Q8_K: k::{dequantize_row_q6_k, quantize_row_q6_k, vec_dot_q6_k_q8_k, gemm_q6_k_q8_k};
         Q8_K / Q8_K: k::{dequantize_row_q8_k, quantize_row_q8_k, vec_dot_q8_k_q8_k, gemm_q8_k_q8_k};
     }
+}
+
+/// The scalar rows of the 4-bit non-linear formats: IQ4_NL and MXFP4 take Q8_0
+/// activations, IQ4_XS Q8_K (ggml's pairings). The quantizers are kiln's own
+/// (`scalar::nonlinear_quant`). SIMD versions: `x86::avx2`, `x86::avx512`, `aarch64::neon`.
+fn nonlinear_row(d: DType) -> Option<TypeKernels> {
+    use super::scalar::nonlinear as nl;
+    use super::scalar::nonlinear_quant as nq;
+    type Row = (DType, ToF32Fn, FromF32Fn, VecDotFn, GemmFn);
+    let (vec_dot_type, to_f32, from_f32, vec_dot, gemm): Row = match d {
+        DType::IQ4_NL => (
+            DType::Q8_0,
+            nl::dequantize_iq4_nl,
+            nq::quantize_iq4_nl,
+            nl::vec_dot_iq4_nl,
+            nl::gemm_iq4_nl,
+        ),
+        DType::IQ4_XS => (
+            DType::Q8_K,
+            nl::dequantize_iq4_xs,
+            nq::quantize_iq4_xs,
+            nl::vec_dot_iq4_xs,
+            nl::gemm_iq4_xs,
+        ),
+        DType::MXFP4 => (
+            DType::Q8_0,
+            nl::dequantize_mxfp4,
+            nq::quantize_mxfp4,
+            nl::vec_dot_mxfp4,
+            nl::gemm_mxfp4,
+        ),
+        _ => return None,
+    };
+    Some(TypeKernels {
+        dtype: d,
+        vec_dot_type,
+        to_f32,
+        from_f32: Some(from_f32),
+        vec_dot,
+        gemm,
+        packed: None,
+    })
 }
 
 #[cfg(test)]

@@ -36,12 +36,12 @@ use std::sync::{Arc, OnceLock};
 
 const VOCAB: &str = "conformance/tokenizer/ggml-vocab-llama-spm.gguf";
 
-fn vocab() -> &'static GgufFile {
+pub(crate) fn vocab() -> &'static GgufFile {
     static V: OnceLock<GgufFile> = OnceLock::new();
     V.get_or_init(|| GgufFile::open(common::shared_file(VOCAB)).expect("open the vocabulary"))
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -49,13 +49,13 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The recorded reference of one variant.
-struct Reference {
-    seed: u64,
-    tokens: Vec<u32>,
-    doc: Value,
+pub(crate) struct Reference {
+    pub seed: u64,
+    pub tokens: Vec<u32>,
+    pub doc: Value,
 }
 
-fn reference(variant: &str) -> Reference {
+pub(crate) fn reference(variant: &str) -> Reference {
     let path = common::repo_root().join(format!("tests/data/arch_proof/{variant}.json"));
     let doc: Value = serde_json::from_str(&common::read_to_string(&path)).unwrap_or_else(|e| {
         panic!(
@@ -108,14 +108,14 @@ fn check_hash(v: &Variant, r: &Reference, q: Quant, bytes: Vec<u8>) -> GgufFile 
     GgufFile::from_bytes(bytes).expect("parse the proof model")
 }
 
-const LIMITS: BatchLimits = BatchLimits {
+pub(crate) const LIMITS: BatchLimits = BatchLimits {
     max_tokens: 64,
     max_seqs: 4,
     max_logit_rows: 64,
 };
 
 /// Logits at every position of `tokens`, fed from 0 in chunks of `chunk`.
-fn all_logits(runner: &mut Runner<'_>, tokens: &[u32], chunk: usize) -> Vec<Vec<f32>> {
+pub(crate) fn all_logits(runner: &mut Runner<'_>, tokens: &[u32], chunk: usize) -> Vec<Vec<f32>> {
     let mut table = runner.new_seq();
     let mut rows = Vec::new();
     runner
@@ -132,6 +132,19 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 /// The bars for one file; returns (mean, max) |Δ logprob| for the report.
 fn compare(name: &str, q: Quant, rows: &[Vec<f32>], top: &[Value]) -> (f64, f64) {
+    let bar = if q == Quant::F16 { 0.01 } else { 0.03 };
+    compare_with_bar(name, q.name(), bar, rows, top)
+}
+
+/// Top-1 identical at every position and mean |Δ logprob| over the reference's top ids at
+/// most `bar`, for the file of weight type `label`; returns (mean, max) |Δ logprob|.
+pub(crate) fn compare_with_bar(
+    name: &str,
+    label: &str,
+    bar: f64,
+    rows: &[Vec<f32>],
+    top: &[Value],
+) -> (f64, f64) {
     assert_eq!(rows.len(), top.len(), "{name}: positions");
     let (mut n, mut sum, mut max) = (0usize, 0f64, 0f64);
     let mut misses = Vec::new();
@@ -151,29 +164,25 @@ fn compare(name: &str, q: Quant, rows: &[Vec<f32>], top: &[Value]) -> (f64, f64)
         }
     }
     let mean = sum / n as f64;
-    let bar = if q == Quant::F16 { 0.01 } else { 0.03 };
     println!(
-        "arch_proof: {name} {}: top-1 {}/{}, |dlogprob| mean {mean:.5} max {max:.4} (bar {bar})",
-        q.name(),
+        "arch_proof: {name} {label}: top-1 {}/{}, |dlogprob| mean {mean:.5} max {max:.4} (bar {bar})",
         rows.len() - misses.len(),
         rows.len()
     );
     assert!(
         misses.is_empty(),
-        "{name} {}: top-1 differs from llama.cpp at positions {misses:?}",
-        q.name()
+        "{name} {label}: top-1 differs from llama.cpp at positions {misses:?}"
     );
     assert!(
         mean <= bar,
-        "{name} {}: mean |dlogprob| {mean} above {bar}",
-        q.name()
+        "{name} {label}: mean |dlogprob| {mean} above {bar}"
     );
     (mean, max)
 }
 
 /// A sequence's logits are bit-identical whatever the chunking and the batch company, at
 /// positions past the sliding window too.
-fn batch_invariance(name: &str, model: &Model, tokens: &[u32]) {
+pub(crate) fn batch_invariance(name: &str, model: &Model, tokens: &[u32]) {
     let mut runner = Runner::new(model, LIMITS, 1024).expect("runner");
     let n = 100;
     let whole = all_logits(&mut runner, &tokens[..n], 64);

@@ -253,6 +253,9 @@ fn tensor_shapes_are_checked() {
     shape_err(&[1 << 61, 2], F32, "byte size overflows");
     // Row length not a whole number of blocks.
     shape_err(&[48, 2], Q8_0, "not a multiple of the Q8_0 block size 32");
+    // The non-linear formats (issue 40): IQ4_XS's 256-value super-blocks, MXFP4's 32.
+    shape_err(&[128, 2], 23, "not a multiple of the IQ4_XS block size 256");
+    shape_err(&[48, 2], 39, "not a multiple of the MXFP4 block size 32");
     // An n_dims of 2^32-1 is refused before reading any dimension.
     let r = Raw::new(1, 0).str("w").u32(u32::MAX).bytes(&[0; 64]);
     assert!(matches!(err(r, "n_dims"), GgufError::BadShape { .. }));
@@ -278,6 +281,17 @@ fn tensor_data_ranges_are_checked() {
     assert!(matches!(e, GgufError::OutOfBounds { .. }), "{e}");
     let r = Raw::new(1, 0).tensor("w", &[8], F32, 64).data(32, 64);
     assert!(matches!(err(r, "w"), GgufError::OutOfBounds { .. }));
+    // Blocks of 17 (MXFP4) and 136 (IQ4_XS) bytes: one block short of the declared size.
+    let r = Raw::new(1, 0).tensor("w", &[64], 39, 0).data(32, 17);
+    assert!(matches!(
+        err(r, "outside the file"),
+        GgufError::OutOfBounds { .. }
+    ));
+    let r = Raw::new(1, 0).tensor("w", &[512], 23, 0).data(32, 136);
+    assert!(matches!(
+        err(r, "outside the file"),
+        GgufError::OutOfBounds { .. }
+    ));
     // Offsets chosen so start + size wraps around u64 (CVE-2026-27940 family).
     let off = u64::MAX - 31;
     let r = Raw::new(1, 0).tensor("w", &[8], F32, off).data(32, 32);

@@ -12,8 +12,11 @@
 //!    Float targets (F32, F16, BF16) convert every matrix to that type.
 //! 3. A row length that is not a multiple of the chosen type's block size falls back to a
 //!    32-element type of similar or higher precision: Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0,
-//!    Q5_K -> Q5_1, Q6_K -> Q8_0 (llama.cpp's table; it sends Q2_K/Q3_K's IQ cousins to
-//!    IQ4_NL, which kiln lacks). If even that does not fit, F16.
+//!    Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL (llama.cpp's table). If even that does
+//!    not fit, F16.
+//!
+//! MXFP4 is not a target: llama.cpp writes it only through `MXFP4_MOE` (MXFP4 for expert
+//! tensors, Q8_0 for the rest), a mix this uniform plan does not express.
 //!
 //! llama.cpp's `_M` mixes (more bits for some `attn_v`/`ffn_down` layers) are not applied:
 //! every other matrix gets exactly the target type, so the file type is recorded as the
@@ -35,7 +38,7 @@ pub enum PlanReason {
 }
 
 /// The target types `kiln quantize --type` accepts, in the order listed by errors and help.
-pub const TARGETS: [DType; 13] = [
+pub const TARGETS: [DType; 15] = [
     DType::Q4_0,
     DType::Q4_1,
     DType::Q5_0,
@@ -46,6 +49,8 @@ pub const TARGETS: [DType; 13] = [
     DType::Q4_K,
     DType::Q5_K,
     DType::Q6_K,
+    DType::IQ4_NL,
+    DType::IQ4_XS,
     DType::F16,
     DType::BF16,
     DType::F32,
@@ -68,8 +73,11 @@ pub fn llama_ftype(target: DType) -> Option<u32> {
         Q4_K => 14, // MOSTLY_Q4_K_S
         Q5_K => 16, // MOSTLY_Q5_K_S
         Q6_K => 18,
+        IQ4_NL => 25,
+        IQ4_XS => 30,
         BF16 => 32,
-        Q8_1 | Q8_K => return None,
+        // Not quantizer targets: activation formats, and MXFP4 (only in MXFP4_MOE's mix).
+        Q8_1 | Q8_K | MXFP4 => return None,
     })
 }
 
@@ -113,6 +121,7 @@ pub fn plan_tensor(
         DType::Q4_K => DType::Q5_0,
         DType::Q5_K => DType::Q5_1,
         DType::Q6_K => DType::Q8_0,
+        DType::IQ4_XS => DType::IQ4_NL,
         _ => DType::F16,
     };
     let fallback = if fits(fallback) { fallback } else { DType::F16 };
@@ -174,6 +183,8 @@ mod tests {
         assert_eq!(plan("blk.0.attn_q.weight", 2, 576, Q6_K, false), Q8_0);
         assert_eq!(plan("blk.0.attn_q.weight", 2, 576, Q3_K, false), Q4_0);
         assert_eq!(plan("blk.0.attn_q.weight", 2, 576, Q2_K, false), Q4_0);
+        assert_eq!(plan("blk.0.attn_q.weight", 2, 576, IQ4_XS, false), IQ4_NL);
+        assert_eq!(plan("blk.0.attn_q.weight", 2, 576, IQ4_NL, false), IQ4_NL);
         // Not even a multiple of 32: F16.
         assert_eq!(plan("blk.0.attn_q.weight", 2, 100, Q4_K, false), F16);
         assert_eq!(plan("blk.0.attn_q.weight", 2, 100, Q8_0, false), F16);

@@ -66,10 +66,20 @@ pub enum Quant {
     /// fused `attn_qkv`, which llama.cpp files under attn_v) and `ffn_down` of the layers
     /// `use_more_bits` picks.
     Q4KM,
+    /// `llama-quantize IQ4_NL`'s choice: IQ4_NL, Q6_K for the LM head (kiln's quantizers).
+    Iq4Nl,
+    /// `llama-quantize IQ4_XS`'s: IQ4_XS, Q6_K for the LM head.
+    Iq4Xs,
+    /// `llama-quantize MXFP4_MOE`'s: MXFP4 for the expert (3-D) tensors, Q8_0 for every other
+    /// matrix, the LM head included.
+    Mxfp4Moe,
 }
 
 impl Quant {
+    /// The architecture proof's types (every variant is written in each).
     pub const ALL: [Quant; 4] = [Quant::F16, Quant::Q8_0, Quant::Q4_0, Quant::Q4KM];
+    /// The quant proof's (tests/it/quant_proof.rs), written for some variants only.
+    pub const NONLINEAR: [Quant; 3] = [Quant::Iq4Nl, Quant::Iq4Xs, Quant::Mxfp4Moe];
 
     /// The name `llama-quantize` takes ("F16", "Q8_0", "Q4_0", "Q4_K_M").
     pub fn name(self) -> &'static str {
@@ -78,6 +88,9 @@ impl Quant {
             Quant::Q8_0 => "Q8_0",
             Quant::Q4_0 => "Q4_0",
             Quant::Q4KM => "Q4_K_M",
+            Quant::Iq4Nl => "IQ4_NL",
+            Quant::Iq4Xs => "IQ4_XS",
+            Quant::Mxfp4Moe => "MXFP4_MOE",
         }
     }
 
@@ -88,6 +101,9 @@ impl Quant {
             Quant::Q8_0 => 7,
             Quant::Q4_0 => 2,
             Quant::Q4KM => 15,
+            Quant::Iq4Nl => 25,
+            Quant::Iq4Xs => 30,
+            Quant::Mxfp4Moe => 38,
         }
     }
 }
@@ -104,7 +120,8 @@ fn layer_of(name: &str) -> Option<usize> {
 }
 
 /// The type `llama-quantize` gives tensor `t` for `quant` (only what these files need: every
-/// row length here is a multiple of 256).
+/// row length here is a multiple of 256; no IQ4 variant has `n_gqa >= 4`, which would make
+/// `attn_v` Q5_K).
 fn quant_type(quant: Quant, t: &TensorSpec, tied: bool, n_layer: usize) -> DType {
     // Vectors, and routers (llama.cpp's converter keeps `ffn_gate_inp` in F32 and
     // llama-quantize never quantizes it).
@@ -128,6 +145,12 @@ fn quant_type(quant: Quant, t: &TensorSpec, tied: bool, n_layer: usize) -> DType
             DType::Q6_K
         }
         Quant::Q4KM => DType::Q4_K,
+        Quant::Mxfp4Moe if t.shape.len() == 3 => DType::MXFP4,
+        Quant::Mxfp4Moe => DType::Q8_0,
+        Quant::Iq4Nl if is_head => DType::Q6_K,
+        Quant::Iq4Nl => DType::IQ4_NL,
+        Quant::Iq4Xs if is_head => DType::Q6_K,
+        Quant::Iq4Xs => DType::IQ4_XS,
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub mod kquants;
 pub mod legacy;
+pub mod nonlinear;
 
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK};
 

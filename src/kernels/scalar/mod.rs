@@ -3,6 +3,8 @@
 pub mod float;
 pub mod kquants;
 pub mod legacy;
+pub mod nonlinear;
+pub mod nonlinear_quant;
 pub mod packed;
 pub mod packed_k;
 

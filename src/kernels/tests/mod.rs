@@ -6,6 +6,7 @@ mod accuracy;
 mod kquants;
 #[cfg(target_arch = "aarch64")]
 mod kquants_neon;
+mod nonlinear;
 mod packed;
 mod packed_k;
 #[cfg(target_arch = "aarch64")]

@@ -3,6 +3,7 @@
 pub mod float;
 pub mod kquants;
 pub mod legacy;
+pub mod nonlinear;
 mod packed;
 pub(crate) mod packed_k;
 mod quant;
@@ -50,6 +51,11 @@ pub unsafe fn install(t: &mut Table) {
         Q5_0: vec_dot_q5_0, gemm_q5_0;
         Q5_1: vec_dot_q5_1, gemm_q5_1;
         Q8_0: vec_dot_q8_0, gemm_q8_0;
+    }
+    install_fns! { t, nonlinear,
+        IQ4_NL: vec_dot_iq4_nl, gemm_iq4_nl;
+        MXFP4: vec_dot_mxfp4, gemm_mxfp4;
+        IQ4_XS: vec_dot_iq4_xs, gemm_iq4_xs;
     }
     install_packed! { t, gemm_packed, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 }
     fn q8_0(x: &[f32], y: &mut [u8]) {

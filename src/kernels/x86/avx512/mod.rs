@@ -4,6 +4,7 @@ mod ggml_order;
 pub mod kquants;
 mod lanes;
 pub mod legacy;
+pub mod nonlinear;
 mod packed;
 pub(crate) mod packed_k;
 
@@ -11,15 +12,18 @@ use crate::kernels::row::{PackedKernels, Table};
 use crate::kernels::DType;
 
 macro_rules! install_fns {
-    ($t:ident, $($dt:ident: $vd:ident, $gm:ident;)*) => {$(
+    ($t:ident, $($dt:ident: $vd:ident, $gm:ident;)*) => {
+        install_fns!($t, legacy, $($dt: $vd, $gm;)*);
+    };
+    ($t:ident, $m:ident, $($dt:ident: $vd:ident, $gm:ident;)*) => {$(
         {
             fn vd(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 // SAFETY: only installed by `install`, whose caller verified the CPU features.
-                unsafe { legacy::$vd(n, w, a) }
+                unsafe { $m::$vd(n, w, a) }
             }
             fn gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
                 // SAFETY: only installed by `install`, whose caller verified the CPU features.
-                unsafe { legacy::$gm(k, w, n_rows, a, n_tok, out, os) }
+                unsafe { $m::$gm(k, w, n_rows, a, n_tok, out, os) }
             }
             if let Some(row) = $t[DType::$dt as usize].as_mut() {
                 row.vec_dot = vd;
@@ -49,6 +53,11 @@ pub unsafe fn install(t: &mut Table) {
         Q5_0: vec_dot_q5_0, gemm_q5_0;
         Q5_1: vec_dot_q5_1, gemm_q5_1;
         Q8_0: vec_dot_q8_0, gemm_q8_0;
+    }
+    install_fns! { t, nonlinear,
+        IQ4_NL: vec_dot_iq4_nl, gemm_iq4_nl;
+        MXFP4: vec_dot_mxfp4, gemm_mxfp4;
+        IQ4_XS: vec_dot_iq4_xs, gemm_iq4_xs;
     }
     macro_rules! install_packed {
         ($($dt:ident),*) => {$(

@@ -1,0 +1,373 @@
+//! AVX2 (+FMA, F16C) kernels for IQ4_NL, MXFP4 (x Q8_0) and IQ4_XS (x Q8_K) weights: twins
+//! of `scalar/nonlinear.rs`, bit for bit (its module doc states the float order).
+//!
+//! A 32-value group's 16 code bytes become 32 signed bytes in value order with one `vpshufb`
+//! into the 16-entry table (low nibbles: values 0..16, high nibbles: 16..32, the table in both
+//! 128-bit lanes). The products go through `vpmaddubsw` with the sign trick (`|w|` times
+//! `a * sign(w)`: table values and activation quants lie in -127..=127, so no pair saturates)
+//! and `vpmaddwd`, which leaves lane `i` = the exact sum of values `4i..4i+4`: the reference's
+//! lanes. IQ4_XS multiplies the pairs by the group's `ls - 32` in the same `vpmaddwd` and sums
+//! the eight groups in i32 before its one fma per super-block. Register tiles of RM rows x RN
+//! tokens unpack each weight group once per tile; every output keeps its own lanes, so the
+//! tiling never changes a result.
+
+use std::arch::x86_64::*;
+
+use crate::kernels::blocks::nonlinear::{
+    e8m0_to_f32_half, IQ4_XS_BYTES, KVALUES_IQ4NL, KVALUES_MXFP4,
+};
+use crate::kernels::shape::{check_gemm, check_vec_dot};
+use crate::kernels::DType;
+
+/// The kinds, as const-generic codes.
+const IQ4_NL: u8 = 0;
+const MXFP4: u8 = 1;
+const IQ4_XS: u8 = 2;
+
+/// Rows per panel of the GEMM's walk (64 rows of 4096 IQ4_NL values: 147 KiB).
+const ROWS_PER_PANEL: usize = 64;
+
+const fn wdt(k: u8) -> DType {
+    match k {
+        IQ4_NL => DType::IQ4_NL,
+        MXFP4 => DType::MXFP4,
+        _ => DType::IQ4_XS,
+    }
+}
+
+const fn adt(k: u8) -> DType {
+    if k == IQ4_XS {
+        DType::Q8_K
+    } else {
+        DType::Q8_0
+    }
+}
+
+const fn table(k: u8) -> [i8; 16] {
+    if k == MXFP4 {
+        KVALUES_MXFP4
+    } else {
+        KVALUES_IQ4NL
+    }
+}
+
+/// Reads an f16 at `p` as f32 (F16C `vcvtph2ps`: exact, as every f16 -> f32 conversion).
+///
+/// # Safety
+/// AVX2/FMA/F16C; 2 readable bytes at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees 2 readable bytes.
+    let h = unsafe { (p as *const u16).read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+/// The 32 values of the group whose 16 code bytes are at `p`, as signed bytes in value order.
+///
+/// # Safety
+/// AVX2; 16 readable bytes at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group<const K: u8>(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 16 readable bytes.
+    let x = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    let m = _mm_set1_epi8(0x0F);
+    let codes = _mm256_set_m128i(
+        _mm_and_si128(_mm_srli_epi16::<4>(x), m),
+        _mm_and_si128(x, m),
+    );
+    let t = table(K);
+    // SAFETY: `t` is 16 bytes.
+    let t128 = unsafe { _mm_loadu_si128(t.as_ptr() as *const __m128i) };
+    _mm256_shuffle_epi8(_mm256_set_m128i(t128, t128), codes)
+}
+
+/// The 16 products-pair sums `w * a` of signed bytes, given `wa = |w|` (exact: |w|, |a| <=
+/// 127).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pairs(wa: __m256i, w: __m256i, a: __m256i) -> __m256i {
+    _mm256_maddubs_epi16(wa, _mm256_sign_epi8(a, w))
+}
+
+/// The reference's `hsum8` order: `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum8(v: __m256) -> f32 {
+    let x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)))
+}
+
+/// An RM x RN tile of a 32-value kind (IQ4_NL, MXFP4) over `nb` blocks.
+///
+/// # Safety
+/// AVX2/FMA/F16C; RM weight rows `wr` bytes apart at `w` and RN Q8_0 rows `ar` bytes apart at
+/// `a`, each of `nb` blocks, and the RM x RN output cells (`out[t * os + r]`) in bounds.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // indices address the register tile
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile32<const K: u8, const RM: usize, const RN: usize>(
+    nb: usize,
+    w: *const u8,
+    wr: usize,
+    a: *const u8,
+    ar: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let (bw, qoff) = (wdt(K).block_bytes(), if K == MXFP4 { 1 } else { 2 });
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); RN]; RM];
+    for b in 0..nb {
+        let mut wq = [_mm256_setzero_si256(); RM];
+        let mut wa = [_mm256_setzero_si256(); RM];
+        let mut wd = [0f32; RM];
+        for r in 0..RM {
+            // SAFETY: block b of row r is in bounds (caller contract).
+            let p = unsafe { w.add(r * wr + b * bw) };
+            // SAFETY: as above; the codes follow the block's scale.
+            wq[r] = unsafe { group::<K>(p.add(qoff)) };
+            wa[r] = _mm256_abs_epi8(wq[r]);
+            // SAFETY: as above.
+            wd[r] = unsafe {
+                if K == MXFP4 {
+                    e8m0_to_f32_half(*p)
+                } else {
+                    f16_at(p)
+                }
+            };
+        }
+        for t in 0..RN {
+            // SAFETY: block b of token t (34 bytes: f16 d, 32 quants) is in bounds.
+            let (ad, aq) = unsafe {
+                let p = a.add(t * ar + b * 34);
+                (f16_at(p), _mm256_loadu_si256(p.add(2) as *const __m256i))
+            };
+            for r in 0..RM {
+                let s = _mm256_madd_epi16(pairs(wa[r], wq[r], aq), ones);
+                let c = _mm256_set1_ps(wd[r] * ad);
+                acc[r][t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(s), acc[r][t]);
+            }
+        }
+    }
+    for r in 0..RM {
+        for t in 0..RN {
+            // SAFETY: the output cell is in bounds (caller contract).
+            unsafe { *out.add(t * os + r) = hsum8(acc[r][t]) };
+        }
+    }
+}
+
+/// The eight `ls - 32` of an IQ4_XS super-block at `p`, as i16 broadcasts.
+///
+/// # Safety
+/// AVX2; a whole super-block at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn xs_scales(p: *const u8) -> [__m256i; 8] {
+    // SAFETY: scales_h is bytes 2..4, scales_l bytes 4..8 of the super-block.
+    let (h, l) = unsafe { ((p.add(2) as *const u16).read_unaligned(), p.add(4)) };
+    std::array::from_fn(|g| {
+        // SAFETY: g / 2 < 4.
+        let lo = (unsafe { *l.add(g / 2) } >> (4 * (g % 2))) & 0x0F;
+        let ls = (lo | ((((h >> (2 * g)) & 3) as u8) << 4)) as i16 - 32;
+        _mm256_set1_epi16(ls)
+    })
+}
+
+/// An RM x RN tile of IQ4_XS over `nb` super-blocks (Q8_K activations: f32 d, 256 quants).
+///
+/// # Safety
+/// As [`tile32`], with IQ4_XS rows and Q8_K activation rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // indices address the register tile
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_xs<const RM: usize, const RN: usize>(
+    nb: usize,
+    w: *const u8,
+    wr: usize,
+    a: *const u8,
+    ar: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let ab = DType::Q8_K.block_bytes();
+    let mut acc = [[_mm256_setzero_ps(); RN]; RM];
+    for b in 0..nb {
+        let mut sc = [[_mm256_setzero_si256(); 8]; RM];
+        let mut wd = [0f32; RM];
+        for r in 0..RM {
+            // SAFETY: super-block b of row r is in bounds (caller contract).
+            let p = unsafe { w.add(r * wr + b * IQ4_XS_BYTES) };
+            // SAFETY: as above.
+            (sc[r], wd[r]) = unsafe { (xs_scales(p), f16_at(p)) };
+        }
+        let mut sum = [[_mm256_setzero_si256(); RN]; RM];
+        for g in 0..8 {
+            let mut wq = [_mm256_setzero_si256(); RM];
+            let mut wa = [_mm256_setzero_si256(); RM];
+            for r in 0..RM {
+                // SAFETY: group g's 16 code bytes are at 8 + 16 g in the super-block.
+                wq[r] = unsafe { group::<IQ4_XS>(w.add(r * wr + b * IQ4_XS_BYTES + 8 + 16 * g)) };
+                wa[r] = _mm256_abs_epi8(wq[r]);
+            }
+            for t in 0..RN {
+                // SAFETY: the Q8_K block's quants 32g..32g+32 (after its f32 d) are in bounds.
+                let aq = unsafe {
+                    _mm256_loadu_si256(a.add(t * ar + b * ab + 4 + 32 * g) as *const __m256i)
+                };
+                for r in 0..RM {
+                    let s = _mm256_madd_epi16(pairs(wa[r], wq[r], aq), sc[r][g]);
+                    sum[r][t] = _mm256_add_epi32(sum[r][t], s);
+                }
+            }
+        }
+        for t in 0..RN {
+            // SAFETY: the Q8_K block's f32 d is its first 4 bytes.
+            let da = unsafe { (a.add(t * ar + b * ab) as *const f32).read_unaligned() };
+            for r in 0..RM {
+                let c = _mm256_set1_ps(wd[r] * da);
+                acc[r][t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(sum[r][t]), acc[r][t]);
+            }
+        }
+    }
+    for r in 0..RM {
+        for t in 0..RN {
+            // SAFETY: the output cell is in bounds (caller contract).
+            unsafe { *out.add(t * os + r) = hsum8(acc[r][t]) };
+        }
+    }
+}
+
+/// The tile of kind `K` for `rm` rows x `rn` tokens (4x1 and 2x2 register tiles, else 1x1s).
+///
+/// # Safety
+/// As [`tile32`] for `rm` rows and `rn` tokens.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const K: u8>(
+    rm: usize,
+    rn: usize,
+    nb: usize,
+    w: *const u8,
+    wr: usize,
+    a: *const u8,
+    ar: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    macro_rules! run {
+        ($m:literal, $n:literal, $w:expr, $a:expr, $o:expr) => {
+            if K == IQ4_XS {
+                tile_xs::<$m, $n>(nb, $w, wr, $a, ar, $o, os)
+            } else {
+                tile32::<K, $m, $n>(nb, $w, wr, $a, ar, $o, os)
+            }
+        };
+    }
+    // SAFETY: (every arm) the caller's bounds cover these rows, tokens and cells.
+    unsafe {
+        match (rm, rn) {
+            (4, 1) => run!(4, 1, w, a, out),
+            (2, 2) => run!(2, 2, w, a, out),
+            _ => {
+                for t in 0..rn {
+                    for r in 0..rm {
+                        run!(1, 1, w.add(r * wr), a.add(t * ar), out.add(t * os + r));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The checked GEMM: single tokens in tiles of 4 rows, more in tiles of 2 rows x 2 tokens.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemm<const K: u8>(
+    k: usize,
+    w: &[u8],
+    n_rows: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+    os: usize,
+) {
+    let (wr, ar) = check_gemm(
+        k,
+        wdt(K),
+        w.len(),
+        n_rows,
+        adt(K),
+        a.len(),
+        n_tok,
+        out.len(),
+        os,
+    );
+    let nb = k / wdt(K).block_elems();
+    let (tm, tn) = if n_tok == 1 { (4, 1) } else { (2, 2) };
+    let (wp, ap, op) = (w.as_ptr(), a.as_ptr(), out.as_mut_ptr());
+    // Panels of ROWS_PER_PANEL rows, each swept by all token tiles while its weights are in
+    // cache (L2), instead of streaming the whole matrix once per token tile.
+    for p0 in (0..n_rows).step_by(ROWS_PER_PANEL) {
+        let p1 = (p0 + ROWS_PER_PANEL).min(n_rows);
+        for t0 in (0..n_tok).step_by(tn) {
+            let rn = tn.min(n_tok - t0);
+            for r0 in (p0..p1).step_by(tm) {
+                let rm = tm.min(p1 - r0);
+                // SAFETY: `check_gemm` checked n_rows weight rows, n_tok activation rows and
+                // the output cells; the tile's rows r0..r0+rm and tokens t0..t0+rn are inside.
+                unsafe {
+                    let (wt, at, ot) = (wp.add(r0 * wr), ap.add(t0 * ar), op.add(t0 * os + r0));
+                    tile::<K>(rm, rn, nb, wt, wr, at, ar, ot, os)
+                }
+            }
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot<const K: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    check_vec_dot(n, wdt(K), w.len(), adt(K), a.len());
+    let mut out = 0f32;
+    let nb = n / wdt(K).block_elems();
+    // SAFETY: lengths checked; one output cell.
+    unsafe { tile::<K>(1, 1, nb, w.as_ptr(), 0, a.as_ptr(), 0, &mut out, 0) };
+    out
+}
+
+macro_rules! entry_points {
+    ($($k:ident: $vd:ident, $gm:ident;)*) => {$(
+        /// AVX2 twin of the scalar `vec_dot` of the same name (bit-identical).
+        ///
+        /// # Safety
+        /// The CPU must support AVX2, FMA and F16C. Lengths are checked (panics).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $vd(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            // SAFETY: same target features as the caller.
+            unsafe { vec_dot::<$k>(n, w, a) }
+        }
+
+        /// AVX2 register-tiled twin of the scalar `gemm` of the same name (bit-identical).
+        ///
+        /// # Safety
+        /// The CPU must support AVX2, FMA and F16C. Lengths are checked (panics).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
+            // SAFETY: same target features as the caller.
+            unsafe { gemm::<$k>(k, w, n_rows, a, n_tok, out, os) }
+        }
+    )*};
+}
+
+entry_points! {
+    IQ4_NL: vec_dot_iq4_nl, gemm_iq4_nl;
+    MXFP4: vec_dot_mxfp4, gemm_mxfp4;
+    IQ4_XS: vec_dot_iq4_xs, gemm_iq4_xs;
+}
