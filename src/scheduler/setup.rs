@@ -5,7 +5,7 @@ use crate::config::{Config, KvBudget};
 use crate::engine::kv_cache::DEFAULT_BLOCK_SIZE;
 use crate::engine::{EngineError, Model};
 use crate::gguf::{GgufError, GgufFile};
-use crate::scheduler::engine_config::{EngineConfig, MAX_UNREAD_EVENTS};
+use crate::scheduler::engine_config::{CacheTiers, EngineConfig, MAX_UNREAD_EVENTS};
 use crate::scheduler::handle::EngineHandle;
 use crate::scheduler::observer::Observer;
 use crate::scheduler::state::Limits;
@@ -95,6 +95,18 @@ pub fn limits(cfg: &Config) -> Limits {
         n_ctx: 0,
         prefix_cache: s.prefix_cache,
         max_waiting: s.max_waiting,
+    }
+}
+
+/// The prefix cache's tiers per worker: an equal share of each bound. Workers share the disk
+/// tier's directory as replicas on one volume do (a block is the same whoever wrote it).
+fn tiers(cfg: &Config, workers: usize) -> CacheTiers {
+    let c = &cfg.cache;
+    let w = workers.max(1);
+    CacheTiers {
+        ram_bytes: usize::try_from(c.ram_bytes / w as u64).unwrap_or(usize::MAX),
+        dir: c.dir.clone(),
+        disk_bytes: c.disk_bytes / w as u64,
     }
 }
 
@@ -212,6 +224,7 @@ pub fn start_with(
             faults: faults.to_vec(),
             max_unread_events: MAX_UNREAD_EVENTS,
             pooling: cfg.pooling,
+            tiers: tiers(cfg, workers),
         },
         observer,
     )

@@ -14,6 +14,7 @@ mod golden;
 mod kv_cache;
 mod kv_q8_fidelity;
 mod mask_thread;
+mod prefix_tiers;
 mod quantize;
 mod scheduler;
 mod server;

@@ -106,7 +106,10 @@ impl StepState {
             max_waiting: usize::MAX,
             ..limits
         };
-        let sched = Scheduler::new(sched_limits, kv.allocator().clone());
+        let mut sched = Scheduler::new(sched_limits, kv.allocator().clone());
+        if limits.prefix_cache {
+            sched.set_ram_tier(cfg.tiers.ram_bytes);
+        }
         let sample_scratch = (0..model.team().threads())
             .map(|_| Mutex::new(SampleScratch::new()))
             .collect();
@@ -351,6 +354,8 @@ impl Worker {
         // Prefix-cache lookups happen while planning.
         let before = self.sched.prefix_stats();
         let plan = self.sched.schedule();
+        // Evicted blocks' pages are free: copy them out before anything writes them.
+        self.run_spills(&plan)?;
         if plan.is_empty() {
             // Nothing could be scheduled (should not happen: the oldest sequence can always
             // preempt the others); avoid spinning hot.
@@ -378,6 +383,11 @@ impl Worker {
     /// Copies shared blocks, runs the forward pass (beside the grammar masks) and hands each
     /// sequence's logits to sampling and output processing.
     fn execute(&mut self, plan: &StepPlan) -> Result<MaskWork, StepError> {
+        for r in &plan.restores {
+            self.kv
+                .import_block(&r.pages, &r.bytes)
+                .map_err(EngineError::from)?;
+        }
         for &(src, dst) in &plan.copies {
             self.kv.copy_block(src, dst).map_err(EngineError::from)?;
         }
@@ -498,6 +508,19 @@ impl Worker {
         self.rows = rows;
         self.hidden = hidden;
         Ok(masks)
+    }
+
+    /// Copies the blocks the plan evicted to the RAM tier (their pages are free and nothing
+    /// has written them since: a step writes pages only after this).
+    fn run_spills(&mut self, plan: &StepPlan) -> Result<(), StepError> {
+        for sp in &plan.spills {
+            let mut bytes = Vec::with_capacity(self.kv.block_bytes());
+            self.kv
+                .export_block(&sp.pages, &mut bytes)
+                .map_err(EngineError::from)?;
+            self.sched.prefix_mut().store_spill(sp, bytes.into());
+        }
+        Ok(())
     }
 
     /// Scores the prompt tokens `item`'s rows predict (row `j` gives the distribution of the
