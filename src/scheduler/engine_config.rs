@@ -43,6 +43,9 @@ pub struct CacheTiers {
     pub dir: Option<std::path::PathBuf>,
     /// Bytes of blocks kept in `dir` at most.
     pub disk_bytes: u64,
+    /// The model identity disk files are keyed and checked by
+    /// ([`crate::scheduler::prefix_cache::identity`]).
+    pub identity: u64,
 }
 
 /// Unread events a client may leave behind before its request is aborted (a reader that

@@ -107,3 +107,172 @@ fn a_prompt_evicted_to_ram_comes_back_bit_identical() {
     off.engine.shutdown();
     on.engine.shutdown();
 }
+
+/// The tiers' last numbers, as monitoring gets them.
+#[derive(Default)]
+struct LastTiers(std::sync::Mutex<kiln::scheduler::TierStats>);
+
+impl kiln::scheduler::Observer for LastTiers {
+    fn on_tiers(&self, t: &kiln::scheduler::TierStats) {
+        *self.0.lock().unwrap() = *t;
+    }
+}
+
+impl LastTiers {
+    fn get(&self) -> kiln::scheduler::TierStats {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// An engine with a disk tier in `dir` (and 64 MiB of RAM tier), reporting to `obs`.
+fn disk_engine(dir: &std::path::Path, obs: Arc<LastTiers>) -> Loaded {
+    let mut cfg = Config {
+        model_path: default_model(),
+        threads: 1,
+        kv_cache: KvBudget::Positions(2048),
+        cache: CacheSettings {
+            ram_bytes: 64 << 20,
+            dir: Some(dir.to_path_buf()),
+            ..CacheSettings::default()
+        },
+        ..Config::default()
+    };
+    cfg.scheduler.max_num_seqs = 2;
+    start(&cfg, None, obs).expect("engine starts")
+}
+
+/// The block files under `dir` (one model's directory inside it).
+fn block_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(sub.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if f.path().extension().is_some_and(|e| e == "kvb") {
+                out.push(f.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("kiln-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn a_restarted_engine_resumes_the_disk_tier_bit_identical_and_skips_bad_files() {
+    let dir = temp_dir("disk-tier");
+    let obs = Arc::new(LastTiers::default());
+    let first = disk_engine(&dir, Arc::clone(&obs));
+    let p = long_prompt(&first, "lakes");
+    let blocks = (p.len() - 1) / 16;
+    let (cold, c0) = run(&first, &p);
+    assert_eq!(c0, 0);
+    crate::scheduler::wait_for("the blocks on disk", || block_files(&dir).len() >= blocks);
+    first.engine.shutdown();
+    drop(first);
+
+    // A new engine on the same directory: the whole prompt comes from disk.
+    let obs = Arc::new(LastTiers::default());
+    let second = disk_engine(&dir, Arc::clone(&obs));
+    let (warm, c1) = run(&second, &p);
+    assert_eq!(warm, cold, "a reply from disk-tier blocks differs");
+    assert_eq!(c1, blocks * 16);
+    let t = obs.get();
+    assert_eq!((t.disk_hits, t.disk_rejected), (1, 0), "{t:?}");
+    second.engine.shutdown();
+    drop(second);
+
+    // Damage: a flipped bit in the chain's 4th block, the 6th truncated, and a foreign file
+    // (another model's identity) put in place of the 2nd. Each is refused (counted), and the
+    // prompt reuses only the blocks before the first bad one.
+    let mut files: Vec<_> = block_files(&dir);
+    assert_eq!(files.len(), blocks);
+    let chain = chain_order(&p, &mut files);
+    let mut b = std::fs::read(&chain[3]).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 1;
+    std::fs::write(&chain[3], &b).unwrap();
+    let b = std::fs::read(&chain[5]).unwrap();
+    std::fs::write(&chain[5], &b[..b.len() - 100]).unwrap();
+    let obs = Arc::new(LastTiers::default());
+    let third = disk_engine(&dir, Arc::clone(&obs));
+    let (again, c2) = run(&third, &p);
+    assert_eq!(again, cold);
+    assert_eq!(c2, 3 * 16, "only the blocks before the corrupt one");
+    assert_eq!(obs.get().disk_rejected, 1);
+    // The recomputed blocks were written again; the truncated one is refused on its turn.
+    third.engine.shutdown();
+    drop(third);
+    let id_dir = chain[0].parent().unwrap().to_path_buf();
+    let foreign_dir = dir.join("00000000000000aa");
+    std::fs::create_dir_all(&foreign_dir).unwrap();
+    // A file of this model's directory copied under another model's identity is never read
+    // there, and one copied in from elsewhere (its header names another identity) is refused.
+    let second_name = chain[1].file_name().unwrap().to_owned();
+    std::fs::rename(&chain[1], foreign_dir.join(&second_name)).unwrap();
+    let mut foreign = std::fs::read(foreign_dir.join(&second_name)).unwrap();
+    foreign[16] ^= 0xff;
+    // Re-seal the checksum so only the identity differs.
+    let end = foreign.len() - 8;
+    let sum = kiln::scheduler::prefix_cache::stable_hash::hash_bytes(
+        0x6b76_625f_7375_6d31,
+        &foreign[..end],
+    );
+    foreign[end..].copy_from_slice(&sum.to_le_bytes());
+    std::fs::write(id_dir.join(&second_name), &foreign).unwrap();
+    let obs = Arc::new(LastTiers::default());
+    let fourth = disk_engine(&dir, Arc::clone(&obs));
+    let (again, c3) = run(&fourth, &p);
+    assert_eq!(again, cold);
+    assert_eq!(c3, 16, "only the block before the foreign one");
+    assert_eq!(obs.get().disk_rejected, 1);
+    fourth.engine.shutdown();
+    drop(fourth);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `files` (the prompt's block files) in the order of the prompt's blocks.
+fn chain_order(p: &[u32], files: &mut [std::path::PathBuf]) -> Vec<std::path::PathBuf> {
+    use kiln::scheduler::prefix_cache::{block_key, ROOT};
+    let mut parent = ROOT;
+    let mut out = Vec::new();
+    for chunk in p.chunks_exact(16).take((p.len() - 1) / 16) {
+        parent = block_key(parent, chunk);
+        let name = format!("{parent:016x}.kvb");
+        let f = files
+            .iter()
+            .find(|f| f.file_name().is_some_and(|n| n == name.as_str()))
+            .unwrap_or_else(|| panic!("no file for block {name}"));
+        out.push(f.clone());
+    }
+    out
+}
+
+#[test]
+fn an_unwritable_disk_tier_degrades_to_ram_and_serves() {
+    // A directory that cannot be made: its parent is a file.
+    let base = temp_dir("disk-unwritable");
+    std::fs::create_dir_all(&base).unwrap();
+    let file = base.join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let obs = Arc::new(LastTiers::default());
+    let l = disk_engine(&file.join("cache"), Arc::clone(&obs));
+    let p = long_prompt(&l, "clouds");
+    let (cold, _) = run(&l, &p);
+    let (warm, cached) = run(&l, &p);
+    assert_eq!(warm, cold);
+    assert!(cached > 0);
+    let t = obs.get();
+    assert!(t.disk_degraded && t.disk_write_errors >= 1, "{t:?}");
+    assert_eq!(t.disk_written, 0);
+    l.engine.shutdown();
+    drop(l);
+    std::fs::remove_dir_all(&base).unwrap();
+}

@@ -32,12 +32,16 @@ use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError, RELEASED
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+pub mod disk;
+pub mod disk_file;
+pub mod identity;
 pub mod ram;
 pub mod stable_hash;
 mod tier_ops;
 
+pub use disk::{DiskStats, DiskTier};
 pub use ram::RamTier;
-pub use tier_ops::{Hit, Restore, Spill};
+pub use tier_ops::{Hit, Persist, Restore, Spill};
 
 /// Key of the empty prefix (the parent of every first block).
 pub const ROOT: u64 = 0x6b69_6c6e_5f72_6f6f;
@@ -76,6 +80,11 @@ pub struct PrefixStats {
     /// Lookups that restored at least one block from the RAM tier, and its tokens.
     pub ram_hits: u64,
     pub ram_hit_tokens: u64,
+    /// Lookups that reused at least one block already in the pool.
+    pub pool_hits: u64,
+    /// Lookups that reached the RAM tier (the pool's blocks ended before the prompt did) and
+    /// found nothing there.
+    pub ram_misses: u64,
     /// Blocks evicted from the pool into the RAM tier.
     pub spilled: u64,
 }
@@ -92,6 +101,9 @@ pub struct PrefixCache {
     ram: RamTier,
     /// Evicted blocks whose bytes the worker has yet to copy out (see [`Self::take_spills`]).
     spills: Vec<Spill>,
+    /// Whether new blocks are queued for the disk tier ([`Self::take_persists`]).
+    persist: bool,
+    persists: Vec<Persist>,
 }
 
 impl PrefixCache {
@@ -112,7 +124,21 @@ impl PrefixCache {
             stats: PrefixStats::default(),
             ram: RamTier::new(ram_bytes),
             spills: Vec::new(),
+            persist: false,
+            persists: Vec::new(),
         }
+    }
+
+    /// Queues every block that enters the cache from now on for the disk tier.
+    pub fn persist_new_blocks(&mut self) {
+        self.persist = true;
+    }
+
+    /// The blocks that entered the cache since the last call (with [`Self::persist_new_blocks`]),
+    /// in order: the cache holds their pages until it evicts them, which happens only while
+    /// planning a step, so the worker copies them out after the step that computed them.
+    pub fn take_persists(&mut self) -> Vec<Persist> {
+        std::mem::take(&mut self.persists)
     }
 
     /// The RAM tier (sizes, for monitoring).
@@ -220,13 +246,21 @@ impl PrefixCache {
             self.stats.hits += 1;
             self.stats.hit_tokens += (blocks * bs) as u64;
         }
+        if pool_blocks > 0 {
+            self.stats.pool_hits += 1;
+        }
         if ram_blocks > 0 {
             self.stats.ram_hits += 1;
             self.stats.ram_hit_tokens += (ram_blocks * bs) as u64;
         }
+        let ram_miss = ram_blocks == 0 && whole && self.ram.is_on() && pool_blocks < max_blocks;
+        if ram_miss {
+            self.stats.ram_misses += 1;
+        }
         Hit {
             tokens: blocks * bs,
             pool_tokens: pool_blocks * bs,
+            ram_miss,
         }
     }
 
@@ -304,6 +338,12 @@ impl PrefixCache {
             st.hits = st.hits.saturating_sub(1);
             st.hit_tokens = st.hit_tokens.saturating_sub(hit.tokens as u64);
         }
+        if hit.pool_tokens > 0 {
+            st.pool_hits = st.pool_hits.saturating_sub(1);
+        }
+        if hit.ram_miss {
+            st.ram_misses = st.ram_misses.saturating_sub(1);
+        }
         let ram = hit.tokens - hit.pool_tokens;
         if ram > 0 {
             st.ram_hits = st.ram_hits.saturating_sub(1);
@@ -335,6 +375,14 @@ impl PrefixCache {
         }
         let mut holder = BlockTable::new(&self.alloc);
         holder.push_pages(pages)?;
+        if self.persist && !pages.contains(&RELEASED) {
+            self.persists.push(Persist {
+                key,
+                parent,
+                tokens: tokens.into(),
+                pages: pages.to_vec(),
+            });
+        }
         if let Some(p) = self.entries.get_mut(&parent) {
             p.children += 1;
         }

@@ -42,6 +42,11 @@ impl RamTier {
         }
     }
 
+    /// The bound in bytes.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
     /// Whether the tier can hold anything.
     pub fn is_on(&self) -> bool {
         self.cap > 0

@@ -54,6 +54,7 @@ fn shared_prefix_is_reused_and_leaves_the_last_token() {
             queries: 3,
             hits: 2,
             hit_tokens: 12,
+            pool_hits: 2,
             ..PrefixStats::default()
         }
     );

@@ -14,6 +14,16 @@ pub struct Spill {
     pub pages: Vec<u32>,
 }
 
+/// A block that just entered the pool's cache, to be written to the disk tier: the worker
+/// copies its `pages` (held by the cache) out after the step and hands them to the writer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Persist {
+    pub key: u64,
+    pub parent: u64,
+    pub tokens: Box<[u32]>,
+    pub pages: Vec<u32>,
+}
+
 /// A RAM-tier block to write into fresh `pages` (one per layer group, held by the sequence
 /// that looked it up) before the step's forward pass reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,4 +38,6 @@ pub struct Restore {
 pub struct Hit {
     pub tokens: usize,
     pub pool_tokens: usize,
+    /// The lookup reached the RAM tier and found nothing there.
+    pub ram_miss: bool,
 }

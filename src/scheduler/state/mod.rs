@@ -330,9 +330,13 @@ impl<T> Scheduler<T> {
         self.prefix.stats()
     }
 
-    /// Gives the prefix cache a RAM tier of `bytes` (0: none), dropping what it held.
-    pub fn set_ram_tier(&mut self, bytes: usize) {
-        self.prefix = PrefixCache::with_ram(self.alloc.clone(), bytes);
+    /// Gives the prefix cache a RAM tier of `ram_bytes` (0: none), and with `persist` queues
+    /// its new blocks for a disk tier; drops what it held.
+    pub fn set_tiers(&mut self, ram_bytes: usize, persist: bool) {
+        self.prefix = PrefixCache::with_ram(self.alloc.clone(), ram_bytes);
+        if persist {
+            self.prefix.persist_new_blocks();
+        }
     }
 
     /// The prefix cache's RAM tier (for monitoring).

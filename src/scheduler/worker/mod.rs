@@ -10,7 +10,8 @@ use crate::scheduler::constrain::{MaskThread, MaskWork, Pending};
 use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::fault::{FaultStage, Faults};
-use crate::scheduler::observer::{Observer, StepKind, StepStats};
+use crate::scheduler::observer::{CacheTier, Observer, StepKind, StepStats};
+use crate::scheduler::prefix_cache::DiskTier;
 use crate::scheduler::request::{
     Event, FinishReason, GenerationRequest, PromptOutput, TokenLogprob,
 };
@@ -26,6 +27,7 @@ use std::time::{Duration, Instant};
 mod output;
 mod sample;
 mod shared;
+mod tiers;
 
 pub(crate) use shared::{WorkerShared, WorkerState};
 
@@ -77,6 +79,8 @@ pub(crate) struct Worker {
     max_unread_events: usize,
     /// Computes grammar masks beside the forward pass (kept across rebuilds).
     masks: MaskThread,
+    /// The prefix cache's disk tier, if configured (kept across rebuilds).
+    disk: Option<DiskTier>,
 }
 
 /// What a step mutates, built new at start and after every fault: the KV cache, the forward
@@ -108,7 +112,7 @@ impl StepState {
         };
         let mut sched = Scheduler::new(sched_limits, kv.allocator().clone());
         if limits.prefix_cache {
-            sched.set_ram_tier(cfg.tiers.ram_bytes);
+            sched.set_tiers(cfg.tiers.ram_bytes, cfg.tiers.dir.is_some());
         }
         let sample_scratch = (0..model.team().threads())
             .map(|_| Mutex::new(SampleScratch::new()))
@@ -164,6 +168,16 @@ impl Worker {
             sample_scratch,
         } = StepState::new(&model, cfg, limits)?;
         let shared = Arc::new(WorkerShared::new(kv.total_blocks()));
+        let disk = match &cfg.tiers.dir {
+            Some(dir) if limits.prefix_cache => Some(DiskTier::open(
+                dir,
+                cfg.tiers.identity,
+                kv.block_bytes(),
+                cfg.tiers.disk_bytes,
+                Arc::clone(&observer),
+            )),
+            _ => None,
+        };
         let faults = Faults::new(&cfg.faults);
         let outputs = Outputs::new(
             index,
@@ -192,6 +206,7 @@ impl Worker {
             faults,
             max_unread_events: cfg.max_unread_events.max(1),
             masks: MaskThread::new(format!("kiln-masks-{index}")),
+            disk,
         })
     }
 
@@ -333,6 +348,9 @@ impl Worker {
         let out = SeqOut::new(id, 0, &r, constraint, n == 1);
         let prompt = r.req.prompt.clone();
         let rows = r.req.prompt_output.wants_rows();
+        if !rows {
+            self.load_from_disk(&prompt);
+        }
         match self
             .sched
             .add(seq_id(id, 0), prompt, r.req.max_tokens, n, out)
@@ -383,10 +401,15 @@ impl Worker {
     /// Copies shared blocks, runs the forward pass (beside the grammar masks) and hands each
     /// sequence's logits to sampling and output processing.
     fn execute(&mut self, plan: &StepPlan) -> Result<MaskWork, StepError> {
-        for r in &plan.restores {
-            self.kv
-                .import_block(&r.pages, &r.bytes)
-                .map_err(EngineError::from)?;
+        if !plan.restores.is_empty() {
+            let t0 = Instant::now();
+            for r in &plan.restores {
+                self.kv
+                    .import_block(&r.pages, &r.bytes)
+                    .map_err(EngineError::from)?;
+            }
+            self.observer
+                .on_tier_restore(CacheTier::Ram, plan.restores.len(), t0.elapsed());
         }
         for &(src, dst) in &plan.copies {
             self.kv.copy_block(src, dst).map_err(EngineError::from)?;
@@ -501,6 +524,7 @@ impl Worker {
                 }
             }
         }
+        self.run_persists()?;
         let drawn = self.sample_many(&batch, &rows, n_vocab);
         for ((sid, _), d) in batch.into_iter().zip(drawn) {
             self.outputs.emit(&mut self.sched, sid, d);
@@ -508,19 +532,6 @@ impl Worker {
         self.rows = rows;
         self.hidden = hidden;
         Ok(masks)
-    }
-
-    /// Copies the blocks the plan evicted to the RAM tier (their pages are free and nothing
-    /// has written them since: a step writes pages only after this).
-    fn run_spills(&mut self, plan: &StepPlan) -> Result<(), StepError> {
-        for sp in &plan.spills {
-            let mut bytes = Vec::with_capacity(self.kv.block_bytes());
-            self.kv
-                .export_block(&sp.pages, &mut bytes)
-                .map_err(EngineError::from)?;
-            self.sched.prefix_mut().store_spill(sp, bytes.into());
-        }
-        Ok(())
     }
 
     /// Scores the prompt tokens `item`'s rows predict (row `j` gives the distribution of the
@@ -626,5 +637,6 @@ impl Worker {
             mask_time: masks.compute,
             mask_wait: masks.wait,
         });
+        self.observer.on_tiers(&self.tier_stats());
     }
 }
