@@ -77,7 +77,7 @@ def config(kv_positions: int, cache_dir: Path | None, ram: str) -> dict:
     return {
         "engine": {"kv_cache": kv_positions},
         "scheduler": {"max_num_seqs": 16},
-        "server": {"max_tokens_cap": 64, "request_timeout": 900, "drain_timeout": 5},
+        "server": {"max_tokens_default": 32, "max_tokens_cap": 64, "request_timeout": 900, "drain_timeout": 5},
         "cache": cache,
     }
 

@@ -17,7 +17,7 @@ def tier_config(cache_dir: Path) -> dict:
     # 1,024 positions of KV cache: two of these ~700-token prompts do not fit together.
     return {
         "engine": {"kv_cache": 1024},
-        "server": {"max_tokens_cap": 64, "request_timeout": 120, "drain_timeout": 5},
+        "server": {"max_tokens_default": 32, "max_tokens_cap": 64, "request_timeout": 120, "drain_timeout": 5},
         "cache": {"ram_bytes": "256MiB", "dir": str(cache_dir)},
     }
 
