@@ -73,9 +73,6 @@ pub struct CacheSettings {
     pub dir: Option<PathBuf>,
     /// Bytes of blocks the disk tier keeps at most (least recently used removed first).
     pub disk_bytes: u64,
-    /// Key cached prompts by the API key that sent them: a prompt is reused only for requests
-    /// of the same key (multi-tenant deployments; see docs/deploy.md).
-    pub namespace_by_key: bool,
 }
 
 /// RAM tier bound unless configured: 1 GiB.
@@ -89,7 +86,6 @@ impl Default for CacheSettings {
             ram_bytes: CACHE_RAM_DEFAULT,
             dir: None,
             disk_bytes: CACHE_DISK_DEFAULT,
-            namespace_by_key: false,
         }
     }
 }

@@ -102,7 +102,6 @@ fn cache_settings(raw: RawCache) -> Result<CacheSettings, ConfigError> {
         ram_bytes: size("cache.ram_bytes", raw.ram_bytes, d.ram_bytes)?,
         dir: raw.dir,
         disk_bytes: size("cache.disk_bytes", raw.disk_bytes, d.disk_bytes)?,
-        namespace_by_key: raw.namespace_by_key.unwrap_or(d.namespace_by_key),
     };
     if c.dir.is_some() && c.ram_bytes == 0 {
         return Err(invalid(

@@ -125,13 +125,33 @@ impl KvCache {
     }
 }
 
+/// Appends `xs` as little-endian bytes (one copy of memory on a little-endian machine).
 fn push_f16(out: &mut Vec<u8>, xs: &[f16]) {
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: f16 is a plain 2-byte value with no padding and no invalid bit patterns, so
+        // its slice is readable as `2 * len` bytes, which on a little-endian machine are its
+        // little-endian encoding; the byte slice borrows `xs` and lives no longer.
+        let bytes = unsafe { std::slice::from_raw_parts(xs.as_ptr().cast::<u8>(), xs.len() * 2) };
+        out.extend_from_slice(bytes);
+    }
+    #[cfg(not(target_endian = "little"))]
     out.extend(xs.iter().flat_map(|x| x.to_bits().to_le_bytes()));
 }
 
-/// Fills `dst` from the front of `bytes`; returns the rest.
+/// Fills `dst` from the front of `bytes` (little-endian f16s); returns the rest.
 fn take_f16<'a>(bytes: &'a [u8], dst: &mut [f16]) -> &'a [u8] {
     let (head, tail) = bytes.split_at(dst.len() * 2);
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: as in `push_f16`: every 2-byte pattern is a valid f16, `dst` is exclusively
+        // borrowed and exactly `head.len()` bytes long, and the two slices cannot overlap
+        // (`bytes` is shared while `dst` is unique).
+        let d =
+            unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<u8>(), head.len()) };
+        d.copy_from_slice(head);
+    }
+    #[cfg(not(target_endian = "little"))]
     for (d, b) in dst.iter_mut().zip(head.chunks_exact(2)) {
         *d = f16::from_bits(u16::from_le_bytes([b[0], b[1]]));
     }

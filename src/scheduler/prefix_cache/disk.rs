@@ -224,6 +224,20 @@ impl Drop for DiskTier {
     }
 }
 
+/// Gives the calling thread the lowest CPU priority (Linux: a thread's nice value is its own),
+/// so the writer takes CPU time the engine's steps leave, never theirs. Best effort.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions; setpriority only reads its arguments and
+        // changes this thread's nice value (an error just leaves it unchanged).
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+        }
+    }
+}
+
 fn file_path(dir: &Path, key: u64) -> PathBuf {
     dir.join(format!("{key:016x}.{EXT}"))
 }
@@ -324,6 +338,7 @@ struct Writer {
 
 impl Writer {
     fn run(mut self, rx: mpsc::Receiver<Msg>) {
+        lower_priority();
         while let Ok(msg) = rx.recv() {
             match msg {
                 Msg::Write(job) => self.write(job),
