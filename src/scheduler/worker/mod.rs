@@ -38,6 +38,9 @@ pub(crate) enum Command {
     Abort(u64),
     /// End every request in flight (finish reason `abort`).
     AbortAll,
+    /// Drop the prefix cache: the KV pool's unused cached blocks, the RAM tier and the disk
+    /// tier's files (requests in flight keep their blocks).
+    ClearPrefixCache,
     /// Abort everything and stop the thread.
     Shutdown,
 }
@@ -319,6 +322,13 @@ impl Worker {
                     .abort_request(&mut self.sched, id, FinishReason::Abort)
             }
             Command::AbortAll => self.outputs.abort_all(&mut self.sched, FinishReason::Abort),
+            Command::ClearPrefixCache => {
+                self.sched.clear_prefix_cache();
+                if let Some(d) = self.disk.as_mut() {
+                    d.clear();
+                }
+                self.shared.publish_load(&self.sched);
+            }
             Command::Shutdown => return false,
         }
         true
