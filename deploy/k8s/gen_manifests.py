@@ -38,6 +38,12 @@ OVERRIDES = {
         "# (deploy/k8s/deployment.yaml) is sized for 512 MiB: ~23k positions of the default model",
     ),
     ("server", "host"): ('"0.0.0.0"', "reachable from outside the container"),
+    ("cache", "ram_bytes"): (
+        '"128MiB"',
+        "the memory limit (deployment.yaml, 1 GiB) holds the 512 MiB KV cache, the model and\n"
+        "# this RAM tier; raise them together. The disk tier's directory is a volume\n"
+        "# (KILN_CACHE_DIR in deployment.yaml and compose.yaml)",
+    ),
     ("server", "metrics_public"): (
         "true",
         "Prometheus and the endpoint picker scrape /metrics without a key",

@@ -61,6 +61,16 @@ pub struct Args {
     /// How the KV cache stores K and V: "f16" or "q8_0" (half the memory) (engine.kv_type).
     #[arg(long, env = "KILN_KV_TYPE")]
     kv_type: Option<String>,
+    /// Bytes of evicted KV blocks kept in RAM, e.g. "4GiB"; 0 = off (cache.ram_bytes).
+    /// llama-server: --cache-ram.
+    #[arg(long, visible_alias = "cache-ram", env = "KILN_CACHE_RAM_BYTES")]
+    cache_ram_bytes: Option<String>,
+    /// Directory of the persistent prompt cache (cache.dir).
+    #[arg(long, env = "KILN_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Bytes the persistent prompt cache keeps at most, e.g. "20GiB" (cache.disk_bytes).
+    #[arg(long, env = "KILN_CACHE_DISK_BYTES")]
+    cache_disk_bytes: Option<String>,
     /// Sequences per step (scheduler.max_num_seqs). llama-server: -np/--parallel.
     #[arg(long, visible_alias = "parallel", env = "KILN_MAX_NUM_SEQS")]
     max_num_seqs: Option<usize>,
@@ -204,6 +214,15 @@ impl Args {
         }
         if let Some(v) = &self.kv_type {
             o.push(("engine.kv_type", Value::String(v.clone())));
+        }
+        if let Some(v) = &self.cache_ram_bytes {
+            o.push(("cache.ram_bytes", size(v)));
+        }
+        if let Some(v) = &self.cache_dir {
+            o.push(("cache.dir", path(v)));
+        }
+        if let Some(v) = &self.cache_disk_bytes {
+            o.push(("cache.disk_bytes", size(v)));
         }
         if let Some(v) = self.max_num_seqs {
             o.push(("scheduler.max_num_seqs", int(v)));

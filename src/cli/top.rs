@@ -199,6 +199,26 @@ fn frame(url: &str, s: &Value, history: &[f64]) -> String {
         s["kv_blocks_cached"].as_u64().unwrap_or(0),
         s["kv_blocks_total"].as_u64().unwrap_or(0)
     ));
+    let pc = &s["prefix_cache"];
+    let n = |k: &str| pc[k].as_u64().unwrap_or(0);
+    if !pc.is_null() {
+        line(format!(
+            "prefix tiers: RAM {} blocks {} MiB ({}/{} hit)   disk {} blocks {} MiB ({}/{} hit){}",
+            n("ram_blocks"),
+            n("ram_bytes") >> 20,
+            n("ram_hits"),
+            n("ram_hits") + n("ram_misses"),
+            n("disk_blocks"),
+            n("disk_bytes") >> 20,
+            n("disk_hits"),
+            n("disk_hits") + n("disk_misses"),
+            if pc["disk_degraded"].as_bool() == Some(true) {
+                "  DISK DEGRADED (RAM only)"
+            } else {
+                ""
+            }
+        ));
+    }
     if let Some(models) = s["models"].as_array().filter(|m| m.len() > 1) {
         out.push_str(&models_table(s, models));
     }
@@ -286,6 +306,24 @@ mod tests {
         assert!(uri("127.0.0.1:8080").is_err());
         assert_eq!(sparkline(&[0.0, 5.0, 10.0]), "▁▅█");
         assert_eq!(gauge(0.5, 4), "[##..]");
+    }
+
+    #[test]
+    fn the_prefix_tiers_line_shows_sizes_hits_and_a_degraded_disk() {
+        let s = serde_json::json!({"status": "ready", "prefix_cache": {
+            "ram_blocks": 12, "ram_bytes": 5u64 << 20, "ram_hits": 3, "ram_misses": 1,
+            "disk_blocks": 40, "disk_bytes": 20u64 << 20, "disk_hits": 1, "disk_misses": 0,
+            "disk_degraded": true}});
+        let text = frame("u", &s, &[]);
+        let l = text
+            .lines()
+            .find(|l| l.starts_with("prefix tiers"))
+            .expect(&text);
+        assert!(l.contains("RAM 12 blocks 5 MiB (3/4 hit)"), "{l}");
+        assert!(
+            l.contains("disk 40 blocks 20 MiB (1/1 hit)") && l.contains("DEGRADED"),
+            "{l}"
+        );
     }
 
     #[test]

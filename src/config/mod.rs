@@ -11,8 +11,8 @@ mod settings;
 mod validate;
 
 pub use settings::{
-    Config, KvBudget, LogFormat, LogSettings, ModelSpec, SchedulerSettings, ServerSettings,
-    DEFAULT_MODEL_PATH, KV_AUTO_CAP_BYTES, KV_AUTO_SHARE_PERCENT,
+    CacheSettings, Config, KvBudget, LogFormat, LogSettings, ModelSpec, SchedulerSettings,
+    ServerSettings, DEFAULT_MODEL_PATH, KV_AUTO_CAP_BYTES, KV_AUTO_SHARE_PERCENT,
 };
 
 use raw::RawConfig;

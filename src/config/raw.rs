@@ -20,6 +20,8 @@ pub(super) struct RawConfig {
     pub server: RawServer,
     #[serde(default)]
     pub log: RawLog,
+    #[serde(default)]
+    pub cache: RawCache,
     /// `[[models]]`: several models in one server (replaces `[model]` when non-empty).
     #[serde(default)]
     pub models: Vec<RawModelEntry>,
@@ -68,6 +70,15 @@ pub(super) struct RawEngine {
 pub(super) enum RawSize {
     Number(u64),
     Text(String),
+}
+
+/// `[cache]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCache {
+    pub ram_bytes: Option<RawSize>,
+    pub dir: Option<PathBuf>,
+    pub disk_bytes: Option<RawSize>,
 }
 
 /// `[scheduler]`.

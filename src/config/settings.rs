@@ -37,6 +37,7 @@ pub struct Config {
     pub scheduler: SchedulerSettings,
     pub server: ServerSettings,
     pub log: LogSettings,
+    pub cache: CacheSettings,
 }
 
 impl Default for Config {
@@ -55,6 +56,36 @@ impl Default for Config {
             pooling: None,
             server: ServerSettings::default(),
             log: LogSettings::default(),
+            cache: CacheSettings::default(),
+        }
+    }
+}
+
+/// `[cache]`: the prefix cache's tiers below the KV cache. Blocks the KV cache evicts move to
+/// RAM (`ram_bytes`), and with a `dir` every computed block is also written there in the
+/// background (`disk_bytes`), so a restarted server (or another one on the same volume)
+/// reuses them. Each worker gets an equal share of both bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheSettings {
+    /// Bytes of evicted KV blocks kept in RAM (0: evicted blocks are dropped).
+    pub ram_bytes: u64,
+    /// The disk tier's directory (None: no disk tier). Created if missing.
+    pub dir: Option<PathBuf>,
+    /// Bytes of blocks the disk tier keeps at most (least recently used removed first).
+    pub disk_bytes: u64,
+}
+
+/// RAM tier bound unless configured: 1 GiB.
+pub const CACHE_RAM_DEFAULT: u64 = 1 << 30;
+/// Disk tier bound unless configured: 10 GiB.
+pub const CACHE_DISK_DEFAULT: u64 = 10 << 30;
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        CacheSettings {
+            ram_bytes: CACHE_RAM_DEFAULT,
+            dir: None,
+            disk_bytes: CACHE_DISK_DEFAULT,
         }
     }
 }

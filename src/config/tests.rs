@@ -381,3 +381,44 @@ fn model_name_settings() {
     let e = Config::parse("[server]\nstrict_model_names = \"yes\"\n").unwrap_err();
     assert!(e.to_string().contains("strict_model_names"), "{e}");
 }
+
+#[test]
+fn cache_tiers_parse_sizes_and_need_ram_for_a_disk_tier() {
+    use toml::Value;
+    let c = Config::load(
+        None,
+        &[
+            ("cache.ram_bytes", Value::String("2GiB".into())),
+            ("cache.dir", Value::String("/var/cache/kiln".into())),
+            ("cache.disk_bytes", Value::Integer(1 << 20)),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.cache.ram_bytes, 2 << 30);
+    assert_eq!(c.cache.disk_bytes, 1 << 20);
+    assert_eq!(
+        c.cache.dir.as_deref(),
+        Some(std::path::Path::new("/var/cache/kiln"))
+    );
+    assert_eq!(Config::default().cache.dir, None);
+    for (key, v, why) in [
+        (
+            "cache.ram_bytes",
+            Value::String("lots".into()),
+            "cache.ram_bytes",
+        ),
+        ("cache.dir", Value::String(String::new()), "cache.dir"),
+    ] {
+        let e = Config::load(None, &[(key, v)]).unwrap_err();
+        assert!(e.to_string().contains(why), "{e}");
+    }
+    let e = Config::load(
+        None,
+        &[
+            ("cache.ram_bytes", Value::Integer(0)),
+            ("cache.dir", Value::String("/tmp/x".into())),
+        ],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("cache.dir"), "{e}");
+}

@@ -5,9 +5,9 @@
 
 use super::check::{in_range, invalid, kv_budget, kv_type, MAX_THREADS};
 use super::models;
-use super::raw::{RawConfig, RawLog, RawScheduler, RawServer, RawSize};
+use super::raw::{RawCache, RawConfig, RawLog, RawScheduler, RawServer, RawSize};
 use super::settings::{
-    Config, LogFormat, LogSettings, ModelSpec, SchedulerSettings, ServerSettings,
+    CacheSettings, Config, LogFormat, LogSettings, ModelSpec, SchedulerSettings, ServerSettings,
 };
 use super::{parse_bytes, ConfigError};
 use std::time::Duration;
@@ -75,8 +75,41 @@ impl TryFrom<RawConfig> for Config {
             scheduler: scheduler_settings(raw.scheduler)?,
             server,
             log: log_settings(raw.log)?,
+            cache: cache_settings(raw.cache)?,
         })
     }
+}
+
+/// Validates `[cache]`: sizes up to 1 PiB (0 turns a tier off), a non-empty `dir`.
+fn cache_settings(raw: RawCache) -> Result<CacheSettings, ConfigError> {
+    let d = CacheSettings::default();
+    let size = |key: &'static str, v: Option<RawSize>, dv: u64| -> Result<u64, ConfigError> {
+        let b = match v {
+            None => dv,
+            Some(RawSize::Number(b)) => b,
+            Some(RawSize::Text(t)) => parse_bytes(&t)
+                .ok_or_else(|| invalid(key, format!("{t:?} is not a size (\"1GiB\", \"0\")")))?,
+        };
+        in_range(key, b, 0, 1 << 50)
+    };
+    if raw.dir.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+        return Err(invalid(
+            "cache.dir",
+            "must not be empty (omit it for no disk tier)",
+        ));
+    }
+    let c = CacheSettings {
+        ram_bytes: size("cache.ram_bytes", raw.ram_bytes, d.ram_bytes)?,
+        dir: raw.dir,
+        disk_bytes: size("cache.disk_bytes", raw.disk_bytes, d.disk_bytes)?,
+    };
+    if c.dir.is_some() && c.ram_bytes == 0 {
+        return Err(invalid(
+            "cache.dir",
+            "needs cache.ram_bytes above 0 (blocks read from disk are restored through RAM)",
+        ));
+    }
+    Ok(c)
 }
 
 /// Validates `[scheduler]`.

@@ -4,15 +4,17 @@
 //! Prometheus.
 
 pub mod names;
+mod tiers;
 pub mod window;
 
-use crate::scheduler::{Load, Observer, RequestStats, StepStats};
+use crate::scheduler::{CacheTier, Load, Observer, RequestStats, StepStats, TierStats};
 use names::*;
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::collections::HashMap;
+use std::time::Duration;
 
 /// A metrics setup problem (a duplicate or malformed family: a programming error).
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +62,7 @@ pub struct Metrics {
     build_info: GaugeVec,
     ready: IntGauge,
     in_flight: IntGauge,
+    tiers: tiers::TierMetrics,
 }
 
 fn histogram(name: &str, help: &str, buckets: &[f64]) -> Result<Histogram, prometheus::Error> {
@@ -113,6 +116,7 @@ impl Metrics {
             model_load: Gauge::new(MODEL_LOAD, "Seconds it took to load the model and start the engine.")?,
             ready: IntGauge::new(READY, "1 when /ready answers 200 (model loaded, engine healthy, not draining).")?,
             in_flight: IntGauge::new(HTTP_IN_FLIGHT, "Generation requests whose response is not complete.")?,
+            tiers: tiers::TierMetrics::new(&registry)?,
             build_info: GaugeVec::new(Opts::new(BUILD_INFO, "Build, instruction set, threads, workers and model of this server (always 1)."), &["version", "isa", "threads", "workers", "quant"])?,
             registry,
         };
@@ -231,6 +235,12 @@ impl Metrics {
         self.kv_blocks.with_label_values(&["free"]).set(free as i64);
     }
 
+    /// The prefix cache's tiers as last reported, over all workers (since each worker's
+    /// start).
+    pub fn tiers_now(&self) -> TierStats {
+        self.tiers.now()
+    }
+
     /// The Prometheus text exposition of every family.
     pub fn render(&self) -> String {
         render_all(&[self])
@@ -297,13 +307,24 @@ impl Observer for Metrics {
     fn on_fault(&self, _worker: usize) {
         self.engine_faults.inc();
     }
+
+    fn on_tiers(&self, t: &TierStats) {
+        self.tiers.on_tiers(t);
+    }
+
+    fn on_tier_restore(&self, tier: CacheTier, _blocks: usize, took: Duration) {
+        self.tiers.on_restore(tier, took);
+    }
+
+    fn on_disk_write(&self, took: Duration, _since_queued: Duration) {
+        self.tiers.on_disk_write(took);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::scheduler::{FinishReason, StepKind};
-    use std::time::Duration;
 
     #[test]
     fn every_family_is_exported_and_numbers_add_up() {
@@ -356,7 +377,29 @@ mod tests {
             finish_reasons: vec![FinishReason::Length],
             preemptions: 0,
         });
+        let tiers = TierStats {
+            ram_hits: 2,
+            ram_blocks: 5,
+            ram_bytes: 500,
+            ..TierStats::default()
+        };
+        m.on_tiers(&tiers);
+        m.on_tiers(&TierStats {
+            ram_hits: 3,
+            ..tiers
+        });
+        m.on_tier_restore(CacheTier::Disk, 4, Duration::from_millis(3));
         let text = m.render();
+        assert!(
+            text.contains(
+                "kiln_prefix_cache_tier_lookups_total{result=\"hit\",tier=\"ram\",model=\"m\"} 3"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("kiln_prefix_cache_tier_bytes{tier=\"ram\",model=\"m\"} 500"));
+        assert!(
+            text.contains("kiln_prefix_cache_restore_seconds_count{tier=\"disk\",model=\"m\"} 1")
+        );
         for name in ALL {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
         }

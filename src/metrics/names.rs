@@ -41,6 +41,13 @@ pub const PREFIX_CACHE_QUERIES: &str = "kiln_prefix_cache_queries_total";
 pub const PREFIX_CACHE_HITS: &str = "kiln_prefix_cache_hits_total";
 pub const REJECTED: &str = "kiln_rejected_total";
 pub const ENGINE_FAULTS: &str = "kiln_engine_faults_total";
+pub const PREFIX_TIER_LOOKUPS: &str = "kiln_prefix_cache_tier_lookups_total";
+pub const PREFIX_TIER_SPILLED: &str = "kiln_prefix_cache_spilled_blocks_total";
+pub const PREFIX_DISK_BLOCKS: &str = "kiln_prefix_cache_disk_blocks_total";
+
+// Prefix-cache tier histograms.
+pub const PREFIX_TIER_RESTORE: &str = "kiln_prefix_cache_restore_seconds";
+pub const PREFIX_DISK_WRITE: &str = "kiln_prefix_cache_disk_write_seconds";
 
 // Gauges.
 pub const REQUESTS_RUNNING: &str = "kiln_requests_running";
@@ -51,6 +58,9 @@ pub const MODEL_LOAD: &str = "kiln_model_load_seconds";
 pub const BUILD_INFO: &str = "kiln_build_info";
 pub const READY: &str = "kiln_ready";
 pub const HTTP_IN_FLIGHT: &str = "kiln_http_requests_in_flight";
+pub const PREFIX_TIER_BLOCKS: &str = "kiln_prefix_cache_tier_blocks";
+pub const PREFIX_TIER_BYTES: &str = "kiln_prefix_cache_tier_bytes";
+pub const PREFIX_DISK_DEGRADED: &str = "kiln_prefix_cache_disk_degraded";
 
 /// Every family name `/metrics` must show (the test checks this list).
 pub const ALL: &[&str] = &[
@@ -81,4 +91,12 @@ pub const ALL: &[&str] = &[
     BUILD_INFO,
     READY,
     HTTP_IN_FLIGHT,
+    PREFIX_TIER_LOOKUPS,
+    PREFIX_TIER_SPILLED,
+    PREFIX_DISK_BLOCKS,
+    PREFIX_TIER_RESTORE,
+    PREFIX_DISK_WRITE,
+    PREFIX_TIER_BLOCKS,
+    PREFIX_TIER_BYTES,
+    PREFIX_DISK_DEGRADED,
 ];

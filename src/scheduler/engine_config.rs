@@ -30,6 +30,22 @@ pub struct EngineConfig {
     pub max_unread_events: usize,
     /// How embeddings pool, overriding the model file's `pooling_type` (None: the file's).
     pub pooling: Option<Pooling>,
+    /// The prefix cache's tiers below the KV pool (RAM and disk), per worker.
+    pub tiers: CacheTiers,
+}
+
+/// The prefix cache's tiers below the KV pool (`[cache]` settings), per worker.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CacheTiers {
+    /// Bytes of evicted blocks kept in RAM (0: evicted blocks are dropped).
+    pub ram_bytes: usize,
+    /// Where blocks are persisted (None: no disk tier).
+    pub dir: Option<std::path::PathBuf>,
+    /// Bytes of blocks kept in `dir` at most.
+    pub disk_bytes: u64,
+    /// The model identity disk files are keyed and checked by
+    /// ([`crate::scheduler::prefix_cache::identity`]).
+    pub identity: u64,
 }
 
 /// Unread events a client may leave behind before its request is aborted (a reader that

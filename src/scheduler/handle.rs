@@ -390,6 +390,15 @@ impl EngineHandle {
         }
     }
 
+    /// Drops every worker's prefix cache: unused cached KV blocks, the RAM tier and the disk
+    /// tier's files (requests in flight keep their blocks). Applied in order with the requests
+    /// submitted before it.
+    pub fn clear_prefix_cache(&self) {
+        for l in &self.inner.links {
+            let _ = l.tx.send(Command::ClearPrefixCache);
+        }
+    }
+
     /// Stops the workers (requests in flight end with `abort`) and waits for their threads.
     pub fn shutdown(&self) {
         self.inner.shutdown();

@@ -26,7 +26,9 @@ mod worker;
 
 pub use engine_config::{EngineConfig, MAX_UNREAD_EVENTS};
 pub use handle::{EngineHandle, EngineInfo, Load, RequestStream};
-pub use observer::{NoopObserver, Observer, RequestStats, StepKind, StepStats};
+pub use observer::{
+    CacheTier, NoopObserver, Observer, RequestStats, StepKind, StepStats, TierStats,
+};
 pub use request::{
     Event, FinishReason, GenerationRequest, Pooling, PoolingType, PromptOutput, SubmitError,
     Timings, TokenLogprob, Usage,

@@ -86,6 +86,56 @@ pub trait Observer: Send + Sync {
     /// Engine worker `worker` caught a fault (a panic or an error in a step); it ended the
     /// requests it held with an error and is rebuilding.
     fn on_fault(&self, _worker: usize) {}
+    /// The prefix cache's tiers after a step of `worker` (sizes now, counters since start).
+    fn on_tiers(&self, _tiers: &TierStats) {}
+    /// `blocks` were copied from `tier` into the KV pool (RAM) or into RAM (disk) in `took`.
+    fn on_tier_restore(&self, _tier: CacheTier, _blocks: usize, _took: Duration) {}
+    /// The disk tier wrote a block in `took`, `since_queued` after the step queued it.
+    fn on_disk_write(&self, _took: Duration, _since_queued: Duration) {}
+}
+
+/// A tier of the prefix cache below the KV pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CacheTier {
+    Ram,
+    Disk,
+}
+
+impl CacheTier {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheTier::Ram => "ram",
+            CacheTier::Disk => "disk",
+        }
+    }
+}
+
+/// One worker's prefix-cache tiers: the KV pool's cached blocks (`pool_*`), the RAM tier and
+/// the disk tier. Lookup counters are since start: a tier "hits" when it served at least one
+/// block of a lookup that reached it, and "misses" when it served none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TierStats {
+    pub worker: usize,
+    pub pool_hits: u64,
+    pub pool_misses: u64,
+    pub ram_hits: u64,
+    pub ram_misses: u64,
+    pub disk_hits: u64,
+    pub disk_misses: u64,
+    pub ram_blocks: u64,
+    pub ram_bytes: u64,
+    pub disk_blocks: u64,
+    pub disk_bytes: u64,
+    /// Blocks moved from the pool to RAM, written to disk, not written (queue full or
+    /// degraded), disk files refused by a check, failed writes.
+    pub spilled: u64,
+    pub disk_written: u64,
+    pub disk_skipped: u64,
+    pub disk_rejected: u64,
+    pub disk_write_errors: u64,
+    /// The disk tier is configured but cannot write (RAM only for now).
+    pub disk_degraded: bool,
 }
 
 /// An observer that records nothing.
@@ -112,6 +162,24 @@ impl Observer for Fanout {
     fn on_fault(&self, worker: usize) {
         for o in &self.0 {
             o.on_fault(worker);
+        }
+    }
+
+    fn on_tiers(&self, tiers: &TierStats) {
+        for o in &self.0 {
+            o.on_tiers(tiers);
+        }
+    }
+
+    fn on_tier_restore(&self, tier: CacheTier, blocks: usize, took: Duration) {
+        for o in &self.0 {
+            o.on_tier_restore(tier, blocks, took);
+        }
+    }
+
+    fn on_disk_write(&self, took: Duration, since_queued: Duration) {
+        for o in &self.0 {
+            o.on_disk_write(took, since_queued);
         }
     }
 }

@@ -5,9 +5,10 @@ use crate::config::{Config, KvBudget};
 use crate::engine::kv_cache::DEFAULT_BLOCK_SIZE;
 use crate::engine::{EngineError, Model};
 use crate::gguf::{GgufError, GgufFile};
-use crate::scheduler::engine_config::{EngineConfig, MAX_UNREAD_EVENTS};
+use crate::scheduler::engine_config::{CacheTiers, EngineConfig, MAX_UNREAD_EVENTS};
 use crate::scheduler::handle::EngineHandle;
 use crate::scheduler::observer::Observer;
+use crate::scheduler::prefix_cache::identity::model_identity;
 use crate::scheduler::state::Limits;
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use std::path::{Path, PathBuf};
@@ -95,6 +96,33 @@ pub fn limits(cfg: &Config) -> Limits {
         n_ctx: 0,
         prefix_cache: s.prefix_cache,
         max_waiting: s.max_waiting,
+    }
+}
+
+/// The prefix cache's tiers per worker for the model at `path` in blocks of `block_size`: an
+/// equal share of each bound. Workers share the disk tier's directory as replicas on one
+/// volume do (a block is the same whoever wrote it). A model file whose identity cannot be
+/// read gets no disk tier (with a warning), never a failed start.
+fn tiers(cfg: &Config, workers: usize, path: &Path, block_size: usize) -> CacheTiers {
+    let c = &cfg.cache;
+    let w = workers.max(1);
+    let isa = crate::kernels::isa::isa().name();
+    let (dir, identity) = match &c.dir {
+        None => (None, 0),
+        Some(d) => match model_identity(path, cfg.kv_type, block_size, isa) {
+            Ok(id) => (Some(d.clone()), id),
+            Err(e) => {
+                tracing::warn!(model = %path.display(), error = %e,
+                    "cannot read the model's identity: no disk tier for the prefix cache");
+                (None, 0)
+            }
+        },
+    };
+    CacheTiers {
+        ram_bytes: usize::try_from(c.ram_bytes / w as u64).unwrap_or(usize::MAX),
+        dir,
+        disk_bytes: c.disk_bytes / w as u64,
+        identity,
     }
 }
 
@@ -212,6 +240,7 @@ pub fn start_with(
             faults: faults.to_vec(),
             max_unread_events: MAX_UNREAD_EVENTS,
             pooling: cfg.pooling,
+            tiers: tiers(cfg, workers, &path, bs),
         },
         observer,
     )

@@ -28,6 +28,7 @@ pub mod admission;
 pub mod app_state;
 mod auth;
 mod body;
+pub mod cache_admin;
 pub mod capacity;
 pub mod chat;
 pub mod completions;
@@ -105,6 +106,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models/{*id}", get(models::get_model))
         .route("/models/load", post(models::load_model))
         .route("/models/unload", post(models::unload_model))
+        .route("/cache/clear", post(cache_admin::clear_cache))
         .route("/props", get(llama::props::props))
         .route("/slots", get(llama::props::slots))
         .route("/apply-template", post(llama::props::apply_template))

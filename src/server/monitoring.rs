@@ -73,12 +73,59 @@ pub struct StatsBody {
     pub kv_blocks_used: usize,
     pub kv_blocks_cached: usize,
     pub kv_blocks_total: usize,
+    /// The default model's prefix cache below the KV cache: its RAM and disk tiers.
+    pub prefix_cache: PrefixCacheStats,
     /// Every served model (the default first).
     pub models: Vec<ModelStats>,
     /// Weights and KV bytes of the loaded models.
     pub memory_bytes: u64,
     /// `server.models_memory_budget` (None: no limit).
     pub memory_budget_bytes: Option<u64>,
+}
+
+/// The prefix cache's tiers (`cache.*` settings): lookups served by each tier since start
+/// (`*_hits`: at least one block; `*_misses`: reached the tier and found none), what the RAM
+/// and disk tiers hold, and the disk tier's health.
+#[derive(Debug, Default, serde::Serialize, utoipa::ToSchema)]
+pub struct PrefixCacheStats {
+    pub pool_hits: u64,
+    pub pool_misses: u64,
+    pub ram_hits: u64,
+    pub ram_misses: u64,
+    pub disk_hits: u64,
+    pub disk_misses: u64,
+    pub ram_blocks: u64,
+    pub ram_bytes: u64,
+    pub disk_blocks: u64,
+    pub disk_bytes: u64,
+    /// Blocks the KV cache evicted into RAM.
+    pub spilled_blocks: u64,
+    pub disk_written_blocks: u64,
+    /// Disk files refused by a check (corrupt, truncated, another model's): ignored.
+    pub disk_rejected_blocks: u64,
+    /// The disk tier cannot write (full or unwritable directory): RAM only for now.
+    pub disk_degraded: bool,
+}
+
+impl From<crate::scheduler::TierStats> for PrefixCacheStats {
+    fn from(t: crate::scheduler::TierStats) -> Self {
+        PrefixCacheStats {
+            pool_hits: t.pool_hits,
+            pool_misses: t.pool_misses,
+            ram_hits: t.ram_hits,
+            ram_misses: t.ram_misses,
+            disk_hits: t.disk_hits,
+            disk_misses: t.disk_misses,
+            ram_blocks: t.ram_blocks,
+            ram_bytes: t.ram_bytes,
+            disk_blocks: t.disk_blocks,
+            disk_bytes: t.disk_bytes,
+            spilled_blocks: t.spilled,
+            disk_written_blocks: t.disk_written,
+            disk_rejected_blocks: t.disk_rejected,
+            disk_degraded: t.disk_degraded,
+        }
+    }
 }
 
 /// One model's part of `/stats`.
@@ -155,6 +202,7 @@ pub async fn stats(State(state): State<AppState>) -> Json<StatsBody> {
         kv_blocks_total: d.kv_blocks_total,
         memory_bytes: registry.memory_used(),
         memory_budget_bytes: registry.settings().budget,
+        prefix_cache: registry.model(0).metrics.tiers_now().into(),
         models,
     })
 }

@@ -15,6 +15,7 @@ mod kv_cache;
 mod kv_q8_fidelity;
 mod mask_thread;
 mod quant_proof;
+mod prefix_tiers;
 mod quantize;
 mod scheduler;
 mod server;

@@ -33,6 +33,7 @@
 //! This module is storage and block allocation only: it imports nothing of attention, which
 //! reads it through `KvCache::layer_kv` and `KvCache::locate` (crate-only).
 
+mod block_bytes;
 mod free_list;
 pub mod kv_type;
 pub mod layout;

@@ -19,19 +19,42 @@
 //!   different prefixes.
 //! - Hits are looked up from the first block and stop at the first miss, and a lookup leaves
 //!   at least one prompt token to compute (the sampler needs the last position's logits).
+//! - With a RAM tier ([`ram`]), a whole block evicted from the pool (every group's page still
+//!   there) is not lost: eviction queues a [`Spill`] naming its freed pages, which the worker
+//!   copies out before anything writes them (it runs a step's spills first), and
+//!   [`PrefixCache::store_spill`] keeps the bytes. A lookup continues past the pool's blocks
+//!   into the RAM tier: each block found there gets fresh pages and a [`Restore`] the worker
+//!   runs before the forward pass; such blocks enter the pool's cache once the step is done
+//!   (like computed ones).
+//! - Keys are [`stable_hash`]es: the same in every run, so the disk tier can use them.
 
 use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError, RELEASED};
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+pub mod disk;
+pub mod disk_file;
+pub mod identity;
+pub mod ram;
+pub mod stable_hash;
+mod tier_ops;
+
+pub use disk::{DiskStats, DiskTier};
+pub use ram::RamTier;
+pub use tier_ops::{Hit, Persist, Restore, Spill};
 
 /// Key of the empty prefix (the parent of every first block).
 pub const ROOT: u64 = 0x6b69_6c6e_5f72_6f6f;
 
-/// Chained key of a block: its parent's key and its tokens. Deterministic across runs.
+/// Chained key of a block: its parent's key and its tokens. The same in every run and build
+/// ([`stable_hash`]).
 pub fn block_key(parent: u64, tokens: &[u32]) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    parent.hash(&mut h);
-    tokens.hash(&mut h);
+    let mut h = stable_hash::StableHasher::new(parent);
+    for pair in tokens.chunks(2) {
+        let hi = pair.get(1).map_or(u64::MAX << 32, |&t| u64::from(t) << 32);
+        h.word(hi | u64::from(pair[0]));
+    }
+    h.word(tokens.len() as u64);
     h.finish()
 }
 
@@ -47,12 +70,23 @@ struct Entry {
     children: u32,
 }
 
-/// Counters since start: lookups, lookups that reused at least one block, and tokens reused.
+/// Counters since start: lookups, lookups that reused at least one block, and tokens reused
+/// (from any tier); of those, what came from the RAM tier; blocks spilled to it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PrefixStats {
     pub queries: u64,
     pub hits: u64,
     pub hit_tokens: u64,
+    /// Lookups that restored at least one block from the RAM tier, and its tokens.
+    pub ram_hits: u64,
+    pub ram_hit_tokens: u64,
+    /// Lookups that reused at least one block already in the pool.
+    pub pool_hits: u64,
+    /// Lookups that reached the RAM tier (the pool's blocks ended before the prompt did) and
+    /// found nothing there.
+    pub ram_misses: u64,
+    /// Blocks evicted from the pool into the RAM tier.
+    pub spilled: u64,
 }
 
 /// See the module docs. Owned by one scheduler (no locking of its own).
@@ -64,11 +98,23 @@ pub struct PrefixCache {
     lru: BTreeMap<u64, u64>,
     tick: u64,
     stats: PrefixStats,
+    ram: RamTier,
+    /// Evicted blocks whose bytes the worker has yet to copy out (see [`Self::take_spills`]).
+    spills: Vec<Spill>,
+    /// Whether new blocks are queued for the disk tier ([`Self::take_persists`]).
+    persist: bool,
+    persists: Vec<Persist>,
 }
 
 impl PrefixCache {
-    /// An empty cache over `alloc`'s pool.
+    /// An empty cache over `alloc`'s pool, without a RAM tier.
     pub fn new(alloc: BlockAllocator) -> PrefixCache {
+        PrefixCache::with_ram(alloc, 0)
+    }
+
+    /// An empty cache over `alloc`'s pool whose evicted blocks move to a RAM tier of at most
+    /// `ram_bytes` (0: no RAM tier).
+    pub fn with_ram(alloc: BlockAllocator, ram_bytes: usize) -> PrefixCache {
         PrefixCache {
             block_size: alloc.block_size(),
             alloc,
@@ -76,7 +122,54 @@ impl PrefixCache {
             lru: BTreeMap::new(),
             tick: 0,
             stats: PrefixStats::default(),
+            ram: RamTier::new(ram_bytes),
+            spills: Vec::new(),
+            persist: false,
+            persists: Vec::new(),
         }
+    }
+
+    /// Queues every block that enters the cache from now on for the disk tier.
+    pub fn persist_new_blocks(&mut self) {
+        self.persist = true;
+    }
+
+    /// The blocks that entered the cache since the last call (with [`Self::persist_new_blocks`]),
+    /// in order: the cache holds their pages until it evicts them, which happens only while
+    /// planning a step, so the worker copies them out after the step that computed them.
+    pub fn take_persists(&mut self) -> Vec<Persist> {
+        std::mem::take(&mut self.persists)
+    }
+
+    /// The RAM tier (sizes, for monitoring).
+    pub fn ram(&self) -> &RamTier {
+        &self.ram
+    }
+
+    /// The spills queued by evictions since the last call, in order. The worker must copy
+    /// each one's pages out before the step writes any page ([`Self::store_spill`]).
+    pub fn take_spills(&mut self) -> Vec<Spill> {
+        std::mem::take(&mut self.spills)
+    }
+
+    /// Keeps `bytes`, the K/V the worker copied out of `spill`'s pages, in the RAM tier.
+    pub fn store_spill(&mut self, spill: &Spill, bytes: Arc<[u8]>) {
+        self.ram.put(spill.key, spill.parent, &spill.tokens, bytes);
+    }
+
+    /// Keeps `bytes` as the block `key` (following `parent`, holding `tokens`) in the RAM tier:
+    /// a block read back from the disk tier. False when there is no RAM tier.
+    pub fn store_ram(&mut self, key: u64, parent: u64, tokens: &[u32], bytes: Arc<[u8]>) -> bool {
+        if !self.ram.is_on() {
+            return false;
+        }
+        self.ram.put(key, parent, tokens, bytes);
+        true
+    }
+
+    /// Whether the block `key` is in the pool's cache or the RAM tier.
+    pub fn holds(&self, key: u64) -> bool {
+        self.entries.contains_key(&key) || self.ram.contains(key)
     }
 
     /// Cached blocks.
@@ -102,9 +195,17 @@ impl PrefixCache {
     }
 
     /// Appends to the empty `table` the longest run of cached blocks that starts `tokens`,
-    /// leaving at least one token uncovered; returns the number of tokens covered (a multiple
-    /// of the block size). Counts a query, and a hit when anything was reused.
-    pub fn lookup(&mut self, tokens: &[u32], table: &mut BlockTable) -> usize {
+    /// leaving at least one token uncovered: the pool's blocks first, then (when every pool
+    /// block was usable) RAM-tier blocks in fresh pages, each with a [`Restore`] pushed to
+    /// `restores` that must run before the step's forward pass. Counts a query, and a hit when
+    /// anything was reused. A restore's pages are this table's alone: dropping the table
+    /// before the step drops them (and the restores must then be dropped too).
+    pub fn lookup(
+        &mut self,
+        tokens: &[u32],
+        table: &mut BlockTable,
+        restores: &mut Vec<Restore>,
+    ) -> Hit {
         debug_assert!(table.blocks().is_empty(), "lookup into a non-empty table");
         self.stats.queries += 1;
         let bs = self.block_size;
@@ -126,7 +227,8 @@ impl PrefixCache {
             parent = key;
         }
         let usable = self.usable_prefix(table);
-        if usable < keys.len() {
+        let whole = usable == keys.len();
+        if !whole {
             table.truncate(usable);
             keys.truncate(usable);
         }
@@ -134,11 +236,78 @@ impl PrefixCache {
         for &k in keys.iter().rev() {
             self.touch(k);
         }
-        if !keys.is_empty() {
-            self.stats.hits += 1;
-            self.stats.hit_tokens += (keys.len() * bs) as u64;
+        let pool_blocks = keys.len();
+        let mut ram_blocks = 0;
+        if whole && self.ram.is_on() {
+            ram_blocks = self.restore_from_ram(tokens, table, restores, parent, max_blocks);
         }
-        keys.len() * bs
+        let blocks = pool_blocks + ram_blocks;
+        if blocks > 0 {
+            self.stats.hits += 1;
+            self.stats.hit_tokens += (blocks * bs) as u64;
+        }
+        if pool_blocks > 0 {
+            self.stats.pool_hits += 1;
+        }
+        if ram_blocks > 0 {
+            self.stats.ram_hits += 1;
+            self.stats.ram_hit_tokens += (ram_blocks * bs) as u64;
+        }
+        let ram_miss = ram_blocks == 0 && whole && self.ram.is_on() && pool_blocks < max_blocks;
+        if ram_miss {
+            self.stats.ram_misses += 1;
+        }
+        Hit {
+            tokens: blocks * bs,
+            pool_tokens: pool_blocks * bs,
+            ram_miss,
+        }
+    }
+
+    /// Continues a lookup whose pool blocks end at `parent` (and fill `table`) with blocks of
+    /// the RAM tier, each in fresh pages (evicting unused pool blocks for them when short);
+    /// returns how many.
+    fn restore_from_ram(
+        &mut self,
+        tokens: &[u32],
+        table: &mut BlockTable,
+        restores: &mut Vec<Restore>,
+        mut parent: u64,
+        max_blocks: usize,
+    ) -> usize {
+        let bs = self.block_size;
+        let mut n = 0;
+        let mut keys = Vec::new();
+        for chunk in tokens
+            .chunks_exact(bs)
+            .take(max_blocks)
+            .skip(table.n_blocks())
+        {
+            let key = block_key(parent, chunk);
+            let Some(bytes) = self.ram.get(key, parent, chunk) else {
+                break;
+            };
+            let b = table.n_blocks();
+            let need = table.pages_to_reserve((b + 1) * bs);
+            let free = self.alloc.free_blocks();
+            if need > free {
+                self.evict(need - free);
+            }
+            if table.reserve((b + 1) * bs).is_err() {
+                break;
+            }
+            restores.push(Restore {
+                pages: table.block_pages(b),
+                bytes,
+            });
+            keys.push(key);
+            n += 1;
+            parent = key;
+        }
+        for &k in keys.iter().rev() {
+            self.ram.touch(k);
+        }
+        n
     }
 
     /// The longest prefix of `table`'s blocks a sequence can continue from: every local group
@@ -161,12 +330,24 @@ impl PrefixCache {
     }
 
     /// Takes back the counts of a lookup whose blocks were returned unused (the sequence could
-    /// not be admitted this step and will look up again).
-    pub fn forget_lookup(&mut self, hit_tokens: usize) {
-        self.stats.queries = self.stats.queries.saturating_sub(1);
-        if hit_tokens > 0 {
-            self.stats.hits = self.stats.hits.saturating_sub(1);
-            self.stats.hit_tokens = self.stats.hit_tokens.saturating_sub(hit_tokens as u64);
+    /// not be admitted this step and will look up again; its restores are dropped).
+    pub fn forget_lookup(&mut self, hit: Hit) {
+        let st = &mut self.stats;
+        st.queries = st.queries.saturating_sub(1);
+        if hit.tokens > 0 {
+            st.hits = st.hits.saturating_sub(1);
+            st.hit_tokens = st.hit_tokens.saturating_sub(hit.tokens as u64);
+        }
+        if hit.pool_tokens > 0 {
+            st.pool_hits = st.pool_hits.saturating_sub(1);
+        }
+        if hit.ram_miss {
+            st.ram_misses = st.ram_misses.saturating_sub(1);
+        }
+        let ram = hit.tokens - hit.pool_tokens;
+        if ram > 0 {
+            st.ram_hits = st.ram_hits.saturating_sub(1);
+            st.ram_hit_tokens = st.ram_hit_tokens.saturating_sub(ram as u64);
         }
     }
 
@@ -194,6 +375,14 @@ impl PrefixCache {
         }
         let mut holder = BlockTable::new(&self.alloc);
         holder.push_pages(pages)?;
+        if self.persist && !pages.contains(&RELEASED) {
+            self.persists.push(Persist {
+                key,
+                parent,
+                tokens: tokens.into(),
+                pages: pages.to_vec(),
+            });
+        }
         if let Some(p) = self.entries.get_mut(&parent) {
             p.children += 1;
         }
@@ -263,16 +452,42 @@ impl PrefixCache {
                 if let Some(p) = self.entries.get_mut(&e.parent) {
                     p.children -= 1;
                 }
+                self.spill(key, e);
             }
             freed += pages;
         }
         freed
     }
 
-    /// Drops every entry (blocks still used by sequences stay with them).
+    /// Queues the block `e` (keyed `key`), just evicted, for the RAM tier when it has one and
+    /// every group's page is still there (a block already in the tier is only touched).
+    fn spill(&mut self, key: u64, e: Entry) {
+        if !self.ram.is_on() {
+            return;
+        }
+        if self.ram.contains(key) {
+            self.ram.touch(key);
+            return;
+        }
+        let pages = e.holder.block_pages(0);
+        if pages.contains(&RELEASED) {
+            return;
+        }
+        self.stats.spilled += 1;
+        self.spills.push(Spill {
+            key,
+            parent: e.parent,
+            tokens: e.tokens,
+            pages,
+        });
+    }
+
+    /// Drops every entry of the pool's cache and the RAM tier (blocks still used by sequences
+    /// stay with them). Spills already queued still run (their pages are free).
     pub fn clear(&mut self) {
         self.entries.clear();
         self.lru.clear();
+        self.ram.clear();
     }
 
     /// Checks the cache's internal invariants (tests): every entry is live and listed once in
@@ -313,5 +528,7 @@ impl PrefixCache {
     }
 }
 
+#[cfg(test)]
+mod ram_tests;
 #[cfg(test)]
 mod tests;

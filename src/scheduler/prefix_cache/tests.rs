@@ -8,6 +8,15 @@ fn alloc(n: u32) -> BlockAllocator {
     crate::engine::kv_cache::BlockAllocator::new(n, BS, KvLayout::new(1, &LayerWindows::NONE))
 }
 
+/// A lookup in a cache without a RAM tier (so nothing to restore); the tokens reused.
+fn look(cache: &mut PrefixCache, tokens: &[u32], table: &mut BlockTable) -> usize {
+    let mut restores = Vec::new();
+    let hit = cache.lookup(tokens, table, &mut restores);
+    assert!(restores.is_empty());
+    assert_eq!(hit.tokens, hit.pool_tokens);
+    hit.tokens
+}
+
 /// A prompt's blocks computed into `table` and inserted, as the scheduler does after each step.
 fn compute_and_insert(cache: &mut PrefixCache, table: &mut BlockTable, tokens: &[u32]) {
     table.reserve(tokens.len()).unwrap();
@@ -32,19 +41,21 @@ fn shared_prefix_is_reused_and_leaves_the_last_token() {
     let mut p2 = prompt[..8].to_vec();
     p2.extend([99, 98]);
     let mut t2 = BlockTable::new(&a);
-    assert_eq!(cache.lookup(&p2, &mut t2), 8);
+    assert_eq!(look(&mut cache, &p2, &mut t2), 8);
     // Exactly 8 tokens: only one block, so the last token is computed.
     let mut t3 = BlockTable::new(&a);
-    assert_eq!(cache.lookup(&prompt[..8], &mut t3), 4);
+    assert_eq!(look(&mut cache, &prompt[..8], &mut t3), 4);
     // A different first token: nothing.
     let mut t4 = BlockTable::new(&a);
-    assert_eq!(cache.lookup(&[7, 1, 2, 3, 4, 5], &mut t4), 0);
+    assert_eq!(look(&mut cache, &[7, 1, 2, 3, 4, 5], &mut t4), 0);
     assert_eq!(
         cache.stats(),
         PrefixStats {
             queries: 3,
             hits: 2,
-            hit_tokens: 12
+            hit_tokens: 12,
+            pool_hits: 2,
+            ..PrefixStats::default()
         }
     );
     cache.check_invariants().unwrap();
@@ -63,7 +74,7 @@ fn eviction_frees_only_blocks_nobody_uses_lru_first() {
     // The deeper block goes first, so the shorter prefix stays usable.
     assert_eq!(cache.evict(1), 1);
     let mut t2 = BlockTable::new(&a);
-    assert_eq!(cache.lookup(&[1, 2, 3, 4, 5, 6, 7, 8, 9], &mut t2), 4);
+    assert_eq!(look(&mut cache, &[1, 2, 3, 4, 5, 6, 7, 8, 9], &mut t2), 4);
     drop(t2);
     assert_eq!(cache.evict(8), 1);
     assert_eq!(a.free_blocks(), 8);
@@ -84,7 +95,7 @@ fn colliding_content_is_never_aliased() {
         .unwrap();
     cache.insert(k1, &[1, 2, 3, 4], &t2.block_pages(1)).unwrap();
     let mut t3 = BlockTable::new(&a);
-    assert_eq!(cache.lookup(&[1, 2, 3, 4, 0], &mut t3), 4);
+    assert_eq!(look(&mut cache, &[1, 2, 3, 4, 0], &mut t3), 4);
     assert_eq!(t3.blocks(), &t.blocks()[..1]);
 }
 
@@ -134,7 +145,7 @@ proptest! {
             match op {
                 Op::Start(s, tokens) => {
                     let mut table = BlockTable::new(&a);
-                    let hit = cache.lookup(&tokens, &mut table);
+                    let hit = look(&mut cache, &tokens, &mut table);
                     prop_assert!(hit < tokens.len());
                     for (i, &id) in table.blocks().iter().enumerate() {
                         let want = &tokens[..(i + 1) * BS];
@@ -219,7 +230,7 @@ proptest! {
             match op {
                 Op::Start(s, tokens) => {
                     let mut table = BlockTable::new(&a);
-                    let hit = cache.lookup(&tokens, &mut table);
+                    let hit = look(&mut cache, &tokens, &mut table);
                     prop_assert!(hit < tokens.len());
                     prop_assert_eq!(table.n_blocks() * BS, hit);
                     for b in 0..table.n_blocks() {

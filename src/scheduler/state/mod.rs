@@ -25,7 +25,9 @@
 //! served: nobody overtakes it).
 
 use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError, KvLayout};
-use crate::scheduler::prefix_cache::{PrefixCache, PrefixStats, ROOT};
+use crate::scheduler::prefix_cache::{
+    Hit, PrefixCache, PrefixStats, RamTier, Restore, Spill, ROOT,
+};
 use std::collections::{HashMap, VecDeque};
 
 /// Identifies a sequence (one choice of one request).
@@ -105,11 +107,15 @@ impl PlanItem {
     }
 }
 
-/// One step to execute: first the block copies (copy on write, `(src, dst)`), then one forward
-/// call over `items` (in this order).
+/// One step to execute, in this order: the spills (evicted prefix-cache blocks copied out to
+/// the RAM tier, before anything writes their freed pages), the restores (RAM-tier blocks
+/// written into fresh pages), the block copies (copy on write, `(src, dst)`), then one
+/// forward call over `items`. Spills are in the plan even when it has no items.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepPlan {
     pub items: Vec<PlanItem>,
+    pub spills: Vec<Spill>,
+    pub restores: Vec<Restore>,
     pub copies: Vec<(u32, u32)>,
     /// Sequences preempted while planning (back in the queue, blocks freed).
     pub preempted: Vec<SeqId>,
@@ -324,6 +330,26 @@ impl<T> Scheduler<T> {
         self.prefix.stats()
     }
 
+    /// Gives the prefix cache a RAM tier of `ram_bytes` (0: none), and with `persist` queues
+    /// its new blocks for a disk tier; drops what it held.
+    pub fn set_tiers(&mut self, ram_bytes: usize, persist: bool) {
+        self.prefix = PrefixCache::with_ram(self.alloc.clone(), ram_bytes);
+        if persist {
+            self.prefix.persist_new_blocks();
+        }
+    }
+
+    /// The prefix cache's RAM tier (for monitoring).
+    pub fn ram_tier(&self) -> &RamTier {
+        self.prefix.ram()
+    }
+
+    /// The prefix cache, for the worker's tier copies ([`PrefixCache::store_spill`], disk
+    /// loads): only what the plan asked for.
+    pub fn prefix_mut(&mut self) -> &mut PrefixCache {
+        &mut self.prefix
+    }
+
     pub fn counters(&self) -> Counters {
         self.counters
     }
@@ -331,6 +357,12 @@ impl<T> Scheduler<T> {
     /// Plans the next step (see the module docs). The plan's items borrow nothing: read their
     /// tokens and tables through [`Self::seq`] while executing.
     pub fn schedule(&mut self) -> StepPlan {
+        let mut plan = self.plan();
+        plan.spills = self.prefix.take_spills();
+        plan
+    }
+
+    fn plan(&mut self) -> StepPlan {
         self.counters.steps += 1;
         let mut plan = StepPlan::default();
         let mut budget = self.limits.max_batch_tokens;
@@ -409,14 +441,20 @@ impl<T> Scheduler<T> {
                 break;
             }
             let wants_rows = self.seqs[&id].rows;
+            let restores_before = plan.restores.len();
+            let mut looked_up: Option<Hit> = None;
             if self.seqs[&id].table.n_blocks() == 0 && self.limits.prefix_cache && !wants_rows {
                 let s = self.seqs.get_mut(&id).expect("waiting sequence exists");
-                let hit = self.prefix.lookup(&s.tokens, &mut s.table);
-                s.computed = hit;
-                s.registered = hit / self.alloc.block_size();
-                s.last_key = key_of(&s.tokens[..hit], self.alloc.block_size());
+                let hit = self
+                    .prefix
+                    .lookup(&s.tokens, &mut s.table, &mut plan.restores);
+                looked_up = Some(hit);
+                s.computed = hit.tokens;
+                // Restored blocks enter the pool's cache after this step (see `advance`).
+                s.registered = hit.pool_tokens / self.alloc.block_size();
+                s.last_key = key_of(&s.tokens[..hit.pool_tokens], self.alloc.block_size());
                 if s.preemptions == 0 {
-                    s.cached_tokens = hit.min(s.prompt_len);
+                    s.cached_tokens = hit.tokens.min(s.prompt_len);
                 }
             }
             let (computed, have) = {
@@ -435,9 +473,10 @@ impl<T> Scheduler<T> {
                 // Give back cached blocks it took, so they stay evictable while it waits; the
                 // lookup is counted again when it is admitted.
                 let s = self.seqs.get_mut(&id).expect("waiting sequence exists");
-                if self.limits.prefix_cache {
-                    self.prefix.forget_lookup(s.computed);
+                if let Some(hit) = looked_up {
+                    self.prefix.forget_lookup(hit);
                 }
+                plan.restores.truncate(restores_before);
                 s.table = BlockTable::new(&self.alloc);
                 s.computed = 0;
                 s.registered = 0;

@@ -10,7 +10,8 @@ use crate::scheduler::constrain::{MaskThread, MaskWork, Pending};
 use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::fault::{FaultStage, Faults};
-use crate::scheduler::observer::{Observer, StepKind, StepStats};
+use crate::scheduler::observer::{CacheTier, Observer, StepKind, StepStats};
+use crate::scheduler::prefix_cache::DiskTier;
 use crate::scheduler::request::{
     Event, FinishReason, GenerationRequest, PromptOutput, TokenLogprob,
 };
@@ -26,6 +27,7 @@ use std::time::{Duration, Instant};
 mod output;
 mod sample;
 mod shared;
+mod tiers;
 
 pub(crate) use shared::{WorkerShared, WorkerState};
 
@@ -36,6 +38,9 @@ pub(crate) enum Command {
     Abort(u64),
     /// End every request in flight (finish reason `abort`).
     AbortAll,
+    /// Drop the prefix cache: the KV pool's unused cached blocks, the RAM tier and the disk
+    /// tier's files (requests in flight keep their blocks).
+    ClearPrefixCache,
     /// Abort everything and stop the thread.
     Shutdown,
 }
@@ -77,6 +82,8 @@ pub(crate) struct Worker {
     max_unread_events: usize,
     /// Computes grammar masks beside the forward pass (kept across rebuilds).
     masks: MaskThread,
+    /// The prefix cache's disk tier, if configured (kept across rebuilds).
+    disk: Option<DiskTier>,
 }
 
 /// What a step mutates, built new at start and after every fault: the KV cache, the forward
@@ -106,7 +113,10 @@ impl StepState {
             max_waiting: usize::MAX,
             ..limits
         };
-        let sched = Scheduler::new(sched_limits, kv.allocator().clone());
+        let mut sched = Scheduler::new(sched_limits, kv.allocator().clone());
+        if limits.prefix_cache {
+            sched.set_tiers(cfg.tiers.ram_bytes, cfg.tiers.dir.is_some());
+        }
         let sample_scratch = (0..model.team().threads())
             .map(|_| Mutex::new(SampleScratch::new()))
             .collect();
@@ -161,6 +171,16 @@ impl Worker {
             sample_scratch,
         } = StepState::new(&model, cfg, limits)?;
         let shared = Arc::new(WorkerShared::new(kv.total_blocks()));
+        let disk = match &cfg.tiers.dir {
+            Some(dir) if limits.prefix_cache => Some(DiskTier::open(
+                dir,
+                cfg.tiers.identity,
+                kv.block_bytes(),
+                cfg.tiers.disk_bytes,
+                Arc::clone(&observer),
+            )),
+            _ => None,
+        };
         let faults = Faults::new(&cfg.faults);
         let outputs = Outputs::new(
             index,
@@ -189,6 +209,7 @@ impl Worker {
             faults,
             max_unread_events: cfg.max_unread_events.max(1),
             masks: MaskThread::new(format!("kiln-masks-{index}")),
+            disk,
         })
     }
 
@@ -301,6 +322,13 @@ impl Worker {
                     .abort_request(&mut self.sched, id, FinishReason::Abort)
             }
             Command::AbortAll => self.outputs.abort_all(&mut self.sched, FinishReason::Abort),
+            Command::ClearPrefixCache => {
+                self.sched.clear_prefix_cache();
+                if let Some(d) = self.disk.as_mut() {
+                    d.clear();
+                }
+                self.shared.publish_load(&self.sched);
+            }
             Command::Shutdown => return false,
         }
         true
@@ -330,6 +358,9 @@ impl Worker {
         let out = SeqOut::new(id, 0, &r, constraint, n == 1);
         let prompt = r.req.prompt.clone();
         let rows = r.req.prompt_output.wants_rows();
+        if !rows {
+            self.load_from_disk(&prompt);
+        }
         match self
             .sched
             .add(seq_id(id, 0), prompt, r.req.max_tokens, n, out)
@@ -351,6 +382,8 @@ impl Worker {
         // Prefix-cache lookups happen while planning.
         let before = self.sched.prefix_stats();
         let plan = self.sched.schedule();
+        // Evicted blocks' pages are free: copy them out before anything writes them.
+        self.run_spills(&plan)?;
         if plan.is_empty() {
             // Nothing could be scheduled (should not happen: the oldest sequence can always
             // preempt the others); avoid spinning hot.
@@ -378,6 +411,16 @@ impl Worker {
     /// Copies shared blocks, runs the forward pass (beside the grammar masks) and hands each
     /// sequence's logits to sampling and output processing.
     fn execute(&mut self, plan: &StepPlan) -> Result<MaskWork, StepError> {
+        if !plan.restores.is_empty() {
+            let t0 = Instant::now();
+            for r in &plan.restores {
+                self.kv
+                    .import_block(&r.pages, &r.bytes)
+                    .map_err(EngineError::from)?;
+            }
+            self.observer
+                .on_tier_restore(CacheTier::Ram, plan.restores.len(), t0.elapsed());
+        }
         for &(src, dst) in &plan.copies {
             self.kv.copy_block(src, dst).map_err(EngineError::from)?;
         }
@@ -491,6 +534,7 @@ impl Worker {
                 }
             }
         }
+        self.run_persists()?;
         let drawn = self.sample_many(&batch, &rows, n_vocab);
         for ((sid, _), d) in batch.into_iter().zip(drawn) {
             self.outputs.emit(&mut self.sched, sid, d);
@@ -603,5 +647,6 @@ impl Worker {
             mask_time: masks.compute,
             mask_wait: masks.wait,
         });
+        self.observer.on_tiers(&self.tier_stats());
     }
 }

@@ -41,6 +41,7 @@ fn api_keys_guard_every_route_but_the_probes() {
             ("POST", "/detokenize"),
             ("GET", "/metrics"),
             ("GET", "/openapi.json"),
+            ("POST", "/cache/clear"),
             ("GET", "/no/such/route"),
         ] {
             let r = c.request(

@@ -158,3 +158,35 @@ fn request_ids_come_back_and_name_the_json_access_line() {
         "info lines are filtered out:\n{log}"
     );
 }
+
+#[test]
+fn stats_show_the_prefix_tiers_and_the_cache_clears_over_http() {
+    let s = Server::default_server();
+    let c = s.client();
+    let system: String = (0..12)
+        .map(|i| format!("Rule {i}: answer in one short sentence. "))
+        .collect();
+    let body = json!({
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Hi"}],
+        "max_tokens": 2, "temperature": 0,
+    });
+    let cached = |c: &super::http::Client| {
+        let r = c.post("/v1/chat/completions", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    assert_eq!(cached(&c), 0);
+    assert!(cached(&c) >= 64);
+    let st = c.get("/stats").json();
+    assert!(
+        st["prefix_cache"]["pool_hits"].as_u64().unwrap() >= 1,
+        "{st}"
+    );
+    assert_eq!(st["prefix_cache"]["disk_degraded"], false);
+    let r = c.post("/cache/clear", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["models"].as_array().unwrap().len(), 1);
+    assert_eq!(cached(&c), 0, "the cleared cache still served the prompt");
+}

@@ -1,0 +1,420 @@
+//! The disk tier: blocks persisted in `dir/<model identity>/<key>.kvb` ([`super::disk_file`]),
+//! written by a background thread so a step never waits for the disk, read back (and checked)
+//! by the worker when a prompt arrives, so a restarted server, or another replica on the same
+//! volume, reuses them.
+//!
+//! Contracts:
+//! - Writes go through a bounded queue: when the writer is behind, a block is not written
+//!   (counted), never waited for. A file appears under its name only when complete (written
+//!   to a temporary name, then renamed).
+//! - A file that fails any check (checksum, length, model identity, key) is never loaded: it is
+//!   counted, and removed so it is not read again.
+//! - An unwritable or full directory never fails a request: the tier logs a warning, counts
+//!   the error, marks itself degraded (RAM only) and tries again after [`RETRY_AFTER`].
+//! - The tier keeps at most `disk_bytes` of the files it knows (those it found at start and
+//!   those it wrote), removing the least recently used (by modification time, which a read
+//!   refreshes) first.
+//! - [`DiskTier`] is owned by one worker; dropping it finishes the queued writes and joins
+//!   the writer thread.
+
+use super::disk_file::{BlockFile, BlockFileError};
+use crate::scheduler::observer::Observer;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Blocks waiting for the writer at most.
+const QUEUE: usize = 256;
+/// How long a degraded tier waits before writing again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(30);
+const EXT: &str = "kvb";
+
+/// Counters and sizes of a disk tier since start, shared with its writer and monitoring.
+#[derive(Debug, Default)]
+pub struct DiskStats {
+    /// Files and bytes the tier knows of.
+    pub files: AtomicU64,
+    pub bytes: AtomicU64,
+    /// Blocks written, and writes that failed (the tier then degrades).
+    pub written: AtomicU64,
+    pub write_errors: AtomicU64,
+    /// Blocks not written because the queue was full or the tier degraded.
+    pub skipped: AtomicU64,
+    /// Blocks read back, and files refused by a check (see the module docs).
+    pub loaded: AtomicU64,
+    pub rejected: AtomicU64,
+    /// Lookups that found at least one block, and lookups that found none.
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    /// Whether writes are off after an error (RAM only until the retry).
+    pub degraded: AtomicBool,
+}
+
+/// A block for the writer.
+struct Job {
+    file: BlockFile,
+    queued: Instant,
+}
+
+/// See the module docs.
+pub struct DiskTier {
+    dir: PathBuf,
+    identity: u64,
+    payload_len: usize,
+    /// Keys known to be on disk (found, written or read): not exported again.
+    known: HashSet<u64>,
+    tx: Option<mpsc::SyncSender<Msg>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+    stats: Arc<DiskStats>,
+}
+
+enum Msg {
+    Write(Job),
+    /// A file was read: it is recently used.
+    Touch(u64),
+    /// Remove every file.
+    Clear,
+}
+
+impl DiskTier {
+    /// The tier in `root/<identity hex>` for blocks of `payload_len` bytes, keeping at most
+    /// `max_bytes`; indexes what is there already. Never fails: a directory that cannot be
+    /// made starts the tier degraded (with a warning).
+    pub fn open(
+        root: &Path,
+        identity: u64,
+        payload_len: usize,
+        max_bytes: u64,
+        observer: Arc<dyn Observer>,
+    ) -> DiskTier {
+        let dir = root.join(format!("{identity:016x}"));
+        let stats = Arc::new(DiskStats::default());
+        let mut index = Index::new(max_bytes);
+        match std::fs::create_dir_all(&dir) {
+            Ok(()) => index.scan(&dir),
+            Err(e) => degrade(&stats, &dir, &e),
+        }
+        let known = index.files.keys().copied().collect();
+        stats
+            .files
+            .store(index.files.len() as u64, Ordering::Relaxed);
+        stats.bytes.store(index.used, Ordering::Relaxed);
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let w = Writer {
+            dir: dir.clone(),
+            identity,
+            index,
+            stats: Arc::clone(&stats),
+            observer,
+            failed_at: None,
+        };
+        let writer = std::thread::Builder::new()
+            .name("kiln-disk-tier".to_string())
+            .spawn(move || w.run(rx))
+            .ok();
+        if writer.is_none() {
+            tracing::warn!("cannot start the disk tier's writer thread: RAM only");
+            stats.degraded.store(true, Ordering::Relaxed);
+        }
+        tracing::info!(dir = %dir.display(), files = stats.files.load(Ordering::Relaxed),
+            bytes = stats.bytes.load(Ordering::Relaxed), "disk tier of the prefix cache");
+        DiskTier {
+            dir,
+            identity,
+            payload_len,
+            known,
+            tx: writer.as_ref().map(|_| tx),
+            writer,
+            stats,
+        }
+    }
+
+    /// The tier's counters.
+    pub fn stats(&self) -> &Arc<DiskStats> {
+        &self.stats
+    }
+
+    /// Whether `key` is on disk as far as this tier knows (a block another replica wrote is
+    /// found by [`Self::read`], not here).
+    pub fn knows(&self, key: u64) -> bool {
+        self.known.contains(&key)
+    }
+
+    /// Queues the block `key` (following `parent`, holding `tokens`, `payload` its bytes) for
+    /// writing, unless it is known to be on disk; never waits (a full queue skips it).
+    pub fn write(&mut self, key: u64, parent: u64, tokens: &[u32], payload: Vec<u8>) {
+        if self.known.contains(&key) {
+            return;
+        }
+        let Some(tx) = &self.tx else {
+            self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let job = Job {
+            file: BlockFile {
+                key,
+                parent,
+                tokens: tokens.to_vec(),
+                payload,
+            },
+            queued: Instant::now(),
+        };
+        match tx.try_send(Msg::Write(job)) {
+            Ok(()) => {
+                self.known.insert(key);
+            }
+            Err(_) => {
+                self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Reads the block `key`, which must follow `parent` and hold `tokens`: its payload, or
+    /// None when there is no such file or it fails a check (then counted and removed).
+    pub fn read(&mut self, key: u64, parent: u64, tokens: &[u32]) -> Option<Vec<u8>> {
+        let path = file_path(&self.dir, key);
+        let bytes = std::fs::read(&path).ok()?;
+        let checked =
+            BlockFile::decode(&bytes, self.identity, key, self.payload_len).and_then(|f| {
+                if f.parent == parent && f.tokens == tokens {
+                    Ok(f)
+                } else {
+                    Err(BlockFileError::Key { key })
+                }
+            });
+        match checked {
+            Ok(f) => {
+                self.known.insert(key);
+                self.stats.loaded.fetch_add(1, Ordering::Relaxed);
+                if let Some(tx) = &self.tx {
+                    let _ = tx.try_send(Msg::Touch(key));
+                }
+                Some(f.payload)
+            }
+            Err(e) => {
+                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(file = %path.display(), error = %e,
+                    "prefix cache: ignoring a disk-tier file that fails its checks (removed)");
+                self.known.remove(&key);
+                let _ = std::fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// Removes every file of this model's tier (queued writes still land, then are removed
+    /// too if they were queued before).
+    pub fn clear(&mut self) {
+        self.known.clear();
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Msg::Clear);
+        }
+    }
+}
+
+impl Drop for DiskTier {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Gives the calling thread the lowest CPU priority (Linux: a thread's nice value is its own),
+/// so the writer takes CPU time the engine's steps leave, never theirs. Best effort.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions; setpriority only reads its arguments and
+        // changes this thread's nice value (an error just leaves it unchanged).
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+        }
+    }
+}
+
+fn file_path(dir: &Path, key: u64) -> PathBuf {
+    dir.join(format!("{key:016x}.{EXT}"))
+}
+
+fn degrade(stats: &DiskStats, dir: &Path, e: &std::io::Error) {
+    stats.write_errors.fetch_add(1, Ordering::Relaxed);
+    if !stats.degraded.swap(true, Ordering::Relaxed) {
+        tracing::warn!(dir = %dir.display(), error = %e,
+            "prefix cache: the disk tier cannot write; serving from RAM only (retrying later)");
+    }
+}
+
+/// The files the writer knows: sizes and last use, and the bound.
+struct Index {
+    max: u64,
+    used: u64,
+    /// key -> (bytes, tick)
+    files: HashMap<u64, (u64, u64)>,
+    /// tick -> key, oldest first.
+    lru: BTreeMap<u64, u64>,
+    tick: u64,
+}
+
+impl Index {
+    fn new(max: u64) -> Index {
+        Index {
+            max,
+            used: 0,
+            files: HashMap::new(),
+            lru: BTreeMap::new(),
+            tick: 0,
+        }
+    }
+
+    /// Indexes the block files in `dir`, oldest modification first.
+    fn scan(&mut self, dir: &Path) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut found: Vec<(SystemTime, u64, u64)> = rd
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name();
+                let stem = name.to_str()?.strip_suffix(&format!(".{EXT}"))?;
+                let key = u64::from_str_radix(stem, 16).ok()?;
+                let m = e.metadata().ok()?;
+                Some((m.modified().unwrap_or(SystemTime::UNIX_EPOCH), key, m.len()))
+            })
+            .collect();
+        found.sort();
+        for (_, key, len) in found {
+            self.add(key, len);
+        }
+    }
+
+    fn add(&mut self, key: u64, len: u64) {
+        self.remove(key);
+        self.tick += 1;
+        self.files.insert(key, (len, self.tick));
+        self.lru.insert(self.tick, key);
+        self.used += len;
+    }
+
+    fn touch(&mut self, key: u64) {
+        if let Some(&(len, _)) = self.files.get(&key) {
+            self.add(key, len);
+        }
+    }
+
+    fn remove(&mut self, key: u64) -> bool {
+        match self.files.remove(&key) {
+            Some((len, tick)) => {
+                self.lru.remove(&tick);
+                self.used -= len;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The least recently used key while over the bound.
+    fn over(&self) -> Option<u64> {
+        (self.used > self.max)
+            .then(|| self.lru.values().next().copied())
+            .flatten()
+    }
+}
+
+/// The background thread's state.
+struct Writer {
+    dir: PathBuf,
+    identity: u64,
+    index: Index,
+    stats: Arc<DiskStats>,
+    observer: Arc<dyn Observer>,
+    failed_at: Option<Instant>,
+}
+
+impl Writer {
+    fn run(mut self, rx: mpsc::Receiver<Msg>) {
+        lower_priority();
+        while let Ok(msg) = rx.recv() {
+            match msg {
+                Msg::Write(job) => self.write(job),
+                Msg::Touch(key) => {
+                    self.index.touch(key);
+                    // The modification time orders the files for the next start's index.
+                    if let Ok(f) = std::fs::File::options()
+                        .append(true)
+                        .open(file_path(&self.dir, key))
+                    {
+                        let _ = f.set_modified(SystemTime::now());
+                    }
+                }
+                Msg::Clear => {
+                    let keys: Vec<u64> = self.index.files.keys().copied().collect();
+                    for k in keys {
+                        self.index.remove(k);
+                        let _ = std::fs::remove_file(file_path(&self.dir, k));
+                    }
+                }
+            }
+            self.publish();
+        }
+    }
+
+    fn publish(&self) {
+        let s = &self.stats;
+        s.files
+            .store(self.index.files.len() as u64, Ordering::Relaxed);
+        s.bytes.store(self.index.used, Ordering::Relaxed);
+    }
+
+    fn write(&mut self, job: Job) {
+        if let Some(t) = self.failed_at {
+            if t.elapsed() < RETRY_AFTER {
+                self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        let t0 = Instant::now();
+        let key = job.file.key;
+        let bytes = job.file.encode(self.identity);
+        match self.write_file(key, &bytes) {
+            Ok(()) => {
+                self.failed_at = None;
+                self.stats.degraded.store(false, Ordering::Relaxed);
+                self.stats.written.fetch_add(1, Ordering::Relaxed);
+                self.index.add(key, bytes.len() as u64);
+                while let Some(old) = self.index.over() {
+                    self.index.remove(old);
+                    let _ = std::fs::remove_file(file_path(&self.dir, old));
+                }
+                self.observer
+                    .on_disk_write(t0.elapsed(), job.queued.elapsed());
+            }
+            Err(e) => {
+                self.failed_at = Some(Instant::now());
+                degrade(&self.stats, &self.dir, &e);
+            }
+        }
+    }
+
+    /// Writes `bytes` as `key`'s file: a temporary name, then a rename.
+    fn write_file(&self, key: u64, bytes: &[u8]) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let tmp = self
+            .dir
+            .join(format!(".{key:016x}.{}.tmp", std::process::id()));
+        let res = (|| {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(bytes)?;
+            std::fs::rename(&tmp, file_path(&self.dir, key))
+        })();
+        if res.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        res
+    }
+}

@@ -1,0 +1,43 @@
+//! What the prefix cache asks the worker to copy between the KV pool and its RAM tier, and
+//! what a lookup found. The cache plans; the worker (which owns the KV pool) copies.
+
+use std::sync::Arc;
+
+/// A block evicted from the pool whose bytes go to the RAM tier. Its `pages` (one per layer
+/// group) are already free: the worker copies them out before the step writes any page, then
+/// hands the bytes to [`super::PrefixCache::store_spill`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spill {
+    pub key: u64,
+    pub parent: u64,
+    pub tokens: Box<[u32]>,
+    pub pages: Vec<u32>,
+}
+
+/// A block that just entered the pool's cache, to be written to the disk tier: the worker
+/// copies its `pages` (held by the cache) out after the step and hands them to the writer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Persist {
+    pub key: u64,
+    pub parent: u64,
+    pub tokens: Box<[u32]>,
+    pub pages: Vec<u32>,
+}
+
+/// A RAM-tier block to write into fresh `pages` (one per layer group, held by the sequence
+/// that looked it up) before the step's forward pass reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restore {
+    pub pages: Vec<u32>,
+    pub bytes: Arc<[u8]>,
+}
+
+/// What a lookup reused: `tokens` in all, of which the first `pool_tokens` were already in
+/// the pool (the rest are restored from the RAM tier). Multiples of the block size.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hit {
+    pub tokens: usize,
+    pub pool_tokens: usize,
+    /// The lookup reached the RAM tier and found nothing there.
+    pub ram_miss: bool,
+}

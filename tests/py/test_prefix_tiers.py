@@ -1,0 +1,123 @@
+"""The prefix cache's RAM and disk tiers through a real `kiln serve` and the official openai
+client: a reply served from blocks restored from RAM, and from disk after a real restart of
+the process, is identical to the one computed from scratch (text, tokens' logprobs and their
+alternatives, to the bit as JSON carries them); damaged files are ignored and counted."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx2 as httpx
+
+from conftest import client_for
+from servers import start_kiln
+
+
+def tier_config(cache_dir: Path) -> dict:
+    # 1,024 positions of KV cache: two of these ~700-token prompts do not fit together.
+    return {
+        "engine": {"kv_cache": 1024},
+        "server": {"max_tokens_default": 32, "max_tokens_cap": 64, "request_timeout": 120, "drain_timeout": 5},
+        "cache": {"ram_bytes": "256MiB", "dir": str(cache_dir)},
+    }
+
+
+def long_system(topic: str) -> str:
+    return "".join(
+        f"Rule {i} about {topic}: answer briefly, stay on {topic}, and never invent facts. "
+        for i in range(40)
+    )
+
+
+def ask(client, model_id: str, topic: str):
+    """Greedy chat reply with logprobs: (text, logprobs as plain data, cached tokens, prompt tokens)."""
+    r = client.chat.completions.create(
+        model=model_id,
+        messages=[
+            {"role": "system", "content": long_system(topic)},
+            {"role": "user", "content": f"What is {topic}?"},
+        ],
+        max_tokens=16,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    c = r.choices[0]
+    lps = [
+        (t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs])
+        for t in c.logprobs.content
+    ]
+    details = r.usage.prompt_tokens_details
+    cached = details.cached_tokens if details else 0
+    return c.message.content, lps, cached, r.usage.prompt_tokens
+
+
+def metric(base_url: str, name: str, labels: str) -> float:
+    text = httpx.get(base_url + "/metrics", timeout=10).text
+    m = re.search(re.escape(name) + r"\{" + re.escape(labels) + r"[^}]*\} ([0-9.e+]+)", text)
+    assert m, f"{name}{{{labels}}} not in /metrics"
+    return float(m.group(1))
+
+
+def block_files(cache_dir: Path) -> list[Path]:
+    return sorted(cache_dir.glob("*/*.kvb"))
+
+
+def wait_files(cache_dir: Path, n: int, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while len(block_files(cache_dir)) < n:
+        assert time.monotonic() < deadline, f"{len(block_files(cache_dir))} of {n} block files"
+        time.sleep(0.1)
+
+
+def test_replies_from_ram_and_disk_tiers_equal_cold_ones(tmp_path):
+    cache_dir = tmp_path / "cache"
+    s1 = start_kiln(config=tier_config(cache_dir), log_dir=tmp_path / "s1")
+    try:
+        c1 = client_for(s1.base_url, timeout=120)
+        model_id = c1.models.list().data[0].id
+        cold = ask(c1, model_id, "rivers")
+        assert cold[2] == 0
+        prompt_tokens = cold[3]
+        assert prompt_tokens > 600
+        ask(c1, model_id, "mountains")  # evicts the first prompt's blocks to RAM
+        warm = ask(c1, model_id, "rivers")
+        assert warm[:2] == cold[:2], "a reply from RAM-tier blocks differs"
+        assert warm[2] >= prompt_tokens - 32
+        assert metric(s1.base_url, "kiln_prefix_cache_tier_lookups_total", 'result="hit",tier="ram"') >= 1
+        wait_files(cache_dir, 2 * ((prompt_tokens - 1) // 16))
+    finally:
+        assert s1.stop() == 0, s1.log_tail()
+
+    # A real restart: a new process on the same directory.
+    s2 = start_kiln(config=tier_config(cache_dir), log_dir=tmp_path / "s2")
+    try:
+        c2 = client_for(s2.base_url, timeout=120)
+        resumed = ask(c2, model_id, "rivers")
+        assert resumed[:2] == cold[:2], "a reply from disk-tier blocks differs"
+        assert resumed[2] >= prompt_tokens - 32
+        assert metric(s2.base_url, "kiln_prefix_cache_tier_lookups_total", 'result="hit",tier="disk"') == 1
+    finally:
+        assert s2.stop() == 0, s2.log_tail()
+
+    # Every file damaged (a flipped byte, or cut short): nothing is loaded, each refusal counted,
+    # and the reply is computed again, identical.
+    files = block_files(cache_dir)
+    for i, f in enumerate(files):
+        b = bytearray(f.read_bytes())
+        if i % 2:
+            f.write_bytes(bytes(b[: len(b) // 2]))
+        else:
+            b[len(b) // 2] ^= 0x01
+            f.write_bytes(bytes(b))
+    s3 = start_kiln(config=tier_config(cache_dir), log_dir=tmp_path / "s3")
+    try:
+        c3 = client_for(s3.base_url, timeout=120)
+        again = ask(c3, model_id, "rivers")
+        assert again[:2] == cold[:2]
+        assert again[2] == 0
+        assert metric(s3.base_url, "kiln_prefix_cache_disk_blocks_total", 'outcome="rejected"') == 1
+    finally:
+        assert s3.stop() == 0, s3.log_tail()
