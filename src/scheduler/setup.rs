@@ -212,6 +212,7 @@ pub fn start_with(
             faults: faults.to_vec(),
             max_unread_events: MAX_UNREAD_EVENTS,
             pooling: cfg.pooling,
+            speculative: crate::scheduler::speculative::SpecConfig::off(),
         },
         observer,
     )

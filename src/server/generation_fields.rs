@@ -214,6 +214,7 @@ impl SamplingPlan {
             logprobs: self.logprobs,
             constraint: None,
             prompt_output: PromptOutput::None,
+            speculative: Default::default(),
         })
     }
 }

@@ -237,6 +237,7 @@ fn seeded_reproducibility(name: &str, file: &GgufFile, tokens: &[u32]) {
         faults: Vec::new(),
         max_unread_events: kiln::scheduler::MAX_UNREAD_EVENTS,
         pooling: None,
+        speculative: kiln::scheduler::speculative::SpecConfig::off(),
     };
     let e = EngineHandle::start(model, tok, cfg, Arc::new(NoopObserver)).expect("engine");
     let sampled = |prompt: &[u32], seed: u64| {

@@ -17,6 +17,7 @@ mod mask_thread;
 mod quantize;
 mod scheduler;
 mod server;
+mod speculative;
 mod structured;
 mod structured_tools;
 mod tokenizer;

@@ -375,6 +375,7 @@ pub(crate) fn small_engine_with(
         faults: faults.iter().map(|f| f.parse().unwrap()).collect(),
         max_unread_events,
         pooling: None,
+        speculative: kiln::scheduler::speculative::SpecConfig::off(),
     };
     let e = EngineHandle::start(model, Arc::clone(&tok), cfg, observer).unwrap();
     (e, tok)
