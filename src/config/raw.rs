@@ -20,6 +20,8 @@ pub(super) struct RawConfig {
     pub server: RawServer,
     #[serde(default)]
     pub log: RawLog,
+    #[serde(default)]
+    pub speculative: super::speculative::RawSpeculative,
     /// `[[models]]`: several models in one server (replaces `[model]` when non-empty).
     #[serde(default)]
     pub models: Vec<RawModelEntry>,

@@ -37,6 +37,7 @@ pub struct Config {
     pub scheduler: SchedulerSettings,
     pub server: ServerSettings,
     pub log: LogSettings,
+    pub speculative: super::SpeculativeSettings,
 }
 
 impl Default for Config {
@@ -55,6 +56,7 @@ impl Default for Config {
             pooling: None,
             server: ServerSettings::default(),
             log: LogSettings::default(),
+            speculative: super::SpeculativeSettings::default(),
         }
     }
 }

@@ -75,6 +75,7 @@ impl TryFrom<RawConfig> for Config {
             scheduler: scheduler_settings(raw.scheduler)?,
             server,
             log: log_settings(raw.log)?,
+            speculative: super::speculative::speculative_settings(raw.speculative)?,
         })
     }
 }

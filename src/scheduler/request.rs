@@ -152,6 +152,10 @@ pub struct Usage {
     pub cached_tokens: usize,
     /// Generated over all choices.
     pub completion_tokens: usize,
+    /// Speculative decoding, over all choices: guessed tokens verified, and those kept (part
+    /// of `completion_tokens`, each produced without a step of its own).
+    pub draft_tokens: usize,
+    pub accepted_tokens: usize,
 }
 
 /// Where a finished request's time went, measured on the engine thread from submission.

@@ -2,6 +2,7 @@
 //! a verify item's rows are sampled in order, each exactly as the plain run would sample its
 //! token, while the drawn token equals the guess.
 
+use super::output::req_of;
 use super::Worker;
 use crate::scheduler::state::PlanItem;
 
@@ -52,6 +53,7 @@ impl Worker {
             }
         }
         self.sched.verified(sid, draft.len(), kept);
+        self.outputs.add_guesses(req_of(sid), draft.len(), kept);
         kept
     }
 }

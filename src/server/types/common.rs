@@ -37,6 +37,23 @@ pub struct PromptTokensDetails {
     pub cached_tokens: usize,
 }
 
+/// `usage.completion_tokens_details`: OpenAI's predicted-output counts, which kiln fills
+/// from speculative decoding (present only when the request's tokens were guessed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
+pub struct CompletionTokensDetails {
+    /// Guessed tokens the model confirmed (part of `completion_tokens`, each produced
+    /// without an engine step of its own).
+    pub accepted_prediction_tokens: usize,
+    /// Guessed tokens the model did not produce (verified, then dropped).
+    pub rejected_prediction_tokens: usize,
+}
+
+impl CompletionTokensDetails {
+    fn is_empty(&self) -> bool {
+        self.accepted_prediction_tokens == 0 && self.rejected_prediction_tokens == 0
+    }
+}
+
 /// Token counts of a request (over all its choices and prompts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
 pub struct UsageBody {
@@ -44,6 +61,8 @@ pub struct UsageBody {
     pub completion_tokens: usize,
     pub total_tokens: usize,
     pub prompt_tokens_details: PromptTokensDetails,
+    #[serde(skip_serializing_if = "CompletionTokensDetails::is_empty")]
+    pub completion_tokens_details: CompletionTokensDetails,
 }
 
 impl UsageBody {
@@ -53,6 +72,9 @@ impl UsageBody {
         self.completion_tokens += u.completion_tokens;
         self.total_tokens = self.prompt_tokens + self.completion_tokens;
         self.prompt_tokens_details.cached_tokens += u.cached_tokens;
+        let d = &mut self.completion_tokens_details;
+        d.accepted_prediction_tokens += u.accepted_tokens;
+        d.rejected_prediction_tokens += u.draft_tokens - u.accepted_tokens;
     }
 }
 
