@@ -13,9 +13,10 @@ mod validate;
 
 pub use settings::{
     Config, KvBudget, LogFormat, LogSettings, ModelSpec, SchedulerSettings, ServerSettings,
-    DEFAULT_MODEL_PATH, KV_AUTO_CAP_BYTES, KV_AUTO_SHARE_PERCENT,
+    SpeculativeMethod, SpeculativeSettings, DEFAULT_MODEL_PATH, KV_AUTO_CAP_BYTES,
+    KV_AUTO_SHARE_PERCENT,
 };
-pub use speculative::{SpeculativeMethod, SpeculativeSettings, MAX_DRAFT};
+pub use speculative::MAX_DRAFT;
 
 use raw::RawConfig;
 use std::path::{Path, PathBuf};

@@ -1,60 +1,10 @@
-//! `[speculative]`: speculative decoding (guessed tokens verified in the batch; replies are
-//! the same with or without it, only faster when the reply repeats its context).
+//! Validates `[speculative]` (speculative decoding: guessed tokens verified in the batch;
+//! replies are the same with or without it, only faster when the reply repeats its context).
 
 use super::check::{in_range, invalid};
+use super::raw::RawSpeculative;
+use super::settings::{SpeculativeMethod, SpeculativeSettings};
 use super::ConfigError;
-use serde::Deserialize;
-
-/// Where guesses come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpeculativeMethod {
-    Off,
-    /// Prompt lookup: the sequence's last tokens found earlier in its own prompt or output.
-    Ngram,
-}
-
-/// `[speculative]`, validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpeculativeSettings {
-    pub method: SpeculativeMethod,
-    /// Most tokens guessed for one sequence in one step.
-    pub max_draft: usize,
-    /// Fewest guesses worth verifying (a shorter proposal is not used).
-    pub min_draft: usize,
-    /// N-gram sizes prompt lookup tries, the longest first.
-    pub ngram_min: usize,
-    pub ngram_max: usize,
-    /// Guess only in steps where at most this many sequences decode (a bigger batch is
-    /// compute-bound: a guess costs its full price there).
-    pub max_seqs: usize,
-}
-
-impl Default for SpeculativeSettings {
-    fn default() -> Self {
-        SpeculativeSettings {
-            method: SpeculativeMethod::Ngram,
-            max_draft: 8,
-            min_draft: 1,
-            ngram_min: 2,
-            ngram_max: 4,
-            max_seqs: 4,
-        }
-    }
-}
-
-/// `[speculative]` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawSpeculative {
-    pub method: Option<String>,
-    pub max_draft: Option<usize>,
-    pub min_draft: Option<usize>,
-    pub ngram_min: Option<usize>,
-    pub ngram_max: Option<usize>,
-    pub max_seqs: Option<usize>,
-    /// A draft model file: not run by this version (refused with a clear message).
-    pub draft_model: Option<std::path::PathBuf>,
-}
 
 /// Most guesses per step for one sequence.
 pub const MAX_DRAFT: usize = 32;
