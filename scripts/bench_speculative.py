@@ -14,6 +14,7 @@ rotates each round) and each figure is the median of --rounds rounds. The load a
 printed before and after: other work on the machine slows every server.
 
     scripts/bench_speculative.py [--model models/X.gguf] [--threads 2] [--rounds 3]
+                                 [--n-predict 256] [--workloads repeat,chat]
 """
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n-predict", type=int, default=256)
+    ap.add_argument("--workloads", default="repeat,chat",
+                    help="comma-separated workloads of prompts.json (default: repeat,chat)")
     ap.add_argument("--out", type=Path, default=ROOT / "target" / "bench-speculative")
     args = ap.parse_args()
     set_ = json.loads(PROMPTS.read_text())
@@ -81,7 +84,7 @@ def main() -> None:
         modes = [("kiln off", "kiln", {"speculative.n_max": 0}), ("kiln ngram", "kiln", {})]
         modes += [(name, name, {}) for name in servers if name != "kiln"]
         report = {}
-        for workload in ["repeat", "chat"]:
+        for workload in args.workloads.split(","):
             prompts = {name: [render(s.base_url, set_["system"], u) for u in set_[workload]]
                        for name, s in servers.items()}
             rates = {m[0]: [] for m in modes}

@@ -48,12 +48,6 @@ pub struct CompletionTokensDetails {
     pub rejected_prediction_tokens: usize,
 }
 
-impl CompletionTokensDetails {
-    fn is_empty(&self) -> bool {
-        self.accepted_prediction_tokens == 0 && self.rejected_prediction_tokens == 0
-    }
-}
-
 /// Token counts of a request (over all its choices and prompts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
 pub struct UsageBody {
@@ -61,8 +55,9 @@ pub struct UsageBody {
     pub completion_tokens: usize,
     pub total_tokens: usize,
     pub prompt_tokens_details: PromptTokensDetails,
-    #[serde(skip_serializing_if = "CompletionTokensDetails::is_empty")]
-    pub completion_tokens_details: CompletionTokensDetails,
+    /// Present when the request's tokens were guessed (speculative decoding).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
 }
 
 impl UsageBody {
@@ -72,9 +67,11 @@ impl UsageBody {
         self.completion_tokens += u.completion_tokens;
         self.total_tokens = self.prompt_tokens + self.completion_tokens;
         self.prompt_tokens_details.cached_tokens += u.cached_tokens;
-        let d = &mut self.completion_tokens_details;
-        d.accepted_prediction_tokens += u.accepted_tokens;
-        d.rejected_prediction_tokens += u.draft_tokens - u.accepted_tokens;
+        if u.draft_tokens > 0 {
+            let d = self.completion_tokens_details.get_or_insert_default();
+            d.accepted_prediction_tokens += u.accepted_tokens;
+            d.rejected_prediction_tokens += u.draft_tokens - u.accepted_tokens;
+        }
     }
 }
 
