@@ -182,11 +182,14 @@ def start_kiln(model: Path = DEFAULT_MODEL, config: dict[str, dict] | None = Non
 
 
 def start_llama_server(bin_dir: Path, model: Path, threads: int, slots: int, ctx: int,
-                       log_dir: Path | None = None, timeout: float = 120.0) -> Server:
-    """Starts llama.cpp's llama-server on 127.0.0.1 (a free port) and waits for /health."""
+                       log_dir: Path | None = None, timeout: float = 120.0,
+                       args: list[str] | None = None) -> Server:
+    """Starts llama.cpp's llama-server on 127.0.0.1 (a free port) and waits for /health;
+    `args` adds flags (e.g. `--spec-type ngram-simple`)."""
     port = free_port()
     cmd = [str(bin_dir / "llama-server"), "-m", str(model), "-t", str(threads),
-           "-np", str(slots), "-c", str(ctx), "--host", "127.0.0.1", "--port", str(port)]
+           "-np", str(slots), "-c", str(ctx), "--host", "127.0.0.1", "--port", str(port),
+           *(args or [])]
     env = dict(os.environ, LD_LIBRARY_PATH=str(bin_dir))
     server = Server("llama-server", cmd, env=env, log_dir=log_dir)
     server.base_url = f"http://127.0.0.1:{port}"

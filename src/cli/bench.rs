@@ -56,6 +56,13 @@ pub struct Args {
     /// throughput with --threads threads (default 2).
     #[arg(long)]
     ceilings: bool,
+    /// Speculative decoding against plain decoding instead: a copying workload and free chat,
+    /// one stream, then --users concurrent streams (benches/speculative/prompts.json).
+    #[arg(long)]
+    speculative: bool,
+    /// With --speculative: concurrent streams of the load run (0 skips it).
+    #[arg(long, default_value_t = 16)]
+    users: usize,
     /// With --concurrency: record into the Prometheus metrics and the /stats window as
     /// `kiln serve` does (run with and without it to measure what recording costs).
     #[arg(long)]
@@ -83,6 +90,19 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     }
     let mut cfg = load_config(config)?;
     cfg.kv_type = crate::cli::generate::kv_type(&cfg, args.kv_type.as_deref())?;
+    if args.speculative {
+        if let Some(t) = args.threads {
+            cfg.threads = t;
+        }
+        return crate::cli::bench_spec::run(crate::cli::bench_spec::SpecBench {
+            cfg,
+            model: args.model.as_deref(),
+            gen_tokens: args.n_gen,
+            repeat: args.repeat,
+            users: args.users,
+            json: args.json,
+        });
+    }
     if let Some(concurrency) = args.concurrency.clone() {
         if let Some(t) = args.threads {
             cfg.threads = t;

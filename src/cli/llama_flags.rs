@@ -65,7 +65,7 @@ const REFUSED: &[(&[&str], bool, &str)] = &[
     (
         &["--lora", "--lora-scaled", "-md", "--model-draft", "--mmproj"],
         true,
-        "kiln serves text models without adapters or draft models",
+        "kiln serves text models without adapters or draft models (--speculative ngram needs none)",
     ),
     (
         &["-tb", "--threads-batch"],

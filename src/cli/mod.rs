@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_ceilings;
 pub mod bench_observer;
 pub mod bench_serve;
+pub mod bench_spec;
 pub mod generate;
 pub mod inspect;
 pub mod llama_flags;

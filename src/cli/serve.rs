@@ -80,6 +80,27 @@ pub struct Args {
     /// Requests waiting before new ones get 429 (scheduler.max_waiting).
     #[arg(long, env = "KILN_MAX_WAITING")]
     max_waiting: Option<usize>,
+    /// Speculative decoding: "ngram" (prompt lookup) or "off" (speculative.method).
+    /// llama-server: --spec-type ngram-simple|none.
+    #[arg(long, visible_alias = "spec-type", env = "KILN_SPECULATIVE")]
+    speculative: Option<String>,
+    /// Most tokens guessed per sequence and step (speculative.max_draft). llama-server:
+    /// --draft-max/--draft/--draft-n.
+    #[arg(long, visible_aliases = ["draft", "draft-n"], env = "KILN_DRAFT_MAX")]
+    draft_max: Option<usize>,
+    /// Fewest guesses worth verifying (speculative.min_draft). llama-server:
+    /// --draft-min/--draft-n-min.
+    #[arg(long, visible_alias = "draft-n-min", env = "KILN_DRAFT_MIN")]
+    draft_min: Option<usize>,
+    /// Shortest n-gram prompt lookup matches (speculative.ngram_min).
+    #[arg(long, env = "KILN_SPEC_NGRAM_MIN")]
+    spec_ngram_min: Option<usize>,
+    /// Longest n-gram prompt lookup matches, tried first (speculative.ngram_max).
+    #[arg(long, env = "KILN_SPEC_NGRAM_MAX")]
+    spec_ngram_max: Option<usize>,
+    /// Guess only in steps where at most this many sequences decode (speculative.max_seqs).
+    #[arg(long, env = "KILN_SPEC_MAX_SEQS")]
+    spec_max_seqs: Option<usize>,
     /// Largest request body, e.g. "8MiB" (server.max_body_bytes).
     #[arg(long, env = "KILN_MAX_BODY_BYTES")]
     max_body_bytes: Option<String>,
@@ -232,6 +253,20 @@ impl Args {
         }
         if let Some(v) = self.max_waiting {
             o.push(("scheduler.max_waiting", int(v)));
+        }
+        if let Some(v) = &self.speculative {
+            o.push(("speculative.method", Value::String(v.clone())));
+        }
+        for (key, v) in [
+            ("speculative.max_draft", self.draft_max),
+            ("speculative.min_draft", self.draft_min),
+            ("speculative.ngram_min", self.spec_ngram_min),
+            ("speculative.ngram_max", self.spec_ngram_max),
+            ("speculative.max_seqs", self.spec_max_seqs),
+        ] {
+            if let Some(v) = v {
+                o.push((key, int(v)));
+            }
         }
         if let Some(v) = &self.max_body_bytes {
             o.push(("server.max_body_bytes", size(v)));

@@ -190,6 +190,11 @@ fn frame(url: &str, s: &Value, history: &[f64]) -> String {
         s["waiting"].as_u64().unwrap_or(0),
         f(&m5["prefix_cache_hit_ratio"]) * 100.0
     ));
+    line(format!(
+        "speculative  guesses kept {:>5.1}% (5m)   {:>8.1} guessed tok/s (5m)",
+        f(&m5["spec_acceptance_ratio"]) * 100.0,
+        f(&m5["spec_draft_tokens_per_s"])
+    ));
     let usage = f(&s["kv_cache_usage"]);
     line(format!(
         "KV cache {} {:>5.1}%  ({} used, {} cached, {} blocks)",

@@ -8,12 +8,15 @@ mod check;
 mod models;
 mod raw;
 mod settings;
+mod speculative;
 mod validate;
 
 pub use settings::{
     CacheSettings, Config, KvBudget, LogFormat, LogSettings, ModelSpec, SchedulerSettings,
-    ServerSettings, DEFAULT_MODEL_PATH, KV_AUTO_CAP_BYTES, KV_AUTO_SHARE_PERCENT,
+    ServerSettings, SpeculativeMethod, SpeculativeSettings, DEFAULT_MODEL_PATH, KV_AUTO_CAP_BYTES,
+    KV_AUTO_SHARE_PERCENT,
 };
+pub use speculative::MAX_DRAFT;
 
 use raw::RawConfig;
 use std::path::{Path, PathBuf};

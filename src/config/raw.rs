@@ -22,6 +22,7 @@ pub(super) struct RawConfig {
     pub log: RawLog,
     #[serde(default)]
     pub cache: RawCache,
+    pub speculative: RawSpeculative,
     /// `[[models]]`: several models in one server (replaces `[model]` when non-empty).
     #[serde(default)]
     pub models: Vec<RawModelEntry>,
@@ -123,6 +124,20 @@ pub(super) struct RawServer {
     pub responses_store_ttl: Option<f64>,
     pub default_model: Option<String>,
     pub strict_model_names: Option<bool>,
+}
+
+/// `[speculative]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSpeculative {
+    pub method: Option<String>,
+    pub max_draft: Option<usize>,
+    pub min_draft: Option<usize>,
+    pub ngram_min: Option<usize>,
+    pub ngram_max: Option<usize>,
+    pub max_seqs: Option<usize>,
+    /// A draft model file: not run by this version (refused with a clear message).
+    pub draft_model: Option<std::path::PathBuf>,
 }
 
 /// `[log]`.

@@ -38,6 +38,7 @@ pub struct Config {
     pub server: ServerSettings,
     pub log: LogSettings,
     pub cache: CacheSettings,
+    pub speculative: SpeculativeSettings,
 }
 
 impl Default for Config {
@@ -57,6 +58,7 @@ impl Default for Config {
             server: ServerSettings::default(),
             log: LogSettings::default(),
             cache: CacheSettings::default(),
+            speculative: SpeculativeSettings::default(),
         }
     }
 }
@@ -385,5 +387,43 @@ impl std::fmt::Debug for ServerSettings {
             .field("default_model", &self.default_model)
             .field("strict_model_names", &self.strict_model_names)
             .finish()
+    }
+}
+
+/// `[speculative]`: speculative decoding.
+/// Where guesses come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpeculativeMethod {
+    Off,
+    /// Prompt lookup: the sequence's last tokens found earlier in its own prompt or output.
+    Ngram,
+}
+
+/// `[speculative]`, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpeculativeSettings {
+    pub method: SpeculativeMethod,
+    /// Most tokens guessed for one sequence in one step.
+    pub max_draft: usize,
+    /// Fewest guesses worth verifying (a shorter proposal is not used).
+    pub min_draft: usize,
+    /// N-gram sizes prompt lookup tries, the longest first.
+    pub ngram_min: usize,
+    pub ngram_max: usize,
+    /// Guess only in steps where at most this many sequences decode (a bigger batch is
+    /// compute-bound: a guess costs its full price there).
+    pub max_seqs: usize,
+}
+
+impl Default for SpeculativeSettings {
+    fn default() -> Self {
+        SpeculativeSettings {
+            method: SpeculativeMethod::Ngram,
+            max_draft: 8,
+            min_draft: 1,
+            ngram_min: 2,
+            ngram_max: 4,
+            max_seqs: 4,
+        }
     }
 }

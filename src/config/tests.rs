@@ -422,3 +422,38 @@ fn cache_tiers_parse_sizes_and_need_ram_for_a_disk_tier() {
     .unwrap_err();
     assert!(e.to_string().contains("cache.dir"), "{e}");
 }
+
+#[test]
+fn speculative_section() {
+    let c = Config::parse("").unwrap();
+    assert_eq!(c.speculative.method, SpeculativeMethod::Ngram);
+    let c =
+        Config::parse("[speculative]\nmethod = \"off\"\nmax_draft = 4\nngram_min = 1\n").unwrap();
+    assert_eq!(c.speculative.method, SpeculativeMethod::Off);
+    assert_eq!((c.speculative.max_draft, c.speculative.ngram_min), (4, 1));
+    // llama-server's --spec-type spelling.
+    let c = Config::parse("[speculative]\nmethod = \"ngram-simple\"\n").unwrap();
+    assert_eq!(c.speculative.method, SpeculativeMethod::Ngram);
+    for (text, key) in [
+        ("[speculative]\nmethod = \"draft\"\n", "speculative.method"),
+        ("[speculative]\nmethod = \"eagle\"\n", "speculative.method"),
+        (
+            "[speculative]\ndraft_model = \"d.gguf\"\n",
+            "speculative.draft_model",
+        ),
+        ("[speculative]\nmax_draft = 33\n", "speculative.max_draft"),
+        ("[speculative]\nmin_draft = 0\n", "speculative.min_draft"),
+        ("[speculative]\nngram_min = 5\n", "speculative.ngram_min"),
+        ("[speculative]\nmax_seqs = 0\n", "speculative.max_seqs"),
+    ] {
+        let e = Config::parse(text).unwrap_err();
+        assert!(e.to_string().contains(key), "{text}: {e}");
+    }
+    // A flag or variable is checked like the file.
+    let e = Config::load(
+        None,
+        &[("speculative.method", toml::Value::String("x".into()))],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("speculative.method"), "{e}");
+}

@@ -76,6 +76,7 @@ impl TryFrom<RawConfig> for Config {
             server,
             log: log_settings(raw.log)?,
             cache: cache_settings(raw.cache)?,
+            speculative: super::speculative::speculative_settings(raw.speculative)?,
         })
     }
 }

@@ -7,6 +7,7 @@ pub mod names;
 mod tiers;
 pub mod window;
 
+use crate::scheduler::speculative::SpecMethod;
 use crate::scheduler::{CacheTier, Load, Observer, RequestStats, StepStats, TierStats};
 use names::*;
 use prometheus::{
@@ -53,6 +54,8 @@ pub struct Metrics {
     prefix_queries: IntCounter,
     prefix_hits: IntCounter,
     engine_faults: IntCounter,
+    spec_drafted: IntCounterVec,
+    spec_accepted: IntCounterVec,
     rejected: IntCounterVec,
     running: IntGauge,
     waiting: IntGauge,
@@ -108,6 +111,8 @@ impl Metrics {
             prefix_queries: IntCounter::new(PREFIX_CACHE_QUERIES, "Prefix-cache lookups (one per admitted sequence).")?,
             prefix_hits: IntCounter::new(PREFIX_CACHE_HITS, "Prefix-cache lookups that reused at least one block.")?,
             engine_faults: IntCounter::new(ENGINE_FAULTS, "Faults caught in engine steps (a panic or an error anywhere in a step): each ended its worker's requests with an error and rebuilt the worker.")?,
+            spec_drafted: IntCounterVec::new(Opts::new(SPEC_DRAFT_TOKENS, "Speculative decoding: guessed tokens verified, by method (ngram)."), &["method"])?,
+            spec_accepted: IntCounterVec::new(Opts::new(SPEC_ACCEPTED_TOKENS, "Speculative decoding: guessed tokens kept (each one a token without a step of its own), by method."), &["method"])?,
             rejected: IntCounterVec::new(Opts::new(REJECTED, "Requests refused before running, by reason (overloaded, invalid, unavailable, ...)."), &["reason"])?,
             running: IntGauge::new(REQUESTS_RUNNING, "Sequences running in the engine.")?,
             waiting: IntGauge::new(REQUESTS_WAITING, "Requests accepted and waiting to run.")?,
@@ -140,7 +145,13 @@ impl Metrics {
             r.register(Box::new(h.clone()))?;
         }
         r.register(Box::new(self.step.clone()))?;
-        for c in [&self.requests, &self.finished, &self.rejected] {
+        for c in [
+            &self.requests,
+            &self.finished,
+            &self.rejected,
+            &self.spec_drafted,
+            &self.spec_accepted,
+        ] {
             r.register(Box::new(c.clone()))?;
         }
         for c in [
@@ -175,6 +186,9 @@ impl Metrics {
         }
         for phase in ["prefill", "decode", "mixed"] {
             self.step.with_label_values(&[phase]);
+        }
+        for c in [&self.spec_drafted, &self.spec_accepted] {
+            c.with_label_values(&[SpecMethod::Ngram.as_str()]);
         }
         for state in ["used", "cached", "free"] {
             self.kv_blocks.with_label_values(&[state]);
@@ -278,6 +292,15 @@ impl Observer for Metrics {
         self.preemptions.inc_by(s.preemptions as u64);
         self.prefix_queries.inc_by(s.prefix_queries);
         self.prefix_hits.inc_by(s.prefix_hits);
+        if s.drafted > 0 {
+            let method = [s.spec_method.as_str()];
+            self.spec_drafted
+                .with_label_values(&method)
+                .inc_by(s.drafted as u64);
+            self.spec_accepted
+                .with_label_values(&method)
+                .inc_by(s.accepted as u64);
+        }
     }
 
     fn on_request(&self, r: &RequestStats) {
@@ -365,6 +388,9 @@ mod tests {
             masks: 0,
             mask_time: Duration::ZERO,
             mask_wait: Duration::ZERO,
+            spec_method: SpecMethod::Ngram,
+            drafted: 5,
+            accepted: 3,
         });
         m.on_request(&RequestStats {
             queue: Duration::from_millis(5),
@@ -407,6 +433,8 @@ mod tests {
             text.contains("kiln_requests_finished_total{finish_reason=\"length\",model=\"m\"} 1")
         );
         assert!(text.contains("kiln_generation_tokens_total{model=\"m\"} 4"));
+        assert!(text.contains("kiln_spec_draft_tokens_total{method=\"ngram\",model=\"m\"} 5"));
+        assert!(text.contains("kiln_spec_accepted_tokens_total{method=\"ngram\",model=\"m\"} 3"));
         assert!(text.contains("kiln_inter_token_latency_seconds_count{model=\"m\"} 3"));
         assert!(text.contains("kiln_kv_cache_blocks{state=\"free\",model=\"m\"} 6"));
         assert!(text.contains("kiln_kv_cache_usage_ratio{model=\"m\"} 0.3"));

@@ -41,6 +41,8 @@ pub const PREFIX_CACHE_QUERIES: &str = "kiln_prefix_cache_queries_total";
 pub const PREFIX_CACHE_HITS: &str = "kiln_prefix_cache_hits_total";
 pub const REJECTED: &str = "kiln_rejected_total";
 pub const ENGINE_FAULTS: &str = "kiln_engine_faults_total";
+pub const SPEC_DRAFT_TOKENS: &str = "kiln_spec_draft_tokens_total";
+pub const SPEC_ACCEPTED_TOKENS: &str = "kiln_spec_accepted_tokens_total";
 pub const PREFIX_TIER_LOOKUPS: &str = "kiln_prefix_cache_tier_lookups_total";
 pub const PREFIX_TIER_SPILLED: &str = "kiln_prefix_cache_spilled_blocks_total";
 pub const PREFIX_DISK_BLOCKS: &str = "kiln_prefix_cache_disk_blocks_total";
@@ -83,6 +85,8 @@ pub const ALL: &[&str] = &[
     PREFIX_CACHE_HITS,
     REJECTED,
     ENGINE_FAULTS,
+    SPEC_DRAFT_TOKENS,
+    SPEC_ACCEPTED_TOKENS,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     KV_CACHE_USAGE,

@@ -40,6 +40,8 @@ struct Slot {
     generated_tokens: u64,
     prefix_queries: u64,
     prefix_hits: u64,
+    spec_drafted: u64,
+    spec_accepted: u64,
 }
 
 fn new_hist() -> Histogram<u64> {
@@ -57,6 +59,8 @@ impl Slot {
             generated_tokens: 0,
             prefix_queries: 0,
             prefix_hits: 0,
+            spec_drafted: 0,
+            spec_accepted: 0,
         }
     }
 }
@@ -83,6 +87,10 @@ pub struct WindowStats {
     pub queue_ms: Percentiles,
     /// Prefix-cache lookups that reused blocks, over all lookups (0 when none).
     pub prefix_cache_hit_ratio: f64,
+    /// Speculative decoding: guessed tokens verified per second, and the share of them kept
+    /// (0 when none were verified).
+    pub spec_draft_tokens_per_s: f64,
+    pub spec_acceptance_ratio: f64,
 }
 
 /// A report waiting to be folded into the slots, stamped with when it happened.
@@ -92,6 +100,8 @@ enum Report {
         at: Instant,
         prefix_queries: u64,
         prefix_hits: u64,
+        drafted: u64,
+        accepted: u64,
     },
 }
 
@@ -152,10 +162,14 @@ impl StatsWindow {
                     at,
                     prefix_queries,
                     prefix_hits,
+                    drafted,
+                    accepted,
                 } => {
                     let s = self.slot(slots, at);
                     s.prefix_queries += prefix_queries;
                     s.prefix_hits += prefix_hits;
+                    s.spec_drafted += drafted;
+                    s.spec_accepted += accepted;
                 }
             }
         }
@@ -193,6 +207,7 @@ impl StatsWindow {
         let mut hist: [Histogram<u64>; N_LAT] = std::array::from_fn(|_| new_hist());
         let mut out = WindowStats::default();
         let (mut req, mut gen, mut prm, mut q, mut h) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let (mut drafted, mut accepted) = (0u64, 0u64);
         for s in slots.iter().filter(|s| s.epoch <= e && e - s.epoch < n) {
             for (acc, x) in hist.iter_mut().zip(&s.hist) {
                 let _ = acc.add(x);
@@ -202,6 +217,8 @@ impl StatsWindow {
             prm += s.prompt_tokens;
             q += s.prefix_queries;
             h += s.prefix_hits;
+            drafted += s.spec_drafted;
+            accepted += s.spec_accepted;
         }
         // The current slot is partly elapsed; so is the first 10 s of the process.
         let covered = (now.saturating_duration_since(self.start).as_secs_f64())
@@ -222,6 +239,12 @@ impl StatsWindow {
         out.itl_ms = pct(&hist[Latency::InterToken as usize]);
         out.queue_ms = pct(&hist[Latency::Queue as usize]);
         out.prefix_cache_hit_ratio = if q == 0 { 0.0 } else { h as f64 / q as f64 };
+        out.spec_draft_tokens_per_s = drafted as f64 / covered;
+        out.spec_acceptance_ratio = if drafted == 0 {
+            0.0
+        } else {
+            accepted as f64 / drafted as f64
+        };
         out
     }
 
@@ -253,11 +276,13 @@ impl StatsWindow {
 
 impl Observer for StatsWindow {
     fn on_step(&self, s: &StepStats) {
-        if s.prefix_queries > 0 || s.prefix_hits > 0 {
+        if s.prefix_queries > 0 || s.prefix_hits > 0 || s.drafted > 0 {
             self.report(Report::Step {
                 at: Instant::now(),
                 prefix_queries: s.prefix_queries,
                 prefix_hits: s.prefix_hits,
+                drafted: s.drafted as u64,
+                accepted: s.accepted as u64,
             });
         }
     }
@@ -284,6 +309,24 @@ mod tests {
             finish_reasons: vec![FinishReason::Length],
             preemptions: 0,
         }
+    }
+
+    #[test]
+    fn speculative_acceptance_over_the_window() {
+        let w = StatsWindow::new();
+        assert_eq!(w.query(Duration::from_secs(60)).spec_acceptance_ratio, 0.0);
+        for (drafted, accepted) in [(8, 6), (4, 0), (8, 8)] {
+            w.report(Report::Step {
+                at: Instant::now(),
+                prefix_queries: 0,
+                prefix_hits: 0,
+                drafted,
+                accepted,
+            });
+        }
+        let q = w.query(Duration::from_secs(60));
+        assert_eq!(q.spec_acceptance_ratio, 14.0 / 20.0);
+        assert!(q.spec_draft_tokens_per_s > 0.0);
     }
 
     #[test]

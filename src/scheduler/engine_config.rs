@@ -4,6 +4,7 @@
 use crate::engine::kv_cache::KvType;
 use crate::engine::pooling::Pooling;
 use crate::scheduler::fault::FaultInjection;
+use crate::scheduler::speculative::SpecConfig;
 use crate::scheduler::state::Limits;
 
 /// How the engine is laid out.
@@ -30,6 +31,8 @@ pub struct EngineConfig {
     pub max_unread_events: usize,
     /// How embeddings pool, overriding the model file's `pooling_type` (None: the file's).
     pub pooling: Option<Pooling>,
+    /// Speculative decoding (guessed tokens verified in the batch).
+    pub speculative: SpecConfig,
     /// The prefix cache's tiers below the KV pool (RAM and disk), per worker.
     pub tiers: CacheTiers,
 }

@@ -20,6 +20,7 @@ pub mod prefix_cache;
 pub mod request;
 pub mod sampling;
 pub mod setup;
+pub mod speculative;
 pub mod state;
 pub mod stop;
 mod worker;

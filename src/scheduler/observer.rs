@@ -2,6 +2,7 @@
 //! metrics library types live here; the metrics layer implements the trait.
 
 use crate::scheduler::request::FinishReason;
+use crate::scheduler::speculative::SpecMethod;
 use std::time::Duration;
 
 /// The kind of work a step did.
@@ -57,6 +58,12 @@ pub struct StepStats {
     pub masks: usize,
     pub mask_time: Duration,
     pub mask_wait: Duration,
+    /// Speculative decoding: where the step's guesses came from, how many were verified
+    /// (`drafted`) and how many of those were kept (`accepted`: tokens the model produced
+    /// without a step of their own).
+    pub spec_method: SpecMethod,
+    pub drafted: usize,
+    pub accepted: usize,
 }
 
 /// One finished request (all its choices).

@@ -2,6 +2,7 @@
 
 pub use crate::engine::pooling::{Pooling, PoolingType};
 use crate::scheduler::sampling::{SamplingError, SamplingParams};
+use crate::scheduler::speculative::SpecRequest;
 use crate::scheduler::state::AdmitError;
 pub use crate::scheduler::stop::FinishReason;
 use crate::structured::Constraint;
@@ -37,6 +38,9 @@ pub struct GenerationRequest {
     pub constraint: Option<Arc<Constraint>>,
     /// What the request wants from its prompt itself, computed in the same prefill.
     pub prompt_output: PromptOutput,
+    /// Its own speculative-decoding bounds (llama-server's `speculative.n_max`/`n_min`);
+    /// they never change the reply, only how fast it comes.
+    pub speculative: SpecRequest,
 }
 
 /// What a request wants from its prompt's positions besides their KV.
@@ -75,6 +79,7 @@ impl GenerationRequest {
             logprobs: false,
             constraint: None,
             prompt_output: PromptOutput::None,
+            speculative: SpecRequest::default(),
         }
     }
 }
@@ -147,6 +152,10 @@ pub struct Usage {
     pub cached_tokens: usize,
     /// Generated over all choices.
     pub completion_tokens: usize,
+    /// Speculative decoding, over all choices: guessed tokens verified, and those kept (part
+    /// of `completion_tokens`, each produced without a step of its own).
+    pub draft_tokens: usize,
+    pub accepted_tokens: usize,
 }
 
 /// Where a finished request's time went, measured on the engine thread from submission.

@@ -1,7 +1,7 @@
 //! Building a running engine from the configuration: open the model file, load the tokenizer
 //! and the weights, size the KV cache, start the workers.
 
-use crate::config::{Config, KvBudget};
+use crate::config::{Config, KvBudget, SpeculativeMethod};
 use crate::engine::kv_cache::DEFAULT_BLOCK_SIZE;
 use crate::engine::{EngineError, Model};
 use crate::gguf::{GgufError, GgufFile};
@@ -9,6 +9,7 @@ use crate::scheduler::engine_config::{CacheTiers, EngineConfig, MAX_UNREAD_EVENT
 use crate::scheduler::handle::EngineHandle;
 use crate::scheduler::observer::Observer;
 use crate::scheduler::prefix_cache::identity::model_identity;
+use crate::scheduler::speculative::{SpecConfig, SpecMethod};
 use crate::scheduler::state::Limits;
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use std::path::{Path, PathBuf};
@@ -96,6 +97,22 @@ pub fn limits(cfg: &Config) -> Limits {
         n_ctx: 0,
         prefix_cache: s.prefix_cache,
         max_waiting: s.max_waiting,
+    }
+}
+
+/// The speculative decoding the configuration asks for (`[speculative]`).
+pub fn speculation(cfg: &Config) -> SpecConfig {
+    let s = cfg.speculative;
+    SpecConfig {
+        method: match s.method {
+            SpeculativeMethod::Off => SpecMethod::Off,
+            SpeculativeMethod::Ngram => SpecMethod::Ngram,
+        },
+        max_draft: s.max_draft,
+        min_draft: s.min_draft,
+        ngram_min: s.ngram_min,
+        ngram_max: s.ngram_max,
+        max_seqs: s.max_seqs,
     }
 }
 
@@ -241,6 +258,7 @@ pub fn start_with(
             max_unread_events: MAX_UNREAD_EVENTS,
             pooling: cfg.pooling,
             tiers: tiers(cfg, workers, &path, bs),
+            speculative: speculation(cfg),
         },
         observer,
     )

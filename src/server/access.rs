@@ -97,6 +97,7 @@ mod tests {
                 prompt_tokens: 5,
                 cached_tokens: 2,
                 completion_tokens: 3,
+                ..Usage::default()
             };
             n.finished(FinishReason::Stop);
             n.done(u, &timings(4, Some(30), &[10, 12]));

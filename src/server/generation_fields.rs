@@ -6,6 +6,7 @@
 use crate::config::ServerSettings;
 use crate::scheduler::request::{MAX_N, MAX_STOPS, MAX_STOP_BYTES};
 use crate::scheduler::sampling::{MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
+use crate::scheduler::speculative::SpecRequest;
 use crate::scheduler::{EngineInfo, GenerationRequest, PromptOutput, SamplingParams};
 use crate::server::error::ApiError;
 use crate::server::types::{SamplingFields, StopSpec};
@@ -35,6 +36,9 @@ pub struct Fields<'a> {
     pub ignore_eos: bool,
     /// `max_tokens` may be 0: the request scores its prompt only (completions with `echo`).
     pub zero_max_tokens: bool,
+    /// llama-server's `speculative.n_max` / `speculative.n_min`.
+    pub speculative_n_max: Option<i64>,
+    pub speculative_n_min: Option<i64>,
 }
 
 impl<'a> Fields<'a> {
@@ -60,6 +64,8 @@ impl<'a> Fields<'a> {
             repetition_penalty: s.repetition_penalty,
             ignore_eos: s.ignore_eos.unwrap_or(false),
             zero_max_tokens: false,
+            speculative_n_max: s.speculative_n_max,
+            speculative_n_min: s.speculative_n_min,
         }
     }
 }
@@ -75,6 +81,20 @@ pub struct SamplingPlan {
     pub stop: Vec<String>,
     pub logprobs: bool,
     pub ignore_eos: bool,
+    pub speculative: SpecRequest,
+}
+
+/// A guess count (`speculative.n_max`, `speculative.n_min`): 0 or more; values above the
+/// server's `speculative.max_draft` act as it.
+fn draft_count(param: &'static str, v: Option<i64>) -> Result<Option<usize>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(k) if k >= 0 => Ok(Some(usize::try_from(k).unwrap_or(usize::MAX))),
+        Some(k) => Err(ApiError::bad(
+            param,
+            format!("{param} must be 0 or more, got {k}"),
+        )),
+    }
 }
 
 /// Most `n` this server accepts.
@@ -167,6 +187,10 @@ impl SamplingPlan {
         params
             .validate(info.n_vocab)
             .map_err(|e| ApiError::bad(e.param(), e.to_string()))?;
+        let speculative = SpecRequest {
+            n_max: draft_count("speculative.n_max", f.speculative_n_max)?,
+            n_min: draft_count("speculative.n_min", f.speculative_n_min)?,
+        };
         Ok(SamplingPlan {
             params,
             max_tokens,
@@ -175,6 +199,7 @@ impl SamplingPlan {
             stop,
             logprobs: f.logprobs,
             ignore_eos: f.ignore_eos,
+            speculative,
         })
     }
 
@@ -214,6 +239,7 @@ impl SamplingPlan {
             logprobs: self.logprobs,
             constraint: None,
             prompt_output: PromptOutput::None,
+            speculative: self.speculative,
         })
     }
 }

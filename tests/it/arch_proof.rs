@@ -247,6 +247,7 @@ fn seeded_reproducibility(name: &str, file: &GgufFile, tokens: &[u32]) {
         max_unread_events: kiln::scheduler::MAX_UNREAD_EVENTS,
         pooling: None,
         tiers: Default::default(),
+        speculative: kiln::scheduler::speculative::SpecConfig::off(),
     };
     let e = EngineHandle::start(model, tok, cfg, Arc::new(NoopObserver)).expect("engine");
     let sampled = |prompt: &[u32], seed: u64| {

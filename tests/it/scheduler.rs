@@ -376,6 +376,7 @@ pub(crate) fn small_engine_with(
         max_unread_events,
         pooling: None,
         tiers: Default::default(),
+        speculative: kiln::scheduler::speculative::SpecConfig::off(),
     };
     let e = EngineHandle::start(model, Arc::clone(&tok), cfg, observer).unwrap();
     (e, tok)

@@ -28,6 +28,7 @@ use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError, KvLayout
 use crate::scheduler::prefix_cache::{
     Hit, PrefixCache, PrefixStats, RamTier, Restore, Spill, ROOT,
 };
+use crate::scheduler::speculative::{ngram, SpecConfig, SpecMethod, SpecRequest, SpecState};
 use std::collections::{HashMap, VecDeque};
 
 /// Identifies a sequence (one choice of one request).
@@ -94,12 +95,16 @@ pub struct PlanItem {
     /// Every one of these tokens needs its logits row (prompt logprobs); with `logits`, the
     /// last of them is also the row sampled from.
     pub rows: bool,
+    /// Guessed tokens to verify (speculative decoding): the item runs the sequence's last
+    /// token and then its [`Seq::draft`], `len = 1 + draft`, at positions `start..`, with a
+    /// logits row at each (see [`crate::scheduler::speculative`]); 0 for every other item.
+    pub draft: usize,
 }
 
 impl PlanItem {
     /// Logits rows this item produces.
     pub fn logit_rows(&self) -> usize {
-        if self.rows {
+        if self.rows || self.draft > 0 {
             self.len
         } else {
             usize::from(self.logits)
@@ -159,6 +164,10 @@ pub struct Seq<T> {
     slots: usize,
     /// Every prompt position needs its logits row (see [`Scheduler::want_prompt_rows`]).
     rows: bool,
+    /// How many tokens to guess next (speculative decoding).
+    pub spec: SpecState,
+    /// The guesses planned for this step's verify item (empty outside a step that verifies).
+    draft: Vec<u32>,
     at: Where,
     pub payload: T,
 }
@@ -175,6 +184,11 @@ impl<T> Seq<T> {
     /// Tokens generated so far.
     pub fn generated(&self) -> &[u32] {
         &self.tokens[self.prompt_len..]
+    }
+
+    /// The guesses this step verifies after the last token (see [`PlanItem::draft`]).
+    pub fn draft(&self) -> &[u32] {
+        &self.draft
     }
 
     /// Whether the sequence is still in the waiting queue (never scheduled, or preempted).
@@ -201,6 +215,7 @@ pub struct Scheduler<T> {
     running: Vec<SeqId>,
     running_slots: usize,
     counters: Counters,
+    spec: SpecConfig,
 }
 
 impl<T> Scheduler<T> {
@@ -215,6 +230,25 @@ impl<T> Scheduler<T> {
             running: Vec::new(),
             running_slots: 0,
             counters: Counters::default(),
+            spec: SpecConfig::off(),
+        }
+    }
+
+    /// The same scheduler guessing tokens as `spec` says (speculative decoding).
+    pub fn with_speculation(mut self, spec: SpecConfig) -> Scheduler<T> {
+        self.spec = spec;
+        self
+    }
+
+    pub fn speculation(&self) -> &SpecConfig {
+        &self.spec
+    }
+
+    /// Gives sequence `id` its request's own speculation bounds.
+    pub fn set_speculation(&mut self, id: SeqId, req: SpecRequest) {
+        let spec = SpecState::new(&self.spec, req);
+        if let Some(s) = self.seqs.get_mut(&id) {
+            s.spec = spec;
         }
     }
 
@@ -273,6 +307,8 @@ impl<T> Scheduler<T> {
             preemptions: 0,
             slots: n.max(1),
             rows: false,
+            spec: SpecState::new(&self.spec, SpecRequest::default()),
+            draft: Vec::new(),
             at: Where::Waiting,
             payload,
         };
@@ -366,10 +402,21 @@ impl<T> Scheduler<T> {
         self.counters.steps += 1;
         let mut plan = StepPlan::default();
         let mut budget = self.limits.max_batch_tokens;
-        let decoding = self.running.iter().any(|id| {
-            let s = &self.seqs[id];
-            s.computed + 1 == s.tokens.len() && s.tokens.len() > s.prompt_len
-        });
+        let decoders = self
+            .running
+            .iter()
+            .filter(|id| {
+                let s = &self.seqs[id];
+                s.computed + 1 == s.tokens.len() && s.tokens.len() > s.prompt_len
+            })
+            .count();
+        let decoding = decoders > 0;
+        // Guesses only while the step is small (memory-bound): see the speculative module.
+        let mut guess_rows = if decoders <= self.spec.max_seqs {
+            self.spec.max_rows()
+        } else {
+            0
+        };
         let mut prefill_left = if decoding {
             self.limits.max_prefill_while_decoding.max(1)
         } else {
@@ -388,8 +435,13 @@ impl<T> Scheduler<T> {
                 )
             };
             let is_decode = have - computed == 1 && !rows;
+            let mut draft = if is_decode {
+                self.guesses(id, budget.saturating_sub(1).min(guess_rows))
+            } else {
+                Vec::new()
+            };
             let n = if is_decode {
-                1
+                1 + draft.len()
             } else {
                 self.chunk_fitting(computed, have - computed, prefill_left)
             }
@@ -399,16 +451,30 @@ impl<T> Scheduler<T> {
                 i += 1;
                 continue;
             }
-            match self.reserve(id, computed + n, &mut plan.copies) {
+            let mut reserved = self.reserve(id, computed + n, &mut plan.copies);
+            let mut n = n;
+            if reserved.is_err() && !draft.is_empty() {
+                // Guesses never preempt anyone: decode the one token instead.
+                draft.clear();
+                n = 1;
+                reserved = self.reserve(id, computed + n, &mut plan.copies);
+            }
+            match reserved {
                 Ok(()) => {
+                    guess_rows -= draft.len();
                     plan.items.push(PlanItem {
                         seq: id,
                         start: computed,
                         len: n,
-                        logits: computed + n == have
+                        logits: computed + n - draft.len() == have
                             && self.seqs[&id].max_len > self.seqs[&id].prompt_len,
                         rows,
+                        draft: draft.len(),
                     });
+                    self.seqs
+                        .get_mut(&id)
+                        .expect("running sequence exists")
+                        .draft = draft;
                     budget -= n;
                     if rows {
                         rows_left -= n;
@@ -494,6 +560,7 @@ impl<T> Scheduler<T> {
                 len: n,
                 logits: computed + n == have && self.seqs[&id].max_len > self.seqs[&id].prompt_len,
                 rows,
+                draft: 0,
             });
             budget -= n;
             if rows {
@@ -502,6 +569,49 @@ impl<T> Scheduler<T> {
             prefill_left = prefill_left.saturating_sub(self.chunk_cost(computed, n));
         }
         plan
+    }
+
+    /// The tokens to guess after running sequence `id`'s last one, at most `most` (the step's
+    /// budget and rows left): none while its [`SpecState`] pauses, when the proposal is
+    /// shorter than its minimum, or when fewer tokens than that are left before `max_len`.
+    /// Counts down the pause of a sequence that does not guess.
+    fn guesses(&mut self, id: SeqId, most: usize) -> Vec<u32> {
+        if self.spec.method != SpecMethod::Ngram {
+            return Vec::new();
+        }
+        let s = self.seqs.get_mut(&id).expect("running sequence exists");
+        let want = s.spec.want();
+        if want == 0 {
+            s.spec.skipped();
+            return Vec::new();
+        }
+        // The verify emits up to k + 1 tokens; the sequence may end at max_len.
+        let room = s.max_len.saturating_sub(s.tokens.len() + 1);
+        let k = want.min(room).min(most);
+        if k < s.spec.min() {
+            return Vec::new();
+        }
+        let cfg = self.spec;
+        let g = ngram::propose(&s.tokens, cfg.ngram_min, cfg.ngram_max, k);
+        if g.len() < s.spec.min() {
+            return Vec::new();
+        }
+        g.to_vec()
+    }
+
+    /// After a verify item of `id` ran and its drawn tokens were appended (each after an
+    /// [`Self::advance`] of 1): records that `accepted` of its `drafted` guesses were kept,
+    /// forgets the guesses, and gives back the blocks past the positions computed, which held
+    /// only rejected guesses' K/V (the prefix cache never saw them: only blocks full of
+    /// computed positions go there).
+    pub fn verified(&mut self, id: SeqId, drafted: usize, accepted: usize) {
+        let bs = self.block_size();
+        let Some(s) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        s.draft.clear();
+        s.spec.verified(drafted, accepted);
+        s.table.truncate(s.computed.div_ceil(bs));
     }
 
     /// Token equivalents of prompt tokens at positions `start..start + n` (each costs 1 plus
@@ -658,6 +768,8 @@ impl<T> Scheduler<T> {
             preemptions: 0,
             slots: 1,
             rows: false,
+            spec: p.spec,
+            draft: Vec::new(),
             at: p.at,
             payload,
         };
@@ -779,5 +891,7 @@ fn key_of(tokens: &[u32], bs: usize) -> u64 {
         .fold(ROOT, crate::scheduler::prefix_cache::block_key)
 }
 
+#[cfg(test)]
+mod spec_tests;
 #[cfg(test)]
 mod tests;

@@ -23,11 +23,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+use verify::Guesses;
 
 mod output;
 mod sample;
 mod shared;
 mod tiers;
+mod verify;
 
 pub(crate) use shared::{WorkerShared, WorkerState};
 
@@ -104,7 +106,7 @@ impl StepState {
         let batch = BatchLimits {
             max_tokens: limits.max_batch_tokens,
             max_seqs: limits.max_num_seqs,
-            max_logit_rows: limits.max_num_seqs + PROMPT_LOGIT_ROWS,
+            max_logit_rows: limits.max_num_seqs + PROMPT_LOGIT_ROWS + cfg.speculative.max_rows(),
         };
         let scratch = model.new_scratch(batch, &kv_cfg)?;
         // The handle bounds the queue; the state machine's own bound must never refuse what
@@ -113,7 +115,8 @@ impl StepState {
             max_waiting: usize::MAX,
             ..limits
         };
-        let mut sched = Scheduler::new(sched_limits, kv.allocator().clone());
+        let mut sched =
+            Scheduler::new(sched_limits, kv.allocator().clone()).with_speculation(cfg.speculative);
         if limits.prefix_cache {
             sched.set_tiers(cfg.tiers.ram_bytes, cfg.tiers.dir.is_some());
         }
@@ -369,6 +372,7 @@ impl Worker {
                 if rows {
                     self.sched.want_prompt_rows(seq_id(id, 0));
                 }
+                self.sched.set_speculation(seq_id(id, 0), r.req.speculative);
                 self.outputs.insert(id, r)
             }
             Err(e) => self.outputs.refuse(r, e.to_string()),
@@ -396,7 +400,7 @@ impl Worker {
         for it in &plan.items {
             self.outputs.mark_admitted(req_of(it.seq), t0);
         }
-        let masks = self.execute(&plan)?;
+        let (masks, guesses) = self.execute(&plan)?;
         let after = self.sched.prefix_stats();
         self.publish(
             &plan,
@@ -404,13 +408,14 @@ impl Worker {
             after.queries - before.queries,
             after.hits - before.hits,
             masks,
+            guesses,
         );
         Ok(())
     }
 
     /// Copies shared blocks, runs the forward pass (beside the grammar masks) and hands each
     /// sequence's logits to sampling and output processing.
-    fn execute(&mut self, plan: &StepPlan) -> Result<MaskWork, StepError> {
+    fn execute(&mut self, plan: &StepPlan) -> Result<(MaskWork, Guesses), StepError> {
         if !plan.restores.is_empty() {
             let t0 = Instant::now();
             for r in &plan.restores {
@@ -446,16 +451,35 @@ impl Worker {
             masks,
             ..
         } = self;
+        // A verify item's tokens are the sequence's last one and its guesses (not in `tokens`).
+        let chunks: Vec<Option<Vec<u32>>> = plan
+            .items
+            .iter()
+            .map(|it| {
+                let s = sched.seq(it.seq).filter(|_| it.draft > 0)?;
+                let mut c = s.tokens[it.start..].to_vec();
+                c.extend_from_slice(s.draft());
+                Some(c)
+            })
+            .collect();
         let inputs: Vec<SeqInput<'_>> = plan
             .items
             .iter()
-            .filter_map(|it| {
+            .zip(&chunks)
+            .filter_map(|(it, chunk)| {
                 let s = sched.seq(it.seq)?;
+                let tokens = match chunk {
+                    Some(c) => c.as_slice(),
+                    None => &s.tokens[it.start..it.start + it.len],
+                };
+                if tokens.len() != it.len {
+                    return None;
+                }
                 Some(SeqInput {
-                    tokens: &s.tokens[it.start..it.start + it.len],
+                    tokens,
                     start_pos: it.start,
                     table: s.table(),
-                    logits: if it.rows {
+                    logits: if it.rows || it.draft > 0 {
                         LogitsWanted::All
                     } else if it.logits {
                         LogitsWanted::Last
@@ -481,6 +505,7 @@ impl Worker {
             Ok::<(usize, usize), EngineError>((logits.n_vocab(), logits.n_embd()))
         });
         drop(inputs);
+        drop(chunks);
         if pending.len() != constrained {
             // The mask thread died holding them: never sample those sequences unconstrained.
             return Err(StepError::MasksLost);
@@ -498,10 +523,17 @@ impl Worker {
         // sampled in parallel on the worker team, then emitted in plan order.
         let mut batch: Vec<(SeqId, usize)> = Vec::new();
         let mut next_row = 0;
+        let mut guesses = Guesses::default();
         for it in &plan.items {
-            self.sched.advance(it.seq, it.len);
             let first_row = next_row;
             next_row += it.logit_rows();
+            if it.draft > 0 {
+                let kept = self.verify(it, &rows[first_row * n_vocab..next_row * n_vocab], n_vocab);
+                guesses.drafted += it.draft;
+                guesses.accepted += kept;
+                continue;
+            }
+            self.sched.advance(it.seq, it.len);
             if it.rows {
                 match self
                     .outputs
@@ -541,7 +573,7 @@ impl Worker {
         }
         self.rows = rows;
         self.hidden = hidden;
-        Ok(masks)
+        Ok((masks, guesses))
     }
 
     /// Scores the prompt tokens `item`'s rows predict (row `j` gives the distribution of the
@@ -614,13 +646,23 @@ impl Worker {
     }
 
     /// Publishes the load for handles and hands the step's numbers to the observer.
-    fn publish(&self, plan: &StepPlan, t0: Instant, queries: u64, hits: u64, masks: MaskWork) {
+    fn publish(
+        &self,
+        plan: &StepPlan,
+        t0: Instant,
+        queries: u64,
+        hits: u64,
+        masks: MaskWork,
+        guesses: Guesses,
+    ) {
         let (used, cached, total) = self.shared.publish_load(&self.sched);
+        // A verify item is decode work: one token and its guesses.
         let decode = plan
             .items
             .iter()
-            .filter(|it| it.len == 1 && it.logits)
-            .count();
+            .filter(|it| (it.len == 1 || it.draft > 0) && it.logits)
+            .map(|it| it.len)
+            .sum::<usize>();
         let tokens = plan.tokens();
         let phase = match (decode, tokens - decode) {
             (0, _) => StepKind::Prefill,
@@ -646,6 +688,9 @@ impl Worker {
             masks: masks.masks,
             mask_time: masks.compute,
             mask_wait: masks.wait,
+            spec_method: self.sched.speculation().method,
+            drafted: guesses.drafted,
+            accepted: guesses.accepted,
         });
         self.observer.on_tiers(&self.tier_stats());
     }

@@ -103,6 +103,9 @@ pub(super) struct Req {
     /// Each choice's finish reason once it ended.
     pub finish: Vec<Option<FinishReason>>,
     generated: usize,
+    /// Guesses verified and kept (speculative decoding), over all choices.
+    drafted: usize,
+    accepted: usize,
     cached_tokens: usize,
     preemptions: u32,
     /// Why the request failed, for its final [`Event::Error`] (a choice's grammar failed, or
@@ -138,6 +141,8 @@ impl Req {
             itl: Vec::new(),
             finish: vec![None; n],
             generated: 0,
+            drafted: 0,
+            accepted: 0,
             cached_tokens: 0,
             preemptions: 0,
             error: None,
@@ -293,6 +298,14 @@ impl Outputs {
         }
     }
 
+    /// Request `id` had `drafted` guesses verified, `accepted` of them kept (its usage).
+    pub fn add_guesses(&mut self, id: u64, drafted: usize, accepted: usize) {
+        if let Some(r) = self.reqs.get_mut(&id) {
+            r.drafted += drafted;
+            r.accepted += accepted;
+        }
+    }
+
     /// The next prompt position request `id` needs a score from (rows of positions before it
     /// were scored already, e.g. before a preemption made them run again).
     pub fn next_scored(&self, id: u64) -> usize {
@@ -420,6 +433,8 @@ impl Outputs {
                 prompt_tokens: r.req.prompt.len(),
                 cached_tokens: r.cached_tokens,
                 completion_tokens: r.generated,
+                draft_tokens: r.drafted,
+                accepted_tokens: r.accepted,
             };
             let now = Instant::now();
             let timings = Timings {

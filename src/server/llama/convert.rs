@@ -122,6 +122,8 @@ impl Converted {
             ignore_eos: r.ignore_eos.unwrap_or(false),
             // n_predict 0 evaluates the prompt only.
             zero_max_tokens: true,
+            speculative_n_max: r.speculative_n_max,
+            speculative_n_min: r.speculative_n_min,
         }
     }
 }

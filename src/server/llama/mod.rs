@@ -361,6 +361,7 @@ mod tests {
             prompt_tokens: 10,
             cached_tokens: 4,
             completion_tokens: 5,
+            ..Usage::default()
         };
         let t = TimingsBody {
             queue_ms: 1.0,

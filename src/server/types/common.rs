@@ -37,6 +37,17 @@ pub struct PromptTokensDetails {
     pub cached_tokens: usize,
 }
 
+/// `usage.completion_tokens_details`: OpenAI's predicted-output counts, which kiln fills
+/// from speculative decoding (present only when the request's tokens were guessed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
+pub struct CompletionTokensDetails {
+    /// Guessed tokens the model confirmed (part of `completion_tokens`, each produced
+    /// without an engine step of its own).
+    pub accepted_prediction_tokens: usize,
+    /// Guessed tokens the model did not produce (verified, then dropped).
+    pub rejected_prediction_tokens: usize,
+}
+
 /// Token counts of a request (over all its choices and prompts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
 pub struct UsageBody {
@@ -44,6 +55,9 @@ pub struct UsageBody {
     pub completion_tokens: usize,
     pub total_tokens: usize,
     pub prompt_tokens_details: PromptTokensDetails,
+    /// Present when the request's tokens were guessed (speculative decoding).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
 }
 
 impl UsageBody {
@@ -53,6 +67,11 @@ impl UsageBody {
         self.completion_tokens += u.completion_tokens;
         self.total_tokens = self.prompt_tokens + self.completion_tokens;
         self.prompt_tokens_details.cached_tokens += u.cached_tokens;
+        if u.draft_tokens > 0 {
+            let d = self.completion_tokens_details.get_or_insert_default();
+            d.accepted_prediction_tokens += u.accepted_tokens;
+            d.rejected_prediction_tokens += u.draft_tokens - u.accepted_tokens;
+        }
     }
 }
 

@@ -69,6 +69,13 @@ pub struct LlamaCompletionRequest {
     /// (`scheduler.prefix_cache`), for every request.
     #[serde(default)]
     pub cache_prompt: Option<bool>,
+    /// Most tokens speculative decoding may guess per step (within the server's
+    /// `speculative.max_draft`); 0 turns it off for this request.
+    #[serde(default, rename = "speculative.n_max")]
+    pub speculative_n_max: Option<i64>,
+    /// Fewest guesses worth verifying.
+    #[serde(default, rename = "speculative.n_min")]
+    pub speculative_n_min: Option<i64>,
     /// A JSON schema the reply must follow (kiln's `response_format` json_schema).
     #[serde(default)]
     pub json_schema: Option<serde_json::Value>,

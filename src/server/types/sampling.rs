@@ -114,6 +114,16 @@ pub struct SamplingFields {
     /// Extension: keep generating through end-of-generation tokens (benchmarks).
     #[serde(default, deserialize_with = "de_ignore_eos")]
     pub ignore_eos: Option<bool>,
+    /// Extension (llama-server's field): most tokens speculative decoding may guess per step
+    /// for this request (within the server's `speculative.max_draft`); 0 turns it off. The
+    /// reply is the same either way.
+    #[serde(default, rename = "speculative.n_max")]
+    #[schema(minimum = 0)]
+    pub speculative_n_max: Option<i64>,
+    /// Extension (llama-server's field): fewest guesses worth verifying.
+    #[serde(default, rename = "speculative.n_min")]
+    #[schema(minimum = 0)]
+    pub speculative_n_min: Option<i64>,
     /// `text`, `json_object`, or `json_schema` (output valid by construction).
     #[serde(default, deserialize_with = "de_response_format")]
     pub response_format: Option<ResponseFormat>,
