@@ -12,7 +12,9 @@ log-probabilities at every position go to tests/data/quant_proof/<variant>.json;
 writes the same file in memory, refuses to compare if the hash differs, and needs no
 llama-quantize.
 
-    .venv/bin/python scripts/reference/regen_quant_proofs.py
+    .venv/bin/python scripts/reference/regen_quant_proofs.py [VARIANT...]
+
+With variant names, only those are recorded (the other JSON files are left as they are).
 
 Needs what regen_arch_proofs.py needs. CI never runs this: it only reads the recorded JSON.
 """
@@ -29,8 +31,9 @@ from regen_arch_proofs import (CHUNK, CTX, ROOT, SEED, SHARED, THREADS, TOP,  # 
                                git_describe, log, reference_bin, reference_top, sha256,
                                write_models)
 
-# (variant, llama-quantize ftype): a dense llama-shape file and a mixture-of-experts one.
-PROOFS = {"llama": ["IQ4_NL", "IQ4_XS"], "qwen3moe": ["MXFP4_MOE"]}
+# (variant, llama-quantize ftype): a dense llama-shape file and two mixture-of-experts ones
+# (gpt-oss's native format being MXFP4_MOE).
+PROOFS = {"llama": ["IQ4_NL", "IQ4_XS"], "qwen3moe": ["MXFP4_MOE"], "gpt-oss": ["MXFP4_MOE"]}
 OUT = ROOT / "tests" / "data" / "quant_proof"
 
 
@@ -44,16 +47,21 @@ def write_nonlinear(workdir: Path, variants):
 
 
 def main():
+    wanted = sys.argv[1:] or list(PROOFS)
+    unknown = [v for v in wanted if v not in PROOFS]
+    if unknown:
+        raise SystemExit(f"no quant proof for {unknown}; known: {list(PROOFS)}")
+    proofs = {v: PROOFS[v] for v in wanted}
     bin_dir = reference_bin()
     exe = build_harness(bin_dir)
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kiln-quant-proof-") as tmp:
         work = Path(tmp)
-        files, tokens = write_models(work, list(PROOFS))
-        kiln_files = write_nonlinear(work / "nonlinear", list(PROOFS))
+        files, tokens = write_models(work, list(proofs))
+        kiln_files = write_nonlinear(work / "nonlinear", list(proofs))
         tokens_file = work / "tokens.txt"
         tokens_file.write_text(",".join(map(str, tokens)))
-        for variant, ftypes in PROOFS.items():
+        for variant, ftypes in proofs.items():
             f16 = files[(variant, "F16")]
             recorded = json.loads((ROOT / "tests/data/arch_proof" / f"{variant}.json").read_text())
             if recorded["files"]["F16"]["sha256"] != f16["sha256"]:

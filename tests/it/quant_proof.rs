@@ -1,5 +1,6 @@
 //! Proof against llama.cpp for the weight types IQ4_NL and IQ4_XS (a dense llama-shape file)
-//! and MXFP4 (a qwen3moe file in `MXFP4_MOE`'s mix: MXFP4 experts, Q8_0 elsewhere).
+//! and MXFP4 (qwen3moe and gpt-oss files in `MXFP4_MOE`'s mix: MXFP4 experts, Q8_0 for the
+//! other matrices, F32 for vectors, routers, gpt-oss's sinks and expert biases).
 //!
 //! As in the architecture proof, the files are kiln-written: `kiln::engine::synth` writes the
 //! variant from its seed with kiln's own quantizers and llama-quantize's per-tensor type
@@ -71,4 +72,9 @@ fn quant_proof_llama_iq4_xs() {
 #[test]
 fn quant_proof_qwen3moe_mxfp4_moe() {
     prove("qwen3moe", Quant::Mxfp4Moe, DType::MXFP4);
+}
+
+#[test]
+fn quant_proof_gpt_oss_mxfp4_moe() {
+    prove("gpt-oss", Quant::Mxfp4Moe, DType::MXFP4);
 }
