@@ -155,6 +155,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// A JSON value already read (by [`JsonBody`]) as `T`, with the same 400s naming the field
+/// at fault.
+pub(crate) fn from_value<T: DeserializeOwned>(v: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(v).map_err(json_error)
+}
+
 fn json_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
     let path = e.path().to_string();
     let inner = e.into_inner();

@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::sync::Arc;
 
-fn fields(r: &ChatCompletionRequest) -> Fields<'_> {
+pub(crate) fn fields(r: &ChatCompletionRequest) -> Fields<'_> {
     let mut f = Fields::shared(&r.sampling);
     if let Some(v) = r.max_completion_tokens {
         f.max_tokens = Some(v);
@@ -137,7 +137,7 @@ pub async fn chat_completions(
 
 /// What the reply must be: free, JSON (`response_format`), or tools. With both tools and
 /// `response_format`, an answer that is not a call follows the format's schema.
-fn request_shape(req: &ChatCompletionRequest) -> Result<Shape, ApiError> {
+pub(crate) fn request_shape(req: &ChatCompletionRequest) -> Result<Shape, ApiError> {
     let json = shapes::response_format(req.sampling.response_format.as_ref())?;
     let tools = shapes::tool_request(
         req.tools.as_deref(),

@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::sync::Arc;
 
-fn fields(r: &CompletionRequest) -> Fields<'_> {
+pub(crate) fn fields(r: &CompletionRequest) -> Fields<'_> {
     let mut f = Fields::shared(&r.sampling);
     f.zero_max_tokens = r.echo.unwrap_or(false);
     f.logprobs = r.logprobs.is_some();

@@ -107,6 +107,7 @@ pub fn router(state: AppState) -> Router {
         .route("/models/load", post(models::load_model))
         .route("/models/unload", post(models::unload_model))
         .route("/cache/clear", post(cache_admin::clear_cache))
+        .route("/cache/warm", post(cache_admin::warm_cache))
         .route("/props", get(llama::props::props))
         .route("/slots", get(llama::props::slots))
         .route("/apply-template", post(llama::props::apply_template))

@@ -82,6 +82,14 @@ def test_replies_from_ram_and_disk_tiers_equal_cold_ones(tmp_path):
         assert cold[2] == 0
         prompt_tokens = cold[3]
         assert prompt_tokens > 600
+        # Warmed by POST /cache/warm after a clear: the first real request hits, same reply.
+        assert httpx.post(s1.base_url + "/cache/clear", timeout=30).status_code == 200
+        w = httpx.post(s1.base_url + "/cache/warm", json={"model": model_id, "messages": [
+            {"role": "system", "content": long_system("rivers")},
+            {"role": "user", "content": "What is rivers?"}]}, timeout=120).json()
+        assert w["prompt_tokens"] == prompt_tokens and w["cached_blocks"] == prompt_tokens // 16, w
+        warmed = ask(c1, model_id, "rivers")
+        assert warmed[:2] == cold[:2] and warmed[2] > 0, "a warmed prompt missed or differs"
         ask(c1, model_id, "mountains")  # evicts the first prompt's blocks to RAM
         warm = ask(c1, model_id, "rivers")
         assert warm[:2] == cold[:2], "a reply from RAM-tier blocks differs"

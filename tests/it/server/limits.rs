@@ -42,6 +42,7 @@ fn api_keys_guard_every_route_but_the_probes() {
             ("GET", "/metrics"),
             ("GET", "/openapi.json"),
             ("POST", "/cache/clear"),
+            ("POST", "/cache/warm"),
             ("GET", "/no/such/route"),
         ] {
             let r = c.request(

@@ -190,3 +190,51 @@ fn stats_show_the_prefix_tiers_and_the_cache_clears_over_http() {
     assert_eq!(r.json()["models"].as_array().unwrap().len(), 1);
     assert_eq!(cached(&c), 0, "the cleared cache still served the prompt");
 }
+
+#[test]
+fn a_warmed_prompt_is_served_from_cache_with_the_same_reply() {
+    let s = Server::default_server();
+    let c = s.client();
+    let system: String = (0..12)
+        .map(|i| format!("Rule {i}: answer in one short sentence. "))
+        .collect();
+    let messages =
+        json!([{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]);
+    let body = json!({
+        "messages": messages, "max_tokens": 6, "temperature": 0,
+        "logprobs": true, "top_logprobs": 2,
+    });
+    let ask = |c: &super::http::Client| {
+        let r = c.post("/v1/chat/completions", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0);
+        (v["choices"][0].clone(), cached)
+    };
+    let (cold, c0) = ask(&c);
+    assert_eq!(c0, 0);
+    assert_eq!(c.post("/cache/clear", &json!({})).status, 200);
+    let r = c.post("/cache/warm", &json!({"messages": messages}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let w = r.json();
+    let bs = w["block_size"].as_u64().unwrap();
+    assert!(w["prompt_tokens"].as_u64().unwrap() >= 64, "{w}");
+    assert_eq!(w["cached_tokens"], 0, "{w}");
+    assert_eq!(
+        w["cached_blocks"].as_u64().unwrap(),
+        w["prompt_tokens"].as_u64().unwrap() / bs
+    );
+    let (warm, c1) = ask(&c);
+    assert!(c1 > 0, "the warmed prompt was not served from cache");
+    assert_eq!(warm, cold, "a reply after warming differs");
+    // A completions body warms too; a bad body is a 400 in the OpenAI envelope.
+    let r = c.post("/cache/warm", &json!({"prompt": system}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    for bad in [json!({"messages": 5}), json!({"prompt": [[-1]]}), json!([])] {
+        let r = c.post("/cache/warm", &bad);
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert_eq!(r.error()["type"], "invalid_request_error", "{bad}");
+    }
+}
