@@ -22,6 +22,7 @@ pub(super) struct RawConfig {
     pub log: RawLog,
     #[serde(default)]
     pub cache: RawCache,
+    #[serde(default)]
     pub speculative: RawSpeculative,
     /// `[[models]]`: several models in one server (replaces `[model]` when non-empty).
     #[serde(default)]
