@@ -24,11 +24,11 @@
 //! admitted. A waiting sequence that cannot get its blocks stops admission (first come, first
 //! served: nobody overtakes it).
 
-use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError, KvLayout};
+use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError};
 use crate::scheduler::prefix_cache::{
     Hit, PrefixCache, PrefixStats, RamTier, Restore, Spill, ROOT,
 };
-use crate::scheduler::speculative::{ngram, SpecConfig, SpecMethod, SpecRequest, SpecState};
+use crate::scheduler::speculative::{SpecConfig, SpecRequest, SpecState};
 use std::collections::{HashMap, VecDeque};
 
 /// Identifies a sequence (one choice of one request).
@@ -231,24 +231,6 @@ impl<T> Scheduler<T> {
             running_slots: 0,
             counters: Counters::default(),
             spec: SpecConfig::off(),
-        }
-    }
-
-    /// The same scheduler guessing tokens as `spec` says (speculative decoding).
-    pub fn with_speculation(mut self, spec: SpecConfig) -> Scheduler<T> {
-        self.spec = spec;
-        self
-    }
-
-    pub fn speculation(&self) -> &SpecConfig {
-        &self.spec
-    }
-
-    /// Gives sequence `id` its request's own speculation bounds.
-    pub fn set_speculation(&mut self, id: SeqId, req: SpecRequest) {
-        let spec = SpecState::new(&self.spec, req);
-        if let Some(s) = self.seqs.get_mut(&id) {
-            s.spec = spec;
         }
     }
 
@@ -571,49 +553,6 @@ impl<T> Scheduler<T> {
         plan
     }
 
-    /// The tokens to guess after running sequence `id`'s last one, at most `most` (the step's
-    /// budget and rows left): none while its [`SpecState`] pauses, when the proposal is
-    /// shorter than its minimum, or when fewer tokens than that are left before `max_len`.
-    /// Counts down the pause of a sequence that does not guess.
-    fn guesses(&mut self, id: SeqId, most: usize) -> Vec<u32> {
-        if self.spec.method != SpecMethod::Ngram {
-            return Vec::new();
-        }
-        let s = self.seqs.get_mut(&id).expect("running sequence exists");
-        let want = s.spec.want();
-        if want == 0 {
-            s.spec.skipped();
-            return Vec::new();
-        }
-        // The verify emits up to k + 1 tokens; the sequence may end at max_len.
-        let room = s.max_len.saturating_sub(s.tokens.len() + 1);
-        let k = want.min(room).min(most);
-        if k < s.spec.min() {
-            return Vec::new();
-        }
-        let cfg = self.spec;
-        let g = ngram::propose(&s.tokens, cfg.ngram_min, cfg.ngram_max, k);
-        if g.len() < s.spec.min() {
-            return Vec::new();
-        }
-        g.to_vec()
-    }
-
-    /// After a verify item of `id` ran and its drawn tokens were appended (each after an
-    /// [`Self::advance`] of 1): records that `accepted` of its `drafted` guesses were kept,
-    /// forgets the guesses, and gives back the blocks past the positions computed, which held
-    /// only rejected guesses' K/V (the prefix cache never saw them: only blocks full of
-    /// computed positions go there).
-    pub fn verified(&mut self, id: SeqId, drafted: usize, accepted: usize) {
-        let bs = self.block_size();
-        let Some(s) = self.seqs.get_mut(&id) else {
-            return;
-        };
-        s.draft.clear();
-        s.spec.verified(drafted, accepted);
-        s.table.truncate(s.computed.div_ceil(bs));
-    }
-
     /// Token equivalents of prompt tokens at positions `start..start + n` (each costs 1 plus
     /// its attention over the positions before it).
     fn chunk_cost(&self, start: usize, n: usize) -> usize {
@@ -802,94 +741,16 @@ impl<T> Scheduler<T> {
     }
 }
 
-/// A KV pool as admission sees it: `total` pages of `block_size` positions shared by the
-/// layer groups of `layout`.
-#[derive(Clone, Copy, Debug)]
-pub struct PoolShape<'a> {
-    pub layout: &'a KvLayout,
-    pub block_size: usize,
-    pub total: usize,
-}
-
-/// [`check_fits`] for a pool of `total` pages in `layout`, which may release local layers'
-/// pages (sliding windows): full-attention groups need every block, windowed groups at most a
-/// window plus a step of `max_batch_tokens` for each choice. Without windows it is
-/// [`check_fits`] itself.
-pub fn check_fits_layout(
-    prompt: usize,
-    max_tokens: usize,
-    n: usize,
-    n_ctx: usize,
-    max_batch_tokens: usize,
-    pool: PoolShape<'_>,
-) -> Result<(), AdmitError> {
-    let PoolShape {
-        layout,
-        block_size,
-        total,
-    } = pool;
-    if !layout.has_windows() {
-        return check_fits(prompt, max_tokens, n, n_ctx, block_size, total);
-    }
-    check_fits(prompt, max_tokens, n, n_ctx, 1, usize::MAX)?;
-    let bs = block_size.max(1);
-    let full = prompt.div_ceil(bs) + n.max(1) * (max_tokens.div_ceil(bs) + 1);
-    let pages: usize = (0..layout.n_groups())
-        .map(|g| match layout.window(g) {
-            None => full,
-            Some(w) => full.min(n.max(1) * ((w + max_batch_tokens.max(1)).div_ceil(bs) + 1)),
-        })
-        .sum();
-    if pages > total {
-        // In positions of a whole-model page, as the error reports them.
-        let groups = layout.n_groups();
-        return Err(AdmitError::KvCapacity {
-            needed: pages * bs / groups,
-            capacity: total * bs / groups,
-        });
-    }
-    Ok(())
-}
-
-/// Whether a request can ever run: a non-empty prompt, prompt + `max_tokens` within `n_ctx`,
-/// and the prompt's blocks plus `max_tokens` (and a partly filled block) for each of its `n`
-/// choices within a pool of `total_blocks` blocks of `block_size` positions. The one check
-/// both the handle (at submission) and the scheduler (at admission) apply.
-pub fn check_fits(
-    prompt: usize,
-    max_tokens: usize,
-    n: usize,
-    n_ctx: usize,
-    block_size: usize,
-    total_blocks: usize,
-) -> Result<(), AdmitError> {
-    if prompt == 0 {
-        return Err(AdmitError::EmptyPrompt);
-    }
-    if prompt.saturating_add(max_tokens) > n_ctx {
-        return Err(AdmitError::ContextLength {
-            prompt,
-            max_tokens,
-            n_ctx,
-        });
-    }
-    let bs = block_size.max(1);
-    let blocks = prompt.div_ceil(bs) + n.max(1) * (max_tokens.div_ceil(bs) + 1);
-    if blocks > total_blocks {
-        return Err(AdmitError::KvCapacity {
-            needed: blocks * bs,
-            capacity: total_blocks * bs,
-        });
-    }
-    Ok(())
-}
-
 /// The chained key of the full blocks of `tokens`.
 fn key_of(tokens: &[u32], bs: usize) -> u64 {
     tokens
         .chunks_exact(bs)
         .fold(ROOT, crate::scheduler::prefix_cache::block_key)
 }
+
+mod fits;
+mod speculation;
+pub use fits::{check_fits, check_fits_layout, PoolShape};
 
 #[cfg(test)]
 mod spec_tests;

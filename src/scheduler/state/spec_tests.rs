@@ -3,6 +3,7 @@
 //! cache.
 
 use super::*;
+use crate::engine::kv_cache::KvLayout;
 use crate::engine::kv_cache::LayerWindows;
 use crate::scheduler::speculative::SpecConfig;
 

@@ -2,6 +2,7 @@
 //! advancing the planned sequences and appending token 7 where logits were asked for.
 
 use super::*;
+use crate::engine::kv_cache::KvLayout;
 use crate::engine::kv_cache::LayerWindows;
 
 const BS: usize = 16;

@@ -1,0 +1,68 @@
+//! The scheduler's side of speculative decoding: each sequence's guessing state, the guesses a
+//! step verifies, and what a verify leaves behind (blocks of rejected guesses given back).
+
+use super::{Scheduler, SeqId};
+use crate::scheduler::speculative::{ngram, SpecConfig, SpecMethod, SpecRequest, SpecState};
+
+impl<T> Scheduler<T> {
+    /// The same scheduler guessing tokens as `spec` says (speculative decoding).
+    pub fn with_speculation(mut self, spec: SpecConfig) -> Scheduler<T> {
+        self.spec = spec;
+        self
+    }
+
+    pub fn speculation(&self) -> &SpecConfig {
+        &self.spec
+    }
+
+    /// Gives sequence `id` its request's own speculation bounds.
+    pub fn set_speculation(&mut self, id: SeqId, req: SpecRequest) {
+        let spec = SpecState::new(&self.spec, req);
+        if let Some(s) = self.seqs.get_mut(&id) {
+            s.spec = spec;
+        }
+    }
+
+    /// The tokens to guess after running sequence `id`'s last one, at most `most` (the step's
+    /// budget and rows left): none while its [`SpecState`] pauses, when the proposal is
+    /// shorter than its minimum, or when fewer tokens than that are left before `max_len`.
+    /// Counts down the pause of a sequence that does not guess.
+    pub(super) fn guesses(&mut self, id: SeqId, most: usize) -> Vec<u32> {
+        if self.spec.method != SpecMethod::Ngram {
+            return Vec::new();
+        }
+        let s = self.seqs.get_mut(&id).expect("running sequence exists");
+        let want = s.spec.want();
+        if want == 0 {
+            s.spec.skipped();
+            return Vec::new();
+        }
+        // The verify emits up to k + 1 tokens; the sequence may end at max_len.
+        let room = s.max_len.saturating_sub(s.tokens.len() + 1);
+        let k = want.min(room).min(most);
+        if k < s.spec.min() {
+            return Vec::new();
+        }
+        let cfg = self.spec;
+        let g = ngram::propose(&s.tokens, cfg.ngram_min, cfg.ngram_max, k);
+        if g.len() < s.spec.min() {
+            return Vec::new();
+        }
+        g.to_vec()
+    }
+
+    /// After a verify item of `id` ran and its drawn tokens were appended (each after an
+    /// [`Self::advance`] of 1): records that `accepted` of its `drafted` guesses were kept,
+    /// forgets the guesses, and gives back the blocks past the positions computed, which held
+    /// only rejected guesses' K/V (the prefix cache never saw them: only blocks full of
+    /// computed positions go there).
+    pub fn verified(&mut self, id: SeqId, drafted: usize, accepted: usize) {
+        let bs = self.block_size();
+        let Some(s) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        s.draft.clear();
+        s.spec.verified(drafted, accepted);
+        s.table.truncate(s.computed.div_ceil(bs));
+    }
+}
