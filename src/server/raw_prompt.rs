@@ -28,28 +28,24 @@ pub(crate) fn tokenize(
         .enumerate()
         .map(|(i, p)| match p {
             OnePrompt::Text(text) => {
-                if text.contains('\0') {
-                    return Err(ApiError::bad(param, format!("the {param} must not contain NUL characters")));
-                }
+                check_text(&text, param)?;
                 Ok(Tokenized {
                     ids: tok.encode(&text, true, true),
                     text,
                 })
             }
             OnePrompt::Ids(raw) => {
-                let mut ids = Vec::with_capacity(raw.len());
-                for v in raw {
-                    match u32::try_from(v) {
-                        Ok(id) if (id as usize) < n_vocab => ids.push(id),
-                        _ => {
-                            return Err(ApiError::bad(
-                                param,
-                                format!("{param} {i}: token id {v} is outside the vocabulary of {n_vocab} tokens"),
-                            ))
-                        }
-                    }
-                }
-                let bytes: Vec<u8> = ids.iter().flat_map(|&id| tok.token_to_piece(id).to_vec()).collect();
+                let ids = raw
+                    .into_iter()
+                    .map(|v| {
+                        check_id(v, n_vocab)
+                            .map_err(|m| ApiError::bad(param, format!("{param} {i}: {m}")))
+                    })
+                    .collect::<Result<Vec<u32>, ApiError>>()?;
+                let bytes: Vec<u8> = ids
+                    .iter()
+                    .flat_map(|&id| tok.token_to_piece(id).to_vec())
+                    .collect();
                 Ok(Tokenized {
                     text: String::from_utf8_lossy(&bytes).into_owned(),
                     ids,
@@ -57,4 +53,25 @@ pub(crate) fn tokenize(
             }
         })
         .collect()
+}
+
+/// Refuses a client's prompt text that no tokenizer path accepts (NUL characters).
+pub(crate) fn check_text(text: &str, param: &str) -> Result<(), ApiError> {
+    if text.contains('\0') {
+        return Err(ApiError::bad(
+            param,
+            format!("the {param} must not contain NUL characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// A client's token id as a vocabulary index, or the message saying why it is not one.
+pub(crate) fn check_id(v: i64, n_vocab: usize) -> Result<u32, String> {
+    match u32::try_from(v) {
+        Ok(id) if (id as usize) < n_vocab => Ok(id),
+        _ => Err(format!(
+            "token id {v} is outside the vocabulary of {n_vocab} tokens"
+        )),
+    }
 }

@@ -3,7 +3,7 @@
 
 use crate::server::error::ApiError;
 use crate::server::generation_fields::Fields;
-use crate::server::raw_prompt::MAX_PROMPTS;
+use crate::server::raw_prompt::{check_id, check_text, MAX_PROMPTS};
 use crate::server::types::llama::LlamaCompletionRequest;
 use crate::server::types::StopSpec;
 use crate::tokenizer::Tokenizer;
@@ -286,23 +286,10 @@ pub fn tokenize(tok: &Tokenizer, pieces: &[Piece], param: &str) -> Result<Vec<u3
     for (i, p) in pieces.iter().enumerate() {
         match p {
             Piece::Text(t) => {
-                if t.contains('\0') {
-                    return Err(ApiError::bad(
-                        param,
-                        format!("the {param} must not contain NUL characters"),
-                    ));
-                }
+                check_text(t, param)?;
                 ids.extend(tok.encode(t, i == 0, true));
             }
-            Piece::Id(v) => match u32::try_from(*v) {
-                Ok(id) if (id as usize) < n_vocab => ids.push(id),
-                _ => {
-                    return Err(ApiError::bad(
-                        param,
-                        format!("token id {v} is outside the vocabulary of {n_vocab} tokens"),
-                    ))
-                }
-            },
+            Piece::Id(v) => ids.push(check_id(*v, n_vocab).map_err(|m| ApiError::bad(param, m))?),
         }
     }
     Ok(ids)
