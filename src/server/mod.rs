@@ -46,6 +46,7 @@ pub mod openapi;
 pub mod output_constraint;
 pub mod probes;
 pub mod prompt;
+pub mod query;
 pub mod raw_prompt;
 pub mod registry;
 mod reply;

@@ -8,6 +8,7 @@ use crate::server::body::JsonBody;
 use crate::server::error::ApiError;
 use crate::server::offload::blocking;
 use crate::server::prompt;
+use crate::server::query;
 use crate::server::types::llama::{
     ApplyTemplateRequest, ApplyTemplateResponse, DefaultSettings, GenerationSettings, Modalities,
     PropsResponse,
@@ -31,38 +32,9 @@ pub struct ModelQuery {
 impl ModelQuery {
     /// The `model` parameter of `uri`'s query (percent-decoded; `+` is a space).
     fn from_uri(uri: &Uri) -> ModelQuery {
-        let model = uri
-            .query()
-            .into_iter()
-            .flat_map(|q| q.split('&'))
-            .find_map(|kv| {
-                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                (k == "model").then(|| percent_decode(v))
-            });
+        let model = query::pairs(uri.query()).find_map(|(k, v)| (k == "model").then_some(v));
         ModelQuery { model }
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push((h * 16 + l) as u8);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The served model's properties (the model is loaded first if it is not).

@@ -8,6 +8,7 @@
 use super::not_stored;
 use crate::server::app_state::AppState;
 use crate::server::error::ApiError;
+use crate::server::query;
 use crate::server::types::responses::InputItemList;
 use crate::server::types::{ChatMessage, ErrorResponse, Role};
 use axum::extract::{Path, RawQuery, State};
@@ -34,11 +35,10 @@ fn page(query: Option<&str>) -> Result<Page, ApiError> {
         limit: 20,
         after: None,
     };
-    for pair in query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match k {
+    for (k, v) in query::pairs(query) {
+        match k.as_str() {
             "order" => {
-                p.asc = match v {
+                p.asc = match v.as_str() {
                     "asc" => true,
                     "desc" => false,
                     _ => return Err(ApiError::bad("order", "order must be \"asc\" or \"desc\"")),
@@ -53,7 +53,7 @@ fn page(query: Option<&str>) -> Result<Page, ApiError> {
                         ApiError::bad("limit", format!("limit must be 1 to {MAX_LIMIT}"))
                     })?
             }
-            "after" => p.after = Some(v.to_string()),
+            "after" => p.after = Some(v),
             _ => {}
         }
     }
