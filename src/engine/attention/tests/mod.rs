@@ -71,6 +71,18 @@ fn fill(cache: &mut KvCache, table: &mut BlockTable, n: usize, rng: &mut Rng) ->
 
 /// Naive softmax attention in f64 over positions `0..n_pos`.
 fn reference(c: &KvCacheConfig, wr: &Written, n_pos: usize, q: &[f32]) -> Vec<f64> {
+    reference_with_sinks(c, wr, n_pos, q, None)
+}
+
+/// [`reference`] with, when given, one sink logit per query head joining each head's softmax
+/// denominator as `e^sink` (gpt-oss).
+fn reference_with_sinks(
+    c: &KvCacheConfig,
+    wr: &Written,
+    n_pos: usize,
+    q: &[f32],
+    sinks: Option<&[f32]>,
+) -> Vec<f64> {
     let d = c.head_dim;
     let n_head = q.len() / d;
     let group = n_head / c.n_head_kv;
@@ -85,9 +97,13 @@ fn reference(c: &KvCacheConfig, wr: &Written, n_pos: usize, q: &[f32]) -> Vec<f6
                 qh.iter().zip(kr).map(|(&a, &b)| a as f64 * b).sum::<f64>() * scale
             })
             .collect();
-        let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let sink = sinks.map(|s| f64::from(s[h]));
+        let m = scores
+            .iter()
+            .copied()
+            .fold(sink.unwrap_or(f64::NEG_INFINITY), f64::max);
         let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-        let sum: f64 = e.iter().sum();
+        let sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - m).exp());
         for (p, w) in e.iter().enumerate() {
             for i in 0..d {
                 out[h * d + i] += w / sum * wr.v[p][kh * d + i];

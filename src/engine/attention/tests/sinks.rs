@@ -21,36 +21,6 @@ fn sinks(n: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Naive softmax attention in f64 over positions `0..n_pos`, each head's denominator joined by
-/// `e^sink`.
-fn reference(c: &KvCacheConfig, wr: &Written, n_pos: usize, q: &[f32], sk: &[f32]) -> Vec<f64> {
-    let d = c.head_dim;
-    let n_head = q.len() / d;
-    let group = n_head / c.n_head_kv;
-    let scale = 1.0 / (d as f64).sqrt();
-    let mut out = vec![0.0; q.len()];
-    for h in 0..n_head {
-        let kh = h / group;
-        let qh = &q[h * d..][..d];
-        let scores: Vec<f64> = (0..n_pos)
-            .map(|p| {
-                let kr = &wr.k[p][kh * d..][..d];
-                qh.iter().zip(kr).map(|(&a, &b)| a as f64 * b).sum::<f64>() * scale
-            })
-            .collect();
-        let s = f64::from(sk[h]);
-        let m = scores.iter().copied().fold(s, f64::max);
-        let e: Vec<f64> = scores.iter().map(|x| (x - m).exp()).collect();
-        let sum: f64 = e.iter().sum::<f64>() + (s - m).exp();
-        for (p, w) in e.iter().enumerate() {
-            for i in 0..d {
-                out[h * d + i] += w / sum * wr.v[p][kh * d + i];
-            }
-        }
-    }
-    out
-}
-
 /// Attention of layer 1 at `pos` with kernel `isa` (the scalar twin where it does not cover the
 /// shape) and one sink per query head.
 fn run_sinks(
@@ -102,7 +72,7 @@ fn sinks_match_the_f64_reference_in_both_orders() {
         let sk = sinks(hk * g);
         for pos in positions(n_pos) {
             let q = rng.vec(hk * g * d, 1.0);
-            let want = reference(&c, &wr, pos + 1, &q, &sk);
+            let want = reference_with_sinks(&c, &wr, pos + 1, &q, Some(&sk));
             for isa in isas() {
                 let got = run_sinks(isa, &cache, &table, pos, &q, &sk);
                 for (i, (&a, &b)) in got.iter().zip(&want).enumerate() {
