@@ -13,6 +13,7 @@ mod rope;
 pub use arch::{Arch, ArchRules, QueryScale, RopeStyle, SwaRule, ARCHS};
 pub use moe::{Gating, MoeParams, MoeRule, MAX_EXPERTS};
 pub use rope::{RopeScaling, RopeScalingKind};
+// `ShortConv` is defined below.
 
 use crate::engine::pooling::PoolingType;
 use crate::gguf::{GgufError, GgufFile};
@@ -140,6 +141,105 @@ pub struct HParams {
     /// How the file says an embedding pools its positions (`{arch}.pooling_type`); `None`
     /// when the key is absent (or llama.cpp's "unspecified", -1).
     pub pooling: Option<PoolingType>,
+    /// LFM2's short-convolution layers, for the families that have them.
+    pub shortconv: Option<ShortConv>,
+}
+
+/// LFM2's short convolutions: which layers run one instead of attention, and its taps.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ShortConv {
+    /// Taps of the causal depthwise convolution (`shortconv.l_cache`, 3 in LFM2): each
+    /// output sees its own position and the `l_cache - 1` before it.
+    pub l_cache: u32,
+    /// Per layer: true when the layer's mixer is the short convolution.
+    pub layers: Vec<bool>,
+}
+
+impl ShortConv {
+    /// Layers that run the convolution.
+    pub fn n_conv(&self) -> usize {
+        self.layers.iter().filter(|&&c| c).count()
+    }
+
+    /// True when layer `il` runs the convolution.
+    pub fn is_conv(&self, il: usize) -> bool {
+        self.layers.get(il).copied().unwrap_or(false)
+    }
+}
+
+/// `attention.head_count_kv`: one value for every layer, or (llama.cpp's per-layer array) one
+/// per layer. With `shortconv` (lfm2) a 0 entry marks a short-convolution layer (read with
+/// `shortconv.l_cache`); the attention layers must agree on their count. Returns the kv heads
+/// of an attention layer and the short convolutions, if any.
+fn head_count_kv(
+    k: &Keys<'_>,
+    shortconv: bool,
+    n_layer: u32,
+    n_head: u32,
+) -> Result<(u32, Option<ShortConv>), HParamsError> {
+    let key = k.key("attention.head_count_kv");
+    let per_layer: Vec<u32> = match k.f.get(&key) {
+        Some(MetaValue::Array(arr)) => {
+            let v: Option<Vec<u32>> = match arr {
+                MetaArray::I32(v) => v.iter().map(|&x| u32::try_from(x).ok()).collect(),
+                MetaArray::U32(v) => Some(v.clone()),
+                MetaArray::I16(v) => v.iter().map(|&x| u32::try_from(x).ok()).collect(),
+                MetaArray::U16(v) => Some(v.iter().map(|&x| u32::from(x)).collect()),
+                _ => None,
+            };
+            match v {
+                Some(v) if v.len() == n_layer as usize => v,
+                _ => {
+                    return Err(invalid(
+                        key,
+                        arr.type_desc(),
+                        "must be one non-negative integer per layer",
+                    ))
+                }
+            }
+        }
+        _ => vec![k.u32_opt("attention.head_count_kv")?.unwrap_or(n_head); n_layer as usize],
+    };
+    let conv: Vec<bool> = per_layer.iter().map(|&h| h == 0).collect();
+    if conv.iter().any(|&c| c) && !shortconv {
+        return Err(invalid(key, 0, "must be positive"));
+    }
+    let mut heads = per_layer.iter().copied().filter(|&h| h > 0);
+    let n_head_kv = heads.next().unwrap_or(n_head);
+    if heads.any(|h| h != n_head_kv) {
+        return Err(inconsistent(format!(
+            "the attention layers' kv heads differ ({per_layer:?}); kiln needs one count"
+        )));
+    }
+    if !shortconv {
+        return Ok((n_head_kv, None));
+    }
+    if k.f
+        .get_u32(&k.key("attention.sliding_window"))?
+        .unwrap_or(0)
+        > 0
+    {
+        return Err(invalid(
+            k.key("attention.sliding_window"),
+            "set",
+            "LFM2 with sliding-window attention is not supported",
+        ));
+    }
+    let l_cache = k.u32_pos("shortconv.l_cache")?;
+    if l_cache < 2 {
+        return Err(invalid(
+            k.key("shortconv.l_cache"),
+            l_cache,
+            "must be at least 2",
+        ));
+    }
+    Ok((
+        n_head_kv,
+        Some(ShortConv {
+            l_cache,
+            layers: conv,
+        }),
+    ))
 }
 
 /// Why a file's model description is unusable.
@@ -248,17 +348,7 @@ impl HParams {
         let n_embd = k.u32_pos("embedding_length")?;
         let n_ff = k.u32_pos("feed_forward_length")?;
         let n_head = k.u32_pos("attention.head_count")?;
-        let n_head_kv = match k.u32_opt("attention.head_count_kv")? {
-            None => n_head,
-            Some(0) => {
-                return Err(invalid(
-                    k.key("attention.head_count_kv"),
-                    0,
-                    "must be positive",
-                ))
-            }
-            Some(v) => v,
-        };
+        let (n_head_kv, shortconv) = head_count_kv(&k, rules.shortconv, n_layer, n_head)?;
         if !n_head.is_multiple_of(n_head_kv) {
             return Err(inconsistent(format!(
                 "{n_head} query heads are not a multiple of {n_head_kv} kv heads"
@@ -406,6 +496,7 @@ impl HParams {
             attn_temperature,
             sliding_window,
             pooling,
+            shortconv,
         };
         hp.check_tensors(f)?;
         Ok(hp)
@@ -426,6 +517,14 @@ impl HParams {
     /// global), q/k norm, post-norms, GELU, ...").
     pub fn variant(&self) -> String {
         let mut parts: Vec<String> = Vec::new();
+        if let Some(c) = &self.shortconv {
+            parts.push(format!(
+                "short convolution ({} taps) on {} of {} layers",
+                c.l_cache,
+                c.n_conv(),
+                self.n_layer
+            ));
+        }
         if let Some(m) = &self.moe {
             parts.push(m.describe());
         }
@@ -534,10 +633,23 @@ impl HParams {
         expect("token_embd.weight", &[e, v], true)?;
         expect("output.weight", &[e, v], false)?;
         expect("output.bias", &[v], false)?;
-        expect("output_norm.weight", &[e], true)?;
+        let rules = self.arch.rules();
+        expect(rules.output_norm_tensor, &[e], true)?;
         for il in 0..self.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");
             expect(&n("attn_norm.weight"), &[e], true)?;
+            expect(&n(rules.ffn_norm_tensor), &[e], true)?;
+            if let Some(c) = self.shortconv.as_ref().filter(|c| c.is_conv(il as usize)) {
+                expect(
+                    &n("shortconv.conv.weight"),
+                    &[u64::from(c.l_cache), e],
+                    true,
+                )?;
+                expect(&n("shortconv.in_proj.weight"), &[e, 3 * e], true)?;
+                expect(&n("shortconv.out_proj.weight"), &[e, e], true)?;
+                self.check_ffn(&expect, f, il, e, ff)?;
+                continue;
+            }
             if self.fused_qkv {
                 expect(&n("attn_qkv.weight"), &[e, q + 2 * kv], true)?;
                 expect(&n("attn_qkv.bias"), &[q + 2 * kv], false)?;
@@ -564,21 +676,7 @@ impl HParams {
             if self.attn_sinks {
                 expect(&n("attn_sinks.weight"), &[u64::from(self.n_head)], true)?;
             }
-            expect(&n(self.arch.rules().ffn_norm_tensor), &[e], true)?;
-            if let Some(m) = &self.moe {
-                m.check_tensors(f, il, e)?;
-            } else if self.fused_gate_up {
-                expect(&n("ffn_up.weight"), &[e, 2 * ff], true)?;
-            } else {
-                expect(&n("ffn_gate.weight"), &[e, ff], true)?;
-                expect(&n("ffn_up.weight"), &[e, ff], true)?;
-                expect(&n("ffn_gate.bias"), &[ff], false)?;
-                expect(&n("ffn_up.bias"), &[ff], false)?;
-            }
-            if self.moe.is_none() {
-                expect(&n("ffn_down.weight"), &[ff, e], true)?;
-                expect(&n("ffn_down.bias"), &[e], false)?;
-            }
+            self.check_ffn(&expect, f, il, e, ff)?;
         }
         let factors = u64::from(self.rope_dim / 2);
         for name in [
@@ -596,6 +694,33 @@ impl HParams {
             )));
         }
         Ok(())
+    }
+}
+
+impl HParams {
+    /// The FFN tensors of layer `il` (`expect(name, shape, required)` checks one).
+    fn check_ffn(
+        &self,
+        expect: &dyn Fn(&str, &[u64], bool) -> Result<(), HParamsError>,
+        f: &GgufFile,
+        il: u32,
+        e: u64,
+        ff: u64,
+    ) -> Result<(), HParamsError> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        if let Some(m) = &self.moe {
+            return m.check_tensors(f, il, e);
+        }
+        if self.fused_gate_up {
+            expect(&n("ffn_up.weight"), &[e, 2 * ff], true)?;
+        } else {
+            expect(&n("ffn_gate.weight"), &[e, ff], true)?;
+            expect(&n("ffn_up.weight"), &[e, ff], true)?;
+            expect(&n("ffn_gate.bias"), &[ff], false)?;
+            expect(&n("ffn_up.bias"), &[ff], false)?;
+        }
+        expect(&n("ffn_down.weight"), &[ff, e], true)?;
+        expect(&n("ffn_down.bias"), &[e], false)
     }
 }
 
