@@ -353,6 +353,9 @@ pub struct ShortConvWeights {
 
 /// A layer's mixer: what it computes across positions (see
 /// [`crate::engine::model::desc::MixerKind`]).
+// One per layer, built once at load: not boxed, so the forward pass reads its matrices with
+// no extra indirection.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum MixerWeights {
     Attention(AttnWeights),

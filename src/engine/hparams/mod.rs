@@ -602,11 +602,14 @@ impl HParams {
     }
 }
 
+/// Checks one tensor: `(name, shape, required)`.
+type ExpectTensor<'a> = dyn Fn(&str, &[u64], bool) -> Result<(), HParamsError> + 'a;
+
 impl HParams {
     /// The FFN tensors of layer `il` (`expect(name, shape, required)` checks one).
     fn check_ffn(
         &self,
-        expect: &dyn Fn(&str, &[u64], bool) -> Result<(), HParamsError>,
+        expect: &ExpectTensor<'_>,
         f: &GgufFile,
         il: u32,
         e: u64,
