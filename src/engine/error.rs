@@ -44,4 +44,12 @@ pub enum EngineError {
     ContextOverflow { pos: usize, n_ctx: usize },
     #[error("the KV block table holds {capacity} positions; the batch writes up to {needed}")]
     KvNotReserved { capacity: usize, needed: usize },
+    #[error(
+        "the model has recurrent layers but the block table holds no state slot (reserve it first)"
+    )]
+    StateNotReserved,
+    #[error(
+        "the sequence's recurrent state covers positions 0..{covered}; a batch cannot resume it at {start} (no rollback or prefix reuse for recurrent layers)"
+    )]
+    StateMismatch { covered: usize, start: usize },
 }

@@ -44,7 +44,8 @@ impl<'m> Runner<'m> {
         let kv_cfg = model
             .kv_config(blocks * groups * DEFAULT_BLOCK_SIZE, DEFAULT_BLOCK_SIZE)
             .with_kv_type(kv_type);
-        let kv = KvCache::new(kv_cfg)?;
+        // A state slot per page at most: a table holding pages never lacks one.
+        let kv = KvCache::with_state(kv_cfg, model.state_shape(kv_cfg.n_blocks))?;
         let scratch = model.new_scratch(limits, &kv_cfg)?;
         Ok(Runner { model, kv, scratch })
     }

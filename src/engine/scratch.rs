@@ -66,6 +66,9 @@ pub struct ForwardScratch {
     pub(crate) moe: Option<MoeScratch>,
     /// The experts' sum `[T][d]` while a shared expert runs (models with one).
     pub(crate) moe_out: LineBuf,
+    /// A short convolution's B, C, x rows `[T][3d]` and B*x rows `[T][d]` (models with one).
+    pub(crate) conv_bcx: LineBuf,
+    pub(crate) conv_bx: LineBuf,
 }
 
 impl ForwardScratch {
@@ -94,13 +97,15 @@ impl ForwardScratch {
         let f = desc.max_ff();
         let n_expert = desc.moe.map_or(0, |m| m.n_expert);
         let max_k = d.max(nq).max(f);
+        let conv = desc.conv_l_cache > 0;
         // Largest quantized activation row: Q8_1 (36 bytes per 32) or f32 rows, whichever.
         let max_act_row = (max_k * 4).max(max_k.div_ceil(32) * 36);
         let max_tmp = (t * (nq + 2 * nkv))
             .max(t * 2 * f)
             .max(t * d)
             .max(t * n_expert)
-            .max(r * desc.n_vocab);
+            .max(r * desc.n_vocab)
+            .max(if conv { t * 3 * d } else { 0 });
         Ok(ForwardScratch {
             limits,
             tok_seq: vec![0; t],
@@ -129,6 +134,8 @@ impl ForwardScratch {
                 Some(m) if m.n_ff_shexp.is_some() => t * d,
                 _ => 0,
             }),
+            conv_bcx: LineBuf::zeroed(if conv { t * 3 * d } else { 0 }),
+            conv_bx: LineBuf::zeroed(if conv { t * d } else { 0 }),
         })
     }
 

@@ -316,14 +316,12 @@ impl FfnWeights {
     }
 }
 
-/// One transformer block's weights. `d` = n_embd, `q` = n_head * head_dim,
-/// `kv` = n_head_kv * head_dim, `h` = head_dim. Optional parts are there when the
-/// file has them (biases) or the family uses them (norms of the model description). A fused
-/// file matrix (phi3's `attn_qkv`, gate+up `ffn_up`) is split into its row ranges here, views of
-/// the same mapped bytes.
+/// A layer's attention mixer. `d` = n_embd, `q` = n_head * head_dim, `kv` = n_head_kv *
+/// head_dim, `h` = head_dim. Optional parts are there when the file has them (biases) or the
+/// family uses them (norms of the model description). A fused file matrix (phi3's `attn_qkv`)
+/// is split into its row ranges here, views of the same mapped bytes.
 #[derive(Clone, Debug)]
-pub struct LayerWeights {
-    pub attn_norm: Vec<f32>,  // (d)
+pub struct AttnWeights {
     pub wq: Weight,           // (q, d)
     pub wk: Weight,           // (kv, d)
     pub wv: Weight,           // (kv, d)
@@ -339,24 +337,81 @@ pub struct LayerWeights {
     pub post_attn_norm: Option<Vec<f32>>, // (d)
     /// Each query head's learned sink logit (`attn_sinks.weight`, gpt-oss).
     pub attn_sinks: Option<Vec<f32>>, // (n_head)
-    pub ffn_norm: Vec<f32>,   // (d)
+}
+
+/// LFM2's short-convolution mixer (llama.cpp's `shortconv` block, see `engine::shortconv`).
+#[derive(Clone, Debug)]
+pub struct ShortConvWeights {
+    /// B, C and x rows of the input, in that order.
+    pub in_proj: Weight, // (3d, d)
+    /// The depthwise taps, tap by tap: tap `k` (oldest position first) of channel `c` is
+    /// `conv[k * d + c]` (the file holds them channel by channel; f32 as ggml_ssm_conv reads
+    /// them).
+    pub conv: Vec<f32>, // (l_cache, d)
+    pub out_proj: Weight, // (d, d)
+}
+
+/// A layer's mixer: what it computes across positions (see
+/// [`crate::engine::model::desc::MixerKind`]).
+// One per layer, built once at load: not boxed, so the forward pass reads its matrices with
+// no extra indirection.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug)]
+pub enum MixerWeights {
+    Attention(AttnWeights),
+    ShortConv(ShortConvWeights),
+}
+
+impl MixerWeights {
+    /// The first matrix the mixer multiplies (what the team prefetches before it).
+    pub fn first(&self) -> &Weight {
+        match self {
+            MixerWeights::Attention(a) => &a.wq,
+            MixerWeights::ShortConv(c) => &c.in_proj,
+        }
+    }
+
+    /// Every matrix of the mixer, mutably (for the load-time repacking).
+    fn matrices_mut(&mut self) -> Vec<&mut Weight> {
+        match self {
+            MixerWeights::Attention(a) => vec![&mut a.wq, &mut a.wk, &mut a.wv, &mut a.wo],
+            MixerWeights::ShortConv(c) => vec![&mut c.in_proj, &mut c.out_proj],
+        }
+    }
+
+    /// Every matrix of the mixer.
+    fn matrices(&self) -> Vec<&Weight> {
+        match self {
+            MixerWeights::Attention(a) => vec![&a.wq, &a.wk, &a.wv, &a.wo],
+            MixerWeights::ShortConv(c) => vec![&c.in_proj, &c.out_proj],
+        }
+    }
+}
+
+/// One block's weights: its input norm and mixer, then its FFN's norm and FFN.
+#[derive(Clone, Debug)]
+pub struct LayerWeights {
+    /// The mixer's input RMSNorm (`attn_norm.weight`, whatever the mixer).
+    pub attn_norm: Vec<f32>, // (d)
+    pub mixer: MixerWeights,
+    pub ffn_norm: Vec<f32>, // (d)
     pub ffn: FfnWeights,
     /// RMSNorm of the FFN output before its residual add (gemma).
     pub post_ffn_norm: Option<Vec<f32>>, // (d)
 }
 
 impl LayerWeights {
-    /// The matrices every token reads (attention's and the FFN's, not a mixture's experts),
+    /// The matrices every token reads (the mixer's and the FFN's, not a mixture's experts),
     /// mutably (for the load-time repacking).
     pub fn matrices_mut(&mut self) -> Vec<&mut Weight> {
-        let mut v = vec![&mut self.wq, &mut self.wk, &mut self.wv, &mut self.wo];
+        let mut v = self.mixer.matrices_mut();
         v.extend(self.ffn.every_token_mut());
         v
     }
 
     /// The matrices every token reads.
     pub fn matrices(&self) -> Vec<&Weight> {
-        let mut v = vec![&self.wq, &self.wk, &self.wv, &self.wo];
+        let mut v = self.mixer.matrices();
         v.extend(self.ffn.every_token());
         v
     }

@@ -37,6 +37,9 @@ pub struct EngineInfo {
     pub max_num_seqs: usize,
     pub max_batch_tokens: usize,
     pub max_waiting: usize,
+    /// Bytes of one sequence's recurrent state (0 for a model of attention layers only): a
+    /// fixed cost per running sequence beside its KV blocks.
+    pub recurrent_state_bytes_per_seq: usize,
 }
 
 /// Load right now, summed over workers.
@@ -106,6 +109,7 @@ impl EngineHandle {
         let mut limits = cfg.limits;
         let model_ctx = model.desc().n_ctx_train;
         let n_embd = model.desc().n_embd;
+        let recurrent_state_bytes_per_seq = model.state_shape(1).bytes();
         let pooling = cfg
             .pooling
             .map(PoolingType::from)
@@ -171,6 +175,7 @@ impl EngineHandle {
             max_num_seqs: limits.max_num_seqs,
             max_batch_tokens: limits.max_batch_tokens,
             max_waiting: limits.max_waiting,
+            recurrent_state_bytes_per_seq,
         };
         Ok(EngineHandle {
             inner: Arc::new(Inner {

@@ -79,9 +79,11 @@ pub fn memory_estimate(cfg: &Config) -> Result<u64, SetupError> {
         source,
     })?;
     let (num, den) = cfg.kv_type.bytes_per_value();
-    let per_pos = (c.n_layer as u64) * (c.n_head_kv as u64) * (c.head_dim as u64) * 2 * num as u64
-        / den as u64;
+    let per_pos =
+        (c.n_kv_layers() as u64) * (c.n_head_kv as u64) * (c.head_dim as u64) * 2 * num as u64
+            / den as u64;
     let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    // A recurrent model's states come out of the same budget (see `load`).
     Ok(len.saturating_add(cfg.kv_cache.bytes(per_pos.max(1), mem_total_bytes())))
 }
 
@@ -214,7 +216,10 @@ pub fn start_with(
     let groups = kv_shape.layout().n_groups() as u64;
     let per_pos = (block_bytes * groups / bs as u64).max(1);
     let budget = cfg.kv_cache.bytes(per_pos, mem_total_bytes());
-    let per_worker_blocks = budget / workers as u64 / block_bytes;
+    // A recurrent model's per-sequence states come out of the same budget (one slot per
+    // running sequence and two spare, per worker; see the worker's cache).
+    let state_bytes = model.state_shape(cfg.scheduler.max_num_seqs + 2).bytes() as u64;
+    let per_worker_blocks = (budget / workers as u64).saturating_sub(state_bytes) / block_bytes;
     if per_worker_blocks == 0 {
         return Err(SetupError::KvTooSmall {
             bytes: budget,
@@ -235,6 +240,7 @@ pub fn start_with(
         bytes_per_position = per_pos,
         block_size = bs,
         kv_type = %cfg.kv_type,
+        recurrent_state_kib_per_worker = state_bytes >> 10,
         "KV cache ({how})"
     );
     let model_stem = path
@@ -280,7 +286,7 @@ pub fn start_with(
         quant,
         kv_positions,
         kv_bytes_per_position: per_pos as usize,
-        kv_bytes: per_worker_blocks * block_bytes * workers as u64,
+        kv_bytes: (per_worker_blocks * block_bytes + state_bytes) * workers as u64,
         load_time: t0.elapsed(),
     })
 }
@@ -310,7 +316,7 @@ pub fn attn_positions_per_token(c: &crate::engine::ModelDesc) -> usize {
     );
     let per_layer = d * (q + 2.0 * kv) + q * d + 3.0 * d * f;
     let matmul = c.n_layer as f64 * per_layer + c.n_vocab as f64 * d;
-    let attention = 2.0 * c.n_layer as f64 * q;
+    let attention = 2.0 * c.n_kv_layers().max(1) as f64 * q;
     ((matmul / (attention * ATTENTION_MAC_COST)) as usize).max(16)
 }
 

@@ -331,6 +331,7 @@ mod tests {
             max_num_seqs: 8,
             max_batch_tokens: 256,
             max_waiting: 8,
+            recurrent_state_bytes_per_seq: 0,
         }
     }
 

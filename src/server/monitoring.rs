@@ -73,6 +73,8 @@ pub struct StatsBody {
     pub kv_blocks_used: usize,
     pub kv_blocks_cached: usize,
     pub kv_blocks_total: usize,
+    /// Bytes of one sequence's recurrent state beside its KV blocks (hybrid models; 0 else).
+    pub recurrent_state_bytes_per_seq: usize,
     /// The default model's prefix cache below the KV cache: its RAM and disk tiers.
     pub prefix_cache: PrefixCacheStats,
     /// Every served model (the default first).
@@ -144,6 +146,8 @@ pub struct ModelStats {
     pub kv_blocks_used: usize,
     pub kv_blocks_cached: usize,
     pub kv_blocks_total: usize,
+    /// Bytes of one sequence's recurrent state beside its KV blocks (hybrid models; 0 else).
+    pub recurrent_state_bytes_per_seq: usize,
 }
 
 /// A JSON summary for people and scripts without Prometheus (what `kiln top` shows).
@@ -179,6 +183,9 @@ pub async fn stats(State(state): State<AppState>) -> Json<StatsBody> {
                 kv_blocks_used: load.kv_blocks_used,
                 kv_blocks_cached: load.kv_blocks_cached,
                 kv_blocks_total: load.kv_blocks_total,
+                recurrent_state_bytes_per_seq: registry
+                    .loaded(i)
+                    .map_or(0, |rt| rt.engine.info().recurrent_state_bytes_per_seq),
             }
         })
         .collect();
@@ -200,6 +207,7 @@ pub async fn stats(State(state): State<AppState>) -> Json<StatsBody> {
         kv_blocks_used: d.kv_blocks_used,
         kv_blocks_cached: d.kv_blocks_cached,
         kv_blocks_total: d.kv_blocks_total,
+        recurrent_state_bytes_per_seq: d.recurrent_state_bytes_per_seq,
         memory_bytes: registry.memory_used(),
         memory_budget_bytes: registry.settings().budget,
         prefix_cache: registry.model(0).metrics.tiers_now().into(),

@@ -346,4 +346,52 @@ proofs! {
     olmoe => "olmoe",
     granitemoe => "granitemoe",
     gpt_oss => "gpt-oss",
+    lfm2 => "lfm2",
+}
+
+/// A recurrent model's state stands for exactly the positions computed: a batch resuming it
+/// elsewhere (a rollback, a fork or a prefix shared from pages) is refused with a named error
+/// before anything is computed, and a sequence restarted at 0 (a preemption's recompute)
+/// reproduces its logits bit for bit in a reused slot.
+#[test]
+fn lfm2_state_is_never_resumed_elsewhere() {
+    let v = proof_variants()
+        .into_iter()
+        .find(|v| v.name == "lfm2")
+        .expect("lfm2 variant");
+    let r = reference("lfm2");
+    let writer = build_all(&v.spec, v.name, vocab(), &[Quant::Q8_0], r.seed)
+        .expect("write")
+        .remove(0);
+    let file = GgufFile::from_bytes(writer.to_bytes().expect("serialize")).expect("parse");
+    let model = Model::from_gguf(&file, 1).expect("load");
+    assert!(model.desc().has_recurrent());
+    let mut runner = Runner::new(&model, LIMITS, 256).expect("runner");
+    let first = all_logits(&mut runner, &r.tokens[..24], 64);
+    let mut t = runner.new_seq();
+    runner
+        .feed(&mut t, 0, &r.tokens[..20], 8, LogitsWanted::None, |_, _| {})
+        .expect("prefill");
+    let resume =
+        |runner: &mut Runner<'_>, table: &kiln::engine::kv_cache::BlockTable, at: usize| {
+            let batch = [SeqInput {
+                tokens: &r.tokens[at..at + 1],
+                start_pos: at,
+                table,
+                logits: LogitsWanted::Last,
+            }];
+            runner.forward(&batch).err().map(|e| e.to_string())
+        };
+    let err = resume(&mut runner, &t, 10).expect("a rollback is refused");
+    assert!(err.contains("covers positions 0..20"), "{err}");
+    let mut f = t.fork();
+    f.reserve(24).expect("reserve");
+    let err = resume(&mut runner, &f, 20).expect("a fork cannot resume");
+    assert!(err.contains("covers positions 0..0"), "{err}");
+    drop((t, f));
+    // A recompute from 0 in a reused slot gives the same logits.
+    let again = all_logits(&mut runner, &r.tokens[..24], 5);
+    for (p, (a, b)) in first.iter().zip(&again).enumerate() {
+        assert!(bits(a) == bits(b), "lfm2: recompute differs at {p}");
+    }
 }

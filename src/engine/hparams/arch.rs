@@ -25,11 +25,12 @@ pub enum Arch {
     Olmoe,
     GraniteMoe,
     GptOss,
+    Lfm2,
 }
 
 /// Every supported architecture with its `general.architecture` name: the one list behind
 /// [`Arch::from_name`], [`Arch::name`] and the "unsupported architecture" error.
-pub const ARCHS: [(Arch, &str); 13] = [
+pub const ARCHS: [(Arch, &str); 14] = [
     (Arch::Llama, "llama"),
     (Arch::Qwen2, "qwen2"),
     (Arch::Qwen3, "qwen3"),
@@ -43,6 +44,7 @@ pub const ARCHS: [(Arch, &str); 13] = [
     (Arch::Olmoe, "olmoe"),
     (Arch::GraniteMoe, "granitemoe"),
     (Arch::GptOss, "gpt-oss"),
+    (Arch::Lfm2, "lfm2"),
 ];
 
 /// How RoPE pairs dimensions.
@@ -127,6 +129,12 @@ pub struct ArchRules {
     /// The sliding-window layers' RoPE keeps the global frequency scale (gpt-oss: llama.cpp's
     /// `rope_freq_scale_train_swa = rope_freq_scale_train`); otherwise their scale is 1.
     pub swa_rope_scaled: bool,
+    /// The layers whose `attention.head_count_kv` entry is 0 run LFM2's short convolution
+    /// (`shortconv.l_cache` taps) instead of attention.
+    pub shortconv: bool,
+    /// The final norm before the LM head (`output_norm.weight`; lfm2 names it
+    /// `token_embd_norm.weight`).
+    pub output_norm_tensor: &'static str,
 }
 
 const LLAMA: ArchRules = ArchRules {
@@ -150,6 +158,8 @@ const LLAMA: ArchRules = ArchRules {
     ffn_norm_tensor: "ffn_norm.weight",
     attn_sinks: false,
     swa_rope_scaled: false,
+    shortconv: false,
+    output_norm_tensor: "output_norm.weight",
 };
 
 impl Arch {
@@ -289,6 +299,14 @@ impl Arch {
                 ffn_norm_tensor: "post_attention_norm.weight",
                 attn_sinks: true,
                 swa_rope_scaled: true,
+                ..neox
+            },
+            // lfm2.cpp: per layer, a short convolution (head_count_kv 0) or attention with
+            // per-head q/k norm; a SiLU-gated FFN; the final norm is token_embd_norm.
+            Arch::Lfm2 => ArchRules {
+                qk_norm: true,
+                shortconv: true,
+                output_norm_tensor: "token_embd_norm.weight",
                 ..neox
             },
         }

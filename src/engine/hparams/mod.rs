@@ -9,10 +9,12 @@
 mod arch;
 mod moe;
 mod rope;
+mod shortconv;
 
 pub use arch::{Arch, ArchRules, QueryScale, RopeStyle, SwaRule, ARCHS};
 pub use moe::{Gating, MoeParams, MoeRule, MAX_EXPERTS};
 pub use rope::{RopeScaling, RopeScalingKind};
+pub use shortconv::ShortConv;
 
 use crate::engine::pooling::PoolingType;
 use crate::gguf::{GgufError, GgufFile};
@@ -140,6 +142,8 @@ pub struct HParams {
     /// How the file says an embedding pools its positions (`{arch}.pooling_type`); `None`
     /// when the key is absent (or llama.cpp's "unspecified", -1).
     pub pooling: Option<PoolingType>,
+    /// LFM2's short-convolution layers, for the families that have them.
+    pub shortconv: Option<ShortConv>,
 }
 
 /// Why a file's model description is unusable.
@@ -248,17 +252,8 @@ impl HParams {
         let n_embd = k.u32_pos("embedding_length")?;
         let n_ff = k.u32_pos("feed_forward_length")?;
         let n_head = k.u32_pos("attention.head_count")?;
-        let n_head_kv = match k.u32_opt("attention.head_count_kv")? {
-            None => n_head,
-            Some(0) => {
-                return Err(invalid(
-                    k.key("attention.head_count_kv"),
-                    0,
-                    "must be positive",
-                ))
-            }
-            Some(v) => v,
-        };
+        let (n_head_kv, shortconv) =
+            shortconv::head_count_kv(&k, rules.shortconv, n_layer, n_head)?;
         if !n_head.is_multiple_of(n_head_kv) {
             return Err(inconsistent(format!(
                 "{n_head} query heads are not a multiple of {n_head_kv} kv heads"
@@ -406,6 +401,7 @@ impl HParams {
             attn_temperature,
             sliding_window,
             pooling,
+            shortconv,
         };
         hp.check_tensors(f)?;
         Ok(hp)
@@ -426,6 +422,14 @@ impl HParams {
     /// global), q/k norm, post-norms, GELU, ...").
     pub fn variant(&self) -> String {
         let mut parts: Vec<String> = Vec::new();
+        if let Some(c) = &self.shortconv {
+            parts.push(format!(
+                "short convolution ({} taps) on {} of {} layers",
+                c.l_cache,
+                c.n_conv(),
+                self.n_layer
+            ));
+        }
         if let Some(m) = &self.moe {
             parts.push(m.describe());
         }
@@ -534,10 +538,23 @@ impl HParams {
         expect("token_embd.weight", &[e, v], true)?;
         expect("output.weight", &[e, v], false)?;
         expect("output.bias", &[v], false)?;
-        expect("output_norm.weight", &[e], true)?;
+        let rules = self.arch.rules();
+        expect(rules.output_norm_tensor, &[e], true)?;
         for il in 0..self.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");
             expect(&n("attn_norm.weight"), &[e], true)?;
+            expect(&n(rules.ffn_norm_tensor), &[e], true)?;
+            if let Some(c) = self.shortconv.as_ref().filter(|c| c.is_conv(il as usize)) {
+                expect(
+                    &n("shortconv.conv.weight"),
+                    &[u64::from(c.l_cache), e],
+                    true,
+                )?;
+                expect(&n("shortconv.in_proj.weight"), &[e, 3 * e], true)?;
+                expect(&n("shortconv.out_proj.weight"), &[e, e], true)?;
+                self.check_ffn(&expect, f, il, e, ff)?;
+                continue;
+            }
             if self.fused_qkv {
                 expect(&n("attn_qkv.weight"), &[e, q + 2 * kv], true)?;
                 expect(&n("attn_qkv.bias"), &[q + 2 * kv], false)?;
@@ -564,21 +581,7 @@ impl HParams {
             if self.attn_sinks {
                 expect(&n("attn_sinks.weight"), &[u64::from(self.n_head)], true)?;
             }
-            expect(&n(self.arch.rules().ffn_norm_tensor), &[e], true)?;
-            if let Some(m) = &self.moe {
-                m.check_tensors(f, il, e)?;
-            } else if self.fused_gate_up {
-                expect(&n("ffn_up.weight"), &[e, 2 * ff], true)?;
-            } else {
-                expect(&n("ffn_gate.weight"), &[e, ff], true)?;
-                expect(&n("ffn_up.weight"), &[e, ff], true)?;
-                expect(&n("ffn_gate.bias"), &[ff], false)?;
-                expect(&n("ffn_up.bias"), &[ff], false)?;
-            }
-            if self.moe.is_none() {
-                expect(&n("ffn_down.weight"), &[ff, e], true)?;
-                expect(&n("ffn_down.bias"), &[e], false)?;
-            }
+            self.check_ffn(&expect, f, il, e, ff)?;
         }
         let factors = u64::from(self.rope_dim / 2);
         for name in [
@@ -596,6 +599,36 @@ impl HParams {
             )));
         }
         Ok(())
+    }
+}
+
+/// Checks one tensor: `(name, shape, required)`.
+type ExpectTensor<'a> = dyn Fn(&str, &[u64], bool) -> Result<(), HParamsError> + 'a;
+
+impl HParams {
+    /// The FFN tensors of layer `il` (`expect(name, shape, required)` checks one).
+    fn check_ffn(
+        &self,
+        expect: &ExpectTensor<'_>,
+        f: &GgufFile,
+        il: u32,
+        e: u64,
+        ff: u64,
+    ) -> Result<(), HParamsError> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        if let Some(m) = &self.moe {
+            return m.check_tensors(f, il, e);
+        }
+        if self.fused_gate_up {
+            expect(&n("ffn_up.weight"), &[e, 2 * ff], true)?;
+        } else {
+            expect(&n("ffn_gate.weight"), &[e, ff], true)?;
+            expect(&n("ffn_up.weight"), &[e, ff], true)?;
+            expect(&n("ffn_gate.bias"), &[ff], false)?;
+            expect(&n("ffn_up.bias"), &[ff], false)?;
+        }
+        expect(&n("ffn_down.weight"), &[ff, e], true)?;
+        expect(&n("ffn_down.bias"), &[e], false)
     }
 }
 

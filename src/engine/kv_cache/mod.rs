@@ -37,11 +37,13 @@ mod block_bytes;
 mod free_list;
 pub mod kv_type;
 pub mod layout;
+pub mod state;
 mod table;
 
 pub use kv_type::KvType;
 use kv_type::{quantize_row, QK};
 pub use layout::{KvLayout, LayerWindows};
+pub use state::StateShape;
 pub use table::{BlockAllocator, BlockTable, RELEASED};
 
 use crate::engine::line_buf::{LineBuf, ZeroValid};
@@ -61,6 +63,8 @@ pub enum KvCacheError {
     BadBlock { id: u32 },
     #[error("block {id} is shared by {refs} tables (forked prefix): it is read-only")]
     SharedBlock { id: u32, refs: u32 },
+    #[error("all {total} recurrent-state slots are taken")]
+    OutOfStateSlots { total: usize },
     #[error("block table belongs to another KV cache")]
     ForeignTable,
     #[error("layer {layer} out of range (the cache has {n_layer})")]
@@ -231,11 +235,36 @@ pub struct KvCache {
     layer_len: usize,
     /// Per layer: its group and slot.
     place: Vec<(usize, usize)>,
+    /// The recurrent-state slots (see [`state`]).
+    state_shape: StateShape,
+    state: Vec<f32>,
 }
 
 impl KvCache {
     /// Allocates the pool (all of it, up front) and its block allocator.
     pub fn new(cfg: KvCacheConfig) -> Result<KvCache, KvCacheError> {
+        KvCache::with_state(cfg, StateShape::NONE)
+    }
+
+    /// As [`KvCache::new`], with `state` recurrent-state slots beside the pages (every table
+    /// takes one on its first reserve; see [`state`]).
+    pub fn with_state(cfg: KvCacheConfig, state: StateShape) -> Result<KvCache, KvCacheError> {
+        if state.is_some() && state.n_slots == 0 {
+            return Err(KvCacheError::InvalidConfig(
+                "a model with recurrent state needs at least one state slot".into(),
+            ));
+        }
+        let floats = state
+            .floats_per_seq
+            .checked_mul(state.n_slots)
+            .ok_or(KvCacheError::Alloc { bytes: usize::MAX })?;
+        let mut state_buf = Vec::new();
+        state_buf
+            .try_reserve_exact(floats)
+            .map_err(|_| KvCacheError::Alloc {
+                bytes: state.bytes(),
+            })?;
+        state_buf.resize(floats, 0.0);
         let len = cfg.values_per_array()?;
         let (k, v, kq, vq) = match cfg.kv_type {
             KvType::F16 => (
@@ -252,19 +281,43 @@ impl KvCache {
         Ok(KvCache {
             cfg,
             // values_per_array checked that n_blocks fits in u32.
-            alloc: BlockAllocator::new(cfg.n_blocks as u32, cfg.block_size, layout),
+            alloc: BlockAllocator::with_state_slots(
+                cfg.n_blocks as u32,
+                cfg.block_size,
+                layout,
+                state.is_some().then_some(state.n_slots),
+            ),
             k,
             v,
             kq,
             vq,
             layer_len: len / slots,
             place,
+            state_shape: state,
+            state: state_buf,
         })
     }
 
     /// The cache's shape and capacity.
     pub fn config(&self) -> &KvCacheConfig {
         &self.cfg
+    }
+
+    /// The recurrent-state slots beside the pages.
+    pub fn state_shape(&self) -> StateShape {
+        self.state_shape
+    }
+
+    /// Slot `slot`'s recurrent state (`floats_per_seq` values).
+    pub fn state(&self, slot: u32) -> &[f32] {
+        let n = self.state_shape.floats_per_seq;
+        &self.state[slot as usize * n..][..n]
+    }
+
+    /// Slot `slot`'s recurrent state, mutably.
+    pub fn state_mut(&mut self, slot: u32) -> &mut [f32] {
+        let n = self.state_shape.floats_per_seq;
+        &mut self.state[slot as usize * n..][..n]
     }
 
     /// The allocator handing out this pool's blocks (clone it to keep a handle).

@@ -10,6 +10,7 @@
 
 use super::free_list::FreeList;
 use super::layout::KvLayout;
+use super::state::{SlotList, StateSlot};
 use super::KvCacheError;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -23,6 +24,8 @@ struct Shared {
     block_size: usize,
     layout: KvLayout,
     free: Mutex<FreeList>,
+    /// Recurrent-state slots (see [`super::state`]); `None` when sequences carry no state.
+    slots: Option<Mutex<SlotList>>,
 }
 
 impl Shared {
@@ -30,6 +33,13 @@ impl Shared {
     /// operations check before they mutate), so a poisoned lock is still usable.
     fn lock(&self) -> MutexGuard<'_, FreeList> {
         self.free.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The free state slots (poisoning is harmless as for the free list).
+    fn slots(&self) -> Option<MutexGuard<'_, SlotList>> {
+        self.slots
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -43,15 +53,33 @@ pub struct BlockAllocator {
 }
 
 impl BlockAllocator {
-    /// A pool of `n_blocks` pages of `block_size` positions each, in `layout`.
+    /// A pool of `n_blocks` pages of `block_size` positions each, in `layout` (tests).
+    #[cfg(test)]
     pub(crate) fn new(n_blocks: u32, block_size: usize, layout: KvLayout) -> BlockAllocator {
+        BlockAllocator::with_state_slots(n_blocks, block_size, layout, None)
+    }
+
+    /// As [`BlockAllocator::new`], every table also taking one of `state_slots` recurrent
+    /// state slots on its first reserve (`None`: sequences carry no state).
+    pub(crate) fn with_state_slots(
+        n_blocks: u32,
+        block_size: usize,
+        layout: KvLayout,
+        state_slots: Option<usize>,
+    ) -> BlockAllocator {
         BlockAllocator {
             shared: Arc::new(Shared {
                 block_size,
                 layout,
                 free: Mutex::new(FreeList::new(n_blocks)),
+                slots: state_slots.map(|n| Mutex::new(SlotList::new(n))),
             }),
         }
+    }
+
+    /// Recurrent-state slots `(free, total)`, `None` when sequences carry no state.
+    pub fn state_slots(&self) -> Option<(usize, usize)> {
+        self.shared.slots().map(|s| (s.free_count(), s.total()))
     }
 
     /// Positions per block.
@@ -100,6 +128,8 @@ pub struct BlockTable {
     shared: Arc<Shared>,
     /// One list per group of the layout, all of the same length.
     groups: Vec<Vec<u32>>,
+    /// The sequence's recurrent-state slot, once reserved (models with recurrent layers).
+    state: Option<StateSlot>,
 }
 
 impl BlockTable {
@@ -108,6 +138,7 @@ impl BlockTable {
         BlockTable {
             shared: Arc::clone(&alloc.shared),
             groups: vec![Vec::new(); alloc.shared.layout.n_groups()],
+            state: None,
         }
     }
 
@@ -135,7 +166,17 @@ impl BlockTable {
     /// Makes room for positions `< n_positions`, allocating the missing pages of every group
     /// all at once. On [`KvCacheError::OutOfBlocks`] the table and the pool are unchanged
     /// (nothing leaked).
+    /// On a pool with recurrent state, the first call also takes the table's state slot
+    /// ([`KvCacheError::OutOfStateSlots`] when none is free).
     pub fn reserve(&mut self, n_positions: usize) -> Result<(), KvCacheError> {
+        if self.state.is_none() {
+            if let Some(mut slots) = self.shared.slots() {
+                let id = slots.take().ok_or(KvCacheError::OutOfStateSlots {
+                    total: slots.total(),
+                })?;
+                self.state = Some(StateSlot::new(id));
+            }
+        }
         let want = n_positions.div_ceil(self.shared.block_size);
         let have = self.n_blocks();
         if want <= have {
@@ -353,12 +394,39 @@ impl BlockTable {
         BlockTable {
             shared: Arc::clone(&self.shared),
             groups: self.groups.clone(),
+            // A state is not shared: the fork takes its own slot on its first reserve, and
+            // the forward pass refuses to resume it past position 0 (see `super::state`).
+            state: None,
+        }
+    }
+
+    /// The recurrent-state slot this table holds (after its first reserve, on a pool with
+    /// state).
+    pub fn state_slot(&self) -> Option<u32> {
+        self.state.as_ref().map(|s| s.id)
+    }
+
+    /// Positions `0..n` the table's recurrent state stands for (0 before any forward call).
+    pub fn state_covered(&self) -> Option<usize> {
+        self.state.as_ref().map(StateSlot::covered)
+    }
+
+    /// Records that the state now stands for positions `0..n` (the forward pass, after
+    /// computing them).
+    pub(crate) fn set_state_covered(&self, n: usize) {
+        if let Some(s) = &self.state {
+            s.set_covered(n);
         }
     }
 }
 
 impl Drop for BlockTable {
     fn drop(&mut self) {
+        if let Some(st) = self.state.take() {
+            if let Some(mut slots) = self.shared.slots() {
+                slots.give_back(st.id);
+            }
+        }
         if self.n_blocks() == 0 {
             return;
         }
@@ -440,6 +508,40 @@ mod tests {
         assert!(cap >= 7);
         t.reserve(100).unwrap();
         assert_eq!(t.groups[0].capacity(), cap);
+    }
+
+    #[test]
+    fn state_slot_is_taken_on_reserve_and_freed_on_drop() {
+        let a =
+            BlockAllocator::with_state_slots(8, 16, KvLayout::new(1, &LayerWindows::NONE), Some(2));
+        let mut t = BlockTable::new(&a);
+        assert_eq!(t.state_slot(), None);
+        t.reserve(1).unwrap();
+        let s0 = t.state_slot().expect("a slot with the first pages");
+        assert_eq!(a.state_slots(), Some((1, 2)));
+        let mut u = BlockTable::new(&a);
+        u.reserve(20).unwrap();
+        // No slot left: refused before any page is taken.
+        let mut v = BlockTable::new(&a);
+        let free = a.free_blocks();
+        assert_eq!(
+            v.reserve(1),
+            Err(KvCacheError::OutOfStateSlots { total: 2 })
+        );
+        assert_eq!(a.free_blocks(), free);
+        // A fork shares pages, never the state.
+        let f = t.fork();
+        assert_eq!(f.state_slot(), None);
+        t.set_state_covered(5);
+        assert_eq!(t.state_covered(), Some(5));
+        drop(t);
+        assert_eq!(a.state_slots(), Some((1, 2)));
+        v.reserve(1).unwrap();
+        assert_eq!(v.state_slot(), Some(s0));
+        assert_eq!(v.state_covered(), Some(0), "a reused slot starts uncovered");
+        drop((u, v, f));
+        assert_eq!(a.state_slots(), Some((2, 2)));
+        assert_eq!(a.free_blocks(), 8);
     }
 
     use proptest::prelude::*;

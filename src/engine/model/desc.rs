@@ -22,9 +22,24 @@ pub enum FfnKind {
     Moe,
 }
 
-/// Per layer: which RoPE table applies, how far back attention sees, which FFN runs.
+/// Which mixer a layer runs: the block that mixes information across positions, before the
+/// layer's FFN. Attention keeps every position's K/V in the paged cache; the recurrent mixers
+/// (short convolution now; gated DeltaNet and Mamba2 belong here too) keep a fixed-size state
+/// per sequence instead (see `kv_cache::state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MixerKind {
+    /// Attention whose K/V live in layer `kv` of the KV cache (the attention layers numbered
+    /// in order, skipping the recurrent ones).
+    Attention { kv: usize },
+    /// LFM2's short convolution (`engine::shortconv`): its last `l_cache - 1` inputs, `(l_cache
+    /// - 1) * n_embd` values, live at offset `state` of a sequence's recurrent state.
+    ShortConv { state: usize },
+}
+
+/// Per layer: its mixer, which RoPE table applies, how far back attention sees, which FFN runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayerDesc {
+    pub mixer: MixerKind,
     /// Index into [`ModelDesc::ropes`]; `None` on a layer without RoPE (NoPE).
     pub rope: Option<usize>,
     /// Sliding window: a query at position `p` attends to `p - w + 1 ..= p`; `None` = all.
@@ -110,6 +125,11 @@ pub struct ModelDesc {
     pub attn_temperature: Option<AttnTemperature>,
     /// The file's pooling type for embeddings (`HParams::pooling`).
     pub pooling: Option<PoolingType>,
+    /// Taps of the short convolution of [`MixerKind::ShortConv`] layers (0 without).
+    pub conv_l_cache: usize,
+    /// f32 values of one sequence's recurrent state: every recurrent layer's, one after
+    /// another (0 for a model of attention layers only).
+    pub state_floats: usize,
 }
 
 /// One RoPE table with llama.cpp's context-time parameters (`llama-context.cpp`): the
@@ -200,10 +220,26 @@ impl ModelDesc {
                 n_ctx_orig,
             ));
         }
+        // Attention layers number their K/V places in order; recurrent ones their states.
+        let (mut n_kv, mut n_state) = (0, 0);
+        let mut mixers = Vec::with_capacity(hp.n_layer as usize);
+        for il in 0..hp.n_layer as usize {
+            match &hp.shortconv {
+                Some(c) if c.is_conv(il) => {
+                    mixers.push(MixerKind::ShortConv { state: n_state });
+                    n_state += (c.l_cache as usize - 1) * hp.n_embd as usize;
+                }
+                _ => {
+                    mixers.push(MixerKind::Attention { kv: n_kv });
+                    n_kv += 1;
+                }
+            }
+        }
         let layers = (0..hp.n_layer as usize)
             .map(|il| {
                 let local = hp.sliding_window.as_ref().is_some_and(|w| w.local[il]);
                 LayerDesc {
+                    mixer: mixers[il],
                     rope: hp.rope_layers[il].then_some(usize::from(local)),
                     window: hp
                         .sliding_window
@@ -249,6 +285,8 @@ impl ModelDesc {
             logit_scale: hp.logit_scale,
             attn_temperature: hp.attn_temperature,
             pooling: hp.pooling,
+            conv_l_cache: hp.shortconv.as_ref().map_or(0, |c| c.l_cache as usize),
+            state_floats: n_state,
         })
     }
 
@@ -268,6 +306,28 @@ impl ModelDesc {
         self.moe.map_or(dense, |m| {
             dense.max(m.n_ff_exp).max(m.n_ff_shexp.unwrap_or(0))
         })
+    }
+
+    /// The attention layers' K/V places, in order: `(layer, kv layer, window)`.
+    pub fn kv_layers(&self) -> impl Iterator<Item = (usize, usize, Option<usize>)> + '_ {
+        self.layers
+            .iter()
+            .enumerate()
+            .filter_map(|(l, d)| match d.mixer {
+                MixerKind::Attention { kv } => Some((l, kv, d.window)),
+                MixerKind::ShortConv { .. } => None,
+            })
+    }
+
+    /// True when some layer keeps a recurrent state per sequence (its prefix cannot be
+    /// resumed from K/V blocks alone, nor rolled back).
+    pub fn has_recurrent(&self) -> bool {
+        self.state_floats > 0
+    }
+
+    /// How many layers keep K/V in the cache.
+    pub fn n_kv_layers(&self) -> usize {
+        self.kv_layers().count()
     }
 
     /// The largest sliding window of any layer, `None` when every layer attends to everything.

@@ -32,6 +32,7 @@ use crate::engine::batch::SeqInput;
 use crate::engine::hparams::Activation;
 use crate::engine::kv_cache::{KvCache, KvCacheError};
 use crate::engine::matmul::{matmul, matmul_made, warm_next, MatJob, MatmulScratch};
+use crate::engine::model::desc::MixerKind;
 use crate::engine::model::loaded::{add_in_place, for_row_pairs, for_rows, Model};
 use crate::engine::moe::experts_forward;
 use crate::engine::ops::{
@@ -39,7 +40,7 @@ use crate::engine::ops::{
 };
 use crate::engine::scratch::ForwardScratch;
 use crate::engine::team::Team;
-use crate::engine::weights::{DenseFfn, FfnWeights, MoeFfn};
+use crate::engine::weights::{AttnWeights, DenseFfn, FfnWeights, MixerWeights, MoeFfn};
 
 /// `row = rms_norm(row) * w` per `w.len()`-wide head, in place (llama.cpp's q/k norm on the
 /// `[head_dim, n_head]` view; a `w` as wide as the row normalizes it whole, olmoe's).
@@ -52,7 +53,7 @@ fn norm_heads(row: &mut [f32], w: &[f32], eps: f32) {
 /// `jobs` on `xn[r] = rms_norm(x[row_of(r)]) * norm` for `n` rows (`x` rows `d` wide): the
 /// norm runs in the region that quantizes its rows for the jobs ([`matmul_made`]), and `xn`
 /// holds the normed rows afterwards.
-fn norm_matmul(
+pub(super) fn norm_matmul(
     team: &Team,
     (x, d, norm, eps): (&[f32], usize, &[f32], f32),
     row_of: &(dyn Fn(usize) -> usize + Sync),
@@ -87,7 +88,15 @@ impl Model {
     ) -> Result<(), KvCacheError> {
         self.embed(seqs, n_tok, s);
         for (l, lw) in self.weights().layers.iter().enumerate() {
-            self.attention_block(l, seqs, n_tok, kv, s)?;
+            match (&lw.mixer, self.desc().layers[l].mixer) {
+                (MixerWeights::Attention(a), MixerKind::Attention { kv: kl }) => {
+                    self.attention_block(l, a, kl, seqs, n_tok, kv, s)?
+                }
+                (MixerWeights::ShortConv(c), MixerKind::ShortConv { state }) => {
+                    self.shortconv_block(l, c, state, seqs, n_tok, kv, s)
+                }
+                _ => unreachable!("layer weights are loaded for the description's mixer"),
+            }
             match &lw.ffn {
                 FfnWeights::Dense(f) => self.ffn_block(l, f, n_tok, n_rows, s),
                 FfnWeights::Moe(m) => self.moe_block(l, m, n_tok, n_rows, s),
@@ -128,10 +137,14 @@ impl Model {
     }
 
     /// Layer `l`'s attention block: `s.x += Wo attn(norm(s.x))` with the family's biases,
-    /// head norms, RoPE, scales and post-norm; this step's K and V go into `kv` first.
+    /// head norms, RoPE, scales and post-norm; this step's K and V go into `kv`'s layer `kl`
+    /// first.
+    #[allow(clippy::too_many_arguments)]
     fn attention_block(
         &self,
         l: usize,
+        aw: &AttnWeights,
+        kl: usize,
         seqs: &[SeqInput<'_>],
         n_tok: usize,
         kv: &mut KvCache,
@@ -149,7 +162,7 @@ impl Model {
         let (tok_seq, tok_pos) = (&s.tok_seq[..n_tok], &s.tok_pos[..n_tok]);
         // Each matmul below first names the one after it: the idle threads prefetch its
         // first bytes meanwhile (attention and the serial work leave the bus idle).
-        warm_next(&self.team, n_tok, &lw.wo);
+        warm_next(&self.team, n_tok, &aw.wo);
         norm_matmul(
             &self.team,
             (&s.x, d, &lw.attn_norm, eps),
@@ -158,15 +171,15 @@ impl Model {
             n_tok,
             &mut [
                 MatJob {
-                    w: &lw.wq,
+                    w: &aw.wq,
                     out: &mut s.q,
                 },
                 MatJob {
-                    w: &lw.wk,
+                    w: &aw.wk,
                     out: &mut s.k,
                 },
                 MatJob {
-                    w: &lw.wv,
+                    w: &aw.wv,
                     out: &mut s.v,
                 },
             ],
@@ -200,17 +213,17 @@ impl Model {
                         table.apply(&cache[t * n_rot..(t + 1) * n_rot], x, hd);
                     }
                 };
-                shared(row, &lw.bq, &lw.q_norm);
+                shared(row, &aw.bq, &aw.q_norm);
                 if let Some(qs) = c.q_scale {
                     scale_in_place(row, qs);
                 }
                 if let Some(tmp) = c.attn_temperature {
                     scale_in_place(row, temperature(tmp.scale, tmp.floor_len, tok_pos[t]));
                 }
-                shared(krow, &lw.bk, &lw.k_norm);
+                shared(krow, &aw.bk, &aw.k_norm);
             },
         );
-        if let Some(b) = &lw.bv {
+        if let Some(b) = &aw.bv {
             for_rows(&self.team, &mut s.v, nkv, n_tok, |_, row| {
                 add_in_place(row, b)
             });
@@ -221,13 +234,13 @@ impl Model {
         for t in 0..n_tok {
             let q = &seqs[tok_seq[t] as usize];
             let (kr, vr) = (&s.k[t * nkv..(t + 1) * nkv], &s.v[t * nkv..(t + 1) * nkv]);
-            kv.write(l, q.table, tok_pos[t] as usize, kr, vr)?;
+            kv.write(kl, q.table, tok_pos[t] as usize, kr, vr)?;
         }
         let params = AttnParams {
             scale: c.kq_scale,
             softcap: c.attn_softcap,
             window: lc.window,
-            sinks: lw.attn_sinks.as_deref(),
+            sinks: aw.attn_sinks.as_deref(),
         };
         let table_of = |i: usize| seqs[i].table;
         let batch = AttnBatch {
@@ -240,7 +253,7 @@ impl Model {
         attend_batch(
             &self.team,
             kv,
-            l,
+            kl,
             &batch,
             &mut s.attn[..n_tok * nq],
             &s.attn_scratch,
@@ -253,14 +266,14 @@ impl Model {
             &s.attn,
             n_tok,
             &mut [MatJob {
-                w: &lw.wo,
+                w: &aw.wo,
                 out: &mut s.proj,
             }],
             &mut s.mm,
         );
         self.finish_branch(
-            lw.bo.as_deref(),
-            lw.post_attn_norm.as_deref(),
+            aw.bo.as_deref(),
+            aw.post_attn_norm.as_deref(),
             n_tok,
             &mut s.proj,
             &mut s.xn,
@@ -379,7 +392,7 @@ impl Model {
     fn warm_after(&self, l: usize, n_tok: usize, n_rows: usize) {
         let w = self.weights();
         match w.layers.get(l + 1) {
-            Some(next) => warm_next(&self.team, n_tok, &next.wq),
+            Some(next) => warm_next(&self.team, n_tok, next.mixer.first()),
             None if n_rows > 0 => warm_next(&self.team, n_rows, &w.output),
             None => self.team.warm().clear(),
         }
@@ -459,7 +472,7 @@ impl Model {
         // The next step starts with the first layer's Q (its embedding lookup and norm run on
         // the caller).
         if let Some(first) = w.layers.first() {
-            warm_next(&self.team, n_rows, &first.wq);
+            warm_next(&self.team, n_rows, first.mixer.first());
         }
         let logit_tok = &s.logit_tok;
         norm_matmul(
@@ -495,7 +508,7 @@ impl Model {
 
     /// The end of an attention or FFN branch in `s.proj`: its output bias, its post-norm
     /// (through `s.xn`) and the residual scale, before the residual add.
-    fn finish_branch(
+    pub(super) fn finish_branch(
         &self,
         bias: Option<&[f32]>,
         post_norm: Option<&[f32]>,

@@ -4,10 +4,11 @@
 //! row ranges of the same mapped bytes: no copy of the weights.
 
 use crate::engine::error::EngineError;
-use crate::engine::model::desc::{FfnKind, MoeDesc};
+use crate::engine::model::desc::{FfnKind, MixerKind, MoeDesc};
 use crate::engine::model::ModelDesc;
 use crate::engine::weights::{
-    values, vector, DenseFfn, Expert, FfnWeights, LayerWeights, ModelWeights, MoeFfn, Weight,
+    values, vector, AttnWeights, DenseFfn, Expert, FfnWeights, LayerWeights, MixerWeights,
+    ModelWeights, MoeFfn, ShortConvWeights, Weight,
 };
 use crate::gguf::{GgufFile, TensorData};
 
@@ -207,9 +208,6 @@ pub(crate) fn load_weights(
     desc: &mut ModelDesc,
 ) -> Result<ModelWeights, EngineError> {
     let d = desc.n_embd;
-    let hd = desc.head_dim;
-    let nq = desc.n_head * hd;
-    let nkv = desc.n_head_kv * hd;
     let f = desc.n_ff;
     let token_embd = matrix(file, "token_embd.weight", desc.n_vocab, d)?;
     let tied = desc.arch.rules().always_tied || file.tensor_data("output.weight").is_none();
@@ -232,44 +230,26 @@ pub(crate) fn load_weights(
         r.freq_factors = factors.clone();
     }
     desc.rope.freq_factors = factors;
-    let (qn_width, kn_width) = if desc.qk_norm_full {
-        (nq, nkv)
-    } else {
-        (hd, hd)
-    };
-    let rules = desc.arch.rules();
     let mut layers = Vec::with_capacity(desc.n_layer);
     for i in 0..desc.n_layer {
         let n = |s: &str| format!("blk.{i}.{s}");
-        let norm = |s: &str, len, used: bool| {
-            if used {
-                vec_of(file, &n(s), len).map(Some)
-            } else {
-                Ok(None)
+        let mixer = match desc.layers[i].mixer {
+            MixerKind::Attention { .. } => MixerWeights::Attention(attention(file, i, desc)?),
+            MixerKind::ShortConv { .. } => {
+                let l = desc.conv_l_cache;
+                MixerWeights::ShortConv(ShortConvWeights {
+                    in_proj: matrix(file, &n("shortconv.in_proj.weight"), 3 * d, d)?,
+                    conv: taps_by_tap(
+                        &values(
+                            &n("shortconv.conv.weight"),
+                            &tensor(file, &n("shortconv.conv.weight"))?,
+                            &[l as u64, d as u64],
+                        )?,
+                        l,
+                    ),
+                    out_proj: matrix(file, &n("shortconv.out_proj.weight"), d, d)?,
+                })
             }
-        };
-        let ([wq, wk, wv], fused_bias) = if file.tensor("blk.0.attn_qkv.weight").is_some() {
-            (
-                split_matrix(file, &n("attn_qkv.weight"), [nq, nkv, nkv], d)?,
-                split_vec(file, &n("attn_qkv.bias"), [nq, nkv, nkv])?,
-            )
-        } else {
-            (
-                [
-                    matrix(file, &n("attn_q.weight"), nq, d)?,
-                    matrix(file, &n("attn_k.weight"), nkv, d)?,
-                    matrix(file, &n("attn_v.weight"), nkv, d)?,
-                ],
-                None,
-            )
-        };
-        let [bq, bk, bv] = match fused_bias {
-            Some([q, k, v]) => [Some(q), Some(k), Some(v)],
-            None => [
-                opt_vec(file, &n("attn_q.bias"), nq)?,
-                opt_vec(file, &n("attn_k.bias"), nkv)?,
-                opt_vec(file, &n("attn_v.bias"), nkv)?,
-            ],
         };
         let ffn = match (desc.layers[i].ffn, &desc.moe) {
             (FfnKind::Moe, Some(m)) => FfnWeights::Moe(moe_ffn(file, i, m, d)?),
@@ -283,31 +263,94 @@ pub(crate) fn load_weights(
                 FfnWeights::Dense(dense_ffn(file, i, desc.arch.rules().fused_gate_up, f, d)?)
             }
         };
+        let post_ffn_norm = if desc.post_norms {
+            Some(vec_of(file, &n("post_ffw_norm.weight"), d)?)
+        } else {
+            None
+        };
         layers.push(LayerWeights {
             attn_norm: vec_of(file, &n("attn_norm.weight"), d)?,
-            wq,
-            wk,
-            wv,
-            bq,
-            bk,
-            bv,
-            q_norm: norm("attn_q_norm.weight", qn_width, desc.qk_norm)?,
-            k_norm: norm("attn_k_norm.weight", kn_width, desc.qk_norm)?,
-            wo: matrix(file, &n("attn_output.weight"), d, nq)?,
-            bo: opt_vec(file, &n("attn_output.bias"), d)?,
-            post_attn_norm: norm("post_attention_norm.weight", d, desc.post_norms)?,
-            attn_sinks: norm("attn_sinks.weight", desc.n_head, rules.attn_sinks)?,
-            ffn_norm: vec_of(file, &n(rules.ffn_norm_tensor), d)?,
+            mixer,
+            ffn_norm: vec_of(file, &n(desc.arch.rules().ffn_norm_tensor), d)?,
             ffn,
-            post_ffn_norm: norm("post_ffw_norm.weight", d, desc.post_norms)?,
+            post_ffn_norm,
         });
     }
     Ok(ModelWeights {
         token_embd,
         layers,
-        output_norm: vec_of(file, "output_norm.weight", d)?,
+        output_norm: vec_of(file, desc.arch.rules().output_norm_tensor, d)?,
         output,
         output_bias: opt_vec(file, "output.bias", desc.n_vocab)?,
         tied_output,
+    })
+}
+
+/// The file's convolution taps, channel by channel (`[d][l]`, ggml's `[l, d]`), regrouped tap
+/// by tap (`[l][d]`) so a tap runs over contiguous channels.
+fn taps_by_tap(by_channel: &[f32], l: usize) -> Vec<f32> {
+    let d = by_channel.len() / l;
+    (0..l * d)
+        .map(|i| by_channel[(i % d) * l + i / d])
+        .collect()
+}
+
+/// Layer `i`'s attention: Q, K, V (split from a fused `attn_qkv` when the file has one), their
+/// biases and head norms, the output projection and the family's post-norm and sinks.
+fn attention(file: &GgufFile, i: usize, desc: &ModelDesc) -> Result<AttnWeights, EngineError> {
+    let d = desc.n_embd;
+    let hd = desc.head_dim;
+    let nq = desc.n_head * hd;
+    let nkv = desc.n_head_kv * hd;
+    let (qn_width, kn_width) = if desc.qk_norm_full {
+        (nq, nkv)
+    } else {
+        (hd, hd)
+    };
+    let rules = desc.arch.rules();
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let norm = |s: &str, len, used: bool| {
+        if used {
+            vec_of(file, &n(s), len).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    let ([wq, wk, wv], fused_bias) = if file.tensor(&n("attn_qkv.weight")).is_some() {
+        (
+            split_matrix(file, &n("attn_qkv.weight"), [nq, nkv, nkv], d)?,
+            split_vec(file, &n("attn_qkv.bias"), [nq, nkv, nkv])?,
+        )
+    } else {
+        (
+            [
+                matrix(file, &n("attn_q.weight"), nq, d)?,
+                matrix(file, &n("attn_k.weight"), nkv, d)?,
+                matrix(file, &n("attn_v.weight"), nkv, d)?,
+            ],
+            None,
+        )
+    };
+    let [bq, bk, bv] = match fused_bias {
+        Some([q, k, v]) => [Some(q), Some(k), Some(v)],
+        None => [
+            opt_vec(file, &n("attn_q.bias"), nq)?,
+            opt_vec(file, &n("attn_k.bias"), nkv)?,
+            opt_vec(file, &n("attn_v.bias"), nkv)?,
+        ],
+    };
+    Ok(AttnWeights {
+        wq,
+        wk,
+        wv,
+        bq,
+        bk,
+        bv,
+        q_norm: norm("attn_q_norm.weight", qn_width, desc.qk_norm)?,
+        k_norm: norm("attn_k_norm.weight", kn_width, desc.qk_norm)?,
+        wo: matrix(file, &n("attn_output.weight"), d, nq)?,
+        bo: opt_vec(file, &n("attn_output.bias"), d)?,
+        post_attn_norm: norm("post_attention_norm.weight", d, desc.post_norms)?,
+        attn_sinks: norm("attn_sinks.weight", desc.n_head, rules.attn_sinks)?,
     })
 }

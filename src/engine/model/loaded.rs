@@ -3,7 +3,7 @@
 
 use crate::engine::batch::{Logits, LogitsWanted, SeqInput};
 use crate::engine::error::EngineError;
-use crate::engine::kv_cache::{KvCache, KvCacheConfig, KvType, LayerWindows};
+use crate::engine::kv_cache::{KvCache, KvCacheConfig, KvType, LayerWindows, StateShape};
 use crate::engine::model::desc::ModelDesc;
 use crate::engine::model::load::load_weights;
 use crate::engine::scratch::{BatchLimits, ForwardScratch};
@@ -148,14 +148,9 @@ impl Model {
     /// positions (with sliding windows a page holds a group of layers, see
     /// `kv_cache::layout`: a long sequence takes fewer pages per position).
     pub fn kv_config(&self, n_positions: usize, block_size: usize) -> KvCacheConfig {
-        let local: Vec<bool> = self
-            .desc
-            .layers
-            .iter()
-            .map(|l| l.window.is_some())
-            .collect();
+        let local: Vec<bool> = self.desc.kv_layers().map(|(_, _, w)| w.is_some()).collect();
         KvCacheConfig {
-            n_layer: self.desc.n_layer,
+            n_layer: local.len(),
             n_head_kv: self.desc.n_head_kv,
             head_dim: self.desc.head_dim,
             block_size,
@@ -163,6 +158,19 @@ impl Model {
             windows: LayerWindows::new(self.desc.max_window().unwrap_or(0), &local)
                 .unwrap_or(LayerWindows::NONE),
             kv_type: KvType::F16,
+        }
+    }
+
+    /// The recurrent state of `n_slots` sequences ([`StateShape::NONE`] for a model of
+    /// attention layers only): give it to [`KvCache::with_state`].
+    pub fn state_shape(&self, n_slots: usize) -> StateShape {
+        if self.desc.has_recurrent() {
+            StateShape {
+                floats_per_seq: self.desc.state_floats,
+                n_slots: n_slots.max(1),
+            }
+        } else {
+            StateShape::NONE
         }
     }
 
@@ -200,7 +208,18 @@ impl Model {
         s: &'s mut ForwardScratch,
     ) -> Result<Logits<'s>, EngineError> {
         let (n_tok, n_rows) = self.plan(seqs, s)?;
+        if self.desc.has_recurrent() {
+            // plan() checked every table holds a slot whose state covers its start.
+            for q in seqs.iter().filter(|q| q.start_pos == 0) {
+                if let Some(slot) = q.table.state_slot() {
+                    kv.state_mut(slot).fill(0.0);
+                }
+            }
+        }
         self.run(seqs, n_tok, n_rows, kv, s)?;
+        for q in seqs {
+            q.table.set_state_covered(q.start_pos + q.tokens.len());
+        }
         let n_seq = seqs.len();
         Ok(Logits {
             data: &s.logits[..n_rows * self.desc.n_vocab],
@@ -248,6 +267,18 @@ impl Model {
                     capacity: q.table.capacity(),
                     needed: end,
                 });
+            }
+            if self.desc.has_recurrent() {
+                let covered = q
+                    .table
+                    .state_covered()
+                    .ok_or(EngineError::StateNotReserved)?;
+                if q.start_pos != 0 && covered != q.start_pos {
+                    return Err(EngineError::StateMismatch {
+                        covered,
+                        start: q.start_pos,
+                    });
+                }
             }
             s.row_start[i] = r;
             for (j, &id) in q.tokens.iter().enumerate() {

@@ -122,14 +122,23 @@ fn layer_of(name: &str) -> Option<usize> {
 /// The type `llama-quantize` gives tensor `t` for `quant` (only what these files need: every
 /// row length here is a multiple of 256; no IQ4 variant has `n_gqa >= 4`, which would make
 /// `attn_v` Q5_K).
-fn quant_type(quant: Quant, t: &TensorSpec, tied: bool, n_layer: usize) -> DType {
-    // Vectors, and routers (llama.cpp's converter keeps `ffn_gate_inp` in F32 and
-    // llama-quantize never quantizes it).
-    if !t.is_matrix() || t.name.ends_with("ffn_gate_inp.weight") {
+fn quant_type(quant: Quant, t: &TensorSpec, tied: bool, n_layer: usize, wv: WvIndex) -> DType {
+    // Vectors, routers (llama.cpp's converter keeps `ffn_gate_inp` in F32 and llama-quantize
+    // never quantizes it) and LFM2's convolution taps (ggml_ssm_conv reads f32; llama-quantize
+    // skips `shortconv.conv.weight`).
+    if !t.is_matrix()
+        || t.name.ends_with("ffn_gate_inp.weight")
+        || t.name.ends_with("shortconv.conv.weight")
+    {
         return DType::F32;
     }
     let is_head = t.name == "output.weight" || (tied && t.name == "token_embd.weight");
-    let more_bits = || layer_of(&t.name).is_some_and(|i| use_more_bits(i, n_layer));
+    // llama-quantize counts attn_v (attn_qkv) tensors among themselves (`i_attention_wv` of
+    // `n_attention_wv`: the attention layers only, in a hybrid model), ffn_down by layer.
+    let more_bits = || match wv {
+        Some((i, n)) => use_more_bits(i, n),
+        None => layer_of(&t.name).is_some_and(|i| use_more_bits(i, n_layer)),
+    };
     match quant {
         Quant::F16 => DType::F16,
         Quant::Q8_0 => DType::Q8_0,
@@ -152,6 +161,13 @@ fn quant_type(quant: Quant, t: &TensorSpec, tied: bool, n_layer: usize) -> DType
         Quant::Iq4Xs if is_head => DType::Q6_K,
         Quant::Iq4Xs => DType::IQ4_XS,
     }
+}
+
+/// A tensor's place among the attn_v (or fused attn_qkv) tensors, `(index, count)`.
+type WvIndex = Option<(usize, usize)>;
+
+fn is_attn_v(name: &str) -> bool {
+    name.ends_with("attn_v.weight") || name.ends_with("attn_qkv.weight")
 }
 
 /// A synthetic model: its architecture, metadata keys (full names) and tensors.
@@ -310,6 +326,8 @@ pub fn build_all(
     }
     let tied = spec.tied();
     let mut embd: Option<Vec<f32>> = None;
+    let n_wv = spec.tensors.iter().filter(|t| is_attn_v(&t.name)).count();
+    let mut wv_seen = 0;
     for t in &spec.tensors {
         let mut shape = t.shape.clone();
         // A dimension of 0 stands for the vocabulary's size.
@@ -321,8 +339,12 @@ pub fn build_all(
         if t.is_matrix() {
             through_f16(&mut v);
         }
+        let wv = is_attn_v(&t.name).then(|| {
+            wv_seen += 1;
+            (wv_seen - 1, n_wv)
+        });
         for (w, &quant) in writers.iter_mut().zip(quants) {
-            let dtype = quant_type(quant, &t, tied, spec.n_layer);
+            let dtype = quant_type(quant, &t, tied, spec.n_layer, wv);
             let bytes = encode(&t.name, &v, t.shape[0] as usize, dtype)?;
             w.add_tensor(&t.name, dtype, &t.shape, bytes)?;
         }
@@ -362,31 +384,31 @@ mod tests {
             init: Init::Normal(1.0),
         };
         assert_eq!(
-            quant_type(Quant::Q4_0, &t("token_embd.weight"), true, 4),
+            quant_type(Quant::Q4_0, &t("token_embd.weight"), true, 4, None),
             DType::Q6_K
         );
         assert_eq!(
-            quant_type(Quant::Q4_0, &t("token_embd.weight"), false, 4),
+            quant_type(Quant::Q4_0, &t("token_embd.weight"), false, 4, None),
             DType::Q4_0
         );
         assert_eq!(
-            quant_type(Quant::Q4KM, &t("blk.3.attn_v.weight"), true, 4),
+            quant_type(Quant::Q4KM, &t("blk.3.attn_v.weight"), true, 4, None),
             DType::Q6_K
         );
         assert_eq!(
-            quant_type(Quant::Q4KM, &t("blk.1.attn_v.weight"), true, 4),
+            quant_type(Quant::Q4KM, &t("blk.1.attn_v.weight"), true, 4, None),
             DType::Q4_K
         );
         assert_eq!(
-            quant_type(Quant::Q4KM, &t("blk.0.attn_qkv.weight"), true, 4),
+            quant_type(Quant::Q4KM, &t("blk.0.attn_qkv.weight"), true, 4, None),
             DType::Q4_K
         );
         assert_eq!(
-            quant_type(Quant::Q4KM, &t("blk.2.attn_qkv.weight"), true, 4),
+            quant_type(Quant::Q4KM, &t("blk.2.attn_qkv.weight"), true, 4, None),
             DType::Q6_K
         );
         assert_eq!(
-            quant_type(Quant::Q8_0, &t("output.weight"), false, 4),
+            quant_type(Quant::Q8_0, &t("output.weight"), false, 4, None),
             DType::Q8_0
         );
     }

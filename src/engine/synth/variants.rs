@@ -4,7 +4,7 @@
 //! teacher-forced sequence), sliding windows of 64 so most positions lie past the window.
 
 use super::{Init, ModelSpec, TensorSpec};
-use crate::gguf::MetaValue;
+use crate::gguf::{MetaArray, MetaValue};
 
 /// A named proof model.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,6 +69,16 @@ struct Parts {
     attn_sinks: bool,
     /// The FFN norm is `post_attention_norm.weight` (gpt-oss), not `ffn_norm.weight`.
     ffn_norm_post_attention: bool,
+    /// LFM2's short convolutions on every layer but the listed attention ones (and the final
+    /// norm named `token_embd_norm.weight`).
+    shortconv: Option<Conv>,
+}
+
+/// LFM2's layer pattern: `l_cache` taps on the convolution layers.
+#[derive(Clone, Copy)]
+struct Conv {
+    l_cache: u64,
+    attn: &'static [usize],
 }
 
 /// A mixture-of-experts FFN in place of the dense one.
@@ -143,44 +153,63 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
     for i in 0..s.n_layer {
         let n = |x: &str| format!("blk.{i}.{x}");
         add(n("attn_norm.weight"), vec![D], Init::Around(1.0, 0.2));
-        if p.fused_qkv {
+        let conv = p.shortconv.filter(|c| !c.attn.contains(&i));
+        if let Some(c) = conv {
             add(
-                n("attn_qkv.weight"),
-                vec![D, q + 2 * kv],
-                Init::Normal(1.2 * inv(D)),
+                n("shortconv.conv.weight"),
+                vec![c.l_cache, D],
+                Init::Normal(0.5),
+            );
+            add(
+                n("shortconv.in_proj.weight"),
+                vec![D, 3 * D],
+                Init::Normal(inv(D)),
+            );
+            add(
+                n("shortconv.out_proj.weight"),
+                vec![D, D],
+                Init::Normal(0.6 * s.branch * inv(D)),
             );
         } else {
-            add(n("attn_q.weight"), vec![D, q], Init::Normal(1.2 * inv(D)));
-            add(n("attn_k.weight"), vec![D, kv], Init::Normal(1.2 * inv(D)));
-            add(n("attn_v.weight"), vec![D, kv], Init::Normal(inv(D)));
-        }
-        if p.qkv_bias {
-            add(n("attn_q.bias"), vec![q], Init::Normal(0.2));
-            add(n("attn_k.bias"), vec![kv], Init::Normal(0.2));
-            add(n("attn_v.bias"), vec![kv], Init::Normal(0.2));
-        }
-        if p.qk_norm {
-            let (qn, kn) = if p.qk_norm_full { (q, kv) } else { (hd, hd) };
-            add(n("attn_q_norm.weight"), vec![qn], Init::Around(1.0, 0.3));
-            add(n("attn_k_norm.weight"), vec![kn], Init::Around(1.0, 0.3));
-        }
-        add(
-            n("attn_output.weight"),
-            vec![q, D],
-            Init::Normal(0.6 * s.branch * inv(q)),
-        );
-        if p.o_bias {
-            add(n("attn_output.bias"), vec![D], Init::Normal(0.1));
-        }
-        if p.attn_sinks {
-            add(n("attn_sinks.weight"), vec![s.n_head], Init::Normal(1.5));
-        }
-        if p.post_norms {
+            if p.fused_qkv {
+                add(
+                    n("attn_qkv.weight"),
+                    vec![D, q + 2 * kv],
+                    Init::Normal(1.2 * inv(D)),
+                );
+            } else {
+                add(n("attn_q.weight"), vec![D, q], Init::Normal(1.2 * inv(D)));
+                add(n("attn_k.weight"), vec![D, kv], Init::Normal(1.2 * inv(D)));
+                add(n("attn_v.weight"), vec![D, kv], Init::Normal(inv(D)));
+            }
+            if p.qkv_bias {
+                add(n("attn_q.bias"), vec![q], Init::Normal(0.2));
+                add(n("attn_k.bias"), vec![kv], Init::Normal(0.2));
+                add(n("attn_v.bias"), vec![kv], Init::Normal(0.2));
+            }
+            if p.qk_norm {
+                let (qn, kn) = if p.qk_norm_full { (q, kv) } else { (hd, hd) };
+                add(n("attn_q_norm.weight"), vec![qn], Init::Around(1.0, 0.3));
+                add(n("attn_k_norm.weight"), vec![kn], Init::Around(1.0, 0.3));
+            }
             add(
-                n("post_attention_norm.weight"),
-                vec![D],
-                Init::Around(s.post_norm, 0.3),
+                n("attn_output.weight"),
+                vec![q, D],
+                Init::Normal(0.6 * s.branch * inv(q)),
             );
+            if p.o_bias {
+                add(n("attn_output.bias"), vec![D], Init::Normal(0.1));
+            }
+            if p.attn_sinks {
+                add(n("attn_sinks.weight"), vec![s.n_head], Init::Normal(1.5));
+            }
+            if p.post_norms {
+                add(
+                    n("post_attention_norm.weight"),
+                    vec![D],
+                    Init::Around(s.post_norm, 0.3),
+                );
+            }
         }
         let ffn_norm = if p.ffn_norm_post_attention {
             "post_attention_norm.weight"
@@ -253,8 +282,13 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
             );
         }
     }
+    let out_norm = if p.shortconv.is_some() {
+        "token_embd_norm.weight"
+    } else {
+        "output_norm.weight"
+    };
     add(
-        "output_norm.weight".into(),
+        out_norm.into(),
         vec![D],
         Init::Around(s.out_norm, 0.2 * s.out_norm),
     );
@@ -608,8 +642,41 @@ pub fn proof_variants() -> Vec<Variant> {
             ]
             .concat(),
         ),
+        variant(
+            "lfm2",
+            "lfm2: short convolutions (3 taps) on 4 of 6 layers, attention (q/k norm, NeoX RoPE) on layers 2 and 5 (per-layer head_count_kv), final norm token_embd_norm",
+            "lfm2",
+            Shape {
+                n_layer: 6,
+                ..BASE
+            },
+            Parts {
+                qk_norm: true,
+                shortconv: Some(Conv {
+                    l_cache: 3,
+                    attn: &LFM2_ATTN,
+                }),
+                ..Parts::default()
+            },
+            vec![
+                ("rope.freq_base", f(1_000_000.0)),
+                ("shortconv.l_cache", u(3)),
+                (
+                    "attention.head_count_kv",
+                    MetaValue::Array(MetaArray::I32(
+                        (0..6)
+                            .map(|i| if LFM2_ATTN.contains(&i) { 2 } else { 0 })
+                            .collect(),
+                    )),
+                ),
+            ],
+        ),
     ]
 }
+
+/// The attention layers of the lfm2 proof model (LFM2's own pattern starts so: conv, conv,
+/// attention).
+const LFM2_ATTN: [usize; 2] = [2, 5];
 
 #[cfg(test)]
 mod tests {

@@ -694,15 +694,22 @@ impl<T> Scheduler<T> {
         } else {
             self.running_slots += 1;
         }
+        // A table with a recurrent state cannot share it: the fork recomputes the prompt
+        // from position 0 in a table of its own (as after a preemption).
+        let (table, computed, registered, last_key) = if p.table.state_slot().is_some() {
+            (BlockTable::new(&self.alloc), 0, 0, ROOT)
+        } else {
+            (p.table.fork(), p.computed, p.registered, p.last_key)
+        };
         let seq = Seq {
             id: new,
             tokens: p.tokens[..p.computed].to_vec(),
             prompt_len: p.prompt_len,
             max_len: p.max_len,
-            computed: p.computed,
-            table: p.table.fork(),
-            registered: p.registered,
-            last_key: p.last_key,
+            computed,
+            table,
+            registered,
+            last_key,
             cached_tokens: p.cached_tokens,
             preemptions: 0,
             slots: 1,

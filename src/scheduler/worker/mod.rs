@@ -16,6 +16,7 @@ use crate::scheduler::request::{
     Event, FinishReason, GenerationRequest, PromptOutput, TokenLogprob,
 };
 use crate::scheduler::sampling::{score, SampleScratch};
+use crate::scheduler::speculative::SpecConfig;
 use crate::scheduler::state::{Limits, PlanItem, Scheduler, SeqId, StepPlan, PROMPT_LOGIT_ROWS};
 use crate::tokenizer::Tokenizer;
 use output::{req_of, seq_id, Outputs, Req, SeqOut};
@@ -102,7 +103,9 @@ impl StepState {
         let kv_cfg: KvCacheConfig = model
             .kv_config(cfg.kv_positions, cfg.block_size)
             .with_kv_type(cfg.kv_type);
-        let kv = KvCache::new(kv_cfg)?;
+        // A recurrent model's sequences each hold a state slot: one per running sequence, plus
+        // room for the tables a step frees as another takes its place.
+        let kv = KvCache::with_state(kv_cfg, model.state_shape(limits.max_num_seqs + 2))?;
         let batch = BatchLimits {
             max_tokens: limits.max_batch_tokens,
             max_seqs: limits.max_num_seqs,
@@ -111,13 +114,22 @@ impl StepState {
         let scratch = model.new_scratch(batch, &kv_cfg)?;
         // The handle bounds the queue; the state machine's own bound must never refuse what
         // the handle accepted.
+        // A recurrent state can be neither resumed from shared prefix pages nor rolled back
+        // after rejected draft tokens: such models run without the prefix cache and without
+        // speculation (see `kv_cache::state`).
+        let recurrent = model.desc().has_recurrent();
         let sched_limits = Limits {
             max_waiting: usize::MAX,
+            prefix_cache: limits.prefix_cache && !recurrent,
             ..limits
         };
-        let mut sched =
-            Scheduler::new(sched_limits, kv.allocator().clone()).with_speculation(cfg.speculative);
-        if limits.prefix_cache {
+        let spec = if recurrent {
+            SpecConfig::off()
+        } else {
+            cfg.speculative
+        };
+        let mut sched = Scheduler::new(sched_limits, kv.allocator().clone()).with_speculation(spec);
+        if sched_limits.prefix_cache {
             sched.set_tiers(cfg.tiers.ram_bytes, cfg.tiers.dir.is_some());
         }
         let sample_scratch = (0..model.team().threads())
@@ -175,13 +187,15 @@ impl Worker {
         } = StepState::new(&model, cfg, limits)?;
         let shared = Arc::new(WorkerShared::new(kv.total_blocks()));
         let disk = match &cfg.tiers.dir {
-            Some(dir) if limits.prefix_cache => Some(DiskTier::open(
-                dir,
-                cfg.tiers.identity,
-                kv.block_bytes(),
-                cfg.tiers.disk_bytes,
-                Arc::clone(&observer),
-            )),
+            Some(dir) if limits.prefix_cache && !model.desc().has_recurrent() => {
+                Some(DiskTier::open(
+                    dir,
+                    cfg.tiers.identity,
+                    kv.block_bytes(),
+                    cfg.tiers.disk_bytes,
+                    Arc::clone(&observer),
+                ))
+            }
             _ => None,
         };
         let faults = Faults::new(&cfg.faults);
