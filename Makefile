@@ -336,7 +336,8 @@ bench-families: release $(GEMMA)
 ## gpt-oss-20b 4 of 24 in MXFP4_MOE), made once into ~/.cache/kiln-models by llama-quantize.
 MOE_FILES = $$($(PY) scripts/bench_models.py paths --sizes qwen3moe-30b-a3b,olmoe-1b-7b,granitemoe-1b-a400m --types Q4_K_M | sed 's/^/--sized-model /') \
 	$$($(PY) scripts/bench_models.py paths --sizes gpt-oss-20b --types MXFP4_MOE | sed 's/^/--sized-model /')
-bench-moe: release bench-models
+bench-moe: release $(GEMMA)
+	@$(MAKE) --no-print-directory bench-models SIZES=none
 	scripts/bench_compare.py --threads 2 --repeat 3 $(if $(ISA),--isa $(ISA)) \
 	  --out target/bench-moe.json $(MOE_FILES)
 
