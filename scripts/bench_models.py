@@ -388,7 +388,8 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("paths", help="make the files that are missing, print their paths")
     p.add_argument("--sizes", default="default",
-                   help="comma-separated names, 'default' (the sizes marked so) or 'all'")
+                   help="comma-separated names, 'default' (the sizes marked so), 'all' (every "
+                   "dense size) or 'moe' (the mixtures of experts)")
     p.add_argument("--types", default=",".join(TYPES))
     p.add_argument("--keep-f16", action="store_true")
     sub.add_parser("list")
@@ -401,7 +402,8 @@ def main():
     if a.sizes == "default":
         names = [n for n, (_, _, d) in SIZES.items() if d]
     elif a.sizes == "all":
-        names = list(SIZES)
+        # The dense sizes; the mixtures of experts come with `moe` (`make bench-moe`).
+        names = [n for n in SIZES if n not in MOE_SIZES]
     elif a.sizes == "moe":
         names = MOE_SIZES
     else:
