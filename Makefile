@@ -19,7 +19,7 @@ export KILN_SKIP_REPORT
 
 .PHONY: run test skips-reset skips model test-models tools tools-promtool build release fmt check unit isa-matrix neon-test \
         tools-chromium promtool-test monitoring-check tools-deploy deploy-check deploy-manifests \
-        alerts bench bench-jsonschema bench-baseline bench-compare bench-families bench-models quantized-models \
+        alerts bench bench-jsonschema bench-baseline bench-compare bench-families bench-moe bench-models quantized-models \
         profile clean pytools client-tests loadtest serve-compare
 
 HOST         ?= 127.0.0.1
@@ -328,6 +328,18 @@ bench-families: release $(GEMMA)
 	scripts/bench_compare.py --threads 2 --repeat 3 $(if $(ISA),--isa $(ISA)) \
 	  --out target/bench-families.json --sized-model $(GEMMA) \
 	  $$($(PY) scripts/bench_models.py paths --sizes $(FAMILY_SIZES) --types Q4_K_M | sed 's/^/--sized-model /')
+
+## bench-moe: the mixture-of-experts families (issue 40) side by side with llama.cpp, 2
+## threads, median of 3 alternating runs: random-weight files at real per-layer shapes and
+## fewer layers than the real models (scripts/bench_models.py MOE_SIZES: Qwen3-30B-A3B 4 of
+## 48 layers and OLMoE-1B-7B 4 of 16 in Q4_K_M, granite-3.1-1b-a400m all 24 in Q4_K_M,
+## gpt-oss-20b 4 of 24 in MXFP4_MOE), made once into ~/.cache/kiln-models by llama-quantize.
+MOE_FILES = $$($(PY) scripts/bench_models.py paths --sizes qwen3moe-30b-a3b,olmoe-1b-7b,granitemoe-1b-a400m --types Q4_K_M | sed 's/^/--sized-model /') \
+	$$($(PY) scripts/bench_models.py paths --sizes gpt-oss-20b --types MXFP4_MOE | sed 's/^/--sized-model /')
+bench-moe: release $(GEMMA)
+	@$(MAKE) --no-print-directory bench-models SIZES=none
+	scripts/bench_compare.py --threads 2 --repeat 3 $(if $(ISA),--isa $(ISA)) \
+	  --out target/bench-moe.json $(MOE_FILES)
 
 ## bench-models: the Python packages scripts/bench_models.py needs (PyPI gguf and numpy,
 ## pinned in scripts/bench-requirements.txt) in .venv, then the SIZES x TYPES files (the

@@ -48,6 +48,10 @@ class Shape:
     rope_theta: float = 500000.0
     norm_eps: float = 1e-5
     ctx: int = 131072
+    # Mixture-of-experts files: the architecture (it decides the attention's extra tensors)
+    # and the experts.
+    arch: str = ""
+    moe: "Moe | None" = None
 
 
 @dataclass
@@ -153,10 +157,78 @@ def phi3_tensors(s: Shape, n_vocab: int):
         yield "output.weight", (s.n_embd, n_vocab)
 
 
+@dataclass
+class Moe:
+    """A mixture-of-experts FFN: expert count, used count, one expert's hidden width."""
+    n_expert: int
+    n_used: int
+    width: int
+    # Metadata of the family beyond llama's (multipliers, windows, YaRN).
+    extra: dict = field(default_factory=dict)
+
+
+def moe_metadata(s: Shape) -> dict:
+    m = llama_metadata(s)
+    x = s.moe
+    m["expert_count"] = x.n_expert
+    m["expert_used_count"] = x.n_used
+    m["expert_feed_forward_length"] = x.width
+    m.update(x.extra)
+    return m
+
+
+def moe_tensors(s: Shape, n_vocab: int):
+    """Attention as the family has it, the router and the stacked experts (ggml order: row
+    length, rows, experts). qwen3moe: per-head q/k norms; olmoe: q/k norms over the whole
+    width; gpt-oss: q/k/v/o biases, sinks, router and expert biases, FFN norm named
+    post_attention_norm."""
+    arch, x = s.arch, s.moe
+    q, kv = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+    oss = arch == "gpt-oss"
+    yield "token_embd.weight", (s.n_embd, n_vocab)
+    for i in range(s.n_layer):
+        b = f"blk.{i}."
+        yield b + "attn_norm.weight", (s.n_embd,)
+        yield b + "attn_q.weight", (s.n_embd, q)
+        yield b + "attn_k.weight", (s.n_embd, kv)
+        yield b + "attn_v.weight", (s.n_embd, kv)
+        if oss:
+            yield b + "attn_q.bias", (q,)
+            yield b + "attn_k.bias", (kv,)
+            yield b + "attn_v.bias", (kv,)
+        if arch == "qwen3moe":
+            yield b + "attn_q_norm.weight", (s.head_dim,)
+            yield b + "attn_k_norm.weight", (s.head_dim,)
+        if arch == "olmoe":
+            yield b + "attn_q_norm.weight", (q,)
+            yield b + "attn_k_norm.weight", (kv,)
+        yield b + "attn_output.weight", (q, s.n_embd)
+        if oss:
+            yield b + "attn_output.bias", (s.n_embd,)
+            yield b + "attn_sinks.weight", (s.n_head,)
+        yield b + ("post_attention_norm.weight" if oss else "ffn_norm.weight"), (s.n_embd,)
+        yield b + "ffn_gate_inp.weight", (s.n_embd, x.n_expert)
+        yield b + "ffn_gate_exps.weight", (s.n_embd, x.width, x.n_expert)
+        yield b + "ffn_up_exps.weight", (s.n_embd, x.width, x.n_expert)
+        yield b + "ffn_down_exps.weight", (x.width, s.n_embd, x.n_expert)
+        if oss:
+            yield b + "ffn_gate_inp.bias", (x.n_expert,)
+            yield b + "ffn_gate_exps.bias", (x.width, x.n_expert)
+            yield b + "ffn_up_exps.bias", (x.width, x.n_expert)
+            yield b + "ffn_down_exps.bias", (s.n_embd, x.n_expert)
+    yield "output_norm.weight", (s.n_embd,)
+    if not s.tied:
+        yield "output.weight", (s.n_embd, n_vocab)
+
+
 LLAMA = Family("llama", llama_metadata, llama_tensors)
 QWEN3 = Family("qwen3", llama_metadata, qwen3_tensors)
 GEMMA3 = Family("gemma3", gemma3_metadata, gemma3_tensors, GEMMA_VOCAB)
 PHI3 = Family("phi3", phi3_metadata, phi3_tensors)
+QWEN3MOE = Family("qwen3moe", moe_metadata, moe_tensors)
+OLMOE = Family("olmoe", moe_metadata, moe_tensors)
+GRANITEMOE = Family("granitemoe", moe_metadata, moe_tensors)
+GPT_OSS = Family("gpt-oss", moe_metadata, moe_tensors)
 
 # name -> (family, shape, in the default run). Shapes from the models' config.json; the
 # vocabulary is the default model's (49,152 tokens) except gemma3's, which is gemma-3-270m's
@@ -173,7 +245,38 @@ SIZES = {
     "phi4-mini": (PHI3, Shape(3072, 32, 24, 8, 128, 8192, rope_theta=10000.0, ctx=131072),
                   True),
     "llama-8b": (LLAMA, Shape(4096, 32, 32, 8, 128, 14336, tied=False), False),
+    # Mixtures of experts (issue 40): every layer at the real model's shape, FEWER LAYERS than
+    # the real model (the layer count is the second field; the real one in the comment) so a
+    # file fits this machine. Shapes from the models' config.json (Qwen/Qwen3-30B-A3B,
+    # openai/gpt-oss-20b, allenai/OLMoE-1B-7B-0924, ibm-granite/granite-3.1-1b-a400m-instruct).
+    # Qwen3-30B-A3B: 48 layers, 128 experts of 768, 8 used, 32/4 heads of 128, untied.
+    "qwen3moe-30b-a3b": (QWEN3MOE, Shape(2048, 4, 32, 4, 128, 6144, tied=False,
+                                         rope_theta=1e6, norm_eps=1e-6, ctx=40960,
+                                         arch="qwen3moe", moe=Moe(128, 8, 768)), False),
+    # gpt-oss-20b: 24 layers, 32 experts of 2880, 4 used, 64/8 heads of 64, window 128 on
+    # alternate layers, sinks, YaRN x32 over 4096, untied.
+    "gpt-oss-20b": (GPT_OSS, Shape(2880, 4, 64, 8, 64, 2880, tied=False, rope_theta=150000.0,
+                                   arch="gpt-oss", moe=Moe(32, 4, 2880, {
+                                       "attention.sliding_window": 128,
+                                       "rope.scaling.type": "yarn",
+                                       "rope.scaling.factor": 32.0,
+                                       "rope.scaling.original_context_length": 4096})),
+                    False),
+    # OLMoE-1B-7B: 16 layers, 64 experts of 1024, 8 used, 16 heads of 128 (no GQA), untied.
+    "olmoe-1b-7b": (OLMOE, Shape(2048, 4, 16, 16, 128, 1024, tied=False, rope_theta=10000.0,
+                                 ctx=4096, arch="olmoe", moe=Moe(64, 8, 1024)), False),
+    # granite-3.1-1b-a400m: all 24 layers, 32 experts of 512, 8 used, 16/8 heads of 64, tied,
+    # granite's multipliers.
+    "granitemoe-1b-a400m": (GRANITEMOE, Shape(1024, 24, 16, 8, 64, 512, rope_theta=10000.0,
+                                              ctx=131072, arch="granitemoe",
+                                              moe=Moe(32, 8, 512, {
+                                                  "embedding_scale": 12.0,
+                                                  "residual_scale": 0.22,
+                                                  "logit_scale": 6.0,
+                                                  "attention.scale": 0.015625})), False),
 }
+# The mixture-of-experts sizes (`make bench-moe`).
+MOE_SIZES = ["qwen3moe-30b-a3b", "gpt-oss-20b", "olmoe-1b-7b", "granitemoe-1b-a400m"]
 
 
 def log(msg):
@@ -213,16 +316,20 @@ def write_f16(name: str, path: Path):
             w.add_key_value(key, f.contents(), vt)
     for k, v in family.metadata(shape).items():
         full = f"{family.arch}.{k}"
-        if isinstance(v, float):
+        if isinstance(v, str):
+            w.add_string(full, v)
+        elif isinstance(v, float):
             w.add_float32(full, v)
         else:
             w.add_uint32(full, v)
     w.add_uint32(f"{family.arch}.vocab_size", n_vocab)
     tensors = list(family.tensors(shape, n_vocab))
+    def is_f32(tname, dims):
+        return len(dims) == 1 or tname.endswith(".bias")
+
     for tname, dims in tensors:
         n = int(np.prod(dims))
-        is_vec = len(dims) == 1
-        dt = np.float32 if is_vec else np.float16
+        dt = np.float32 if is_f32(tname, dims) else np.float16
         # gguf-py takes numpy's shape order (outermost first), the reverse of ggml's.
         w.add_tensor_info(tname, tuple(reversed(dims)), np.dtype(dt), n * np.dtype(dt).itemsize)
     w.write_header_to_file()
@@ -234,6 +341,10 @@ def write_f16(name: str, path: Path):
     pool = (rng.standard_normal(1 << 24, dtype=np.float32) * 0.02).astype(np.float16)
     for i, (tname, dims) in enumerate(tensors):
         n = int(np.prod(dims))
+        if tname.endswith(".bias"):
+            w.write_tensor_data(np.resize(pool[:n].astype(np.float32), n).reshape(
+                tuple(reversed(dims))))
+            continue
         if len(dims) == 1:
             w.write_tensor_data(np.ones(n, dtype=np.float32))
             continue
@@ -277,7 +388,8 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("paths", help="make the files that are missing, print their paths")
     p.add_argument("--sizes", default="default",
-                   help="comma-separated names, 'default' (the sizes marked so) or 'all'")
+                   help="comma-separated names, 'default' (the sizes marked so), 'all' (every "
+                   "dense size) or 'moe' (the mixtures of experts)")
     p.add_argument("--types", default=",".join(TYPES))
     p.add_argument("--keep-f16", action="store_true")
     sub.add_parser("list")
@@ -290,7 +402,10 @@ def main():
     if a.sizes == "default":
         names = [n for n, (_, _, d) in SIZES.items() if d]
     elif a.sizes == "all":
-        names = list(SIZES)
+        # The dense sizes; the mixtures of experts come with `moe` (`make bench-moe`).
+        names = [n for n in SIZES if n not in MOE_SIZES]
+    elif a.sizes == "moe":
+        names = MOE_SIZES
     else:
         names = [n for n in a.sizes.split(",") if n]
     types = [t for t in a.types.split(",") if t]
