@@ -276,3 +276,81 @@ fn an_unwritable_disk_tier_degrades_to_ram_and_serves() {
     drop(l);
     std::fs::remove_dir_all(&base).unwrap();
 }
+
+/// Runs `prompt` greedily for 2 tokens as the caller with API key id `key`; the prompt tokens
+/// served from cache.
+fn cached_for(l: &Loaded, prompt: &[u32], key: Option<u64>) -> usize {
+    let mut g = greedy(prompt.to_vec(), 2);
+    g.api_key_id = key;
+    let mut s = l.engine.submit(g).unwrap();
+    loop {
+        match s.blocking_recv().expect("stream ended without Done") {
+            Event::Done { usage, .. } => return usage.cached_tokens,
+            Event::Error { message } => panic!("engine error: {message}"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn with_namespace_by_key_a_prompt_hits_only_its_own_keys_blocks_in_every_tier() {
+    let dir = temp_dir("namespaces");
+    let engine = |namespace_by_key| {
+        let mut cfg = Config {
+            model_path: default_model(),
+            threads: 1,
+            kv_cache: KvBudget::Positions(1024),
+            cache: CacheSettings {
+                ram_bytes: 64 << 20,
+                dir: Some(dir.clone()),
+                namespace_by_key,
+                ..CacheSettings::default()
+            },
+            ..Config::default()
+        };
+        cfg.scheduler.max_num_seqs = 2;
+        start(&cfg, None, Arc::new(NoopObserver)).expect("engine starts")
+    };
+    let (a, b) = (Some(11), Some(22));
+    let l = engine(true);
+    let p = chat(
+        &l.tokenizer,
+        &"Every rule of the lighthouse keepers' guild, read aloud. ".repeat(8),
+    );
+    let blocks = (p.len() - 1) / 16;
+    assert!(blocks >= 5, "{}", p.len());
+    // The pool: key a computes it; key b (and no key) must not reuse a's blocks; a does.
+    assert_eq!(cached_for(&l, &p, a), 0);
+    assert_eq!(cached_for(&l, &p, b), 0, "key b reused key a's prompt");
+    assert_eq!(cached_for(&l, &p, None), 0, "no key reused key a's prompt");
+    assert_eq!(cached_for(&l, &p, a), blocks * 16);
+    assert_eq!(cached_for(&l, &p, b), blocks * 16);
+    // The disk: each namespace wrote its own files (its keys chain from its own root).
+    crate::scheduler::wait_for("three namespaces' files", || {
+        block_files(&dir).len() >= 3 * blocks
+    });
+    // The RAM tier: three long prompts evict p's blocks from the pool (1,024 positions).
+    for topic in ["deserts", "glaciers", "tides"] {
+        cached_for(&l, &long_prompt(&l, topic), a);
+    }
+    assert_eq!(
+        cached_for(&l, &p, Some(33)),
+        0,
+        "key 33 reused another's prompt"
+    );
+    assert_eq!(cached_for(&l, &p, b), blocks * 16);
+    l.engine.shutdown();
+    drop(l);
+    // After a restart (from disk): still per key; a key never seen computes it all.
+    let l = engine(true);
+    assert_eq!(cached_for(&l, &p, Some(55)), 0);
+    assert_eq!(cached_for(&l, &p, a), blocks * 16);
+    l.engine.shutdown();
+    drop(l);
+    // With the option off the key is ignored: everyone shares the prompt (from disk, None's).
+    let l = engine(false);
+    assert_eq!(cached_for(&l, &p, Some(44)), blocks * 16);
+    l.engine.shutdown();
+    drop(l);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

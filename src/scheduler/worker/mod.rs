@@ -11,7 +11,7 @@ use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::fault::{FaultStage, Faults};
 use crate::scheduler::observer::{CacheTier, Observer, StepKind, StepStats};
-use crate::scheduler::prefix_cache::DiskTier;
+use crate::scheduler::prefix_cache::{namespace_root, DiskTier};
 use crate::scheduler::request::{
     Event, FinishReason, GenerationRequest, PromptOutput, TokenLogprob,
 };
@@ -361,14 +361,16 @@ impl Worker {
         let out = SeqOut::new(id, 0, &r, constraint, n == 1);
         let prompt = r.req.prompt.clone();
         let rows = r.req.prompt_output.wants_rows();
+        let ns = r.req.api_key_id.filter(|_| self.cfg.tiers.namespace_by_key);
         if !rows {
-            self.load_from_disk(&prompt);
+            self.load_from_disk(namespace_root(ns), &prompt);
         }
         match self
             .sched
             .add(seq_id(id, 0), prompt, r.req.max_tokens, n, out)
         {
             Ok(()) => {
+                self.sched.set_cache_namespace(seq_id(id, 0), ns);
                 if rows {
                     self.sched.want_prompt_rows(seq_id(id, 0));
                 }

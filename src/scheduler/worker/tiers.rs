@@ -5,7 +5,7 @@
 use super::{StepError, Worker};
 use crate::engine::EngineError;
 use crate::scheduler::observer::{CacheTier, TierStats};
-use crate::scheduler::prefix_cache::{block_key, ROOT};
+use crate::scheduler::prefix_cache::block_key;
 use crate::scheduler::state::StepPlan;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -44,17 +44,18 @@ impl Worker {
         Ok(())
     }
 
-    /// Before a prompt is queued: reads into the RAM tier the blocks of its longest prefix
+    /// Before a prompt is queued in the namespace whose chains start at `root`: reads into the
+    /// RAM tier the blocks of its longest prefix
     /// found on disk that the pool and RAM do not hold (at most half the RAM tier), so its
     /// lookup restores them. Runs on this thread (disk reads of a prompt's blocks, checked).
-    pub(super) fn load_from_disk(&mut self, prompt: &[u32]) {
+    pub(super) fn load_from_disk(&mut self, root: u64, prompt: &[u32]) {
         let Some(disk) = self.disk.as_mut() else {
             return;
         };
         let bs = self.kv.config().block_size;
         let budget = self.sched.ram_tier().capacity() / 2;
         let t0 = Instant::now();
-        let (mut parent, mut loaded, mut bytes, mut consulted) = (ROOT, 0, 0, false);
+        let (mut parent, mut loaded, mut bytes, mut consulted) = (root, 0, 0, false);
         for chunk in prompt
             .chunks_exact(bs)
             .take(prompt.len().saturating_sub(1) / bs)
