@@ -52,13 +52,6 @@ pub fn is_public(path: &str, metrics_public: bool) -> bool {
         || (metrics_public && matches!(path, "/metrics" | "/stats"))
 }
 
-/// Whether `header_value` carries one of `keys`.
-pub fn authorized(header_value: Option<&[u8]>, keys: &[String]) -> bool {
-    header_value
-        .and_then(bearer)
-        .is_some_and(|token| key_matches(token, keys))
-}
-
 /// Whether `token` is one of `keys` (constant time over every key).
 fn key_matches(token: &[u8], keys: &[String]) -> bool {
     let mut ok = 0u8;
@@ -94,6 +87,13 @@ pub async fn require_key(State(state): State<AppState>, req: Request, next: Next
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `header_value` carries one of `keys`.
+    fn authorized(header_value: Option<&[u8]>, keys: &[String]) -> bool {
+        header_value
+            .and_then(bearer)
+            .is_some_and(|token| key_matches(token, keys))
+    }
 
     #[test]
     fn keys_match_exactly() {

@@ -85,7 +85,9 @@ struct Entry {
     /// Cached blocks whose parent is this one: only leaves are evicted, so a cached block is
     /// always reachable from the root.
     children: u32,
-    /// The first block of its chain (its parent is a namespace root).
+    /// The first block of its chain (its parent is a namespace root): read by the invariant
+    /// checks.
+    #[cfg_attr(not(test), allow(dead_code))]
     first: bool,
 }
 

@@ -420,11 +420,7 @@ impl Worker {
     fn execute(&mut self, plan: &StepPlan) -> Result<(MaskWork, Guesses), StepError> {
         if !plan.restores.is_empty() {
             let t0 = Instant::now();
-            for r in &plan.restores {
-                self.kv
-                    .import_block(&r.pages, &r.bytes)
-                    .map_err(EngineError::from)?;
-            }
+            self.run_restores(plan)?;
             self.observer
                 .on_tier_restore(CacheTier::Ram, plan.restores.len(), t0.elapsed());
         }
