@@ -14,6 +14,11 @@ content chunk. Prints a JSON report; `--markdown` also prints the table docs/per
 shows. Run from the repository root with the release binary built:
 
     python scripts/prefix_tiers_bench.py [--model models/SmolLM2-135M-Instruct.Q4_1.gguf]
+    python scripts/prefix_tiers_bench.py --size llama-1b --ram 2GiB
+
+`--size` takes a random-weight file of a real model's shape from scripts/bench_models.py
+(Llama-3.2-1B's for `llama-1b`, Q4_K_M, the default model's vocabulary and chat template),
+written and quantized once into KILN_MODELS_CACHE (outside the repository) when missing.
 """
 from __future__ import annotations
 
@@ -29,6 +34,8 @@ from pathlib import Path
 import httpx2 as httpx
 
 from servers import DEFAULT_MODEL, start_kiln
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TOPICS = ["rivers", "volcanoes", "libraries", "bridges", "glaciers", "orchards", "lighthouses", "deserts"]
 QUESTIONS = ["Give one example.", "Why does it matter?", "Name a risk.", "Say it in five words."]
@@ -142,9 +149,27 @@ def users(args, workdir: Path, tiers_on: bool, run: int) -> dict:
     }
 
 
+def shape_file(size: str, qtype: str) -> Path:
+    """The random-weight file of `size` in `qtype` (made by scripts/bench_models.py if missing)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_models.py"), "paths", "--sizes", size, "--types", qtype],
+        check=True, capture_output=True, text=True,
+    ).stdout.split()
+    return Path(out[-1])
+
+
+def ratio(a: float, b: float) -> float:
+    return round(a / b, 4) if b else float("nan")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=str(DEFAULT_MODEL))
+    ap.add_argument("--size", help="a real model's shape with random weights (bench_models.py): llama-1b, ...")
+    ap.add_argument("--type", default="Q4_K_M", help="the --size file's weight type")
     ap.add_argument("--words", type=int, default=2250, help="words per system prompt (~3,000 tokens)")
     ap.add_argument("--kv-positions", type=int, default=6400, help="KV cache: two long prompts")
     ap.add_argument("--ram", default="1GiB", help="cache.ram_bytes")
@@ -152,25 +177,36 @@ def main() -> None:
     ap.add_argument("--user-words", type=int, default=300)
     ap.add_argument("--user-runs", type=int, default=2, help="on/off pairs, alternated")
     ap.add_argument("--settle", type=float, default=5.0, help="seconds for disk writes before the restart")
+    ap.add_argument("--no-rotation", action="store_true", help="only the 16-user runs")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
+    if args.size:
+        args.model = str(shape_file(args.size, args.type))
     prompts = [system_prompt(t, args.words) for t in TOPICS]
     with tempfile.TemporaryDirectory(prefix="kiln-tiers-") as d:
         workdir = Path(d)
         report = {
+            "model": args.model,
             "load_before": os.getloadavg(),
-            "rotation": rotation(args, prompts, workdir),
+            "rotation": None if args.no_rotation else rotation(args, prompts, workdir),
             "users": [users(args, workdir, on, r) for r in range(args.user_runs) for on in (True, False)],
             "load_after": os.getloadavg(),
         }
+    u = report["users"]
+    pairs = [ratio(off["wall_s"], on["wall_s"]) for on, off in zip(u[0::2], u[1::2])]
+    # Throughput with the tiers on over off, per alternated pair (>= 1.0: no slower).
+    report["users_on_over_off"] = pairs
+    report["users_on_over_off_median"] = statistics.median(pairs)
     print(json.dumps(report, indent=1))
-    if args.markdown:
+    if args.markdown and report["rotation"]:
         r = report["rotation"]
         print(f"| cold TTFT (median) | {r['median_cold_s']:.3f} s |")
         print(f"| revisited, RAM tier | {r['median_revisit_s']:.3f} s ({100 * r['revisit_ratio']:.1f}% of cold) |")
         print(f"| after a restart, disk tier | {r['median_restart_s']:.3f} s ({100 * r['restart_ratio']:.1f}% of cold) |")
+    if args.markdown:
         for u in report["users"]:
             print(f"| {args.users} users, no repeats, tiers {u['tiers']} | wall {u['wall_s']:.2f} s, median TTFT {u['median_ttft_s']:.3f} s |")
+        print(f"| {args.users} users, throughput tiers on / off | {report['users_on_over_off_median']:.3f}x (pairs {report['users_on_over_off']}) |")
 
 
 if __name__ == "__main__":

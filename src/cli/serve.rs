@@ -71,6 +71,13 @@ pub struct Args {
     /// Bytes the persistent prompt cache keeps at most, e.g. "20GiB" (cache.disk_bytes).
     #[arg(long, env = "KILN_CACHE_DISK_BYTES")]
     cache_disk_bytes: Option<String>,
+    /// A prompt reuses only prefixes cached for the same API key (cache.namespace_by_key).
+    #[arg(long, env = "KILN_CACHE_NAMESPACE_BY_KEY", num_args = 0..=1, default_missing_value = "true")]
+    cache_namespace_by_key: Option<bool>,
+    /// How the RAM tier stores f16 blocks: "none" or "q8_0" (lossy, half the bytes)
+    /// (cache.ram_compress).
+    #[arg(long, env = "KILN_CACHE_RAM_COMPRESS")]
+    cache_ram_compress: Option<String>,
     /// Sequences per step (scheduler.max_num_seqs). llama-server: -np/--parallel.
     #[arg(long, visible_alias = "parallel", env = "KILN_MAX_NUM_SEQS")]
     max_num_seqs: Option<usize>,
@@ -244,6 +251,12 @@ impl Args {
         }
         if let Some(v) = &self.cache_disk_bytes {
             o.push(("cache.disk_bytes", size(v)));
+        }
+        if let Some(v) = self.cache_namespace_by_key {
+            o.push(("cache.namespace_by_key", Value::Boolean(v)));
+        }
+        if let Some(v) = &self.cache_ram_compress {
+            o.push(("cache.ram_compress", Value::String(v.clone())));
         }
         if let Some(v) = self.max_num_seqs {
             o.push(("scheduler.max_num_seqs", int(v)));

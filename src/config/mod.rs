@@ -12,9 +12,9 @@ mod speculative;
 mod validate;
 
 pub use settings::{
-    CacheSettings, Config, KvBudget, LogFormat, LogSettings, ModelSpec, SchedulerSettings,
-    ServerSettings, SpeculativeMethod, SpeculativeSettings, DEFAULT_MODEL_PATH, KV_AUTO_CAP_BYTES,
-    KV_AUTO_SHARE_PERCENT,
+    CacheSettings, Config, KvBudget, LogFormat, LogSettings, ModelSpec, RamCompress,
+    SchedulerSettings, ServerSettings, SpeculativeMethod, SpeculativeSettings, DEFAULT_MODEL_PATH,
+    KV_AUTO_CAP_BYTES, KV_AUTO_SHARE_PERCENT,
 };
 pub use speculative::MAX_DRAFT;
 

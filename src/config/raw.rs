@@ -81,6 +81,8 @@ pub(super) struct RawCache {
     pub ram_bytes: Option<RawSize>,
     pub dir: Option<PathBuf>,
     pub disk_bytes: Option<RawSize>,
+    pub namespace_by_key: Option<bool>,
+    pub ram_compress: Option<String>,
 }
 
 /// `[scheduler]`.

@@ -75,6 +75,41 @@ pub struct CacheSettings {
     pub dir: Option<PathBuf>,
     /// Bytes of blocks the disk tier keeps at most (least recently used removed first).
     pub disk_bytes: u64,
+    /// A request's prompt reuses only prefixes computed for the same API key (keyed by a
+    /// hash of the key), in every tier. Off: any request may reuse any cached prefix.
+    pub namespace_by_key: bool,
+    /// How the RAM tier stores f16/f32 blocks (lossy when compressed).
+    pub ram_compress: RamCompress,
+}
+
+/// `cache.ram_compress`: the RAM tier's storage of evicted f16/f32 KV blocks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RamCompress {
+    /// The bytes as the KV cache stores them: restored blocks are bit-identical.
+    #[default]
+    None,
+    /// Quantized to Q8_0 (about half of f16's bytes), dequantized on restore: replies from
+    /// such blocks are close to, not bit-identical with, recomputed ones. A no-op when the KV
+    /// cache already stores Q8_0.
+    Q8_0,
+}
+
+impl RamCompress {
+    /// The name `cache.ram_compress` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            RamCompress::None => "none",
+            RamCompress::Q8_0 => "q8_0",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RamCompress> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" => Some(RamCompress::None),
+            "q8_0" => Some(RamCompress::Q8_0),
+            _ => None,
+        }
+    }
 }
 
 /// RAM tier bound unless configured: 1 GiB.
@@ -88,6 +123,8 @@ impl Default for CacheSettings {
             ram_bytes: CACHE_RAM_DEFAULT,
             dir: None,
             disk_bytes: CACHE_DISK_DEFAULT,
+            namespace_by_key: false,
+            ram_compress: RamCompress::None,
         }
     }
 }

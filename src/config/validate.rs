@@ -7,7 +7,8 @@ use super::check::{in_range, invalid, kv_budget, kv_type, MAX_THREADS};
 use super::models;
 use super::raw::{RawCache, RawConfig, RawLog, RawScheduler, RawServer, RawSize};
 use super::settings::{
-    CacheSettings, Config, LogFormat, LogSettings, ModelSpec, SchedulerSettings, ServerSettings,
+    CacheSettings, Config, LogFormat, LogSettings, ModelSpec, RamCompress, SchedulerSettings,
+    ServerSettings,
 };
 use super::{parse_bytes, ConfigError};
 use std::time::Duration;
@@ -103,6 +104,16 @@ fn cache_settings(raw: RawCache) -> Result<CacheSettings, ConfigError> {
         ram_bytes: size("cache.ram_bytes", raw.ram_bytes, d.ram_bytes)?,
         dir: raw.dir,
         disk_bytes: size("cache.disk_bytes", raw.disk_bytes, d.disk_bytes)?,
+        namespace_by_key: raw.namespace_by_key.unwrap_or(d.namespace_by_key),
+        ram_compress: match raw.ram_compress {
+            None => d.ram_compress,
+            Some(t) => RamCompress::parse(&t).ok_or_else(|| {
+                invalid(
+                    "cache.ram_compress",
+                    format!("{t:?} is not \"none\" or \"q8_0\""),
+                )
+            })?,
+        },
     };
     if c.dir.is_some() && c.ram_bytes == 0 {
         return Err(invalid(

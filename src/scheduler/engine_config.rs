@@ -46,6 +46,11 @@ pub struct CacheTiers {
     pub dir: Option<std::path::PathBuf>,
     /// Bytes of blocks kept in `dir` at most.
     pub disk_bytes: u64,
+    /// A request's prompt matches only prefixes of its own API key
+    /// ([`crate::scheduler::GenerationRequest::api_key_id`]).
+    pub namespace_by_key: bool,
+    /// The RAM tier stores f16/f32 blocks as Q8_0 (lossy; see `cache.ram_compress`).
+    pub ram_q8_0: bool,
     /// The model identity disk files are keyed and checked by
     /// ([`crate::scheduler::prefix_cache::identity`]).
     pub identity: u64,

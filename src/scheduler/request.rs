@@ -41,6 +41,10 @@ pub struct GenerationRequest {
     /// Its own speculative-decoding bounds (llama-server's `speculative.n_max`/`n_min`);
     /// they never change the reply, only how fast it comes.
     pub speculative: SpecRequest,
+    /// Who sent it, as the prefix cache may see it: a hash of the caller's API key (never the
+    /// key), None without one. With `cache.namespace_by_key` its prompt matches only prefixes
+    /// computed for the same id.
+    pub api_key_id: Option<u64>,
 }
 
 /// What a request wants from its prompt's positions besides their KV.
@@ -80,6 +84,7 @@ impl GenerationRequest {
             constraint: None,
             prompt_output: PromptOutput::None,
             speculative: SpecRequest::default(),
+            api_key_id: None,
         }
     }
 }

@@ -142,6 +142,8 @@ fn tiers(cfg: &Config, workers: usize, path: &Path, block_size: usize) -> CacheT
         dir,
         disk_bytes: c.disk_bytes / w as u64,
         identity,
+        namespace_by_key: c.namespace_by_key,
+        ram_q8_0: c.ram_compress == crate::config::RamCompress::Q8_0,
     }
 }
 

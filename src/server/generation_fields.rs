@@ -240,6 +240,7 @@ impl SamplingPlan {
             constraint: None,
             prompt_output: PromptOutput::None,
             speculative: self.speculative,
+            api_key_id: crate::server::auth::caller_key_id(),
         })
     }
 }

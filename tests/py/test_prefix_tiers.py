@@ -22,22 +22,22 @@ def tier_config(cache_dir: Path) -> dict:
     }
 
 
-def long_system(topic: str) -> str:
+def long_system(topic: str, rules: int = 40) -> str:
     return "".join(
         f"Rule {i} about {topic}: answer briefly, stay on {topic}, and never invent facts. "
-        for i in range(40)
+        for i in range(rules)
     )
 
 
-def ask(client, model_id: str, topic: str):
+def ask(client, model_id: str, topic: str, rules: int = 40, max_tokens: int = 16):
     """Greedy chat reply with logprobs: (text, logprobs as plain data, cached tokens, prompt tokens)."""
     r = client.chat.completions.create(
         model=model_id,
         messages=[
-            {"role": "system", "content": long_system(topic)},
+            {"role": "system", "content": long_system(topic, rules)},
             {"role": "user", "content": f"What is {topic}?"},
         ],
-        max_tokens=16,
+        max_tokens=max_tokens,
         temperature=0,
         logprobs=True,
         top_logprobs=3,
@@ -129,3 +129,35 @@ def test_replies_from_ram_and_disk_tiers_equal_cold_ones(tmp_path):
         assert metric(s3.base_url, "kiln_prefix_cache_disk_blocks_total", 'outcome="rejected"') == 1
     finally:
         assert s3.stop() == 0, s3.log_tail()
+
+
+def test_namespace_by_key_keeps_each_keys_prompts_apart(tmp_path):
+    """Two API keys, cache.namespace_by_key on: the same prompt is reused within a key (the
+    OpenAI client's bearer header, the Anthropic client's x-api-key alike), never across keys."""
+    import anthropic
+
+    cfg = {
+        "engine": {"kv_cache": 1024},
+        "server": {"api_keys": ["sk-tenant-a", "sk-tenant-b"], "request_timeout": 60, "drain_timeout": 5},
+        "cache": {"ram_bytes": "64MiB", "namespace_by_key": True},
+    }
+    s = start_kiln(config=cfg, log_dir=tmp_path / "s")
+    try:
+        a = client_for(s.base_url, api_key="sk-tenant-a", timeout=120)
+        b = client_for(s.base_url, api_key="sk-tenant-b", timeout=120)
+        model_id = a.models.list().data[0].id
+        first = ask(a, model_id, "harbours", rules=8, max_tokens=4)
+        assert first[2] == 0 and first[3] > 100
+        assert ask(b, model_id, "harbours", rules=8, max_tokens=4)[2] == 0, "key b reused key a's prompt"
+        again = ask(a, model_id, "harbours", rules=8, max_tokens=4)
+        assert again[2] >= first[3] - 16 and again[:2] == first[:2]
+        # The same key through the Anthropic client (x-api-key) is the same namespace.
+        msg = anthropic.Anthropic(base_url=s.base_url, api_key="sk-tenant-b", max_retries=0).messages.create(
+            model=model_id,
+            max_tokens=4,
+            system=long_system("harbours", 8),
+            messages=[{"role": "user", "content": "What is harbours?"}],
+        )
+        assert msg.usage.cache_read_input_tokens > 0, msg.usage
+    finally:
+        assert s.stop() == 0, s.log_tail()

@@ -34,6 +34,7 @@
 //! reads it through `KvCache::layer_kv` and `KvCache::locate` (crate-only).
 
 mod block_bytes;
+pub mod block_q8;
 mod free_list;
 pub mod kv_type;
 pub mod layout;

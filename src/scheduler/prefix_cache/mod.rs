@@ -27,6 +27,10 @@
 //!   runs before the forward pass; such blocks enter the pool's cache once the step is done
 //!   (like computed ones).
 //! - Keys are [`stable_hash`]es: the same in every run, so the disk tier can use them.
+//! - Namespaces: the chain of a prompt's keys starts at a root, [`ROOT`] for the shared
+//!   namespace or [`namespace_root`] of an id (an API key's, with `cache.namespace_by_key`).
+//!   Every key depends on its root, so a prompt only ever matches blocks computed under the
+//!   same root, in the pool, the RAM tier and the disk tier's file names alike.
 
 use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError, RELEASED};
 use std::collections::{BTreeMap, HashMap};
@@ -45,6 +49,19 @@ pub use tier_ops::{Hit, Persist, Restore, Spill};
 
 /// Key of the empty prefix (the parent of every first block).
 pub const ROOT: u64 = 0x6b69_6c6e_5f72_6f6f;
+
+/// The root of namespace `id`'s chains (None: the shared one, [`ROOT`]). Stable across runs,
+/// like every key.
+pub fn namespace_root(id: Option<u64>) -> u64 {
+    match id {
+        None => ROOT,
+        Some(id) => {
+            let mut h = stable_hash::StableHasher::new(ROOT);
+            h.word(id);
+            h.finish()
+        }
+    }
+}
 
 /// Chained key of a block: its parent's key and its tokens. The same in every run and build
 /// ([`stable_hash`]).
@@ -68,6 +85,10 @@ struct Entry {
     /// Cached blocks whose parent is this one: only leaves are evicted, so a cached block is
     /// always reachable from the root.
     children: u32,
+    /// The first block of its chain (its parent is a namespace root): read by the invariant
+    /// checks.
+    #[cfg_attr(not(test), allow(dead_code))]
+    first: bool,
 }
 
 /// Counters since start: lookups, lookups that reused at least one block, and tokens reused
@@ -194,7 +215,8 @@ impl PrefixCache {
         }
     }
 
-    /// Appends to the empty `table` the longest run of cached blocks that starts `tokens`,
+    /// Appends to the empty `table` the longest run of cached blocks that starts `tokens` in the
+    /// namespace whose chains start at `root` ([`namespace_root`]),
     /// leaving at least one token uncovered: the pool's blocks first, then (when every pool
     /// block was usable) RAM-tier blocks in fresh pages, each with a [`Restore`] pushed to
     /// `restores` that must run before the step's forward pass. Counts a query, and a hit when
@@ -202,6 +224,7 @@ impl PrefixCache {
     /// before the step drops them (and the restores must then be dropped too).
     pub fn lookup(
         &mut self,
+        root: u64,
         tokens: &[u32],
         table: &mut BlockTable,
         restores: &mut Vec<Restore>,
@@ -210,7 +233,7 @@ impl PrefixCache {
         self.stats.queries += 1;
         let bs = self.block_size;
         let max_blocks = tokens.len().saturating_sub(1) / bs;
-        let mut parent = ROOT;
+        let mut parent = root;
         let mut keys = Vec::new();
         for chunk in tokens.chunks_exact(bs).take(max_blocks) {
             let key = block_key(parent, chunk);
@@ -353,11 +376,13 @@ impl PrefixCache {
 
     /// Records that the block made of `pages` (one per layer group, see
     /// [`BlockTable::block_pages`]) holds the fully computed K/V of `tokens` (exactly one block)
-    /// following the prefix keyed `parent`; returns the block's key. A key already cached keeps
+    /// following the prefix keyed `parent` (`root`, the chain's namespace root, for a first
+    /// block); returns the block's key. A key already cached keeps
     /// its block (the new one stays with its sequence only); a block whose parent is no longer
     /// cached is not cached (it could never be reached).
     pub fn insert(
         &mut self,
+        root: u64,
         parent: u64,
         tokens: &[u32],
         pages: &[u32],
@@ -368,7 +393,8 @@ impl PrefixCache {
             self.touch(key);
             return Ok(key);
         }
-        if parent != ROOT && !self.entries.contains_key(&parent) {
+        let first = parent == root;
+        if !first && !self.entries.contains_key(&parent) {
             // The parent was evicted (this sequence's own copy of it was never cached): a child
             // would be unreachable from the root, so it is not cached either.
             return Ok(key);
@@ -396,6 +422,7 @@ impl PrefixCache {
                 tokens: tokens.into(),
                 tick: self.tick,
                 children: 0,
+                first,
             },
         );
         Ok(key)
@@ -516,7 +543,7 @@ impl PrefixCache {
             {
                 return Err("cached page is free".into());
             }
-            if e.parent != ROOT && !self.entries.contains_key(&e.parent) {
+            if !e.first && !self.entries.contains_key(&e.parent) {
                 return Err("cached block whose parent was evicted".into());
             }
             let kids = self.entries.values().filter(|c| c.parent == *key).count();

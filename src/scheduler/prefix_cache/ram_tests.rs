@@ -56,7 +56,12 @@ fn an_evicted_prompt_comes_back_from_ram() {
     for b in 0..3 {
         content[t.blocks()[b] as usize] = Some(prompt[..(b + 1) * BS].to_vec());
         parent = cache
-            .insert(parent, &prompt[b * BS..(b + 1) * BS], &t.block_pages(b))
+            .insert(
+                ROOT,
+                parent,
+                &prompt[b * BS..(b + 1) * BS],
+                &t.block_pages(b),
+            )
             .unwrap();
     }
     drop(t);
@@ -72,7 +77,7 @@ fn an_evicted_prompt_comes_back_from_ram() {
     drop(other);
     let mut t = BlockTable::new(&a);
     let mut restores = Vec::new();
-    let hit = cache.lookup(&prompt, &mut t, &mut restores);
+    let hit = cache.lookup(ROOT, &prompt, &mut t, &mut restores);
     assert_eq!((hit.tokens, hit.pool_tokens, restores.len()), (12, 0, 3));
     run_copies(&mut cache, &mut content, restores);
     for b in 0..3 {
@@ -85,6 +90,45 @@ fn an_evicted_prompt_comes_back_from_ram() {
         (cache.stats().ram_hits, cache.stats().ram_hit_tokens),
         (1, 12)
     );
+}
+
+#[test]
+fn namespaces_never_share_a_block_in_the_pool_or_the_ram_tier() {
+    let a = alloc(8);
+    let mut cache = PrefixCache::with_ram(a.clone(), 1 << 20);
+    let mut content: Content = vec![None; 8];
+    let prompt: Vec<u32> = (0..9).collect();
+    let (ra, rb) = (namespace_root(Some(1)), namespace_root(Some(2)));
+    assert!(ra != rb && ra != ROOT && rb != ROOT);
+    assert_eq!(ra, namespace_root(Some(1)), "stable");
+    assert_eq!(namespace_root(None), ROOT);
+    let mut t = BlockTable::new(&a);
+    t.reserve(8).unwrap();
+    let mut parent = ra;
+    for b in 0..2 {
+        content[t.blocks()[b] as usize] = Some(prompt[..(b + 1) * BS].to_vec());
+        parent = cache
+            .insert(ra, parent, &prompt[b * BS..(b + 1) * BS], &t.block_pages(b))
+            .unwrap();
+    }
+    drop(t);
+    cache.check_invariants().unwrap();
+    let hit = |cache: &mut PrefixCache, root| {
+        let mut t = BlockTable::new(&a);
+        let mut restores = Vec::new();
+        let h = cache.lookup(root, &prompt, &mut t, &mut restores);
+        (h.tokens, h.pool_tokens)
+    };
+    // In the pool: the same prompt hits in its namespace only.
+    assert_eq!(hit(&mut cache, rb), (0, 0));
+    assert_eq!(hit(&mut cache, ROOT), (0, 0));
+    assert_eq!(hit(&mut cache, ra), (8, 8));
+    // In the RAM tier: the same.
+    assert_eq!(cache.evict(8), 2);
+    run_copies(&mut cache, &mut content, Vec::new());
+    assert_eq!(cache.ram().len(), 2);
+    assert_eq!(hit(&mut cache, rb), (0, 0));
+    assert_eq!(hit(&mut cache, ra), (8, 0));
 }
 
 #[derive(Debug, Clone)]
@@ -135,7 +179,7 @@ proptest! {
                     slots[s] = None;
                     let mut table = BlockTable::new(&a);
                     let mut restores = Vec::new();
-                    let hit = cache.lookup(&tokens, &mut table, &mut restores);
+                    let hit = cache.lookup(ROOT, &tokens, &mut table, &mut restores);
                     run_copies(&mut cache, &mut content, restores);
                     prop_assert!(hit.tokens < tokens.len());
                     for (i, &id) in table.blocks().iter().enumerate() {
@@ -155,7 +199,7 @@ proptest! {
                     while (q.registered + 1) * BS <= q.computed {
                         let b = q.registered;
                         let chunk = &q.tokens[b * BS..(b + 1) * BS];
-                        q.parent = cache.insert(q.parent, chunk, &q.table.block_pages(b)).unwrap();
+                        q.parent = cache.insert(ROOT, q.parent, chunk, &q.table.block_pages(b)).unwrap();
                         q.registered += 1;
                     }
                     if q.computed >= q.tokens.len() { continue; }

@@ -11,7 +11,7 @@ fn alloc(n: u32) -> BlockAllocator {
 /// A lookup in a cache without a RAM tier (so nothing to restore); the tokens reused.
 fn look(cache: &mut PrefixCache, tokens: &[u32], table: &mut BlockTable) -> usize {
     let mut restores = Vec::new();
-    let hit = cache.lookup(tokens, table, &mut restores);
+    let hit = cache.lookup(ROOT, tokens, table, &mut restores);
     assert!(restores.is_empty());
     assert_eq!(hit.tokens, hit.pool_tokens);
     hit.tokens
@@ -22,7 +22,9 @@ fn compute_and_insert(cache: &mut PrefixCache, table: &mut BlockTable, tokens: &
     table.reserve(tokens.len()).unwrap();
     let mut parent = ROOT;
     for (i, chunk) in tokens.chunks_exact(BS).enumerate() {
-        parent = cache.insert(parent, chunk, &table.block_pages(i)).unwrap();
+        parent = cache
+            .insert(ROOT, parent, chunk, &table.block_pages(i))
+            .unwrap();
     }
 }
 
@@ -91,9 +93,11 @@ fn colliding_content_is_never_aliased() {
     let mut t2 = BlockTable::new(&a);
     t2.reserve(8).unwrap();
     let k1 = cache
-        .insert(ROOT, &[9, 9, 9, 9], &t2.block_pages(0))
+        .insert(ROOT, ROOT, &[9, 9, 9, 9], &t2.block_pages(0))
         .unwrap();
-    cache.insert(k1, &[1, 2, 3, 4], &t2.block_pages(1)).unwrap();
+    cache
+        .insert(ROOT, k1, &[1, 2, 3, 4], &t2.block_pages(1))
+        .unwrap();
     let mut t3 = BlockTable::new(&a);
     assert_eq!(look(&mut cache, &[1, 2, 3, 4, 0], &mut t3), 4);
     assert_eq!(t3.blocks(), &t.blocks()[..1]);
@@ -172,7 +176,7 @@ proptest! {
                     content[id as usize] = Some(q.tokens[..end].to_vec());
                     q.computed = end;
                     if end % BS == 0 {
-                        q.parent = cache.insert(q.parent, &q.tokens[end - BS..end], &[id]).unwrap();
+                        q.parent = cache.insert(ROOT, q.parent, &q.tokens[end - BS..end], &[id]).unwrap();
                     }
                 }
                 Op::Drop(s) => slots[s] = None,
@@ -267,7 +271,7 @@ proptest! {
                     q.computed = end;
                     if end % BS == 0 {
                         let pages = q.table.block_pages(b);
-                        q.parent = cache.insert(q.parent, &q.tokens[end - BS..end], &pages).unwrap();
+                        q.parent = cache.insert(ROOT, q.parent, &q.tokens[end - BS..end], &pages).unwrap();
                     }
                 }
                 Op::Drop(s) => slots[s] = None,

@@ -26,7 +26,7 @@
 
 use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError};
 use crate::scheduler::prefix_cache::{
-    Hit, PrefixCache, PrefixStats, RamTier, Restore, Spill, ROOT,
+    namespace_root, Hit, PrefixCache, PrefixStats, RamTier, Restore, Spill, ROOT,
 };
 use crate::scheduler::speculative::{SpecConfig, SpecRequest, SpecState};
 use std::collections::{HashMap, VecDeque};
@@ -157,6 +157,8 @@ pub struct Seq<T> {
     /// Full blocks of `tokens` already inserted in the prefix cache, and the last one's key.
     registered: usize,
     last_key: u64,
+    /// The prefix cache namespace's root its blocks chain from ([`namespace_root`]).
+    root: u64,
     /// Prompt tokens served from the prefix cache at first admission.
     pub cached_tokens: usize,
     pub preemptions: u32,
@@ -285,6 +287,7 @@ impl<T> Scheduler<T> {
             table: BlockTable::new(&self.alloc),
             registered: 0,
             last_key: ROOT,
+            root: ROOT,
             cached_tokens: 0,
             preemptions: 0,
             slots: n.max(1),
@@ -305,6 +308,17 @@ impl<T> Scheduler<T> {
     pub fn want_prompt_rows(&mut self, id: SeqId) {
         if let Some(s) = self.seqs.get_mut(&id) {
             s.rows = true;
+        }
+    }
+
+    /// Puts a waiting sequence that has not looked up the prefix cache yet in namespace `ns`
+    /// of the prefix cache ([`namespace_root`]; None: the shared one): its prompt matches,
+    /// and its blocks enter, only that namespace.
+    pub fn set_cache_namespace(&mut self, id: SeqId, ns: Option<u64>) {
+        if let Some(s) = self.seqs.get_mut(&id) {
+            debug_assert!(s.table.n_blocks() == 0 && s.registered == 0);
+            s.root = namespace_root(ns);
+            s.last_key = s.root;
         }
     }
 
@@ -495,12 +509,16 @@ impl<T> Scheduler<T> {
                 let s = self.seqs.get_mut(&id).expect("waiting sequence exists");
                 let hit = self
                     .prefix
-                    .lookup(&s.tokens, &mut s.table, &mut plan.restores);
+                    .lookup(s.root, &s.tokens, &mut s.table, &mut plan.restores);
                 looked_up = Some(hit);
                 s.computed = hit.tokens;
                 // Restored blocks enter the pool's cache after this step (see `advance`).
                 s.registered = hit.pool_tokens / self.alloc.block_size();
-                s.last_key = key_of(&s.tokens[..hit.pool_tokens], self.alloc.block_size());
+                s.last_key = key_of(
+                    s.root,
+                    &s.tokens[..hit.pool_tokens],
+                    self.alloc.block_size(),
+                );
                 if s.preemptions == 0 {
                     s.cached_tokens = hit.tokens.min(s.prompt_len);
                 }
@@ -528,7 +546,7 @@ impl<T> Scheduler<T> {
                 s.table = BlockTable::new(&self.alloc);
                 s.computed = 0;
                 s.registered = 0;
-                s.last_key = ROOT;
+                s.last_key = s.root;
                 break;
             }
             self.waiting.pop_front();
@@ -608,7 +626,7 @@ impl<T> Scheduler<T> {
         s.table = BlockTable::new(&self.alloc);
         s.computed = 0;
         s.registered = 0;
-        s.last_key = ROOT;
+        s.last_key = s.root;
         s.preemptions += 1;
         s.at = Where::Waiting;
         self.running_slots -= s.slots;
@@ -666,7 +684,7 @@ impl<T> Scheduler<T> {
             let chunk = &s.tokens[b * bs..(b + 1) * bs];
             match self
                 .prefix
-                .insert(s.last_key, chunk, &s.table.block_pages(b))
+                .insert(s.root, s.last_key, chunk, &s.table.block_pages(b))
             {
                 Ok(key) => s.last_key = key,
                 Err(_) => break,
@@ -697,7 +715,7 @@ impl<T> Scheduler<T> {
         // A table with a recurrent state cannot share it: the fork recomputes the prompt
         // from position 0 in a table of its own (as after a preemption).
         let (table, computed, registered, last_key) = if p.table.state_slot().is_some() {
-            (BlockTable::new(&self.alloc), 0, 0, ROOT)
+            (BlockTable::new(&self.alloc), 0, 0, p.root)
         } else {
             (p.table.fork(), p.computed, p.registered, p.last_key)
         };
@@ -710,6 +728,7 @@ impl<T> Scheduler<T> {
             table,
             registered,
             last_key,
+            root: p.root,
             cached_tokens: p.cached_tokens,
             preemptions: 0,
             slots: 1,
@@ -748,11 +767,11 @@ impl<T> Scheduler<T> {
     }
 }
 
-/// The chained key of the full blocks of `tokens`.
-fn key_of(tokens: &[u32], bs: usize) -> u64 {
+/// The chained key of the full blocks of `tokens` from `root`.
+fn key_of(root: u64, tokens: &[u32], bs: usize) -> u64 {
     tokens
         .chunks_exact(bs)
-        .fold(ROOT, crate::scheduler::prefix_cache::block_key)
+        .fold(root, crate::scheduler::prefix_cache::block_key)
 }
 
 mod fits;

@@ -11,7 +11,7 @@ use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::fault::{FaultStage, Faults};
 use crate::scheduler::observer::{CacheTier, Observer, StepKind, StepStats};
-use crate::scheduler::prefix_cache::DiskTier;
+use crate::scheduler::prefix_cache::{namespace_root, DiskTier};
 use crate::scheduler::request::{
     Event, FinishReason, GenerationRequest, PromptOutput, TokenLogprob,
 };
@@ -375,14 +375,16 @@ impl Worker {
         let out = SeqOut::new(id, 0, &r, constraint, n == 1);
         let prompt = r.req.prompt.clone();
         let rows = r.req.prompt_output.wants_rows();
+        let ns = r.req.api_key_id.filter(|_| self.cfg.tiers.namespace_by_key);
         if !rows {
-            self.load_from_disk(&prompt);
+            self.load_from_disk(namespace_root(ns), &prompt);
         }
         match self
             .sched
             .add(seq_id(id, 0), prompt, r.req.max_tokens, n, out)
         {
             Ok(()) => {
+                self.sched.set_cache_namespace(seq_id(id, 0), ns);
                 if rows {
                     self.sched.want_prompt_rows(seq_id(id, 0));
                 }
@@ -432,11 +434,7 @@ impl Worker {
     fn execute(&mut self, plan: &StepPlan) -> Result<(MaskWork, Guesses), StepError> {
         if !plan.restores.is_empty() {
             let t0 = Instant::now();
-            for r in &plan.restores {
-                self.kv
-                    .import_block(&r.pages, &r.bytes)
-                    .map_err(EngineError::from)?;
-            }
+            self.run_restores(plan)?;
             self.observer
                 .on_tier_restore(CacheTier::Ram, plan.restores.len(), t0.elapsed());
         }

@@ -3,9 +3,10 @@
 //! scheduler decides; these run on the worker's thread, which owns the KV pool.
 
 use super::{StepError, Worker};
+use crate::engine::kv_cache::{block_q8, KvCacheError, KvType};
 use crate::engine::EngineError;
 use crate::scheduler::observer::{CacheTier, TierStats};
-use crate::scheduler::prefix_cache::{block_key, ROOT};
+use crate::scheduler::prefix_cache::block_key;
 use crate::scheduler::state::StepPlan;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -13,13 +14,47 @@ use std::time::Instant;
 impl Worker {
     /// Copies the blocks the plan evicted to the RAM tier (their pages are free and nothing
     /// has written them since: a step writes pages only after this).
+    /// With `cache.ram_compress = "q8_0"` over an f16 KV cache, the bytes kept are the block's
+    /// Q8_0 form ([`block_q8`]).
     pub(super) fn run_spills(&mut self, plan: &StepPlan) -> Result<(), StepError> {
+        let q8 = self.ram_q8_0();
         for sp in &plan.spills {
             let mut bytes = Vec::with_capacity(self.kv.block_bytes());
             self.kv
                 .export_block(&sp.pages, &mut bytes)
                 .map_err(EngineError::from)?;
+            if q8 {
+                if let Some(c) = block_q8::compress_q8_0(&bytes) {
+                    bytes = c;
+                }
+            }
             self.sched.prefix_mut().store_spill(sp, bytes.into());
+        }
+        Ok(())
+    }
+
+    /// Whether the RAM tier keeps spilled blocks as Q8_0: configured, and the KV cache holds
+    /// f16 (a Q8_0 cache's blocks are kept as they are).
+    fn ram_q8_0(&self) -> bool {
+        self.cfg.tiers.ram_q8_0 && self.kv.config().kv_type == KvType::F16
+    }
+
+    /// Writes the restores of `plan` into their pages: a block's bytes as exported, or (when
+    /// shorter: the RAM tier compressed it) its Q8_0 form, dequantized first.
+    pub(super) fn run_restores(&mut self, plan: &StepPlan) -> Result<(), StepError> {
+        let raw_len = self.kv.block_bytes();
+        for r in &plan.restores {
+            if r.bytes.len() == raw_len {
+                self.kv.import_block(&r.pages, &r.bytes)
+            } else {
+                let raw = block_q8::decompress_q8_0(&r.bytes, raw_len).ok_or(KvCacheError::Shape {
+                    what: "compressed block bytes",
+                    expected: block_q8::q8_0_len(raw_len).unwrap_or(raw_len),
+                    got: r.bytes.len(),
+                });
+                raw.and_then(|raw| self.kv.import_block(&r.pages, &raw))
+            }
+            .map_err(EngineError::from)?;
         }
         Ok(())
     }
@@ -44,17 +79,18 @@ impl Worker {
         Ok(())
     }
 
-    /// Before a prompt is queued: reads into the RAM tier the blocks of its longest prefix
+    /// Before a prompt is queued in the namespace whose chains start at `root`: reads into the
+    /// RAM tier the blocks of its longest prefix
     /// found on disk that the pool and RAM do not hold (at most half the RAM tier), so its
     /// lookup restores them. Runs on this thread (disk reads of a prompt's blocks, checked).
-    pub(super) fn load_from_disk(&mut self, prompt: &[u32]) {
+    pub(super) fn load_from_disk(&mut self, root: u64, prompt: &[u32]) {
         let Some(disk) = self.disk.as_mut() else {
             return;
         };
         let bs = self.kv.config().block_size;
         let budget = self.sched.ram_tier().capacity() / 2;
         let t0 = Instant::now();
-        let (mut parent, mut loaded, mut bytes, mut consulted) = (ROOT, 0, 0, false);
+        let (mut parent, mut loaded, mut bytes, mut consulted) = (root, 0, 0, false);
         for chunk in prompt
             .chunks_exact(bs)
             .take(prompt.len().saturating_sub(1) / bs)
