@@ -54,6 +54,7 @@ impl TryFrom<RawConfig> for Config {
             workers,
             kv_cache,
             kv_type,
+            draft: None,
         };
         let served = models::served(
             raw.models,
@@ -61,6 +62,8 @@ impl TryFrom<RawConfig> for Config {
             raw.model.path.is_some(),
             server.models_dir.is_some(),
         )?;
+        let speculative = super::speculative::speculative_settings(raw.speculative)?;
+        super::speculative::check_drafts(&speculative, &served)?;
         Ok(Config {
             model_path,
             chat_template: raw.model.chat_template,
@@ -76,7 +79,7 @@ impl TryFrom<RawConfig> for Config {
             server,
             log: log_settings(raw.log)?,
             cache: cache_settings(raw.cache)?,
-            speculative: super::speculative::speculative_settings(raw.speculative)?,
+            speculative,
         })
     }
 }
