@@ -94,8 +94,9 @@ impl Drafter {
         self.scratch.limits
     }
 
-    /// Draft KV blocks in use (for tests and monitoring).
-    pub(crate) fn blocks_used(&self) -> usize {
+    /// Draft KV blocks in use.
+    #[cfg(test)]
+    fn blocks_used(&self) -> usize {
         self.kv.total_blocks() - self.kv.free_blocks()
     }
 
