@@ -63,6 +63,13 @@ pub struct Args {
     /// With --speculative: concurrent streams of the load run (0 skips it).
     #[arg(long, default_value_t = 16)]
     users: usize,
+    /// With --speculative: guess with this draft model (same vocabulary) instead of n-gram
+    /// lookup (speculative.method = "draft").
+    #[arg(long)]
+    draft_model: Option<std::path::PathBuf>,
+    /// With --speculative: most tokens guessed per step (speculative.max_draft).
+    #[arg(long)]
+    draft_max: Option<usize>,
     /// With --concurrency: record into the Prometheus metrics and the /stats window as
     /// `kiln serve` does (run with and without it to measure what recording costs).
     #[arg(long)]
@@ -93,6 +100,13 @@ pub fn run(args: Args, config: Option<&Path>) -> anyhow::Result<()> {
     if args.speculative {
         if let Some(t) = args.threads {
             cfg.threads = t;
+        }
+        if let Some(d) = &args.draft_model {
+            cfg.speculative.method = kiln::config::SpeculativeMethod::Draft;
+            cfg.speculative.draft_model = Some(d.clone());
+        }
+        if let Some(k) = args.draft_max {
+            cfg.speculative.max_draft = k.min(kiln::config::MAX_DRAFT);
         }
         return crate::cli::bench_spec::run(crate::cli::bench_spec::SpecBench {
             cfg,

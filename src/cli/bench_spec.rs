@@ -196,6 +196,8 @@ pub fn run(b: SpecBench<'_>) -> anyhow::Result<()> {
         "threads": l.engine.info().threads_per_worker,
         "gen_tokens": gen,
         "repeat": n,
+        "method": format!("{:?}", cfg.speculative.method).to_lowercase(),
+        "draft_model": cfg.speculative.draft_model.as_ref().map(|p| p.display().to_string()),
         "max_draft": cfg.speculative.max_draft,
         "ngram": [cfg.speculative.ngram_min, cfg.speculative.ngram_max],
         "max_seqs": cfg.speculative.max_seqs,
@@ -214,10 +216,17 @@ pub fn run(b: SpecBench<'_>) -> anyhow::Result<()> {
         println!("{report}");
         return Ok(());
     }
+    let method = match &cfg.speculative.draft_model {
+        Some(d) if cfg.speculative.method == SpeculativeMethod::Draft => {
+            format!("draft model {}", d.display())
+        }
+        _ => format!(
+            "ngram {}..{}",
+            cfg.speculative.ngram_min, cfg.speculative.ngram_max
+        ),
+    };
     println!(
-        "speculative decoding (ngram {}..{}, max_draft {}), {} threads, greedy, {gen} tokens max, median of {n}",
-        cfg.speculative.ngram_min,
-        cfg.speculative.ngram_max,
+        "speculative decoding ({method}, max_draft {}), {} threads, greedy, {gen} tokens max, median of {n}",
         cfg.speculative.max_draft,
         l.engine.info().threads_per_worker
     );

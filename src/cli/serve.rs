@@ -87,10 +87,14 @@ pub struct Args {
     /// Requests waiting before new ones get 429 (scheduler.max_waiting).
     #[arg(long, env = "KILN_MAX_WAITING")]
     max_waiting: Option<usize>,
-    /// Speculative decoding: "ngram" (prompt lookup) or "off" (speculative.method).
-    /// llama-server: --spec-type ngram-simple|none.
+    /// Speculative decoding: "ngram" (prompt lookup), "draft" (a draft model) or "off"
+    /// (speculative.method). llama-server: --spec-type ngram-simple|none.
     #[arg(long, visible_alias = "spec-type", env = "KILN_SPECULATIVE")]
     speculative: Option<String>,
+    /// A smaller model with the same vocabulary whose greedy continuation is the guess
+    /// (speculative.draft_model; implies --speculative draft). llama-server: --model-draft/-md.
+    #[arg(long, visible_alias = "model-draft", env = "KILN_DRAFT_MODEL")]
+    draft_model: Option<PathBuf>,
     /// Most tokens guessed per sequence and step (speculative.max_draft). llama-server:
     /// --draft-max/--draft/--draft-n.
     #[arg(long, visible_aliases = ["draft", "draft-n"], env = "KILN_DRAFT_MAX")]
@@ -269,6 +273,9 @@ impl Args {
         }
         if let Some(v) = &self.speculative {
             o.push(("speculative.method", Value::String(v.clone())));
+        }
+        if let Some(v) = &self.draft_model {
+            o.push(("speculative.draft_model", path(v)));
         }
         for (key, v) in [
             ("speculative.max_draft", self.draft_max),

@@ -68,6 +68,12 @@ fn entry(i: usize, e: RawModelEntry, defaults: &ModelSpec) -> Result<ModelSpec, 
             other => other,
         })?
         .unwrap_or(defaults.kv_type);
+    let draft = match e.draft {
+        Some(d) if d.as_os_str().is_empty() => {
+            return Err(invalid("models.draft", at("must not be empty".into())))
+        }
+        d => d,
+    };
     Ok(ModelSpec {
         path,
         name,
@@ -78,6 +84,7 @@ fn entry(i: usize, e: RawModelEntry, defaults: &ModelSpec) -> Result<ModelSpec, 
         workers,
         kv_cache,
         kv_type,
+        draft,
     })
 }
 

@@ -42,6 +42,8 @@ pub(super) struct RawModelEntry {
     pub workers: Option<usize>,
     pub kv_cache: Option<RawSize>,
     pub kv_type: Option<String>,
+    /// This model's draft model file (speculative decoding with `method = "draft"`).
+    pub draft: Option<PathBuf>,
 }
 
 /// `[model]`.
@@ -139,7 +141,7 @@ pub(super) struct RawSpeculative {
     pub ngram_min: Option<usize>,
     pub ngram_max: Option<usize>,
     pub max_seqs: Option<usize>,
-    /// A draft model file: not run by this version (refused with a clear message).
+    /// The draft model file (`method = "draft"`).
     pub draft_model: Option<std::path::PathBuf>,
 }
 

@@ -147,6 +147,8 @@ pub struct ModelSpec {
     pub kv_cache: KvBudget,
     /// How this model's KV cache stores its values.
     pub kv_type: KvType,
+    /// This model's draft model (`[[models]]` entry's `draft`; None: `speculative.draft_model`).
+    pub draft: Option<PathBuf>,
 }
 
 impl ModelSpec {
@@ -162,6 +164,7 @@ impl ModelSpec {
             workers: 1,
             kv_cache: KvBudget::Auto,
             kv_type: KvType::F16,
+            draft: None,
         }
     }
 
@@ -201,6 +204,18 @@ impl Config {
             kv_cache: spec.kv_cache,
             kv_type: spec.kv_type,
             models: vec![spec.clone()],
+            // An entry's own draft model makes it speculate with it (unless speculation is off).
+            speculative: SpeculativeSettings {
+                method: match (&spec.draft, self.speculative.method) {
+                    (Some(_), m) if m != SpeculativeMethod::Off => SpeculativeMethod::Draft,
+                    (_, m) => m,
+                },
+                draft_model: spec
+                    .draft
+                    .clone()
+                    .or_else(|| self.speculative.draft_model.clone()),
+                ..self.speculative.clone()
+            },
             ..self.clone()
         }
     }
@@ -434,10 +449,13 @@ pub enum SpeculativeMethod {
     Off,
     /// Prompt lookup: the sequence's last tokens found earlier in its own prompt or output.
     Ngram,
+    /// A second, smaller model with the same vocabulary proposes the tokens
+    /// ([`SpeculativeSettings::draft_model`], or a `[[models]]` entry's `draft`).
+    Draft,
 }
 
 /// `[speculative]`, validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpeculativeSettings {
     pub method: SpeculativeMethod,
     /// Most tokens guessed for one sequence in one step.
@@ -450,6 +468,9 @@ pub struct SpeculativeSettings {
     /// Guess only in steps where at most this many sequences decode (a bigger batch is
     /// compute-bound: a guess costs its full price there).
     pub max_seqs: usize,
+    /// The draft model file (`method = "draft"`; a `[[models]]` entry's `draft` replaces it
+    /// for that model).
+    pub draft_model: Option<PathBuf>,
 }
 
 impl Default for SpeculativeSettings {
@@ -461,6 +482,7 @@ impl Default for SpeculativeSettings {
             ngram_min: 2,
             ngram_max: 4,
             max_seqs: 4,
+            draft_model: None,
         }
     }
 }

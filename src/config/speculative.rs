@@ -3,7 +3,7 @@
 
 use super::check::{in_range, invalid};
 use super::raw::RawSpeculative;
-use super::settings::{SpeculativeMethod, SpeculativeSettings};
+use super::settings::{ModelSpec, SpeculativeMethod, SpeculativeSettings};
 use super::ConfigError;
 
 /// Most guesses per step for one sequence.
@@ -14,26 +14,34 @@ pub(super) fn speculative_settings(
     raw: RawSpeculative,
 ) -> Result<SpeculativeSettings, ConfigError> {
     let d = SpeculativeSettings::default();
+    let draft_model = match raw.draft_model {
+        Some(p) if p.as_os_str().is_empty() => {
+            return Err(invalid(
+                "speculative.draft_model",
+                "must not be empty (omit it for no draft model)",
+            ))
+        }
+        p => p,
+    };
     let method = match raw.method.as_deref().map(str::trim) {
+        // A draft model alone asks for the draft method (llama-server's --model-draft).
+        None if draft_model.is_some() => SpeculativeMethod::Draft,
         None => d.method,
         // llama-server's --spec-type spellings are accepted too.
         Some("ngram" | "ngram-simple") => SpeculativeMethod::Ngram,
         Some("off" | "none") => SpeculativeMethod::Off,
-        Some("draft") => return Err(invalid(
-            "speculative.method",
-            "\"draft\" (a draft model) is not supported by this version: use \"ngram\" or \"off\"",
-        )),
+        Some("draft") => SpeculativeMethod::Draft,
         Some(other) => {
             return Err(invalid(
                 "speculative.method",
-                format!("{other:?} is not a method (ngram, off)"),
+                format!("{other:?} is not a method (ngram, draft, off)"),
             ))
         }
     };
-    if raw.draft_model.is_some() {
+    if method == SpeculativeMethod::Ngram && draft_model.is_some() {
         return Err(invalid(
             "speculative.draft_model",
-            "draft models are not supported by this version (speculative.method = \"ngram\" needs none)",
+            "a draft model is used by speculative.method = \"draft\" only (this one is \"ngram\")",
         ));
     }
     let max_draft = in_range(
@@ -73,5 +81,25 @@ pub(super) fn speculative_settings(
         ngram_min,
         ngram_max,
         max_seqs,
+        draft_model,
     })
+}
+
+/// `method = "draft"` needs a draft model for every served model: `speculative.draft_model`
+/// or each `[[models]]` entry's `draft`.
+pub(super) fn check_drafts(
+    s: &SpeculativeSettings,
+    served: &[ModelSpec],
+) -> Result<(), ConfigError> {
+    if s.method != SpeculativeMethod::Draft || s.draft_model.is_some() {
+        return Ok(());
+    }
+    match served.iter().find(|m| m.draft.is_none()) {
+        None if !served.is_empty() => Ok(()),
+        _ => Err(invalid(
+            "speculative.draft_model",
+            "speculative.method = \"draft\" needs a draft model file (speculative.draft_model, \
+             --draft-model, or a `draft` in every [[models]] entry)",
+        )),
+    }
 }

@@ -434,11 +434,37 @@ fn speculative_section() {
     // llama-server's --spec-type spelling.
     let c = Config::parse("[speculative]\nmethod = \"ngram-simple\"\n").unwrap();
     assert_eq!(c.speculative.method, SpeculativeMethod::Ngram);
+    // A draft model alone asks for the draft method; an entry's `draft` for that entry.
+    let c = Config::parse("[speculative]\ndraft_model = \"d.gguf\"\n").unwrap();
+    assert_eq!(c.speculative.method, SpeculativeMethod::Draft);
+    let c = Config::parse(
+        "[[models]]\npath = \"a.gguf\"\ndraft = \"d.gguf\"\n[[models]]\npath = \"b.gguf\"\n",
+    )
+    .unwrap();
+    let a = c.for_model(&c.models[0]).speculative;
+    assert_eq!(a.method, SpeculativeMethod::Draft);
+    assert_eq!(
+        a.draft_model.as_deref(),
+        Some(std::path::Path::new("d.gguf"))
+    );
+    let b = c.for_model(&c.models[1]).speculative;
+    assert_eq!((b.method, b.draft_model), (SpeculativeMethod::Ngram, None));
     for (text, key) in [
-        ("[speculative]\nmethod = \"draft\"\n", "speculative.method"),
+        (
+            "[speculative]\nmethod = \"draft\"\n",
+            "speculative.draft_model",
+        ),
         ("[speculative]\nmethod = \"eagle\"\n", "speculative.method"),
         (
-            "[speculative]\ndraft_model = \"d.gguf\"\n",
+            "[speculative]\nmethod = \"ngram\"\ndraft_model = \"d.gguf\"\n",
+            "speculative.draft_model",
+        ),
+        (
+            "[speculative]\ndraft_model = \"\"\n",
+            "speculative.draft_model",
+        ),
+        (
+            "[speculative]\nmethod = \"draft\"\n[[models]]\npath = \"a.gguf\"\n",
             "speculative.draft_model",
         ),
         ("[speculative]\nmax_draft = 33\n", "speculative.max_draft"),

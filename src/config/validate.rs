@@ -55,6 +55,7 @@ impl TryFrom<RawConfig> for Config {
             workers,
             kv_cache,
             kv_type,
+            draft: None,
         };
         let served = models::served(
             raw.models,
@@ -62,6 +63,8 @@ impl TryFrom<RawConfig> for Config {
             raw.model.path.is_some(),
             server.models_dir.is_some(),
         )?;
+        let speculative = super::speculative::speculative_settings(raw.speculative)?;
+        super::speculative::check_drafts(&speculative, &served)?;
         Ok(Config {
             model_path,
             chat_template: raw.model.chat_template,
@@ -77,7 +80,7 @@ impl TryFrom<RawConfig> for Config {
             server,
             log: log_settings(raw.log)?,
             cache: cache_settings(raw.cache)?,
-            speculative: super::speculative::speculative_settings(raw.speculative)?,
+            speculative,
         })
     }
 }

@@ -111,7 +111,7 @@ impl Metrics {
             prefix_queries: IntCounter::new(PREFIX_CACHE_QUERIES, "Prefix-cache lookups (one per admitted sequence).")?,
             prefix_hits: IntCounter::new(PREFIX_CACHE_HITS, "Prefix-cache lookups that reused at least one block.")?,
             engine_faults: IntCounter::new(ENGINE_FAULTS, "Faults caught in engine steps (a panic or an error anywhere in a step): each ended its worker's requests with an error and rebuilt the worker.")?,
-            spec_drafted: IntCounterVec::new(Opts::new(SPEC_DRAFT_TOKENS, "Speculative decoding: guessed tokens verified, by method (ngram)."), &["method"])?,
+            spec_drafted: IntCounterVec::new(Opts::new(SPEC_DRAFT_TOKENS, "Speculative decoding: guessed tokens verified, by method (ngram, draft)."), &["method"])?,
             spec_accepted: IntCounterVec::new(Opts::new(SPEC_ACCEPTED_TOKENS, "Speculative decoding: guessed tokens kept (each one a token without a step of its own), by method."), &["method"])?,
             rejected: IntCounterVec::new(Opts::new(REJECTED, "Requests refused before running, by reason (overloaded, invalid, unavailable, ...)."), &["reason"])?,
             running: IntGauge::new(REQUESTS_RUNNING, "Sequences running in the engine.")?,

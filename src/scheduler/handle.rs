@@ -105,6 +105,20 @@ impl EngineHandle {
         cfg: EngineConfig,
         observer: Arc<dyn Observer>,
     ) -> Result<EngineHandle, EngineError> {
+        EngineHandle::start_with_draft(model, None, tokenizer, cfg, observer)
+    }
+
+    /// [`Self::start`] with a draft model for speculative decoding (`method = "draft"`): each
+    /// worker runs it on its own team, with a draft KV cache of `cfg.kv_positions` positions
+    /// (the caller sizes `kv_positions` so that both caches fit its budget). The draft must
+    /// share the model's vocabulary ([`crate::scheduler::setup`] checks it).
+    pub fn start_with_draft(
+        model: Model,
+        draft: Option<Model>,
+        tokenizer: Arc<Tokenizer>,
+        cfg: EngineConfig,
+        observer: Arc<dyn Observer>,
+    ) -> Result<EngineHandle, EngineError> {
         let workers = cfg.workers.max(1);
         let mut limits = cfg.limits;
         let model_ctx = model.desc().n_ctx_train;
@@ -151,6 +165,7 @@ impl EngineHandle {
                 rx,
                 Arc::clone(&observer),
                 Arc::clone(&waiting),
+                draft.as_ref(),
             )?;
             kv_blocks = worker.shared().kv_total;
             let shared = Arc::clone(worker.shared());

@@ -29,6 +29,18 @@ pub enum SetupError {
     #[error("model {path}: {source}")]
     Engine { path: PathBuf, source: EngineError },
     #[error(
+        "draft model {draft}: its vocabulary differs from the model's ({model}): {why}; a draft model must use the same tokenizer (speculative.draft_model)"
+    )]
+    DraftVocab {
+        draft: PathBuf,
+        model: PathBuf,
+        why: String,
+    },
+    #[error(
+        "draft model {draft} for {model}: a model with recurrent layers (short convolution, ...) can neither draft nor be drafted for, as its state cannot be rolled back past rejected guesses (speculative.draft_model)"
+    )]
+    DraftRecurrent { draft: PathBuf, model: PathBuf },
+    #[error(
         "the KV cache budget ({bytes} bytes over {workers} workers) holds no block of {block_bytes} bytes per worker"
     )]
     KvTooSmall {
@@ -82,7 +94,13 @@ pub fn memory_estimate(cfg: &Config) -> Result<u64, SetupError> {
     let per_pos =
         (c.n_kv_layers() as u64) * (c.n_head_kv as u64) * (c.head_dim as u64) * 2 * num as u64
             / den as u64;
-    let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let mut len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if let (SpeculativeMethod::Draft, Some(d)) =
+        (cfg.speculative.method, &cfg.speculative.draft_model)
+    {
+        // The draft's weights; its KV cache comes out of the same budget.
+        len = len.saturating_add(std::fs::metadata(d).map(|m| m.len()).unwrap_or(0));
+    }
     // A recurrent model's states come out of the same budget (see `load`).
     Ok(len.saturating_add(cfg.kv_cache.bytes(per_pos.max(1), mem_total_bytes())))
 }
@@ -104,11 +122,12 @@ pub fn limits(cfg: &Config) -> Limits {
 
 /// The speculative decoding the configuration asks for (`[speculative]`).
 pub fn speculation(cfg: &Config) -> SpecConfig {
-    let s = cfg.speculative;
+    let s = &cfg.speculative;
     SpecConfig {
         method: match s.method {
             SpeculativeMethod::Off => SpecMethod::Off,
             SpeculativeMethod::Ngram => SpecMethod::Ngram,
+            SpeculativeMethod::Draft => SpecMethod::Draft,
         },
         max_draft: s.max_draft,
         min_draft: s.min_draft,
@@ -206,6 +225,7 @@ pub fn start_with(
         source,
     };
     let model = Model::from_gguf(&file, threads).map_err(engine_err)?;
+    let draft = load_draft(cfg, &path, &tokenizer, &model, threads)?;
     let quant = quant_name(&file);
     let model_pooling = model.desc().pooling;
     drop(file);
@@ -214,7 +234,13 @@ pub fn start_with(
     // A page holds one block of a group of layers (every layer without sliding windows); one
     // position of the whole model takes a page's share times the number of groups.
     let kv_shape = model.kv_config(bs, bs).with_kv_type(cfg.kv_type);
-    let block_bytes = kv_shape.bytes_per_block() as u64;
+    // A draft model's cache has as many pages as the model's: a page pair is the unit.
+    let draft_block_bytes = draft.as_ref().map_or(0, |d| {
+        d.kv_config(bs, bs)
+            .with_kv_type(cfg.kv_type)
+            .bytes_per_block() as u64
+    });
+    let block_bytes = kv_shape.bytes_per_block() as u64 + draft_block_bytes;
     let groups = kv_shape.layout().n_groups() as u64;
     let per_pos = (block_bytes * groups / bs as u64).max(1);
     let budget = cfg.kv_cache.bytes(per_pos, mem_total_bytes());
@@ -252,8 +278,9 @@ pub fn start_with(
     let tokenizer = Arc::new(tokenizer);
     let mut limits = limits(cfg);
     limits.attn_positions_per_token = attn_positions_per_token(model.desc());
-    let engine = EngineHandle::start(
+    let engine = EngineHandle::start_with_draft(
         model,
+        draft,
         Arc::clone(&tokenizer),
         EngineConfig {
             workers,
@@ -291,6 +318,76 @@ pub fn start_with(
         kv_bytes: (per_worker_blocks * block_bytes + state_bytes) * workers as u64,
         load_time: t0.elapsed(),
     })
+}
+
+/// The draft model `speculative.method = "draft"` asks for, loaded on a team like the
+/// model's (each worker then runs it on its own team), after checking that it shares the
+/// model's vocabulary (same size, the same bytes for every token id, the same logits width):
+/// a draft speaking another vocabulary would propose meaningless ids.
+fn load_draft(
+    cfg: &Config,
+    model_path: &Path,
+    tokenizer: &Tokenizer,
+    model: &Model,
+    threads: usize,
+) -> Result<Option<Model>, SetupError> {
+    let Some(path) = cfg
+        .speculative
+        .draft_model
+        .as_ref()
+        .filter(|_| cfg.speculative.method == SpeculativeMethod::Draft)
+    else {
+        return Ok(None);
+    };
+    let file = GgufFile::open(path).map_err(|source| SetupError::Open {
+        path: path.clone(),
+        source,
+    })?;
+    let draft_tok = Tokenizer::from_gguf(&file).map_err(|source| SetupError::Tokenizer {
+        path: path.clone(),
+        source,
+    })?;
+    let mismatch = |why: String| SetupError::DraftVocab {
+        draft: path.clone(),
+        model: model_path.to_path_buf(),
+        why,
+    };
+    if draft_tok.n_vocab() != tokenizer.n_vocab() {
+        return Err(mismatch(format!(
+            "{} tokens, the model has {}",
+            draft_tok.n_vocab(),
+            tokenizer.n_vocab()
+        )));
+    }
+    if let Some(id) = (0..tokenizer.n_vocab() as u32)
+        .find(|&id| draft_tok.token_to_piece(id) != tokenizer.token_to_piece(id))
+    {
+        return Err(mismatch(format!(
+            "token {id} is {:?} in the draft, {:?} in the model",
+            String::from_utf8_lossy(draft_tok.token_to_piece(id)),
+            String::from_utf8_lossy(tokenizer.token_to_piece(id))
+        )));
+    }
+    let draft = Model::from_gguf(&file, threads).map_err(|source| SetupError::Engine {
+        path: path.clone(),
+        source,
+    })?;
+    if draft.desc().n_vocab != model.desc().n_vocab {
+        return Err(mismatch(format!(
+            "logits over {} tokens, the model's over {}",
+            draft.desc().n_vocab,
+            model.desc().n_vocab
+        )));
+    }
+    if draft.desc().has_recurrent() || model.desc().has_recurrent() {
+        // A recurrent state cannot be rolled back past rejected guesses (`kv_cache::state`).
+        return Err(SetupError::DraftRecurrent {
+            draft: path.clone(),
+            model: model_path.to_path_buf(),
+        });
+    }
+    tracing::info!(draft = %path.display(), "speculative decoding with a draft model");
+    Ok(Some(draft))
 }
 
 /// Attention's cost per cached position, relative to a token's matmuls, measured on this

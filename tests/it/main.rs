@@ -19,6 +19,7 @@ mod quant_proof;
 mod quantize;
 mod scheduler;
 mod server;
+mod spec_draft;
 mod speculative;
 mod structured;
 mod structured_tools;

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 /// Counts the guesses steps verified and kept.
 #[derive(Default)]
-struct Guesses {
+pub(crate) struct Guesses {
     drafted: AtomicUsize,
     accepted: AtomicUsize,
 }
@@ -34,7 +34,7 @@ impl Observer for Guesses {
 }
 
 impl Guesses {
-    fn get(&self) -> (usize, usize) {
+    pub(crate) fn get(&self) -> (usize, usize) {
         (
             self.drafted.load(Ordering::Relaxed),
             self.accepted.load(Ordering::Relaxed),
@@ -44,7 +44,17 @@ impl Guesses {
 
 /// An engine on the default model (one worker, one thread) guessing as `spec` says.
 fn engine(spec: SpecConfig, guesses: Arc<Guesses>) -> (EngineHandle, Arc<Tokenizer>) {
-    let file = GgufFile::open(default_model()).unwrap();
+    engine_on(&default_model(), None, spec, guesses)
+}
+
+/// An engine on `path` (one worker, one thread) guessing as `spec` says, with `draft`.
+pub(crate) fn engine_on(
+    path: &std::path::Path,
+    draft: Option<Model>,
+    spec: SpecConfig,
+    guesses: Arc<Guesses>,
+) -> (EngineHandle, Arc<Tokenizer>) {
+    let file = GgufFile::open(path).unwrap();
     let tok = Arc::new(Tokenizer::from_gguf(&file).unwrap());
     let model = Model::from_gguf(&file, 1).unwrap();
     let cfg = EngineConfig {
@@ -69,7 +79,7 @@ fn engine(spec: SpecConfig, guesses: Arc<Guesses>) -> (EngineHandle, Arc<Tokeniz
         speculative: spec,
         tiers: Default::default(),
     };
-    let e = EngineHandle::start(model, Arc::clone(&tok), cfg, guesses).unwrap();
+    let e = EngineHandle::start_with_draft(model, draft, Arc::clone(&tok), cfg, guesses).unwrap();
     (e, tok)
 }
 
@@ -77,11 +87,11 @@ fn engine(spec: SpecConfig, guesses: Arc<Guesses>) -> (EngineHandle, Arc<Tokeniz
 type LogprobBits = (u32, u32, Vec<(u32, u32)>);
 
 /// A request's replies (one per choice) and the completion tokens counted.
-type Replies = (Vec<Reply>, usize);
+pub(crate) type Replies = (Vec<Reply>, usize);
 
 /// Everything a choice produced, logprobs as bits (compared exactly).
 #[derive(Debug, Default, Clone, PartialEq)]
-struct Reply {
+pub(crate) struct Reply {
     ids: Vec<u32>,
     text: String,
     logprobs: Vec<LogprobBits>,
@@ -95,7 +105,7 @@ fn bits(lp: &TokenLogprob) -> LogprobBits {
 }
 
 /// Reads a stream to its end: each choice's reply and the completion tokens counted.
-fn replies(mut s: RequestStream, n: usize) -> Replies {
+pub(crate) fn replies(mut s: RequestStream, n: usize) -> Replies {
     let mut out = vec![Reply::default(); n];
     loop {
         match s.blocking_recv().expect("stream ended without Done") {
@@ -131,7 +141,7 @@ the shelves, closed the door, and fed the fire with oak for nine hours.";
 
 const FUNCTION: &str = "fn total(items: &[Item]) -> u64 {\n    let mut sum = 0;\n    for item in items {\n        sum += item.price * item.count;\n    }\n    sum\n}";
 
-fn copy_prompts(tok: &Tokenizer) -> Vec<Vec<u32>> {
+pub(crate) fn copy_prompts(tok: &Tokenizer) -> Vec<Vec<u32>> {
     vec![
         chat(tok, &format!("Repeat this text exactly:\n\n{DOCUMENT}")),
         chat(
@@ -159,7 +169,7 @@ fn run_all(spec: SpecConfig, reqs: &[GenerationRequest]) -> (Vec<Replies>, (usiz
     (out, g.get())
 }
 
-fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
+pub(crate) fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
     let mut r = GenerationRequest::new(prompt, max_tokens);
     r.params.temperature = 0.0;
     r.logprobs = true;

@@ -90,3 +90,27 @@ def test_usage_counts_the_guesses_and_a_request_can_turn_them_off(client, model_
         client.chat.completions.create(model=model_id, messages=msgs, max_tokens=4,
                                        extra_body={"speculative.n_max": -1})
     assert e.value.body["param"] == "speculative.n_max", e.value.body
+
+
+def test_a_draft_model_gives_the_same_replies_and_counts_its_guesses(client, model_id,
+                                                                     model_path, tmp_path):
+    """`--draft-model` (the default model drafting for itself): the replies are the ones of the
+    n-gram server, and /metrics counts the guesses under method="draft"."""
+    msgs = [{"role": "user", "content": PROMPTS[0]}]
+
+    def ask(c):
+        r = c.chat.completions.create(model=model_id, messages=msgs, max_tokens=60,
+                                      temperature=0, logprobs=True, top_logprobs=2)
+        s = c.chat.completions.create(model=model_id, messages=msgs, max_tokens=40,
+                                      temperature=0.8, seed=3)
+        lp = [(t.token, t.logprob) for t in r.choices[0].logprobs.content]
+        return r.choices[0].message.content, lp, s.choices[0].message.content
+
+    expected = ask(client)
+    args = ["--draft-model", str(model_path), "--draft-max", "6"]
+    with start_kiln(model_path, config(), args=args, log_dir=tmp_path) as d:
+        assert ask(client_for(d.base_url)) == expected
+        text = urllib.request.urlopen(d.base_url + "/metrics", timeout=10).read().decode()
+        accepted = re.findall(r'^kiln_spec_accepted_tokens_total{[^}]*method="draft"[^}]*} (\S+)$',
+                              text, re.M)
+        assert accepted and float(accepted[0]) >= 20, accepted

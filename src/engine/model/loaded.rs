@@ -26,7 +26,8 @@ pub struct Model {
     desc: ModelDesc,
     /// Shared by every replica (see [`Model::replica`]).
     w: Arc<ModelWeights>,
-    pub(super) team: Team,
+    /// Shared with a draft model run by the same engine thread ([`Model::on_team_of`]).
+    pub(super) team: Arc<Team>,
     #[cfg(feature = "trace")]
     trace: Option<TraceHook>,
 }
@@ -112,7 +113,7 @@ impl Model {
         Ok(Model {
             desc,
             w: Arc::new(w),
-            team,
+            team: Arc::new(team),
             #[cfg(feature = "trace")]
             trace: None,
         })
@@ -125,10 +126,23 @@ impl Model {
         Ok(Model {
             desc: self.desc.clone(),
             w: Arc::clone(&self.w),
-            team: Team::new(threads)?,
+            team: Arc::new(Team::new(threads)?),
             #[cfg(feature = "trace")]
             trace: None,
         })
+    }
+
+    /// This model's weights computing on `other`'s worker team (a draft model run by the
+    /// target's engine thread between its steps: no thread of its own). Both must be called
+    /// from the same thread, one forward pass at a time (the team serializes regions anyway).
+    pub fn on_team_of(&self, other: &Model) -> Model {
+        Model {
+            desc: self.desc.clone(),
+            w: Arc::clone(&self.w),
+            team: Arc::clone(&other.team),
+            #[cfg(feature = "trace")]
+            trace: None,
+        }
     }
 
     pub fn desc(&self) -> &ModelDesc {

@@ -33,6 +33,9 @@ pub enum SpecMethod {
     /// Prompt lookup over the sequence's own tokens ([`ngram`]).
     #[default]
     Ngram,
+    /// A draft model's greedy continuation (run by the worker before planning, see
+    /// [`crate::scheduler::state::Scheduler::draft_wanted`]).
+    Draft,
 }
 
 impl SpecMethod {
@@ -41,6 +44,7 @@ impl SpecMethod {
         match self {
             SpecMethod::Off => "off",
             SpecMethod::Ngram => "ngram",
+            SpecMethod::Draft => "draft",
         }
     }
 }

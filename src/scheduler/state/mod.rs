@@ -170,6 +170,9 @@ pub struct Seq<T> {
     pub spec: SpecState,
     /// The guesses planned for this step's verify item (empty outside a step that verifies).
     draft: Vec<u32>,
+    /// A draft model's proposal and the token count it continues
+    /// ([`Scheduler::propose`]; used only while `tokens` is that long).
+    proposal: (usize, Vec<u32>),
     at: Where,
     pub payload: T,
 }
@@ -294,6 +297,7 @@ impl<T> Scheduler<T> {
             rows: false,
             spec: SpecState::new(&self.spec, SpecRequest::default()),
             draft: Vec::new(),
+            proposal: (0, Vec::new()),
             at: Where::Waiting,
             payload,
         };
@@ -398,14 +402,7 @@ impl<T> Scheduler<T> {
         self.counters.steps += 1;
         let mut plan = StepPlan::default();
         let mut budget = self.limits.max_batch_tokens;
-        let decoders = self
-            .running
-            .iter()
-            .filter(|id| {
-                let s = &self.seqs[id];
-                s.computed + 1 == s.tokens.len() && s.tokens.len() > s.prompt_len
-            })
-            .count();
+        let decoders = self.decoders();
         let decoding = decoders > 0;
         // Guesses only while the step is small (memory-bound): see the speculative module.
         let mut guess_rows = if decoders <= self.spec.max_seqs {
@@ -735,6 +732,7 @@ impl<T> Scheduler<T> {
             rows: false,
             spec: p.spec,
             draft: Vec::new(),
+            proposal: (0, Vec::new()),
             at: p.at,
             payload,
         };

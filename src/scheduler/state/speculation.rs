@@ -28,7 +28,7 @@ impl<T> Scheduler<T> {
     /// shorter than its minimum, or when fewer tokens than that are left before `max_len`.
     /// Counts down the pause of a sequence that does not guess.
     pub(super) fn guesses(&mut self, id: SeqId, most: usize) -> Vec<u32> {
-        if self.spec.method != SpecMethod::Ngram {
+        if !matches!(self.spec.method, SpecMethod::Ngram | SpecMethod::Draft) {
             return Vec::new();
         }
         let s = self.seqs.get_mut(&id).expect("running sequence exists");
@@ -44,11 +44,70 @@ impl<T> Scheduler<T> {
             return Vec::new();
         }
         let cfg = self.spec;
-        let g = ngram::propose(&s.tokens, cfg.ngram_min, cfg.ngram_max, k);
+        let g = match cfg.method {
+            SpecMethod::Draft => {
+                let (at, mut p) = std::mem::take(&mut s.proposal);
+                if at != s.tokens.len() {
+                    return Vec::new();
+                }
+                p.truncate(k);
+                p
+            }
+            _ => ngram::propose(&s.tokens, cfg.ngram_min, cfg.ngram_max, k).to_vec(),
+        };
         if g.len() < s.spec.min() {
             return Vec::new();
         }
-        g.to_vec()
+        g
+    }
+
+    /// Running sequences that decode their next token (their prompt computed but the last
+    /// token): the step is memory-bound while few of them run.
+    pub(super) fn decoders(&self) -> usize {
+        self.running
+            .iter()
+            .filter(|id| {
+                let s = &self.seqs[id];
+                s.computed + 1 == s.tokens.len() && s.tokens.len() > s.prompt_len
+            })
+            .count()
+    }
+
+    /// With a draft model ([`SpecMethod::Draft`]): the sequences the next plan would verify
+    /// guesses for, and how many tokens each may use, for the worker to run the draft model on
+    /// before [`Self::schedule`] and hand its proposals to [`Self::propose`]. Empty for other
+    /// methods, when more than `max_seqs` sequences decode (the step is compute-bound), and
+    /// for sequences pausing after misses, too close to their length limit (`max_tokens`)
+    /// for their minimum, or prefilling. The draft's own cost is kept small this way: it runs
+    /// only where the plan would use what it proposes.
+    pub fn draft_wanted(&self) -> Vec<(SeqId, usize)> {
+        if self.spec.method != SpecMethod::Draft || !self.spec.enabled() {
+            return Vec::new();
+        }
+        if self.decoders() > self.spec.max_seqs {
+            return Vec::new();
+        }
+        self.running
+            .iter()
+            .filter_map(|&id| {
+                let s = &self.seqs[&id];
+                if s.tokens.len() != s.computed + 1 || (s.rows && s.computed < s.prompt_len) {
+                    return None;
+                }
+                let room = s.max_len.saturating_sub(s.tokens.len() + 1);
+                let k = s.spec.want().min(room).min(self.spec.max_draft);
+                (k > 0 && k >= s.spec.min()).then_some((id, k))
+            })
+            .take(self.spec.max_seqs)
+            .collect()
+    }
+
+    /// A draft model's proposal for what follows sequence `id`'s current tokens (see
+    /// [`Self::draft_wanted`]); the next plan verifies (a prefix of) it.
+    pub fn propose(&mut self, id: SeqId, tokens: Vec<u32>) {
+        if let Some(s) = self.seqs.get_mut(&id) {
+            s.proposal = (s.tokens.len(), tokens);
+        }
     }
 
     /// After a verify item of `id` ran and its drawn tokens were appended (each after an

@@ -19,6 +19,7 @@ use crate::scheduler::sampling::{score, SampleScratch};
 use crate::scheduler::speculative::SpecConfig;
 use crate::scheduler::state::{Limits, PlanItem, Scheduler, SeqId, StepPlan, PROMPT_LOGIT_ROWS};
 use crate::tokenizer::Tokenizer;
+use draft::Drafter;
 use output::{req_of, seq_id, Outputs, Req, SeqOut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicUsize;
@@ -26,6 +27,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use verify::Guesses;
 
+mod draft;
 mod output;
 mod sample;
 mod shared;
@@ -87,6 +89,8 @@ pub(crate) struct Worker {
     masks: MaskThread,
     /// The prefix cache's disk tier, if configured (kept across rebuilds).
     disk: Option<DiskTier>,
+    /// The draft model (speculative `method = "draft"`), on this worker's team.
+    drafter: Option<Drafter>,
 }
 
 /// What a step mutates, built new at start and after every fault: the KV cache, the forward
@@ -178,6 +182,7 @@ impl Worker {
         rx: mpsc::Receiver<Command>,
         observer: Arc<dyn Observer>,
         waiting: Arc<WaitQueue>,
+        draft: Option<&Model>,
     ) -> Result<Worker, EngineError> {
         let StepState {
             kv,
@@ -185,6 +190,17 @@ impl Worker {
             sched,
             sample_scratch,
         } = StepState::new(&model, cfg, limits)?;
+        // The draft's cache has as many positions as the target's (the budget counts both).
+        let drafter = match draft {
+            Some(d) => Some(Drafter::new(
+                d.on_team_of(&model),
+                cfg.kv_positions,
+                kv.config(),
+                cfg.speculative.max_seqs,
+                limits.max_batch_tokens,
+            )?),
+            None => None,
+        };
         let shared = Arc::new(WorkerShared::new(kv.total_blocks()));
         let disk = match &cfg.tiers.dir {
             Some(dir) if limits.prefix_cache && !model.desc().has_recurrent() => {
@@ -227,6 +243,7 @@ impl Worker {
             max_unread_events: cfg.max_unread_events.max(1),
             masks: MaskThread::new(format!("kiln-masks-{index}")),
             disk,
+            drafter,
         })
     }
 
@@ -320,6 +337,9 @@ impl Worker {
         }
         let model = self.model.replica(self.model.team().threads())?;
         let state = StepState::new(&model, &self.cfg, self.limits)?;
+        if let Some(d) = &self.drafter {
+            self.drafter = Some(d.rebuilt(&model)?);
+        }
         self.model = model;
         self.kv = state.kv;
         self.scratch = state.scratch;
@@ -401,6 +421,7 @@ impl Worker {
         let t0 = Instant::now();
         // Prefix-cache lookups happen while planning.
         let before = self.sched.prefix_stats();
+        self.run_draft()?;
         let plan = self.sched.schedule();
         // Evicted blocks' pages are free: copy them out before anything writes them.
         self.run_spills(&plan)?;
@@ -426,6 +447,22 @@ impl Worker {
             masks,
             guesses,
         );
+        Ok(())
+    }
+
+    /// With a draft model: its proposals for the sequences the next plan would verify guesses
+    /// for (run before planning, on this worker's team).
+    fn run_draft(&mut self) -> Result<(), StepError> {
+        let Some(d) = self.drafter.as_mut() else {
+            return Ok(());
+        };
+        let wanted = self.sched.draft_wanted();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        for (id, guesses) in d.propose(&self.sched, &wanted)? {
+            self.sched.propose(id, guesses);
+        }
         Ok(())
     }
 

@@ -210,6 +210,7 @@ impl ModelRegistry {
                     workers: cfg.workers,
                     kv_cache: cfg.kv_cache,
                     kv_type: cfg.kv_type,
+                    draft: None,
                 };
                 let id = spec.id();
                 if specs.iter().any(|(s, _)| s.ids().contains(&id)) {
