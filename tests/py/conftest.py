@@ -10,6 +10,7 @@ Nothing here skips: a missing binary, model or tool is an error.
 """
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -75,3 +76,32 @@ def model_id(client) -> str:
     models = client.models.list().data
     assert len(models) >= 1
     return models[0].id
+
+
+PROOF_MODELS = ROOT / "target/release/examples/proof_models"
+
+# The tools offer the served-family tests make (one function, as clients send it).
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+
+
+def serve_proof_model(tmp_path_factory, arch: str, file: str, vocab: Path, vocab_how: str,
+                      template: Path, seed: int):
+    """A kiln server (from `start_kiln`; the caller stops it) on architecture `arch`'s
+    random-weight proof model, which `proof_models` (kiln's synth writer, the files
+    tests/it/arch_proof.rs holds against llama.cpp) writes at test time with `vocab`'s
+    vocabulary from `seed`; `file` names which of its types is served, and `template` is the
+    chat template. A missing input is an error naming how to get it."""
+    for need, how in [(vocab, vocab_how), (template, "the repository"),
+                      (PROOF_MODELS, "`cargo build --release --example proof_models`")]:
+        assert need.is_file(), f"{need} is missing ({how})"
+    out = tmp_path_factory.mktemp(f"{arch}-model")
+    subprocess.run([str(PROOF_MODELS), str(vocab), str(out), str(seed), arch], check=True,
+                   capture_output=True)
+    model = out / file
+    assert model.is_file(), f"proof_models wrote no {model}"
+    cfg = config()
+    cfg["model"] = {"chat_template": str(template)}
+    return start_kiln(model, cfg, log_dir=tmp_path_factory.mktemp(arch))

@@ -12,40 +12,25 @@ is tested on the text itself in src/structured/harmony.rs and the tool reader's 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import httpx2 as httpx
 import pytest
 
-from conftest import client_for, config, start_kiln
+from conftest import WEATHER, client_for, serve_proof_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("KILN_SHARED", ROOT.parent / "shared"))
 VOCAB = SHARED / "conformance/tokenizer/ggml-vocab-llama-spm.gguf"
 TEMPLATE = ROOT / "tests/data/chat-templates/openai-gpt-oss-120b.jinja"
-PROOF_MODELS = ROOT / "target/release/examples/proof_models"
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"]}}}
 
 
 @pytest.fixture(scope="module")
 def gpt_oss(tmp_path_factory):
     """A kiln server on the gpt-oss proof model (F16) with the harmony template."""
-    for need, how in [(VOCAB, "the shared conformance corpus"), (TEMPLATE, "the repository"),
-                      (PROOF_MODELS, "`cargo build --release --example proof_models`")]:
-        assert need.is_file(), f"{need} is missing ({how})"
-    out = tmp_path_factory.mktemp("gpt-oss-model")
-    subprocess.run([str(PROOF_MODELS), str(VOCAB), str(out), "1801", "gpt-oss"], check=True,
-                   capture_output=True)
-    model = out / "gpt-oss.F16.gguf"
-    assert model.is_file(), f"proof_models wrote no {model}"
-    cfg = config()
-    cfg["model"] = {"chat_template": str(TEMPLATE)}
-    server = start_kiln(model, cfg, log_dir=tmp_path_factory.mktemp("gpt-oss"))
+    server = serve_proof_model(tmp_path_factory, "gpt-oss", "gpt-oss.F16.gguf", VOCAB,
+                               "the shared conformance corpus", TEMPLATE, 1801)
     yield server
     assert server.stop() == 0, server.log_tail()
 

@@ -8,39 +8,24 @@ whole one, tools accepted), and the Anthropic Messages and OpenAI Responses rout
 """
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import anthropic
 import pytest
 
-from conftest import client_for, config, start_kiln
+from conftest import WEATHER, client_for, serve_proof_model
 
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB = ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 TEMPLATE = ROOT / "tests/data/chat-templates/Qwen-Qwen3-0.6B.jinja"
-PROOF_MODELS = ROOT / "target/release/examples/proof_models"
 ASK = [{"role": "user", "content": "Name three rivers."}]
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"]}}}
 
 
 @pytest.fixture(scope="module")
 def qwen3moe(tmp_path_factory):
     """A kiln server on the qwen3moe proof model (Q4_K_M) with Qwen3's template."""
-    for need, how in [(VOCAB, "`make model`"), (TEMPLATE, "the repository"),
-                      (PROOF_MODELS, "`cargo build --release --example proof_models`")]:
-        assert need.is_file(), f"{need} is missing ({how})"
-    out = tmp_path_factory.mktemp("qwen3moe-model")
-    subprocess.run([str(PROOF_MODELS), str(VOCAB), str(out), "4001", "qwen3moe"], check=True,
-                   capture_output=True)
-    model = out / "qwen3moe.Q4_K_M.gguf"
-    assert model.is_file(), f"proof_models wrote no {model}"
-    cfg = config()
-    cfg["model"] = {"chat_template": str(TEMPLATE)}
-    server = start_kiln(model, cfg, log_dir=tmp_path_factory.mktemp("qwen3moe"))
+    server = serve_proof_model(tmp_path_factory, "qwen3moe", "qwen3moe.Q4_K_M.gguf", VOCAB,
+                               "`make model`", TEMPLATE, 4001)
     yield server
     assert server.stop() == 0, server.log_tail()
 
