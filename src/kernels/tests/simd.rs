@@ -213,3 +213,42 @@ proptest! {
         }
     }
 }
+
+/// Float weights: `gemm` (several tokens per weight row) equals the same ISA's `vec_dot` bit
+/// for bit, so a token's logits do not depend on how many tokens share its step.
+#[test]
+fn float_gemm_equals_vec_dot_bits() {
+    let (n_rows, n_tok) = (5, 7);
+    for k in [8, 40, 96, 101] {
+        let wv: Vec<f32> = (0..n_rows * k)
+            .map(|i| ((i * 7919) % 1999) as f32 / 999.0 - 1.0)
+            .collect();
+        let av: Vec<f32> = (0..n_tok * k)
+            .map(|i| ((i * 104729) % 2003) as f32 / 1001.0 - 1.0)
+            .collect();
+        for dt in [DType::F32, DType::F16, DType::BF16] {
+            let sk = kernels_for(dt, Isa::Scalar).unwrap();
+            let qw = quantize(sk, &wv);
+            let qa = quantize_act(sk, &av);
+            let (wr, ar) = (qw.len() / n_rows, qa.len() / n_tok);
+            for isa in Isa::tested() {
+                let kk = kernels_for(dt, isa).unwrap();
+                for nt in 1..=n_tok {
+                    let mut out = vec![0f32; nt * n_rows];
+                    (kk.gemm)(k, &qw, n_rows, &qa[..nt * ar], nt, &mut out, n_rows);
+                    for t in 0..nt {
+                        let at = &qa[t * ar..(t + 1) * ar];
+                        for r in 0..n_rows {
+                            let want = (kk.vec_dot)(k, &qw[r * wr..(r + 1) * wr], at);
+                            assert_eq!(
+                                out[t * n_rows + r].to_bits(),
+                                want.to_bits(),
+                                "{isa} {dt} k{k} r{r} t{t} of {nt}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
