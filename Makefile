@@ -221,10 +221,15 @@ check:
 	scripts/module_cycles.py
 	$(CARGO) clippy --all-targets -- -D warnings
 
+## unit: every test target (unit tests, tests/, the benches and examples built as tests), on
+## the release build: the tests then share one build of the dependencies with the served
+## binary (client-tests and isa-matrix need it anyway), instead of a second, test-profile
+## build of all of them, which cost CI several of its 25 minutes. kiln's internal checks stay
+## on in its unit tests (src/invariant.rs).
 unit:
-	$(CARGO) test --all-targets
+	$(CARGO) test --release --all-targets
 
-## isa-matrix: for each ISA in TEST_ISAS this CPU has, `cargo test --lib --test it -- kernels
+## isa-matrix: for each ISA in TEST_ISAS this CPU has, `cargo test --release --lib --test it -- kernels
 ## engine::` again (engine_faults, whose supervision does not depend on the ISA, runs once in
 ## `unit`) with KILN_ISA forcing the kernel table (src/kernels: activation quantization,
 ## dot products, GEMMs): the kernel unit tests (SIMD against scalar twins), the engine unit tests
@@ -254,19 +259,20 @@ isa-matrix: release
 	  filters="kernels engine::"; case $$isa in avx2) filters="$$filters golden arch_proof quant_proof";; \
 	    avxvnni) filters="$$filters golden";; \
 	    scalar) filters="$$filters --skip engine::long_prefill_chunks --skip engine::long_context_logits";; esac; \
-	  KILN_ISA=$$isa $(CARGO) test --lib --test it -q -- $$filters || exit 1; \
+	  KILN_ISA=$$isa $(CARGO) test --release --lib --test it -q -- $$filters || exit 1; \
 	done
 
 ## neon-test: the kernel tests built for aarch64 and run under qemu-user, so the NEON
 ## kernels are checked against their scalar twins on an x86 machine. `-cpu max` gives the
 ## emulated CPU dotprod and i8mm; KILN_EXPECT_* make the tests fail if the sdot/smmla panel
-## GEMMs are not detected (instead of passing without running them).
+## GEMMs are not detected (instead of passing without running them). The `neon` profile
+## (Cargo.toml) builds the dependencies at opt-level 1: they are compiled, not exercised.
 AARCH64_ENV := CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
   CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc \
   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu"
 neon-test:
 	$(AARCH64_ENV) KILN_EXPECT_DOTPROD=1 KILN_EXPECT_I8MM=1 \
-	  $(CARGO) test --lib --target aarch64-unknown-linux-gnu -- kernels
+	  $(CARGO) test --profile neon --lib --target aarch64-unknown-linux-gnu -- kernels
 
 ## bench: criterion benchmarks (kernels, attention, tokenizer, sampling), then the engine and
 ## the served (scheduler) figures: kiln bench --batch 16 and --concurrency 1,4,16,32.

@@ -4,6 +4,9 @@
 //! `tokenizer`, `chat_template`, `config` and `random` beside them (used by the engine and the
 //! server alike; they import nothing from the layers).
 
+#[macro_use]
+mod invariant;
+
 pub mod chat_template;
 pub mod config;
 pub mod engine;

@@ -122,7 +122,7 @@ impl Weight {
         if self.is_packed() {
             return self.gemm_rows_cells(r0, r1, a, n_tok, out.into(), os);
         }
-        debug_assert!(r0.is_multiple_of(ROW_ALIGN) && r0 <= r1 && r1 <= self.n_out);
+        invariant!(r0.is_multiple_of(ROW_ALIGN) && r0 <= r1 && r1 <= self.n_out);
         (self.kern.gemm)(self.k, self.rows(r0, r1), r1 - r0, a, n_tok, out, os);
     }
 
@@ -144,7 +144,7 @@ impl Weight {
         out: OutCells<'_>,
         os: usize,
     ) {
-        debug_assert!(r0.is_multiple_of(ROW_ALIGN) && r0 <= r1 && r1 <= self.n_out);
+        invariant!(r0.is_multiple_of(ROW_ALIGN) && r0 <= r1 && r1 <= self.n_out);
         let (pk, p) = self
             .packed
             .as_ref()

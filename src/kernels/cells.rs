@@ -62,7 +62,7 @@ impl<'a> OutCells<'a> {
     /// # Safety
     /// `i` is one of the cells the call's contract names (so `i < len`).
     pub unsafe fn write(&mut self, i: usize, v: f32) {
-        debug_assert!(i < self.len);
+        invariant!(i < self.len);
         // SAFETY: the caller's contract: `i` is in the extent and one of this call's cells,
         // which nobody else touches (`from_raw`'s / `new`'s guarantee).
         unsafe { self.ptr.add(i).write(v) }

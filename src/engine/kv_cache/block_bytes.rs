@@ -120,7 +120,7 @@ impl KvCache {
                 }
             }
         }
-        debug_assert!(rest.is_empty());
+        invariant!(rest.is_empty());
         Ok(())
     }
 }

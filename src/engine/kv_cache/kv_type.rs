@@ -71,7 +71,7 @@ impl std::fmt::Display for KvType {
 /// (half away from zero), `d` stored as f16 (nearest even); an all-zero block has `d = 0` and
 /// zero values. Non-finite inputs never panic (`NaN` becomes 0, infinities saturate).
 pub(crate) fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f16]) {
-    debug_assert!(x.len().is_multiple_of(QK) && q.len() == x.len() && d.len() == x.len() / QK);
+    invariant!(x.len().is_multiple_of(QK) && q.len() == x.len() && d.len() == x.len() / QK);
     for ((xb, qb), db) in x
         .chunks_exact(QK)
         .zip(q.chunks_exact_mut(QK))

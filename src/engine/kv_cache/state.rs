@@ -102,7 +102,7 @@ impl SlotList {
     }
 
     pub(crate) fn give_back(&mut self, id: u32) {
-        debug_assert!(!self.free.contains(&id), "state slot {id} freed twice");
+        invariant!(!self.free.contains(&id), "state slot {id} freed twice");
         self.free.push(id);
     }
 

@@ -223,7 +223,7 @@ impl BlockTable {
             let keep = layout.first_kept_block(gi, pos, bs).min(g.len());
             for id in g[..keep].iter_mut().filter(|id| **id != RELEASED) {
                 let r = fl.release(*id);
-                debug_assert!(r.is_ok(), "releasing page {id} twice");
+                invariant!(r.is_ok(), "releasing page {id} twice");
                 *id = RELEASED;
                 dropped += 1;
             }
@@ -309,7 +309,7 @@ impl BlockTable {
         for g in &mut self.groups {
             for &id in g.iter().skip(n_blocks).filter(|&&id| id != RELEASED) {
                 let r = fl.release(id);
-                debug_assert!(r.is_ok(), "releasing page {id} twice");
+                invariant!(r.is_ok(), "releasing page {id} twice");
             }
             g.truncate(n_blocks);
         }
@@ -329,7 +329,7 @@ impl BlockTable {
             if let Some(id) = g.get_mut(b).filter(|id| **id != RELEASED) {
                 if fl.refcount(*id) == 1 {
                     let r = fl.release(*id);
-                    debug_assert!(r.is_ok());
+                    invariant!(r.is_ok());
                     *id = RELEASED;
                     freed += 1;
                 }
@@ -388,7 +388,7 @@ impl BlockTable {
             for &id in g.iter().filter(|&&id| id != RELEASED) {
                 // Every id in a live table has a count >= 1, so retain cannot fail.
                 let r = fl.retain(id);
-                debug_assert!(r.is_ok(), "forking a table holding a free page {id}");
+                invariant!(r.is_ok(), "forking a table holding a free page {id}");
             }
         }
         BlockTable {
@@ -435,7 +435,7 @@ impl Drop for BlockTable {
             for &id in g.iter().filter(|&&id| id != RELEASED) {
                 // Each id was allocated or retained for this table exactly once.
                 let r = fl.release(id);
-                debug_assert!(r.is_ok(), "releasing page {id} twice");
+                invariant!(r.is_ok(), "releasing page {id} twice");
             }
         }
     }

@@ -192,7 +192,7 @@ pub(crate) unsafe fn run<K: PanelTile>(k: &K, terms: &mut K::Terms, s: &Shape) {
     const { assert!(K::ROWS > 0 && PANEL.is_multiple_of(K::ROWS) && K::TOKENS > 0) };
     let nb = s.nb;
     let group = terms.capacity(nb).min(K::TOKEN_GROUP);
-    debug_assert!(group >= 1);
+    invariant!(group >= 1);
     for g0 in (0..s.n_tok).step_by(group) {
         let gn = group.min(s.n_tok - g0);
         // SAFETY: tokens g0..g0 + gn < n_tok are inside `a` (caller contract); gn fits.
@@ -211,7 +211,7 @@ pub(crate) unsafe fn run<K: PanelTile>(k: &K, terms: &mut K::Terms, s: &Shape) {
                 let (mut t0, mut i) = (0, 0);
                 while t0 < gn {
                     let n = k.tokens(gn - t0);
-                    debug_assert!((1..=gn - t0).contains(&n));
+                    invariant!((1..=gn - t0).contains(&n));
                     if k.prefetch_next(n) {
                         prefetch_share(panel.wrapping_add(s.panel_bytes), s.panel_bytes, i, tiles);
                     }

@@ -158,7 +158,7 @@ impl PackedWeights {
 
     /// The panels from the one holding row `r0` (a multiple of [`PANEL`]) on.
     pub fn from_row(&self, r0: usize) -> &[u8] {
-        debug_assert!(r0.is_multiple_of(PANEL));
+        invariant!(r0.is_multiple_of(PANEL));
         &self.bytes()[r0 / PANEL * self.layout.panel_bytes..]
     }
 }

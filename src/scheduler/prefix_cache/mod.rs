@@ -229,7 +229,7 @@ impl PrefixCache {
         table: &mut BlockTable,
         restores: &mut Vec<Restore>,
     ) -> Hit {
-        debug_assert!(table.blocks().is_empty(), "lookup into a non-empty table");
+        invariant!(table.blocks().is_empty(), "lookup into a non-empty table");
         self.stats.queries += 1;
         let bs = self.block_size;
         let max_blocks = tokens.len().saturating_sub(1) / bs;
@@ -387,7 +387,7 @@ impl PrefixCache {
         tokens: &[u32],
         pages: &[u32],
     ) -> Result<u64, KvCacheError> {
-        debug_assert_eq!(tokens.len(), self.block_size);
+        invariant_eq!(tokens.len(), self.block_size);
         let key = block_key(parent, tokens);
         if self.entries.contains_key(&key) {
             self.touch(key);

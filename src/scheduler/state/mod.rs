@@ -320,7 +320,7 @@ impl<T> Scheduler<T> {
     /// and its blocks enter, only that namespace.
     pub fn set_cache_namespace(&mut self, id: SeqId, ns: Option<u64>) {
         if let Some(s) = self.seqs.get_mut(&id) {
-            debug_assert!(s.table.n_blocks() == 0 && s.registered == 0);
+            invariant!(s.table.n_blocks() == 0 && s.registered == 0);
             s.root = namespace_root(ns);
             s.last_key = s.root;
         }

@@ -44,8 +44,8 @@ unsafe fn heads<S: Simd, const G: usize, const C: usize>(
     // pointer is justified where it is formed (the "in bounds:" comments).
     unsafe {
         let (d, bs) = (view.head_dim, view.block_size);
-        debug_assert_eq!(d, C * S::LANES);
-        debug_assert!(S::LANES <= LANES);
+        invariant_eq!(d, C * S::LANES);
+        invariant!(S::LANES <= LANES);
         let full = d - d % (LANES * PARTS);
         let qh = &mut qh[..G * d];
         for (h, &x) in qh.iter_mut().zip(&q[..G * d]) {

@@ -130,7 +130,7 @@ fn dword_dot_vnni(w: __m256i, x: __m256i) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block_sum_plain<const T: u8>(w: &[__m256i; 8], qa: *const u8, start: i32) -> __m256i {
-    debug_assert!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
+    invariant!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
     let ones = _mm256_set1_epi16(1);
     if is_q5(T) {
         // Four pair sums of weights <= 31 stay inside i16 (4 x 2 x 31 x 128 < 2^15).
@@ -435,7 +435,7 @@ macro_rules! panel_gemm {
             #[inline]
             #[target_feature(enable = $feat)]
             unsafe fn gemm_q0<const T: u8, const N: usize>(l: &PanelLayout, s: &Shape) {
-                debug_assert!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
+                invariant!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
                 let mut tab = BlockTerms::<N>::new(T, if T == Q5_1 { 0 } else { 8 });
                 // SAFETY: caller contract.
                 unsafe { driver::run(&Q0Tile::<T, N>(l), &mut tab, s) }

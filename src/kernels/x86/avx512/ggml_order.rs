@@ -168,7 +168,7 @@ pub(super) unsafe fn gemm<const T: u8>(
     out: *mut f32,
     os: usize,
 ) {
-    debug_assert!(ggml_lanes(T), "llama.cpp-order kinds only");
+    invariant!(ggml_lanes(T), "llama.cpp-order kinds only");
     for t0 in (0..n_tok).step_by(RN) {
         let rn = RN.min(n_tok - t0);
         for r0 in (0..n_rows).step_by(RM) {

@@ -319,7 +319,7 @@ unsafe fn tile<const T: u8, const N: usize, const E: usize, const PF: bool>(
     last: usize,
 ) {
     let nb = l.nb;
-    debug_assert!(last < N);
+    invariant!(last < N);
     // Token t's row, entries and outputs: the clamp is free when `last` is the constant N - 1.
     let tk = |t: usize| t.min(last);
     let mut acc = [_mm512_setzero_ps(); N];

@@ -559,7 +559,7 @@ impl<const T: u8, const N: usize> PanelTile for Q0Tile<'_, T, N> {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn gemm_q0<const T: u8, const N: usize>(l: &PanelLayout, s: &Shape) {
-    debug_assert!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
+    invariant!(!ggml_lanes(T), "llama.cpp-order kinds run tile_lanes");
     let mut terms = BlockTerms::<N>::new(T, if T == Q5_1 { 0 } else { 8 });
     // SAFETY: caller contract.
     unsafe { driver::run(&Q0Tile::<T, N>(l), &mut terms, s) }

@@ -119,7 +119,7 @@ impl<M: LaneSource> PanelTile for Q5Tile<'_, M> {
     /// [`PanelTile::prepare`]'s contract; `self.l.nb <= BLOCKS`.
     #[inline(always)]
     unsafe fn prepare(&self, panel: *const u8, terms: &mut Unpacked<M>) -> *const u8 {
-        debug_assert!(self.l.nb <= BLOCKS);
+        invariant!(self.l.nb <= BLOCKS);
         let dst = terms.buf.as_mut_ptr().cast::<u8>();
         // SAFETY: the buffer is 64-byte aligned (Line) and holds BLOCKS >= nb blocks.
         unsafe { unpack(self.l, panel, dst) };
