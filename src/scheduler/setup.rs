@@ -10,7 +10,7 @@ use crate::scheduler::handle::EngineHandle;
 use crate::scheduler::observer::Observer;
 use crate::scheduler::prefix_cache::identity::model_identity;
 use crate::scheduler::speculative::{SpecConfig, SpecMethod};
-use crate::scheduler::state::Limits;
+use crate::scheduler::state::{checkpoint_slots, Limits};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -245,8 +245,10 @@ pub fn start_with(
     let per_pos = (block_bytes * groups / bs as u64).max(1);
     let budget = cfg.kv_cache.bytes(per_pos, mem_total_bytes());
     // A recurrent model's per-sequence states come out of the same budget (one slot per
-    // running sequence and two spare, per worker; see the worker's cache).
-    let state_bytes = model.state_shape(cfg.scheduler.max_num_seqs + 2).bytes() as u64;
+    // running sequence and two spare, per worker, and the prefix cache's checkpoint slots;
+    // see the worker's cache).
+    let state_slots = cfg.scheduler.max_num_seqs + 2 + checkpoint_slots(&limits(cfg));
+    let state_bytes = model.state_shape(state_slots).bytes() as u64;
     let per_worker_blocks = (budget / workers as u64).saturating_sub(state_bytes) / block_bytes;
     if per_worker_blocks == 0 {
         return Err(SetupError::KvTooSmall {

@@ -21,6 +21,7 @@ mod scheduler;
 mod server;
 mod spec_draft;
 mod speculative;
+mod state_checkpoints;
 mod structured;
 mod structured_tools;
 mod tokenizer;

@@ -44,7 +44,7 @@ mod table;
 pub use kv_type::KvType;
 use kv_type::{quantize_row, QK};
 pub use layout::{KvLayout, LayerWindows};
-pub use state::StateShape;
+pub use state::{Checkpoint, StateShape};
 pub use table::{BlockAllocator, BlockTable, RELEASED};
 
 use crate::engine::line_buf::{LineBuf, ZeroValid};
@@ -68,6 +68,10 @@ pub enum KvCacheError {
     OutOfStateSlots { total: usize },
     #[error("block table belongs to another KV cache")]
     ForeignTable,
+    #[error("the block table holds no recurrent-state slot (nothing reserved yet, or a model without state)")]
+    NoStateSlot,
+    #[error("slot {slot} is not a recurrent-state checkpoint of this cache")]
+    NotACheckpoint { slot: u32 },
     #[error("layer {layer} out of range (the cache has {n_layer})")]
     Layer { layer: usize, n_layer: usize },
     #[error("position {pos} is beyond the block table's capacity {capacity}")]
@@ -250,20 +254,32 @@ impl KvCache {
     /// As [`KvCache::new`], with `state` recurrent-state slots beside the pages (every table
     /// takes one on its first reserve; see [`state`]).
     pub fn with_state(cfg: KvCacheConfig, state: StateShape) -> Result<KvCache, KvCacheError> {
+        KvCache::with_state_checkpoints(cfg, state, 0)
+    }
+
+    /// As [`KvCache::with_state`], plus `checkpoints` slots for copies of sequences' states at
+    /// block boundaries (handed out by [`BlockAllocator::take_checkpoint`]; ignored for a
+    /// model without state).
+    pub fn with_state_checkpoints(
+        cfg: KvCacheConfig,
+        state: StateShape,
+        checkpoints: usize,
+    ) -> Result<KvCache, KvCacheError> {
         if state.is_some() && state.n_slots == 0 {
             return Err(KvCacheError::InvalidConfig(
                 "a model with recurrent state needs at least one state slot".into(),
             ));
         }
+        let checkpoints = if state.is_some() { checkpoints } else { 0 };
         let floats = state
             .floats_per_seq
-            .checked_mul(state.n_slots)
+            .checked_mul(state.n_slots.saturating_add(checkpoints))
             .ok_or(KvCacheError::Alloc { bytes: usize::MAX })?;
         let mut state_buf = Vec::new();
         state_buf
             .try_reserve_exact(floats)
             .map_err(|_| KvCacheError::Alloc {
-                bytes: state.bytes(),
+                bytes: floats.saturating_mul(4),
             })?;
         state_buf.resize(floats, 0.0);
         let len = cfg.values_per_array()?;
@@ -287,6 +303,7 @@ impl KvCache {
                 cfg.block_size,
                 layout,
                 state.is_some().then_some(state.n_slots),
+                checkpoints,
             ),
             k,
             v,
@@ -319,6 +336,47 @@ impl KvCache {
     pub fn state_mut(&mut self, slot: u32) -> &mut [f32] {
         let n = self.state_shape.floats_per_seq;
         &mut self.state[slot as usize * n..][..n]
+    }
+
+    /// Copies the recurrent state of `table`'s slot into checkpoint slot `checkpoint`; returns
+    /// the positions it covers (`0..n`).
+    pub fn save_state(
+        &mut self,
+        table: &BlockTable,
+        checkpoint: u32,
+    ) -> Result<usize, KvCacheError> {
+        let from = table.state_slot().ok_or(KvCacheError::NoStateSlot)?;
+        if !self.alloc.is_checkpoint(checkpoint) {
+            return Err(KvCacheError::NotACheckpoint { slot: checkpoint });
+        }
+        let n = self.state_shape.floats_per_seq;
+        self.state.copy_within(
+            from as usize * n..(from as usize + 1) * n,
+            checkpoint as usize * n,
+        );
+        Ok(table.state_covered().unwrap_or(0))
+    }
+
+    /// Replaces the recurrent state of `table`'s slot with checkpoint slot `checkpoint`'s, which
+    /// stands for positions `0..covered` of the same tokens (the caller's contract: the prefix
+    /// cache keys checkpoints by the tokens they cover).
+    pub fn restore_state(
+        &mut self,
+        table: &BlockTable,
+        checkpoint: u32,
+        covered: usize,
+    ) -> Result<(), KvCacheError> {
+        let to = table.state_slot().ok_or(KvCacheError::NoStateSlot)?;
+        if !self.alloc.is_checkpoint(checkpoint) {
+            return Err(KvCacheError::NotACheckpoint { slot: checkpoint });
+        }
+        let n = self.state_shape.floats_per_seq;
+        self.state.copy_within(
+            checkpoint as usize * n..(checkpoint as usize + 1) * n,
+            to as usize * n,
+        );
+        table.set_state_covered(covered);
+        Ok(())
     }
 
     /// The allocator handing out this pool's blocks (clone it to keep a handle).

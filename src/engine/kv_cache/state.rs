@@ -17,7 +17,16 @@
 //! at position 0 clears it; one starting at `p > 0` needs `covered == p` exactly (checked
 //! before anything is computed): a state cannot be rolled back, nor resumed from pages shared
 //! by a prefix cache or a fork, so those paths are refused loudly instead of computing on a
-//! stale state. (Checkpoints at block boundaries would lift this; they are not implemented.)
+//! stale state, except from a checkpoint (below).
+//!
+//! # Checkpoints
+//!
+//! A checkpoint is a further slot, outside the sequences' pool, holding a copy of a
+//! sequence's state at a block boundary (taken by the prefix cache after a prefill chunk that
+//! ends there, see `scheduler::prefix_cache`). A sequence whose prompt starts with a cached
+//! prefix resumes from the checkpoint at the prefix's end: its own slot gets the copy and
+//! covers exactly those positions ([`super::KvCache::restore_state`]). A [`Checkpoint`] owns
+//! its slot and gives it back in `Drop`.
 //!
 //! # Layout
 //!
@@ -26,6 +35,7 @@
 //! `MixerKind`). f32 as llama.cpp keeps its recurrent states (`type_r`, `type_s`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// How much recurrent state a cache holds: `n_slots` sequences of `floats_per_seq` f32 each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,8 +101,13 @@ pub(crate) struct SlotList {
 
 impl SlotList {
     pub(crate) fn new(n: usize) -> SlotList {
+        SlotList::range(0, n)
+    }
+
+    /// The `n` slots `first..first + n`.
+    pub(crate) fn range(first: usize, n: usize) -> SlotList {
         SlotList {
-            free: (0..n as u32).rev().collect(),
+            free: (first as u32..(first + n) as u32).rev().collect(),
             total: n,
         }
     }
@@ -112,5 +127,68 @@ impl SlotList {
 
     pub(crate) fn total(&self) -> usize {
         self.total
+    }
+}
+
+/// The checkpoint slots of a pool (shared by the allocator and every [`Checkpoint`]).
+#[derive(Debug, Clone)]
+pub(crate) struct CheckpointSlots {
+    list: Arc<Mutex<SlotList>>,
+    first: u32,
+}
+
+impl CheckpointSlots {
+    /// Slots `first..first + n` of the state array.
+    pub(crate) fn new(first: usize, n: usize) -> CheckpointSlots {
+        CheckpointSlots {
+            list: Arc::new(Mutex::new(SlotList::range(first, n))),
+            first: first as u32,
+        }
+    }
+
+    /// The free list (a panic cannot leave it half-updated, so poisoning is harmless).
+    fn lock(&self) -> MutexGuard<'_, SlotList> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A free checkpoint slot, `None` when every one is held.
+    pub(crate) fn take(&self) -> Option<Checkpoint> {
+        let id = self.lock().take()?;
+        Some(Checkpoint {
+            id,
+            slots: self.clone(),
+        })
+    }
+
+    /// `(free, total)`.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        let l = self.lock();
+        (l.free_count(), l.total())
+    }
+
+    /// Whether `slot` is one of these checkpoint slots.
+    pub(crate) fn contains(&self, slot: u32) -> bool {
+        slot >= self.first && ((slot - self.first) as usize) < self.lock().total()
+    }
+}
+
+/// One checkpoint slot, held until dropped (see the module docs).
+#[derive(Debug)]
+pub struct Checkpoint {
+    id: u32,
+    slots: CheckpointSlots,
+}
+
+impl Checkpoint {
+    /// The slot's index in the cache's state array (for [`super::KvCache::save_state`] and
+    /// [`super::KvCache::restore_state`]).
+    pub fn slot(&self) -> u32 {
+        self.id
+    }
+}
+
+impl Drop for Checkpoint {
+    fn drop(&mut self) {
+        self.slots.lock().give_back(self.id);
     }
 }

@@ -10,7 +10,7 @@
 
 use super::free_list::FreeList;
 use super::layout::KvLayout;
-use super::state::{SlotList, StateSlot};
+use super::state::{Checkpoint, CheckpointSlots, SlotList, StateSlot};
 use super::KvCacheError;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -26,6 +26,8 @@ struct Shared {
     free: Mutex<FreeList>,
     /// Recurrent-state slots (see [`super::state`]); `None` when sequences carry no state.
     slots: Option<Mutex<SlotList>>,
+    /// Checkpoint slots (see [`super::state`]); `None` without.
+    checkpoints: Option<CheckpointSlots>,
 }
 
 impl Shared {
@@ -56,25 +58,55 @@ impl BlockAllocator {
     /// A pool of `n_blocks` pages of `block_size` positions each, in `layout` (tests).
     #[cfg(test)]
     pub(crate) fn new(n_blocks: u32, block_size: usize, layout: KvLayout) -> BlockAllocator {
-        BlockAllocator::with_state_slots(n_blocks, block_size, layout, None)
+        BlockAllocator::with_state_slots(n_blocks, block_size, layout, None, 0)
     }
 
     /// As [`BlockAllocator::new`], every table also taking one of `state_slots` recurrent
-    /// state slots on its first reserve (`None`: sequences carry no state).
+    /// state slots on its first reserve (`None`: sequences carry no state), and
+    /// `checkpoints` further slots (numbered after those) handed out by
+    /// [`Self::take_checkpoint`].
     pub(crate) fn with_state_slots(
         n_blocks: u32,
         block_size: usize,
         layout: KvLayout,
         state_slots: Option<usize>,
+        checkpoints: usize,
     ) -> BlockAllocator {
+        let checkpoints = match state_slots {
+            Some(n) if checkpoints > 0 => Some(CheckpointSlots::new(n, checkpoints)),
+            _ => None,
+        };
         BlockAllocator {
             shared: Arc::new(Shared {
                 block_size,
                 layout,
                 free: Mutex::new(FreeList::new(n_blocks)),
                 slots: state_slots.map(|n| Mutex::new(SlotList::new(n))),
+                checkpoints,
             }),
         }
+    }
+
+    /// A free recurrent-state checkpoint slot (see [`super::state`]); `None` when the pool
+    /// has none or every one is held.
+    pub fn take_checkpoint(&self) -> Option<Checkpoint> {
+        self.shared.checkpoints.as_ref()?.take()
+    }
+
+    /// Checkpoint slots `(free, total)`, `None` when the pool has none.
+    pub fn checkpoint_slots(&self) -> Option<(usize, usize)> {
+        self.shared
+            .checkpoints
+            .as_ref()
+            .map(CheckpointSlots::counts)
+    }
+
+    /// Whether `slot` is one of this pool's checkpoint slots.
+    pub(crate) fn is_checkpoint(&self, slot: u32) -> bool {
+        self.shared
+            .checkpoints
+            .as_ref()
+            .is_some_and(|c| c.contains(slot))
     }
 
     /// Recurrent-state slots `(free, total)`, `None` when sequences carry no state.
@@ -512,8 +544,13 @@ mod tests {
 
     #[test]
     fn state_slot_is_taken_on_reserve_and_freed_on_drop() {
-        let a =
-            BlockAllocator::with_state_slots(8, 16, KvLayout::new(1, &LayerWindows::NONE), Some(2));
+        let a = BlockAllocator::with_state_slots(
+            8,
+            16,
+            KvLayout::new(1, &LayerWindows::NONE),
+            Some(2),
+            0,
+        );
         let mut t = BlockTable::new(&a);
         assert_eq!(t.state_slot(), None);
         t.reserve(1).unwrap();

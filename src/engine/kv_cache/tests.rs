@@ -269,3 +269,52 @@ fn push_shared_keeps_the_counts() {
     drop(b);
     assert_eq!(cache.free_blocks(), 4);
 }
+
+#[test]
+fn checkpoints_copy_a_state_out_and_back_and_free_their_slots() {
+    let shape = StateShape {
+        floats_per_seq: 3,
+        n_slots: 2,
+    };
+    let mut kv = KvCache::with_state_checkpoints(cfg(1, 4, 4, 8), shape, 2).unwrap();
+    let a = kv.allocator().clone();
+    assert_eq!(a.checkpoint_slots(), Some((2, 2)));
+    let mut t = kv.new_table();
+    // No slot before the first reserve: a named error, nothing copied.
+    assert_eq!(kv.save_state(&t, 2), Err(KvCacheError::NoStateSlot));
+    t.reserve(8).unwrap();
+    let s = t.state_slot().unwrap();
+    kv.state_mut(s).copy_from_slice(&[1.0, 2.0, 3.0]);
+    t.set_state_covered(8);
+    let c = a.take_checkpoint().expect("a free checkpoint");
+    assert!(
+        c.slot() >= 2,
+        "checkpoints are numbered after the sequences' slots"
+    );
+    // A sequence's slot is not a checkpoint.
+    assert_eq!(
+        kv.save_state(&t, s),
+        Err(KvCacheError::NotACheckpoint { slot: s })
+    );
+    assert_eq!(kv.save_state(&t, c.slot()), Ok(8));
+    // Another sequence resumes from it: same values, covering the same positions.
+    let mut u = kv.new_table();
+    u.reserve(12).unwrap();
+    let us = u.state_slot().unwrap();
+    kv.state_mut(us).fill(9.0);
+    kv.restore_state(&u, c.slot(), 8).unwrap();
+    assert_eq!(kv.state(us), &[1.0, 2.0, 3.0]);
+    assert_eq!(u.state_covered(), Some(8));
+    assert_eq!(a.checkpoint_slots(), Some((1, 2)));
+    drop(c);
+    assert_eq!(a.checkpoint_slots(), Some((2, 2)));
+    let held: Vec<_> = (0..3).map(|_| a.take_checkpoint()).collect();
+    assert!(held[2].is_none(), "only two checkpoint slots");
+}
+
+#[test]
+fn a_cache_without_state_has_no_checkpoints() {
+    let kv = KvCache::with_state_checkpoints(cfg(1, 4, 4, 8), StateShape::NONE, 4).unwrap();
+    assert_eq!(kv.allocator().checkpoint_slots(), None);
+    assert!(kv.allocator().take_checkpoint().is_none());
+}

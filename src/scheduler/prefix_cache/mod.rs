@@ -27,12 +27,19 @@
 //!   runs before the forward pass; such blocks enter the pool's cache once the step is done
 //!   (like computed ones).
 //! - Keys are [`stable_hash`]es: the same in every run, so the disk tier can use them.
+//! - Recurrent models ([`PrefixCache::keep_state_checkpoints`]): a block's K/V is not enough
+//!   to resume a sequence, its recurrent state at the block's end is needed too. Blocks may
+//!   carry a [`Checkpoint`] of that state (attached after the step that computed it); a
+//!   lookup stops at the deepest matching block that has one and names it in the [`Hit`].
+//!   Checkpoints are bounded by the pool's checkpoint slots: taking one when none is free
+//!   takes the least recently used block's ([`PrefixCache::steal_checkpoint`]). The RAM and
+//!   disk tiers hold no checkpoints, so they stay off for such models.
 //! - Namespaces: the chain of a prompt's keys starts at a root, [`ROOT`] for the shared
 //!   namespace or [`namespace_root`] of an id (an API key's, with `cache.namespace_by_key`).
 //!   Every key depends on its root, so a prompt only ever matches blocks computed under the
 //!   same root, in the pool, the RAM tier and the disk tier's file names alike.
 
-use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError, RELEASED};
+use crate::engine::kv_cache::{BlockAllocator, BlockTable, Checkpoint, KvCacheError, RELEASED};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -45,7 +52,7 @@ mod tier_ops;
 
 pub use disk::{DiskStats, DiskTier};
 pub use ram::RamTier;
-pub use tier_ops::{Hit, Persist, Restore, Spill};
+pub use tier_ops::{Hit, Persist, Restore, Spill, StateCopy};
 
 /// Key of the empty prefix (the parent of every first block).
 pub const ROOT: u64 = 0x6b69_6c6e_5f72_6f6f;
@@ -89,6 +96,8 @@ struct Entry {
     /// checks.
     #[cfg_attr(not(test), allow(dead_code))]
     first: bool,
+    /// The recurrent state after this block (recurrent models only; see the module docs).
+    checkpoint: Option<Checkpoint>,
 }
 
 /// Counters since start: lookups, lookups that reused at least one block, and tokens reused
@@ -125,6 +134,8 @@ pub struct PrefixCache {
     /// Whether new blocks are queued for the disk tier ([`Self::take_persists`]).
     persist: bool,
     persists: Vec<Persist>,
+    /// Hits must end at a block with a recurrent-state checkpoint.
+    state_checkpoints: bool,
 }
 
 impl PrefixCache {
@@ -147,7 +158,58 @@ impl PrefixCache {
             spills: Vec::new(),
             persist: false,
             persists: Vec::new(),
+            state_checkpoints: false,
         }
+    }
+
+    /// Makes hits end at blocks carrying a recurrent-state checkpoint (a model with recurrent
+    /// layers: its sequences resume from a state, not from K/V alone).
+    pub fn keep_state_checkpoints(&mut self) {
+        self.state_checkpoints = true;
+    }
+
+    /// Whether hits need recurrent-state checkpoints.
+    pub fn keeps_state_checkpoints(&self) -> bool {
+        self.state_checkpoints
+    }
+
+    /// Attaches `checkpoint`, the recurrent state after the cached block `key`, to it; false
+    /// (and the checkpoint dropped, its slot free again) when the block is not cached or
+    /// already has one.
+    pub fn attach_checkpoint(&mut self, key: u64, checkpoint: Checkpoint) -> bool {
+        match self.entries.get_mut(&key) {
+            Some(e) if e.checkpoint.is_none() => {
+                e.checkpoint = Some(checkpoint);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes the checkpoint of the least recently used block that has one (its K/V stay
+    /// cached), for a newer one.
+    pub fn steal_checkpoint(&mut self) -> Option<Checkpoint> {
+        let key = self
+            .lru
+            .values()
+            .find(|k| self.entries.get(k).is_some_and(|e| e.checkpoint.is_some()))
+            .copied()?;
+        self.entries.get_mut(&key)?.checkpoint.take()
+    }
+
+    /// Whether the cached block `key` carries a recurrent-state checkpoint.
+    pub fn has_checkpoint(&self, key: u64) -> bool {
+        self.entries
+            .get(&key)
+            .is_some_and(|e| e.checkpoint.is_some())
+    }
+
+    /// Cached blocks carrying a recurrent-state checkpoint.
+    pub fn checkpoints(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.checkpoint.is_some())
+            .count()
     }
 
     /// Queues every block that enters the cache from now on for the disk tier.
@@ -249,7 +311,20 @@ impl PrefixCache {
             keys.push(key);
             parent = key;
         }
-        let usable = self.usable_prefix(table);
+        let mut usable = self.usable_prefix(table);
+        let mut state_from = None;
+        if self.state_checkpoints {
+            // A recurrent model resumes only where a state was saved.
+            usable = keys[..usable]
+                .iter()
+                .rposition(|k| self.entries[k].checkpoint.is_some())
+                .map_or(0, |i| i + 1);
+            state_from = usable
+                .checked_sub(1)
+                .and_then(|i| self.entries[&keys[i]].checkpoint.as_ref())
+                .map(Checkpoint::slot);
+            parent = usable.checked_sub(1).map_or(root, |i| keys[i]);
+        }
         let whole = usable == keys.len();
         if !whole {
             table.truncate(usable);
@@ -261,7 +336,7 @@ impl PrefixCache {
         }
         let pool_blocks = keys.len();
         let mut ram_blocks = 0;
-        if whole && self.ram.is_on() {
+        if whole && self.ram.is_on() && !self.state_checkpoints {
             ram_blocks = self.restore_from_ram(tokens, table, restores, parent, max_blocks);
         }
         let blocks = pool_blocks + ram_blocks;
@@ -284,6 +359,7 @@ impl PrefixCache {
             tokens: blocks * bs,
             pool_tokens: pool_blocks * bs,
             ram_miss,
+            state_from,
         }
     }
 
@@ -423,6 +499,7 @@ impl PrefixCache {
                 tick: self.tick,
                 children: 0,
                 first,
+                checkpoint: None,
             },
         );
         Ok(key)

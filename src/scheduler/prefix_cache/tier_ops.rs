@@ -40,4 +40,17 @@ pub struct Hit {
     pub pool_tokens: usize,
     /// The lookup reached the RAM tier and found nothing there.
     pub ram_miss: bool,
+    /// With recurrent-state checkpoints: the checkpoint slot holding the state after
+    /// `tokens`, which the sequence's own slot must be restored from before the step.
+    pub state_from: Option<u32>,
+}
+
+/// A state copy the worker makes for the scheduler's checkpoints (see
+/// `engine::kv_cache::state`): `Restore` before the step's forward pass (the checkpoint
+/// `slot` into sequence `seq`'s own slot, which then covers `covered` positions), `Save`
+/// after it (the sequence's slot into checkpoint `slot`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateCopy {
+    Restore { seq: u64, slot: u32, covered: usize },
+    Save { seq: u64, slot: u32 },
 }

@@ -26,7 +26,7 @@
 
 use crate::engine::kv_cache::{BlockAllocator, BlockTable, KvCacheError};
 use crate::scheduler::prefix_cache::{
-    namespace_root, Hit, PrefixCache, PrefixStats, RamTier, Restore, Spill, ROOT,
+    namespace_root, Hit, PrefixCache, PrefixStats, RamTier, ROOT,
 };
 use crate::scheduler::speculative::{SpecConfig, SpecRequest, SpecState};
 use std::collections::{HashMap, VecDeque};
@@ -82,59 +82,6 @@ pub enum AdmitError {
     EmptyPrompt,
     #[error("{waiting} requests are already waiting (the limit)")]
     QueueFull { waiting: usize },
-}
-
-/// One sequence in a step: run `tokens[start..start + len]` at positions `start..`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PlanItem {
-    pub seq: SeqId,
-    pub start: usize,
-    pub len: usize,
-    /// The last of these tokens is the sequence's last: its logits give the next token.
-    pub logits: bool,
-    /// Every one of these tokens needs its logits row (prompt logprobs); with `logits`, the
-    /// last of them is also the row sampled from.
-    pub rows: bool,
-    /// Guessed tokens to verify (speculative decoding): the item runs the sequence's last
-    /// token and then its [`Seq::draft`], `len = 1 + draft`, at positions `start..`, with a
-    /// logits row at each (see [`crate::scheduler::speculative`]); 0 for every other item.
-    pub draft: usize,
-}
-
-impl PlanItem {
-    /// Logits rows this item produces.
-    pub fn logit_rows(&self) -> usize {
-        if self.rows || self.draft > 0 {
-            self.len
-        } else {
-            usize::from(self.logits)
-        }
-    }
-}
-
-/// One step to execute, in this order: the spills (evicted prefix-cache blocks copied out to
-/// the RAM tier, before anything writes their freed pages), the restores (RAM-tier blocks
-/// written into fresh pages), the block copies (copy on write, `(src, dst)`), then one
-/// forward call over `items`. Spills are in the plan even when it has no items.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StepPlan {
-    pub items: Vec<PlanItem>,
-    pub spills: Vec<Spill>,
-    pub restores: Vec<Restore>,
-    pub copies: Vec<(u32, u32)>,
-    /// Sequences preempted while planning (back in the queue, blocks freed).
-    pub preempted: Vec<SeqId>,
-}
-
-impl StepPlan {
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
-    /// New tokens in the step.
-    pub fn tokens(&self) -> usize {
-        self.items.iter().map(|i| i.len).sum()
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +168,7 @@ pub struct Scheduler<T> {
     running_slots: usize,
     counters: Counters,
     spec: SpecConfig,
+    pending: checkpoints::PendingCheckpoints,
 }
 
 impl<T> Scheduler<T> {
@@ -236,6 +184,7 @@ impl<T> Scheduler<T> {
             running_slots: 0,
             counters: Counters::default(),
             spec: SpecConfig::off(),
+            pending: checkpoints::PendingCheckpoints::default(),
         }
     }
 
@@ -400,6 +349,7 @@ impl<T> Scheduler<T> {
 
     fn plan(&mut self) -> StepPlan {
         self.counters.steps += 1;
+        self.drop_pending_checkpoints();
         let mut plan = StepPlan::default();
         let mut budget = self.limits.max_batch_tokens;
         let decoders = self.decoders();
@@ -440,6 +390,11 @@ impl<T> Scheduler<T> {
             }
             .min(budget)
             .min(if rows { rows_left } else { usize::MAX });
+            let n = if is_decode {
+                n
+            } else {
+                self.checkpoint_chunk(computed, n)
+            };
             if n == 0 {
                 i += 1;
                 continue;
@@ -474,6 +429,7 @@ impl<T> Scheduler<T> {
                     }
                     if !is_decode {
                         prefill_left = prefill_left.saturating_sub(self.chunk_cost(computed, n));
+                        self.plan_checkpoint(id, computed + n, &mut plan);
                     }
                     i += 1;
                 }
@@ -529,6 +485,7 @@ impl<T> Scheduler<T> {
                 .chunk_fitting(computed, have - computed, prefill_left)
                 .min(budget)
                 .min(if rows { rows_left } else { usize::MAX });
+            let n = self.checkpoint_chunk(computed, n);
             if n == 0 {
                 break;
             }
@@ -559,6 +516,8 @@ impl<T> Scheduler<T> {
                 rows,
                 draft: 0,
             });
+            Self::plan_restore(id, looked_up, &mut plan);
+            self.plan_checkpoint(id, computed + n, &mut plan);
             budget -= n;
             if rows {
                 rows_left -= n;
@@ -688,6 +647,8 @@ impl<T> Scheduler<T> {
             }
             s.registered += 1;
         }
+        let (registered, last_key) = (s.registered, s.last_key);
+        self.attach_checkpoints(id, registered, last_key);
     }
 
     /// Appends a generated token to `id`.
@@ -772,10 +733,16 @@ fn key_of(root: u64, tokens: &[u32], bs: usize) -> u64 {
         .fold(root, crate::scheduler::prefix_cache::block_key)
 }
 
+mod checkpoints;
 mod fits;
+mod plan;
 mod speculation;
+pub use checkpoints::checkpoint_slots;
 pub use fits::{check_fits, check_fits_layout, PoolShape};
+pub use plan::{PlanItem, StepPlan};
 
+#[cfg(test)]
+mod checkpoint_tests;
 #[cfg(test)]
 mod spec_tests;
 #[cfg(test)]

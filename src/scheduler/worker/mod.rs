@@ -17,7 +17,9 @@ use crate::scheduler::request::{
 };
 use crate::scheduler::sampling::{score, SampleScratch};
 use crate::scheduler::speculative::SpecConfig;
-use crate::scheduler::state::{Limits, PlanItem, Scheduler, SeqId, StepPlan, PROMPT_LOGIT_ROWS};
+use crate::scheduler::state::{
+    checkpoint_slots, Limits, PlanItem, Scheduler, SeqId, StepPlan, PROMPT_LOGIT_ROWS,
+};
 use crate::tokenizer::Tokenizer;
 use draft::Drafter;
 use output::{req_of, seq_id, Outputs, Req, SeqOut};
@@ -109,7 +111,11 @@ impl StepState {
             .with_kv_type(cfg.kv_type);
         // A recurrent model's sequences each hold a state slot: one per running sequence, plus
         // room for the tables a step frees as another takes its place.
-        let kv = KvCache::with_state(kv_cfg, model.state_shape(limits.max_num_seqs + 2))?;
+        let kv = KvCache::with_state_checkpoints(
+            kv_cfg,
+            model.state_shape(limits.max_num_seqs + 2),
+            checkpoint_slots(&limits),
+        )?;
         let batch = BatchLimits {
             max_tokens: limits.max_batch_tokens,
             max_seqs: limits.max_num_seqs,
@@ -118,13 +124,13 @@ impl StepState {
         let scratch = model.new_scratch(batch, &kv_cfg)?;
         // The handle bounds the queue; the state machine's own bound must never refuse what
         // the handle accepted.
-        // A recurrent state can be neither resumed from shared prefix pages nor rolled back
-        // after rejected draft tokens: such models run without the prefix cache and without
-        // speculation (see `kv_cache::state`).
+        // A recurrent state cannot be rolled back after rejected draft tokens: such models run
+        // without speculation. They resume cached prefixes from state checkpoints (see
+        // `scheduler::state::checkpoints`), which the RAM and disk tiers do not hold: those
+        // stay off for them.
         let recurrent = model.desc().has_recurrent();
         let sched_limits = Limits {
             max_waiting: usize::MAX,
-            prefix_cache: limits.prefix_cache && !recurrent,
             ..limits
         };
         let spec = if recurrent {
@@ -133,7 +139,9 @@ impl StepState {
             cfg.speculative
         };
         let mut sched = Scheduler::new(sched_limits, kv.allocator().clone()).with_speculation(spec);
-        if sched_limits.prefix_cache {
+        if recurrent {
+            sched.keep_state_checkpoints();
+        } else if sched_limits.prefix_cache {
             sched.set_tiers(cfg.tiers.ram_bytes, cfg.tiers.dir.is_some());
         }
         let sample_scratch = (0..model.team().threads())
@@ -478,6 +486,7 @@ impl Worker {
         for &(src, dst) in &plan.copies {
             self.kv.copy_block(src, dst).map_err(EngineError::from)?;
         }
+        self.run_state_copies(plan, true)?;
         // The masks of constrained sequences that sample this step, computed beside the forward
         // pass.
         let mut pending: Pending = plan
@@ -565,6 +574,7 @@ impl Worker {
             }
         }
         let (n_vocab, n_embd) = out?;
+        self.run_state_copies(plan, false)?;
         let rows = std::mem::take(&mut self.rows);
         let hidden = std::mem::take(&mut self.hidden);
         let row = |k: usize| &rows[k * n_vocab..(k + 1) * n_vocab];

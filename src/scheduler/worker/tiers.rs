@@ -6,7 +6,7 @@ use super::{StepError, Worker};
 use crate::engine::kv_cache::{block_q8, KvCacheError, KvType};
 use crate::engine::EngineError;
 use crate::scheduler::observer::{CacheTier, TierStats};
-use crate::scheduler::prefix_cache::block_key;
+use crate::scheduler::prefix_cache::{block_key, StateCopy};
 use crate::scheduler::state::StepPlan;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -55,6 +55,31 @@ impl Worker {
                 raw.and_then(|raw| self.kv.import_block(&r.pages, &raw))
             }
             .map_err(EngineError::from)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the plan's recurrent-state copies of one kind: `restores` (checkpoint into a
+    /// sequence's slot) before the forward pass, saves (the sequence's slot into a checkpoint)
+    /// after it (see `scheduler::state::checkpoints`).
+    pub(super) fn run_state_copies(
+        &mut self,
+        plan: &StepPlan,
+        restores: bool,
+    ) -> Result<(), StepError> {
+        for c in &plan.state_copies {
+            let r = match *c {
+                StateCopy::Restore { seq, slot, covered } if restores => {
+                    let s = self.sched.seq(seq).ok_or(StepError::Plan)?;
+                    self.kv.restore_state(s.table(), slot, covered)
+                }
+                StateCopy::Save { seq, slot } if !restores => {
+                    let s = self.sched.seq(seq).ok_or(StepError::Plan)?;
+                    self.kv.save_state(s.table(), slot).map(|_| ())
+                }
+                _ => Ok(()),
+            };
+            r.map_err(EngineError::from)?;
         }
         Ok(())
     }
