@@ -69,6 +69,27 @@ pub struct ForwardScratch {
     /// A short convolution's B, C, x rows `[T][3d]` and B*x rows `[T][d]` (models with one).
     pub(crate) conv_bcx: LineBuf,
     pub(crate) conv_bx: LineBuf,
+    /// A gated q's query-and-gate rows `[T][2 * n_head * head_dim]` (qwen35).
+    pub(crate) q_full: LineBuf,
+    /// The gated DeltaNet's buffers (models with one, see `model::deltanet`).
+    pub(crate) gdn: GdnScratch,
+}
+
+/// The gated DeltaNet's per-token rows.
+pub(crate) struct GdnScratch {
+    /// q, k, v projections, the convolution's input `[T][c]`.
+    pub(crate) qkv: LineBuf,
+    /// The convolved, SiLU'd rows, q and k then L2-normed `[T][c]`.
+    pub(crate) conv: LineBuf,
+    /// The output gate z `[T][vd]`.
+    pub(crate) z: LineBuf,
+    /// Beta, then sigmoid(beta) `[T][hv]`.
+    pub(crate) beta: LineBuf,
+    /// Alpha, then the decay's log `softplus(alpha + dt) * a` `[T][hv]`.
+    pub(crate) alpha: LineBuf,
+    /// The delta rule's output, per sequence head-major: a sequence of `n` tokens starting
+    /// at token `t0` holds head `h`'s rows at `[t0 * vd + h * n * hd ..][n][hd]`.
+    pub(crate) out: LineBuf,
 }
 
 impl ForwardScratch {
@@ -96,7 +117,10 @@ impl ForwardScratch {
         let nkv = desc.n_head_kv * desc.head_dim;
         let f = desc.max_ff();
         let n_expert = desc.moe.map_or(0, |m| m.n_expert);
-        let max_k = d.max(nq).max(f);
+        let gdn = desc.deltanet;
+        let (gdn_c, gdn_vd) = gdn.map_or((0, 0), |g| (g.conv_dim(), g.value_dim()));
+        let nq_full = if desc.attn_out_gate { 2 * nq } else { 0 };
+        let max_k = d.max(nq).max(f).max(gdn_vd);
         let conv = desc.conv_l_cache > 0;
         // Largest quantized activation row: Q8_1 (36 bytes per 32) or f32 rows, whichever.
         let max_act_row = (max_k * 4).max(max_k.div_ceil(32) * 36);
@@ -105,7 +129,9 @@ impl ForwardScratch {
             .max(t * d)
             .max(t * n_expert)
             .max(r * desc.n_vocab)
-            .max(if conv { t * 3 * d } else { 0 });
+            .max(if conv { t * 3 * d } else { 0 })
+            .max(t * (nq_full + 2 * nkv))
+            .max(t * (gdn_c + gdn_vd));
         Ok(ForwardScratch {
             limits,
             tok_seq: vec![0; t],
@@ -136,6 +162,18 @@ impl ForwardScratch {
             }),
             conv_bcx: LineBuf::zeroed(if conv { t * 3 * d } else { 0 }),
             conv_bx: LineBuf::zeroed(if conv { t * d } else { 0 }),
+            q_full: LineBuf::zeroed(t * nq_full),
+            gdn: {
+                let hv = gdn.map_or(0, |g| g.n_v_heads);
+                GdnScratch {
+                    qkv: LineBuf::zeroed(t * gdn_c),
+                    conv: LineBuf::zeroed(t * gdn_c),
+                    z: LineBuf::zeroed(t * gdn_vd),
+                    beta: LineBuf::zeroed(t * hv),
+                    alpha: LineBuf::zeroed(t * hv),
+                    out: LineBuf::zeroed(t * gdn_vd),
+                }
+            },
         })
     }
 

@@ -351,6 +351,31 @@ pub struct ShortConvWeights {
     pub out_proj: Weight, // (d, d)
 }
 
+/// Qwen3.5's gated DeltaNet mixer (llama.cpp's `build_layer_attn_linear`, see
+/// `model::deltanet`). `c` = conv channels (q, k, v), `vd` = value width, `hv` = value heads,
+/// `h` = head width.
+#[derive(Clone, Debug)]
+pub struct GdnWeights {
+    /// q, k and v rows of the input, in that order (`attn_qkv`).
+    pub wqkv: Weight, // (c, d)
+    /// The output gate z (`attn_gate`).
+    pub wgate: Weight, // (vd, d)
+    /// Per-head update strength before its sigmoid (`ssm_beta`).
+    pub wbeta: Weight, // (hv, d)
+    /// Per-head decay input before its softplus (`ssm_alpha`).
+    pub walpha: Weight, // (hv, d)
+    /// The depthwise taps, tap by tap (oldest position first): tap `k` of channel `i` is
+    /// `conv[k * c + i]` (f32, as ggml_ssm_conv reads them).
+    pub conv: Vec<f32>, // (d_conv, c)
+    /// `ssm_dt.bias`, added to alpha before the softplus.
+    pub dt_bias: Vec<f32>, // (hv)
+    /// `ssm_a` (`-exp(A_log)`): the decay's per-head factor.
+    pub a: Vec<f32>, // (hv)
+    /// RMSNorm weight of each output head before its gate (`ssm_norm`).
+    pub norm: Vec<f32>, // (h)
+    pub out: Weight, // (d, vd)
+}
+
 /// A layer's mixer: what it computes across positions (see
 /// [`crate::engine::model::desc::MixerKind`]).
 // One per layer, built once at load: not boxed, so the forward pass reads its matrices with
@@ -360,6 +385,7 @@ pub struct ShortConvWeights {
 pub enum MixerWeights {
     Attention(AttnWeights),
     ShortConv(ShortConvWeights),
+    GatedDeltaNet(GdnWeights),
 }
 
 impl MixerWeights {
@@ -368,6 +394,7 @@ impl MixerWeights {
         match self {
             MixerWeights::Attention(a) => &a.wq,
             MixerWeights::ShortConv(c) => &c.in_proj,
+            MixerWeights::GatedDeltaNet(g) => &g.wqkv,
         }
     }
 
@@ -376,6 +403,13 @@ impl MixerWeights {
         match self {
             MixerWeights::Attention(a) => vec![&mut a.wq, &mut a.wk, &mut a.wv, &mut a.wo],
             MixerWeights::ShortConv(c) => vec![&mut c.in_proj, &mut c.out_proj],
+            MixerWeights::GatedDeltaNet(g) => vec![
+                &mut g.wqkv,
+                &mut g.wgate,
+                &mut g.wbeta,
+                &mut g.walpha,
+                &mut g.out,
+            ],
         }
     }
 
@@ -384,6 +418,7 @@ impl MixerWeights {
         match self {
             MixerWeights::Attention(a) => vec![&a.wq, &a.wk, &a.wv, &a.wo],
             MixerWeights::ShortConv(c) => vec![&c.in_proj, &c.out_proj],
+            MixerWeights::GatedDeltaNet(g) => vec![&g.wqkv, &g.wgate, &g.wbeta, &g.walpha, &g.out],
         }
     }
 }

@@ -26,11 +26,12 @@ pub enum Arch {
     GraniteMoe,
     GptOss,
     Lfm2,
+    Qwen35,
 }
 
 /// Every supported architecture with its `general.architecture` name: the one list behind
 /// [`Arch::from_name`], [`Arch::name`] and the "unsupported architecture" error.
-pub const ARCHS: [(Arch, &str); 14] = [
+pub const ARCHS: [(Arch, &str); 15] = [
     (Arch::Llama, "llama"),
     (Arch::Qwen2, "qwen2"),
     (Arch::Qwen3, "qwen3"),
@@ -45,6 +46,7 @@ pub const ARCHS: [(Arch, &str); 14] = [
     (Arch::GraniteMoe, "granitemoe"),
     (Arch::GptOss, "gpt-oss"),
     (Arch::Lfm2, "lfm2"),
+    (Arch::Qwen35, "qwen35"),
 ];
 
 /// How RoPE pairs dimensions.
@@ -135,6 +137,12 @@ pub struct ArchRules {
     /// The final norm before the LM head (`output_norm.weight`; lfm2 names it
     /// `token_embd_norm.weight`).
     pub output_norm_tensor: &'static str,
+    /// The layers `ssm.*` / `full_attention_interval` mark recurrent run Qwen3.5's gated
+    /// DeltaNet instead of attention.
+    pub gated_delta_net: bool,
+    /// `attn_q` carries, after each head's query, a gate for that head's attention output
+    /// (`out * sigmoid(gate)` before `attn_output`; qwen35).
+    pub attn_out_gate: bool,
 }
 
 const LLAMA: ArchRules = ArchRules {
@@ -160,6 +168,8 @@ const LLAMA: ArchRules = ArchRules {
     swa_rope_scaled: false,
     shortconv: false,
     output_norm_tensor: "output_norm.weight",
+    gated_delta_net: false,
+    attn_out_gate: false,
 };
 
 impl Arch {
@@ -307,6 +317,16 @@ impl Arch {
                 qk_norm: true,
                 shortconv: true,
                 output_norm_tensor: "token_embd_norm.weight",
+                ..neox
+            },
+            // qwen35.cpp: gated DeltaNet on the recurrent layers, gated attention (q with
+            // its output gate, per-head q/k norm, multi-section RoPE that is NeoX for text) on
+            // the others; the FFN norm is post_attention_norm.
+            Arch::Qwen35 => ArchRules {
+                qk_norm: true,
+                ffn_norm_tensor: "post_attention_norm.weight",
+                gated_delta_net: true,
+                attn_out_gate: true,
                 ..neox
             },
         }

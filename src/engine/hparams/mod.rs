@@ -7,11 +7,13 @@
 //! file's keys into the plain values the one forward pass reads (scales, caps, windows, norms).
 
 mod arch;
+mod deltanet;
 mod moe;
 mod rope;
 mod shortconv;
 
 pub use arch::{Arch, ArchRules, QueryScale, RopeStyle, SwaRule, ARCHS};
+pub use deltanet::GatedDeltaNet;
 pub use moe::{Gating, MoeParams, MoeRule, MAX_EXPERTS};
 pub use rope::{RopeScaling, RopeScalingKind};
 pub use shortconv::ShortConv;
@@ -144,6 +146,8 @@ pub struct HParams {
     pub pooling: Option<PoolingType>,
     /// LFM2's short-convolution layers, for the families that have them.
     pub shortconv: Option<ShortConv>,
+    /// Qwen3.5's gated DeltaNet layers (the others run gated attention).
+    pub deltanet: Option<GatedDeltaNet>,
 }
 
 /// Why a file's model description is unusable.
@@ -290,6 +294,7 @@ impl HParams {
                 "must be even and in 1..=head_dim",
             ));
         }
+        let deltanet = deltanet::read(&k, rules.gated_delta_net, n_layer, rope_dim)?;
         let rope_freq_base = k.f32_pos("rope.freq_base", Some(10_000.0))?;
         let rope_scaling = RopeScaling::from_keys(&k, rules.mistral3_keys)?;
         let rms_eps = k.f32_pos("attention.layer_norm_rms_epsilon", None)?;
@@ -358,7 +363,7 @@ impl HParams {
         };
 
         let tied_embeddings = rules.always_tied || f.tensor("output.weight").is_none();
-        let fused_qkv = f.tensor("blk.0.attn_qkv.weight").is_some();
+        let fused_qkv = deltanet.is_none() && f.tensor("blk.0.attn_qkv.weight").is_some();
         let has_qkv_bias =
             f.tensor("blk.0.attn_q.bias").is_some() || f.tensor("blk.0.attn_qkv.bias").is_some();
         let hp = HParams {
@@ -402,6 +407,7 @@ impl HParams {
             sliding_window,
             pooling,
             shortconv,
+            deltanet,
         };
         hp.check_tensors(f)?;
         Ok(hp)
@@ -430,6 +436,7 @@ impl HParams {
                 self.n_layer
             ));
         }
+        parts.extend(self.deltanet.as_ref().map(|g| g.describe(self.n_layer)));
         if let Some(m) = &self.moe {
             parts.push(m.describe());
         }
@@ -555,11 +562,21 @@ impl HParams {
                 self.check_ffn(&expect, f, il, e, ff)?;
                 continue;
             }
+            if let Some(g) = self
+                .deltanet
+                .as_ref()
+                .filter(|g| g.is_recurrent(il as usize))
+            {
+                g.check_tensors(&expect, il, e)?;
+                self.check_ffn(&expect, f, il, e, ff)?;
+                continue;
+            }
             if self.fused_qkv {
                 expect(&n("attn_qkv.weight"), &[e, q + 2 * kv], true)?;
                 expect(&n("attn_qkv.bias"), &[q + 2 * kv], false)?;
             } else {
-                expect(&n("attn_q.weight"), &[e, q], true)?;
+                let qg = q * (1 + u64::from(rules.attn_out_gate)); // + each head's gate
+                expect(&n("attn_q.weight"), &[e, qg], true)?;
                 expect(&n("attn_k.weight"), &[e, kv], true)?;
                 expect(&n("attn_v.weight"), &[e, kv], true)?;
             }

@@ -34,6 +34,41 @@ pub enum MixerKind {
     /// LFM2's short convolution (`engine::shortconv`): its last `l_cache - 1` inputs, `(l_cache
     /// - 1) * n_embd` values, live at offset `state` of a sequence's recurrent state.
     ShortConv { state: usize },
+    /// Qwen3.5's gated DeltaNet (`model::deltanet`): its convolution window and its value
+    /// heads' state matrices ([`GdnDesc::state_floats`] values) live at offset `state` of a
+    /// sequence's recurrent state.
+    GatedDeltaNet { state: usize },
+}
+
+/// The gated DeltaNet's shape (`hparams::GatedDeltaNet`): q and k are `n_k_heads` heads,
+/// v, the gate z and the output `n_v_heads` heads, all `head_dim` wide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GdnDesc {
+    pub d_conv: usize,
+    pub head_dim: usize,
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+}
+
+impl GdnDesc {
+    pub fn key_dim(&self) -> usize {
+        self.n_k_heads * self.head_dim
+    }
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.head_dim
+    }
+    /// Channels of the convolution: q, k, then v.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+    /// The convolution window's values: the last `d_conv - 1` inputs.
+    pub fn window_floats(&self) -> usize {
+        (self.d_conv - 1) * self.conv_dim()
+    }
+    /// One layer's state: the window, then a `head_dim x head_dim` matrix per value head.
+    pub fn state_floats(&self) -> usize {
+        self.window_floats() + self.n_v_heads * self.head_dim * self.head_dim
+    }
 }
 
 /// Per layer: its mixer, which RoPE table applies, how far back attention sees, which FFN runs.
@@ -130,6 +165,10 @@ pub struct ModelDesc {
     /// f32 values of one sequence's recurrent state: every recurrent layer's, one after
     /// another (0 for a model of attention layers only).
     pub state_floats: usize,
+    /// The shape of the [`MixerKind::GatedDeltaNet`] layers (qwen35).
+    pub deltanet: Option<GdnDesc>,
+    /// Attention's q carries each head's output gate (`out * sigmoid(gate)`; qwen35).
+    pub attn_out_gate: bool,
 }
 
 /// One RoPE table with llama.cpp's context-time parameters (`llama-context.cpp`): the
@@ -223,11 +262,21 @@ impl ModelDesc {
         // Attention layers number their K/V places in order; recurrent ones their states.
         let (mut n_kv, mut n_state) = (0, 0);
         let mut mixers = Vec::with_capacity(hp.n_layer as usize);
+        let deltanet = hp.deltanet.as_ref().map(|g| GdnDesc {
+            d_conv: g.d_conv as usize,
+            head_dim: g.head_dim as usize,
+            n_k_heads: g.n_k_heads as usize,
+            n_v_heads: g.n_v_heads as usize,
+        });
         for il in 0..hp.n_layer as usize {
-            match &hp.shortconv {
-                Some(c) if c.is_conv(il) => {
+            match (&hp.shortconv, &hp.deltanet, deltanet) {
+                (Some(c), _, _) if c.is_conv(il) => {
                     mixers.push(MixerKind::ShortConv { state: n_state });
                     n_state += (c.l_cache as usize - 1) * hp.n_embd as usize;
+                }
+                (_, Some(g), Some(gd)) if g.is_recurrent(il) => {
+                    mixers.push(MixerKind::GatedDeltaNet { state: n_state });
+                    n_state += gd.state_floats();
                 }
                 _ => {
                     mixers.push(MixerKind::Attention { kv: n_kv });
@@ -287,6 +336,8 @@ impl ModelDesc {
             pooling: hp.pooling,
             conv_l_cache: hp.shortconv.as_ref().map_or(0, |c| c.l_cache as usize),
             state_floats: n_state,
+            deltanet,
+            attn_out_gate: hp.arch.rules().attn_out_gate,
         })
     }
 
@@ -315,7 +366,7 @@ impl ModelDesc {
             .enumerate()
             .filter_map(|(l, d)| match d.mixer {
                 MixerKind::Attention { kv } => Some((l, kv, d.window)),
-                MixerKind::ShortConv { .. } => None,
+                MixerKind::ShortConv { .. } | MixerKind::GatedDeltaNet { .. } => None,
             })
     }
 

@@ -95,6 +95,9 @@ impl Model {
                 (MixerWeights::ShortConv(c), MixerKind::ShortConv { state }) => {
                     self.shortconv_block(l, c, state, seqs, n_tok, kv, s)
                 }
+                (MixerWeights::GatedDeltaNet(g), MixerKind::GatedDeltaNet { state }) => {
+                    self.deltanet_block(l, g, state, seqs, n_tok, kv, s)
+                }
                 _ => unreachable!("layer weights are loaded for the description's mixer"),
             }
             match &lw.ffn {
@@ -172,7 +175,11 @@ impl Model {
             &mut [
                 MatJob {
                     w: &aw.wq,
-                    out: &mut s.q,
+                    out: if c.attn_out_gate {
+                        &mut s.q_full
+                    } else {
+                        &mut s.q
+                    },
                 },
                 MatJob {
                     w: &aw.wk,
@@ -186,6 +193,16 @@ impl Model {
             &mut s.mm,
         );
         self.trace("attn_norm", lt, &s.xn[..n_tok * d]);
+        if c.attn_out_gate {
+            // Each head's query then its gate (llama.cpp's Qcur_full views).
+            let full = &s.q_full;
+            for_rows(&self.team, &mut s.q, nq, n_tok, |t, row| {
+                let src = &full[t * 2 * nq..(t + 1) * 2 * nq];
+                for (dst, head) in row.chunks_mut(hd).zip(src.chunks(2 * hd)) {
+                    dst.copy_from_slice(&head[..hd]);
+                }
+            });
+        }
         self.trace("q_mm", lt, &s.q[..n_tok * nq]);
         self.trace("k_mm", lt, &s.k[..n_tok * nkv]);
         let rope = lc.rope.map(|ri| {
@@ -259,6 +276,18 @@ impl Model {
             &s.attn_scratch,
             &mut s.attn_plan,
         )?;
+        if c.attn_out_gate {
+            let full = &s.q_full;
+            for_rows(&self.team, &mut s.attn, nq, n_tok, |t, row| {
+                let src = &full[t * 2 * nq..(t + 1) * 2 * nq];
+                for (o, head) in row.chunks_mut(hd).zip(src.chunks(2 * hd)) {
+                    for (x, &g) in o.iter_mut().zip(&head[hd..]) {
+                        *x *= 1.0 / (1.0 + (-g).exp());
+                    }
+                }
+            });
+            self.trace("attn_gated", lt, &s.attn[..n_tok * nq]);
+        }
         self.trace("attn_out", lt, &s.attn[..n_tok * nq]);
         warm_next(&self.team, n_tok, lw.ffn.first());
         matmul(

@@ -7,8 +7,8 @@ use crate::engine::error::EngineError;
 use crate::engine::model::desc::{FfnKind, MixerKind, MoeDesc};
 use crate::engine::model::ModelDesc;
 use crate::engine::weights::{
-    values, vector, AttnWeights, DenseFfn, Expert, FfnWeights, LayerWeights, MixerWeights,
-    ModelWeights, MoeFfn, ShortConvWeights, Weight,
+    values, vector, AttnWeights, DenseFfn, Expert, FfnWeights, GdnWeights, LayerWeights,
+    MixerWeights, ModelWeights, MoeFfn, ShortConvWeights, Weight,
 };
 use crate::gguf::{GgufFile, TensorData};
 
@@ -250,6 +250,32 @@ pub(crate) fn load_weights(
                     out_proj: matrix(file, &n("shortconv.out_proj.weight"), d, d)?,
                 })
             }
+            MixerKind::GatedDeltaNet { .. } => {
+                let g = desc.deltanet.ok_or(EngineError::BadHParam {
+                    key: "ssm.state_size",
+                    message: format!("layer {i} is a gated DeltaNet without its shape"),
+                })?;
+                let (c, vd, hv) = (g.conv_dim(), g.value_dim(), g.n_v_heads);
+                let conv_name = n("ssm_conv1d.weight");
+                MixerWeights::GatedDeltaNet(GdnWeights {
+                    wqkv: matrix(file, &n("attn_qkv.weight"), c, d)?,
+                    wgate: matrix(file, &n("attn_gate.weight"), vd, d)?,
+                    wbeta: matrix(file, &n("ssm_beta.weight"), hv, d)?,
+                    walpha: matrix(file, &n("ssm_alpha.weight"), hv, d)?,
+                    conv: taps_by_tap(
+                        &values(
+                            &conv_name,
+                            &tensor(file, &conv_name)?,
+                            &[g.d_conv as u64, c as u64],
+                        )?,
+                        g.d_conv,
+                    ),
+                    dt_bias: vec_of(file, &n("ssm_dt.bias"), hv)?,
+                    a: vec_of(file, &n("ssm_a"), hv)?,
+                    norm: vec_of(file, &n("ssm_norm.weight"), g.head_dim)?,
+                    out: matrix(file, &n("ssm_out.weight"), d, vd)?,
+                })
+            }
         };
         let ffn = match (desc.layers[i].ffn, &desc.moe) {
             (FfnKind::Moe, Some(m)) => FfnWeights::Moe(moe_ffn(file, i, m, d)?),
@@ -324,7 +350,13 @@ fn attention(file: &GgufFile, i: usize, desc: &ModelDesc) -> Result<AttnWeights,
     } else {
         (
             [
-                matrix(file, &n("attn_q.weight"), nq, d)?,
+                // A gated q (qwen35) holds each head's query then its output gate.
+                matrix(
+                    file,
+                    &n("attn_q.weight"),
+                    nq * (1 + usize::from(desc.attn_out_gate)),
+                    d,
+                )?,
                 matrix(file, &n("attn_k.weight"), nkv, d)?,
                 matrix(file, &n("attn_v.weight"), nkv, d)?,
             ],

@@ -11,6 +11,7 @@
 //! embedding (or correlated with it) and each block adds a fraction of the residual's size, so
 //! the current token dominates and every layer still moves every logit.
 
+mod deltanet;
 mod rng;
 mod variants;
 
@@ -124,11 +125,12 @@ fn layer_of(name: &str) -> Option<usize> {
 /// `attn_v` Q5_K).
 fn quant_type(quant: Quant, t: &TensorSpec, tied: bool, n_layer: usize, wv: WvIndex) -> DType {
     // Vectors, routers (llama.cpp's converter keeps `ffn_gate_inp` in F32 and llama-quantize
-    // never quantizes it) and LFM2's convolution taps (ggml_ssm_conv reads f32; llama-quantize
-    // skips `shortconv.conv.weight`).
+    // never quantizes it) and LFM2's and the DeltaNet's convolution taps (ggml_ssm_conv reads
+    // f32; llama-quantize skips `shortconv.conv.weight` and `ssm_conv1d`).
     if !t.is_matrix()
         || t.name.ends_with("ffn_gate_inp.weight")
         || t.name.ends_with("shortconv.conv.weight")
+        || t.name.ends_with("ssm_conv1d.weight")
     {
         return DType::F32;
     }

@@ -3,6 +3,7 @@
 //! biases). Dimensions K-quants allow (rows of 256 or 512), 4 to 6 layers, context 256 (the
 //! teacher-forced sequence), sliding windows of 64 so most positions lie past the window.
 
+use super::deltanet::Gdn;
 use super::{Init, ModelSpec, TensorSpec};
 use crate::gguf::{MetaArray, MetaValue};
 
@@ -72,6 +73,9 @@ struct Parts {
     /// LFM2's short convolutions on every layer but the listed attention ones (and the final
     /// norm named `token_embd_norm.weight`).
     shortconv: Option<Conv>,
+    /// Qwen3.5's gated DeltaNet on every layer but each `interval`-th (and `attn_q` twice
+    /// as wide: each head's query then its output gate).
+    deltanet: Option<Gdn>,
 }
 
 /// LFM2's layer pattern: `l_cache` taps on the convolution layers.
@@ -154,7 +158,12 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
         let n = |x: &str| format!("blk.{i}.{x}");
         add(n("attn_norm.weight"), vec![D], Init::Around(1.0, 0.2));
         let conv = p.shortconv.filter(|c| !c.attn.contains(&i));
-        if let Some(c) = conv {
+        let gdn = p.deltanet.filter(|g| g.is_recurrent(i));
+        if let Some(g) = gdn {
+            for ts in g.tensors(i, D, s.branch) {
+                add(ts.name, ts.shape, ts.init);
+            }
+        } else if let Some(c) = conv {
             add(
                 n("shortconv.conv.weight"),
                 vec![c.l_cache, D],
@@ -178,7 +187,8 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
                     Init::Normal(1.2 * inv(D)),
                 );
             } else {
-                add(n("attn_q.weight"), vec![D, q], Init::Normal(1.2 * inv(D)));
+                let qg = if p.deltanet.is_some() { 2 * q } else { q };
+                add(n("attn_q.weight"), vec![D, qg], Init::Normal(1.2 * inv(D)));
                 add(n("attn_k.weight"), vec![D, kv], Init::Normal(1.2 * inv(D)));
                 add(n("attn_v.weight"), vec![D, kv], Init::Normal(inv(D)));
             }
@@ -671,8 +681,44 @@ pub fn proof_variants() -> Vec<Variant> {
                 ),
             ],
         ),
+        variant(
+            "qwen35",
+            "qwen35: gated DeltaNet (4-tap conv, 2 key / 4 value heads of 64) on layers 0-2, gated attention (q with its output gate, q/k norm, partial multi-section RoPE 32 of 128 dims) on layer 3, FFN norm post_attention_norm",
+            "qwen35",
+            Shape {
+                n_head: 2,
+                n_head_kv: 1,
+                head_dim: 128,
+                ..BASE
+            },
+            Parts {
+                qk_norm: true,
+                ffn_norm_post_attention: true,
+                deltanet: Some(QWEN35_GDN),
+                ..Parts::default()
+            },
+            [
+                vec![
+                    ("rope.freq_base", f(10_000_000.0)),
+                    ("rope.dimension_count", u(32)),
+                ],
+                QWEN35_GDN.meta([6, 5, 5, 0]),
+            ]
+            .concat(),
+        ),
     ]
 }
+
+/// The qwen35 proof model's DeltaNet: Qwen3.5's pattern (3 DeltaNet layers, then attention)
+/// and its equal key and value head widths, twice as many value heads as key heads (as the
+/// 9B and 27B), small enough for a fast proof.
+const QWEN35_GDN: Gdn = Gdn {
+    d_conv: 4,
+    head_dim: 64,
+    n_k_heads: 2,
+    n_v_heads: 4,
+    interval: 4,
+};
 
 /// The attention layers of the lfm2 proof model (LFM2's own pattern starts so: conv, conv,
 /// attention).
