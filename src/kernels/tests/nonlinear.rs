@@ -307,3 +307,32 @@ mod quantizers {
         assert!(y.iter().enumerate().all(|(i, &v)| i == 5 || v == 0.0));
     }
 }
+
+/// The panel GEMM of IQ4_NL / MXFP4 prompt batches (`x86/nonlinear_tiles.rs`) equals the scalar
+/// `vec_dot` bit for bit: token counts at its threshold, odd, and past a 64-token group; rows
+/// in a whole panel, and past one into a partial panel; rows at its longest length (4096)
+/// and one block past it (the register tiles again); typical and extreme scales. With the
+/// register tiles equal too (above), a token's outputs never depend on how many tokens share
+/// the call.
+#[test]
+fn panel_gemm_equals_scalar_bits() {
+    for dt in [DType::IQ4_NL, DType::MXFP4] {
+        for (k, n_rows, n_tok) in [
+            (320, 37, 70),
+            (96, 16, 4),
+            (2880, 17, 5),
+            (4096, 3, 4),
+            (4128, 2, 4),
+        ] {
+            check_simd(
+                dt,
+                k,
+                n_rows,
+                n_tok,
+                Scales::Typical,
+                k as u64 + n_tok as u64,
+            );
+        }
+        check_simd(dt, 64, 21, 6, Scales::Extreme, 11);
+    }
+}

@@ -4,6 +4,7 @@ pub mod avx2;
 pub mod avx512;
 mod kquant_tiles;
 mod legacy_tiles;
+mod nonlinear_tiles;
 
 use crate::kernels::packed::PanelLayout;
 use crate::kernels::prefetch;

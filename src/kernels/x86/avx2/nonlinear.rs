@@ -13,43 +13,12 @@
 
 use std::arch::x86_64::*;
 
-use crate::kernels::blocks::nonlinear::{
-    e8m0_to_f32_half, IQ4_XS_BYTES, KVALUES_IQ4NL, KVALUES_MXFP4,
+use crate::kernels::blocks::nonlinear::{e8m0_to_f32_half, IQ4_XS_BYTES};
+use crate::kernels::shape::check_vec_dot;
+use crate::kernels::x86::nonlinear_tiles::{
+    adt, checked, nonlinear_entry_points, table, wdt, IQ4_XS, MXFP4, ROWS_PER_PANEL,
 };
-use crate::kernels::shape::{check_gemm, check_vec_dot};
 use crate::kernels::DType;
-
-/// The kinds, as const-generic codes.
-const IQ4_NL: u8 = 0;
-const MXFP4: u8 = 1;
-const IQ4_XS: u8 = 2;
-
-/// Rows per panel of the GEMM's walk (64 rows of 4096 IQ4_NL values: 147 KiB).
-const ROWS_PER_PANEL: usize = 64;
-
-const fn wdt(k: u8) -> DType {
-    match k {
-        IQ4_NL => DType::IQ4_NL,
-        MXFP4 => DType::MXFP4,
-        _ => DType::IQ4_XS,
-    }
-}
-
-const fn adt(k: u8) -> DType {
-    if k == IQ4_XS {
-        DType::Q8_K
-    } else {
-        DType::Q8_0
-    }
-}
-
-const fn table(k: u8) -> [i8; 16] {
-    if k == MXFP4 {
-        KVALUES_MXFP4
-    } else {
-        KVALUES_IQ4NL
-    }
-}
 
 /// Reads an f16 at `p` as f32 (F16C `vcvtph2ps`: exact, as every f16 -> f32 conversion).
 ///
@@ -286,7 +255,9 @@ unsafe fn tile<const K: u8>(
     }
 }
 
-/// The checked GEMM: single tokens in tiles of 4 rows, more in tiles of 2 rows x 2 tokens.
+/// The checked GEMM: single tokens in tiles of 4 rows, more in tiles of 2 rows x 2 tokens, in
+/// panels of `ROWS_PER_PANEL` rows swept by all token tiles while their weights are in cache
+/// (L2).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn gemm<const K: u8>(
@@ -298,36 +269,16 @@ unsafe fn gemm<const K: u8>(
     out: &mut [f32],
     os: usize,
 ) {
-    let (wr, ar) = check_gemm(
-        k,
-        wdt(K),
-        w.len(),
-        n_rows,
-        adt(K),
-        a.len(),
-        n_tok,
-        out.len(),
-        os,
-    );
-    let nb = k / wdt(K).block_elems();
-    let (tm, tn) = if n_tok == 1 { (4, 1) } else { (2, 2) };
-    let (wp, ap, op) = (w.as_ptr(), a.as_ptr(), out.as_mut_ptr());
-    // Panels of ROWS_PER_PANEL rows, each swept by all token tiles while its weights are in
-    // cache (L2), instead of streaming the whole matrix once per token tile.
-    for p0 in (0..n_rows).step_by(ROWS_PER_PANEL) {
-        let p1 = (p0 + ROWS_PER_PANEL).min(n_rows);
-        for t0 in (0..n_tok).step_by(tn) {
-            let rn = tn.min(n_tok - t0);
-            for r0 in (p0..p1).step_by(tm) {
-                let rm = tm.min(p1 - r0);
-                // SAFETY: `check_gemm` checked n_rows weight rows, n_tok activation rows and
-                // the output cells; the tile's rows r0..r0+rm and tokens t0..t0+rn are inside.
-                unsafe {
-                    let (wt, at, ot) = (wp.add(r0 * wr), ap.add(t0 * ar), op.add(t0 * os + r0));
-                    tile::<K>(rm, rn, nb, wt, wr, at, ar, ot, os)
-                }
-            }
-        }
+    let g = checked::<K>(k, w, n_rows, a, n_tok, out, os);
+    // SAFETY: (both walks) `checked` checked n_rows weight rows, n_tok activation rows and the
+    // output cells; `tiles` passes tiles of rm <= RM rows and rn <= RN tokens inside them.
+    let run = |g: &crate::kernels::x86::legacy_tiles::Gemm, rm: usize, rn: usize| unsafe {
+        tile::<K>(rm, rn, g.nb, g.w, g.wr, g.a, g.ar, g.out, g.os)
+    };
+    if n_tok == 1 {
+        g.tiles::<4, 1>(n_rows, n_tok, ROWS_PER_PANEL, run)
+    } else {
+        g.tiles::<2, 2>(n_rows, n_tok, ROWS_PER_PANEL, run)
     }
 }
 
@@ -342,32 +293,4 @@ unsafe fn vec_dot<const K: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     out
 }
 
-macro_rules! entry_points {
-    ($($k:ident: $vd:ident, $gm:ident;)*) => {$(
-        /// AVX2 twin of the scalar `vec_dot` of the same name (bit-identical).
-        ///
-        /// # Safety
-        /// The CPU must support AVX2, FMA and F16C. Lengths are checked (panics).
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub unsafe fn $vd(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            // SAFETY: same target features as the caller.
-            unsafe { vec_dot::<$k>(n, w, a) }
-        }
-
-        /// AVX2 register-tiled twin of the scalar `gemm` of the same name (bit-identical).
-        ///
-        /// # Safety
-        /// The CPU must support AVX2, FMA and F16C. Lengths are checked (panics).
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub unsafe fn $gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
-            // SAFETY: same target features as the caller.
-            unsafe { gemm::<$k>(k, w, n_rows, a, n_tok, out, os) }
-        }
-    )*};
-}
-
-entry_points! {
-    IQ4_NL: vec_dot_iq4_nl, gemm_iq4_nl;
-    MXFP4: vec_dot_mxfp4, gemm_mxfp4;
-    IQ4_XS: vec_dot_iq4_xs, gemm_iq4_xs;
-}
+nonlinear_entry_points!("AVX2", "avx2,fma,f16c", "AVX2, FMA and F16C");

@@ -5,6 +5,7 @@ pub mod kquants;
 mod lanes;
 pub mod legacy;
 pub mod nonlinear;
+mod nonlinear_panel;
 mod packed;
 pub(crate) mod packed_k;
 
