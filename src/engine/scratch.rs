@@ -69,6 +69,10 @@ pub struct ForwardScratch {
     /// A short convolution's B, C, x rows `[T][3d]` and B*x rows `[T][d]` (models with one).
     pub(crate) conv_bcx: LineBuf,
     pub(crate) conv_bx: LineBuf,
+    /// Per-layer embedding inputs `[T][n_layer * p]` and the token rows they start from
+    /// (models with them, see `model::per_layer_embd`).
+    pub(crate) ple: LineBuf,
+    pub(crate) ple_tok: LineBuf,
 }
 
 impl ForwardScratch {
@@ -94,7 +98,8 @@ impl ForwardScratch {
         let d = desc.n_embd;
         let nq = desc.n_head * desc.head_dim;
         let nkv = desc.n_head_kv * desc.head_dim;
-        let f = desc.max_ff();
+        let f = desc.max_ff().max(desc.n_embd_per_layer);
+        let ple = desc.n_layer * desc.n_embd_per_layer;
         let n_expert = desc.moe.map_or(0, |m| m.n_expert);
         let max_k = d.max(nq).max(f);
         let conv = desc.conv_l_cache > 0;
@@ -104,6 +109,7 @@ impl ForwardScratch {
             .max(t * 2 * f)
             .max(t * d)
             .max(t * n_expert)
+            .max(t * ple)
             .max(r * desc.n_vocab)
             .max(if conv { t * 3 * d } else { 0 });
         Ok(ForwardScratch {
@@ -121,7 +127,7 @@ impl ForwardScratch {
             proj: LineBuf::zeroed(t * d),
             gate: LineBuf::zeroed(t * f),
             up: LineBuf::zeroed(t * f),
-            rope: LineBuf::zeroed(t * desc.rope.n_dims * desc.ropes.len()),
+            rope: LineBuf::zeroed(t * desc.rope_stride() * desc.ropes.len()),
             out_norm: LineBuf::zeroed(r * d),
             logits: LineBuf::zeroed(r * desc.n_vocab),
             mm: MatmulScratch::new(t.max(r), max_act_row, max_tmp),
@@ -136,6 +142,8 @@ impl ForwardScratch {
             }),
             conv_bcx: LineBuf::zeroed(if conv { t * 3 * d } else { 0 }),
             conv_bx: LineBuf::zeroed(if conv { t * d } else { 0 }),
+            ple: LineBuf::zeroed(t * ple),
+            ple_tok: LineBuf::zeroed(t * ple),
         })
     }
 

@@ -26,11 +26,12 @@ pub enum Arch {
     GraniteMoe,
     GptOss,
     Lfm2,
+    Gemma4,
 }
 
 /// Every supported architecture with its `general.architecture` name: the one list behind
 /// [`Arch::from_name`], [`Arch::name`] and the "unsupported architecture" error.
-pub const ARCHS: [(Arch, &str); 14] = [
+pub const ARCHS: [(Arch, &str); 15] = [
     (Arch::Llama, "llama"),
     (Arch::Qwen2, "qwen2"),
     (Arch::Qwen3, "qwen3"),
@@ -45,6 +46,7 @@ pub const ARCHS: [(Arch, &str); 14] = [
     (Arch::GraniteMoe, "granitemoe"),
     (Arch::GptOss, "gpt-oss"),
     (Arch::Lfm2, "lfm2"),
+    (Arch::Gemma4, "gemma4"),
 ];
 
 /// How RoPE pairs dimensions.
@@ -66,6 +68,9 @@ pub enum QueryScale {
     /// `1/sqrt(key_length)` (Gemma 27B's `1/sqrt(n_embd/n_head)`) and phi3's `1/sqrt(head_dim)`.
     PreGemma,
     PrePhi3,
+    /// Neither: the scores are not scaled at all (gemma4's `f_attention_scale = 1`; its q/k
+    /// norms keep them in range).
+    Unit,
 }
 
 /// Which layers use the sliding window, when the family has one.
@@ -135,6 +140,11 @@ pub struct ArchRules {
     /// The final norm before the LM head (`output_norm.weight`; lfm2 names it
     /// `token_embd_norm.weight`).
     pub output_norm_tensor: &'static str,
+    /// Gemma 4's keys and blocks (`hparams::gemma4`): per-layer embeddings, local layers with
+    /// their own head width and RoPE dims, later layers reading earlier layers' K/V, V
+    /// RMS-normed without a weight, `rope_freqs` on the global layers only, a per-layer output
+    /// scale, a per-layer FFN width.
+    pub gemma4_keys: bool,
 }
 
 const LLAMA: ArchRules = ArchRules {
@@ -160,6 +170,7 @@ const LLAMA: ArchRules = ArchRules {
     swa_rope_scaled: false,
     shortconv: false,
     output_norm_tensor: "output_norm.weight",
+    gemma4_keys: false,
 };
 
 impl Arch {
@@ -307,6 +318,22 @@ impl Arch {
                 qk_norm: true,
                 shortconv: true,
                 output_norm_tensor: "token_embd_norm.weight",
+                ..neox
+            },
+            // gemma4.cpp: gemma3's block (q/k norm, post-norms, GELU, embeddings x sqrt(n_embd))
+            // with unscaled attention scores, the window pattern an array in the file, the final
+            // softcap when the key is set, and the gemma4 keys and blocks.
+            Arch::Gemma4 => ArchRules {
+                qk_norm: true,
+                post_norms: true,
+                gelu: true,
+                embd_scale_sqrt: true,
+                query_scale: QueryScale::Unit,
+                swa: SwaRule::Always {
+                    default_window: 512,
+                    default_pattern: 5,
+                },
+                gemma4_keys: true,
                 ..neox
             },
         }

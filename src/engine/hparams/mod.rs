@@ -7,11 +7,13 @@
 //! file's keys into the plain values the one forward pass reads (scales, caps, windows, norms).
 
 mod arch;
+mod gemma4;
 mod moe;
 mod rope;
 mod shortconv;
 
 pub use arch::{Arch, ArchRules, QueryScale, RopeStyle, SwaRule, ARCHS};
+pub use gemma4::Gemma4;
 pub use moe::{Gating, MoeParams, MoeRule, MAX_EXPERTS};
 pub use rope::{RopeScaling, RopeScalingKind};
 pub use shortconv::ShortConv;
@@ -84,8 +86,10 @@ pub struct HParams {
     pub n_layer: u32,
     /// Embedding (residual stream) width.
     pub n_embd: u32,
-    /// Feed-forward hidden width (of the dense FFN; see `moe` for the experts').
+    /// Feed-forward hidden width (of the dense FFN; see `moe` for the experts'): the widest.
     pub n_ff: u32,
+    /// Each layer's dense FFN width (all `n_ff` unless the file gives one per layer).
+    pub n_ff_layers: Vec<u32>,
     /// The mixture of experts that is every layer's FFN, for the families that have one.
     pub moe: Option<MoeParams>,
     /// Query heads.
@@ -144,6 +148,8 @@ pub struct HParams {
     pub pooling: Option<PoolingType>,
     /// LFM2's short-convolution layers, for the families that have them.
     pub shortconv: Option<ShortConv>,
+    /// Gemma 4's per-layer embeddings, local head widths and shared K/V.
+    pub gemma4: Option<Gemma4>,
 }
 
 /// Why a file's model description is unusable.
@@ -250,7 +256,7 @@ impl HParams {
             return Err(invalid(k.key("block_count"), n_layer, "above 1024"));
         }
         let n_embd = k.u32_pos("embedding_length")?;
-        let n_ff = k.u32_pos("feed_forward_length")?;
+        let (n_ff, n_ff_layers) = gemma4::ff_lengths(&k, n_layer)?;
         let n_head = k.u32_pos("attention.head_count")?;
         let (n_head_kv, shortconv) =
             shortconv::head_count_kv(&k, rules.shortconv, n_layer, n_head)?;
@@ -310,6 +316,7 @@ impl HParams {
         let q_scale = query_prescale(rules.query_scale, arch, n_layer, n_embd, n_head, head_dim);
         let kq_scale = match (q_scale, rules.reads_attention_scale) {
             (Some(_), _) => 1.0,
+            _ if rules.query_scale == QueryScale::Unit => 1.0,
             (None, true) => k
                 .f32_nonzero("attention.scale")?
                 .unwrap_or(1.0 / (head_dim as f32).sqrt()),
@@ -351,6 +358,10 @@ impl HParams {
                 rope_scaled: rules.swa_rope_scaled,
                 ..w
             });
+        let gemma4 = rules
+            .gemma4_keys
+            .then(|| Gemma4::from_keys(&k, n_layer, head_dim, sliding_window.as_ref()))
+            .transpose()?;
         let pooling = pooling_type(&k)?;
         let moe = match rules.moe {
             Some(rule) => Some(MoeParams::from_keys(&k, rule, n_ff)?),
@@ -366,6 +377,7 @@ impl HParams {
             n_layer,
             n_embd,
             n_ff,
+            n_ff_layers,
             moe,
             n_head,
             n_head_kv,
@@ -402,6 +414,7 @@ impl HParams {
             sliding_window,
             pooling,
             shortconv,
+            gemma4,
         };
         hp.check_tensors(f)?;
         Ok(hp)
@@ -433,6 +446,7 @@ impl HParams {
         if let Some(m) = &self.moe {
             parts.push(m.describe());
         }
+        parts.extend(self.gemma4.as_ref().map(|g| g.describe(self.n_layer)));
         if let Some(w) = &self.sliding_window {
             parts.push(format!(
                 "sliding window {} on {} of {} layers (RoPE base {} local, {} global)",
@@ -518,12 +532,7 @@ impl HParams {
     /// Checks the shapes of the embedding, output and every block's tensors against the
     /// description, and that no block lies beyond `n_layer`.
     fn check_tensors(&self, f: &GgufFile) -> Result<(), HParamsError> {
-        let (e, v, ff) = (
-            u64::from(self.n_embd),
-            u64::from(self.n_vocab),
-            u64::from(self.n_ff),
-        );
-        let (q, kv, hd) = (self.q_dim(), self.kv_dim(), u64::from(self.head_dim));
+        let (e, v) = (u64::from(self.n_embd), u64::from(self.n_vocab));
         let expect = |name: &str, shape: &[u64], required: bool| -> Result<(), HParamsError> {
             match f.tensor(name) {
                 None if required => Err(HParamsError::MissingTensor(name.to_string())),
@@ -542,6 +551,8 @@ impl HParams {
         expect(rules.output_norm_tensor, &[e], true)?;
         for il in 0..self.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");
+            let ff = u64::from(self.n_ff_layers[il as usize]);
+            let (q, kv, hd, own_kv) = self.layer_attn(il);
             expect(&n("attn_norm.weight"), &[e], true)?;
             expect(&n(rules.ffn_norm_tensor), &[e], true)?;
             if let Some(c) = self.shortconv.as_ref().filter(|c| c.is_conv(il as usize)) {
@@ -560,8 +571,13 @@ impl HParams {
                 expect(&n("attn_qkv.bias"), &[q + 2 * kv], false)?;
             } else {
                 expect(&n("attn_q.weight"), &[e, q], true)?;
-                expect(&n("attn_k.weight"), &[e, kv], true)?;
-                expect(&n("attn_v.weight"), &[e, kv], true)?;
+                expect(&n("attn_k.weight"), &[e, kv], own_kv)?;
+                // Gemma 4 takes V = K when attn_v is absent.
+                expect(
+                    &n("attn_v.weight"),
+                    &[e, kv],
+                    own_kv && self.gemma4.is_none(),
+                )?;
             }
             let bias_required = self.has_qkv_bias && !self.fused_qkv;
             expect(&n("attn_q.bias"), &[q], bias_required)?;
@@ -572,7 +588,7 @@ impl HParams {
             if self.qk_norm {
                 let (qn, kn) = if self.qk_norm_full { (q, kv) } else { (hd, hd) };
                 expect(&n("attn_q_norm.weight"), &[qn], true)?;
-                expect(&n("attn_k_norm.weight"), &[kn], true)?;
+                expect(&n("attn_k_norm.weight"), &[kn], own_kv)?;
             }
             if self.post_norms {
                 expect(&n("post_attention_norm.weight"), &[e], true)?;
@@ -582,6 +598,9 @@ impl HParams {
                 expect(&n("attn_sinks.weight"), &[u64::from(self.n_head)], true)?;
             }
             self.check_ffn(&expect, f, il, e, ff)?;
+        }
+        if let Some(g) = &self.gemma4 {
+            self.check_gemma4(g, &expect, f)?;
         }
         let factors = u64::from(self.rope_dim / 2);
         for name in [
@@ -645,7 +664,7 @@ fn query_prescale(
 ) -> Option<f32> {
     let gemma_27b = matches!((arch, n_layer), (Arch::Gemma3, 62) | (Arch::Gemma2, 46));
     match q {
-        QueryScale::Kernel => None,
+        QueryScale::Kernel | QueryScale::Unit => None,
         QueryScale::PreGemma if gemma_27b => Some(1.0 / ((n_embd / n_head) as f32).sqrt()),
         QueryScale::PreGemma | QueryScale::PrePhi3 => Some(1.0 / (head_dim as f32).sqrt()),
     }

@@ -671,6 +671,7 @@ pub fn proof_variants() -> Vec<Variant> {
                 ),
             ],
         ),
+        super::gemma4::gemma4(),
     ]
 }
 
