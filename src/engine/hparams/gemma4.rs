@@ -73,7 +73,7 @@ impl Gemma4 {
             ));
         }
         let shared = k.u32_opt("attention.shared_kv_layers")?.unwrap_or(0);
-        let n_layer_kv = n_layer.checked_sub(shared).unwrap_or(0);
+        let n_layer_kv = n_layer.saturating_sub(shared);
         if shared > 0 {
             let kind_ok = n_layer_kv >= 2
                 && window.local[n_layer_kv as usize - 2]

@@ -11,6 +11,7 @@ mod gemma4;
 mod moe;
 mod rope;
 mod shortconv;
+mod vocab;
 
 pub use arch::{Arch, ArchRules, QueryScale, RopeStyle, SwaRule, ARCHS};
 pub use gemma4::Gemma4;
@@ -300,7 +301,7 @@ impl HParams {
         let rope_scaling = RopeScaling::from_keys(&k, rules.mistral3_keys)?;
         let rms_eps = k.f32_pos("attention.layer_norm_rms_epsilon", None)?;
         let n_ctx_train = k.u32_pos("context_length")?;
-        let n_vocab = vocab_size(&k)?;
+        let n_vocab = vocab::vocab_size(&k)?;
 
         // RoPE on or off per layer.
         let rope_on = if rules.granite_scales {
@@ -746,31 +747,6 @@ fn pooling_type(k: &Keys<'_>) -> Result<Option<PoolingType>, HParamsError> {
             )
         }),
     }
-}
-
-/// `{arch}.vocab_size`, else the token list's length, else the embedding's row count.
-fn vocab_size(k: &Keys<'_>) -> Result<u32, HParamsError> {
-    let key = k.key("vocab_size");
-    if let Some(v) = k.f.get_u32(&key)? {
-        return if v == 0 {
-            Err(invalid(key, 0, "must be positive"))
-        } else {
-            Ok(v)
-        };
-    }
-    if let Some(tokens) = k.f.get_str_array("tokenizer.ggml.tokens")? {
-        return u32::try_from(tokens.len())
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| invalid("tokenizer.ggml.tokens".into(), tokens.len(), "bad length"));
-    }
-    let t =
-        k.f.tensor("token_embd.weight")
-            .ok_or_else(|| HParamsError::MissingTensor("token_embd.weight".into()))?;
-    t.shape
-        .get(1)
-        .and_then(|&n| u32::try_from(n).ok())
-        .ok_or_else(|| inconsistent(format!("token_embd.weight has shape {:?}", t.shape)))
 }
 
 impl fmt::Display for HParams {
