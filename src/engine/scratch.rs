@@ -73,6 +73,10 @@ pub struct ForwardScratch {
     pub(crate) q_full: LineBuf,
     /// The gated DeltaNet's buffers (models with one, see `model::deltanet`).
     pub(crate) gdn: GdnScratch,
+    /// Per-layer embedding inputs `[T][n_layer * p]` and the token rows they start from
+    /// (models with them, see `model::per_layer_embd`).
+    pub(crate) ple: LineBuf,
+    pub(crate) ple_tok: LineBuf,
 }
 
 /// The gated DeltaNet's per-token rows.
@@ -115,7 +119,8 @@ impl ForwardScratch {
         let d = desc.n_embd;
         let nq = desc.n_head * desc.head_dim;
         let nkv = desc.n_head_kv * desc.head_dim;
-        let f = desc.max_ff();
+        let f = desc.max_ff().max(desc.n_embd_per_layer);
+        let ple = desc.n_layer * desc.n_embd_per_layer;
         let n_expert = desc.moe.map_or(0, |m| m.n_expert);
         let gdn = desc.deltanet;
         let (gdn_c, gdn_vd) = gdn.map_or((0, 0), |g| (g.conv_dim(), g.value_dim()));
@@ -128,6 +133,7 @@ impl ForwardScratch {
             .max(t * 2 * f)
             .max(t * d)
             .max(t * n_expert)
+            .max(t * ple)
             .max(r * desc.n_vocab)
             .max(if conv { t * 3 * d } else { 0 })
             .max(t * (nq_full + 2 * nkv))
@@ -147,7 +153,7 @@ impl ForwardScratch {
             proj: LineBuf::zeroed(t * d),
             gate: LineBuf::zeroed(t * f),
             up: LineBuf::zeroed(t * f),
-            rope: LineBuf::zeroed(t * desc.rope.n_dims * desc.ropes.len()),
+            rope: LineBuf::zeroed(t * desc.rope_stride() * desc.ropes.len()),
             out_norm: LineBuf::zeroed(r * d),
             logits: LineBuf::zeroed(r * desc.n_vocab),
             mm: MatmulScratch::new(t.max(r), max_act_row, max_tmp),
@@ -174,6 +180,8 @@ impl ForwardScratch {
                     out: LineBuf::zeroed(t * gdn_vd),
                 }
             },
+            ple: LineBuf::zeroed(t * ple),
+            ple_tok: LineBuf::zeroed(t * ple),
         })
     }
 

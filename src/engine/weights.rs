@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::engine::error::EngineError;
+pub use crate::engine::model::per_layer_embd::{LayerPle, PleWeights};
 use crate::engine::team::Team;
 use crate::gguf::TensorData;
 use crate::kernels::cells::OutCells;
@@ -322,16 +323,18 @@ impl FfnWeights {
 /// is split into its row ranges here, views of the same mapped bytes.
 #[derive(Clone, Debug)]
 pub struct AttnWeights {
-    pub wq: Weight,           // (q, d)
-    pub wk: Weight,           // (kv, d)
-    pub wv: Weight,           // (kv, d)
+    pub wq: Weight, // (q, d)
+    /// K and V projections; `None` on a layer that reads an earlier layer's K/V
+    /// (`MixerKind::SharedAttention`).
+    pub wk: Option<Weight>, // (kv, d)
+    pub wv: Option<Weight>, // (kv, d)
     pub bq: Option<Vec<f32>>, // (q)   qwen2
     pub bk: Option<Vec<f32>>, // (kv)  qwen2
     pub bv: Option<Vec<f32>>, // (kv)  qwen2
     /// Per-head RMSNorm weights of q and k (qwen3, gemma3), or whole-row ones (olmoe: q, kv).
     pub q_norm: Option<Vec<f32>>, // (h)
     pub k_norm: Option<Vec<f32>>, // (h)
-    pub wo: Weight,           // (d, q)
+    pub wo: Weight, // (d, q)
     pub bo: Option<Vec<f32>>, // (d)
     /// RMSNorm of the attention output before its residual add (gemma).
     pub post_attn_norm: Option<Vec<f32>>, // (d)
@@ -401,7 +404,11 @@ impl MixerWeights {
     /// Every matrix of the mixer, mutably (for the load-time repacking).
     fn matrices_mut(&mut self) -> Vec<&mut Weight> {
         match self {
-            MixerWeights::Attention(a) => vec![&mut a.wq, &mut a.wk, &mut a.wv, &mut a.wo],
+            MixerWeights::Attention(a) => [Some(&mut a.wq), a.wk.as_mut(), a.wv.as_mut()]
+                .into_iter()
+                .flatten()
+                .chain([&mut a.wo])
+                .collect(),
             MixerWeights::ShortConv(c) => vec![&mut c.in_proj, &mut c.out_proj],
             MixerWeights::GatedDeltaNet(g) => vec![
                 &mut g.wqkv,
@@ -416,7 +423,11 @@ impl MixerWeights {
     /// Every matrix of the mixer.
     fn matrices(&self) -> Vec<&Weight> {
         match self {
-            MixerWeights::Attention(a) => vec![&a.wq, &a.wk, &a.wv, &a.wo],
+            MixerWeights::Attention(a) => [Some(&a.wq), a.wk.as_ref(), a.wv.as_ref()]
+                .into_iter()
+                .flatten()
+                .chain([&a.wo])
+                .collect(),
             MixerWeights::ShortConv(c) => vec![&c.in_proj, &c.out_proj],
             MixerWeights::GatedDeltaNet(g) => vec![&g.wqkv, &g.wgate, &g.wbeta, &g.walpha, &g.out],
         }
@@ -433,6 +444,10 @@ pub struct LayerWeights {
     pub ffn: FfnWeights,
     /// RMSNorm of the FFN output before its residual add (gemma).
     pub post_ffn_norm: Option<Vec<f32>>, // (d)
+    /// The per-layer embedding block after the FFN (gemma4).
+    pub ple: Option<LayerPle>,
+    /// The layer's output is multiplied by this (gemma4's `layer_output_scale`).
+    pub out_scale: Option<f32>,
 }
 
 impl LayerWeights {
@@ -441,6 +456,11 @@ impl LayerWeights {
     pub fn matrices_mut(&mut self) -> Vec<&mut Weight> {
         let mut v = self.mixer.matrices_mut();
         v.extend(self.ffn.every_token_mut());
+        v.extend(
+            self.ple
+                .iter_mut()
+                .flat_map(|p| [&mut p.inp_gate, &mut p.proj]),
+        );
         v
     }
 
@@ -448,6 +468,7 @@ impl LayerWeights {
     pub fn matrices(&self) -> Vec<&Weight> {
         let mut v = self.mixer.matrices();
         v.extend(self.ffn.every_token());
+        v.extend(self.ple.iter().flat_map(|p| [&p.inp_gate, &p.proj]));
         v
     }
 }
@@ -463,6 +484,8 @@ pub struct ModelWeights {
     /// `output.bias` (qwen2), added to the logits.
     pub output_bias: Option<Vec<f32>>, // (n_vocab)
     pub tied_output: bool,
+    /// The per-layer embedding table and its projection (gemma4).
+    pub ple: Option<PleWeights>,
 }
 
 impl ModelWeights {
@@ -477,6 +500,7 @@ impl ModelWeights {
         for l in &mut self.layers {
             mats.extend(l.matrices_mut());
         }
+        mats.extend(self.ple.as_mut().map(|p| &mut p.model_proj));
         mats.sort_by_key(|w| std::cmp::Reverse(w.data.bytes().len()));
         let slots: Vec<Mutex<&mut Weight>> = mats.into_iter().map(Mutex::new).collect();
         team.run(slots.len(), &|i, _| {

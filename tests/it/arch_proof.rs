@@ -348,6 +348,7 @@ proofs! {
     gpt_oss => "gpt-oss",
     lfm2 => "lfm2",
     qwen35 => "qwen35",
+    gemma4 => "gemma4",
 }
 
 /// A recurrent model's state stands for exactly the positions computed: a batch resuming it

@@ -27,11 +27,12 @@ pub enum Arch {
     GptOss,
     Lfm2,
     Qwen35,
+    Gemma4,
 }
 
 /// Every supported architecture with its `general.architecture` name: the one list behind
 /// [`Arch::from_name`], [`Arch::name`] and the "unsupported architecture" error.
-pub const ARCHS: [(Arch, &str); 15] = [
+pub const ARCHS: [(Arch, &str); 16] = [
     (Arch::Llama, "llama"),
     (Arch::Qwen2, "qwen2"),
     (Arch::Qwen3, "qwen3"),
@@ -47,6 +48,7 @@ pub const ARCHS: [(Arch, &str); 15] = [
     (Arch::GptOss, "gpt-oss"),
     (Arch::Lfm2, "lfm2"),
     (Arch::Qwen35, "qwen35"),
+    (Arch::Gemma4, "gemma4"),
 ];
 
 /// How RoPE pairs dimensions.
@@ -68,6 +70,9 @@ pub enum QueryScale {
     /// `1/sqrt(key_length)` (Gemma 27B's `1/sqrt(n_embd/n_head)`) and phi3's `1/sqrt(head_dim)`.
     PreGemma,
     PrePhi3,
+    /// Neither: the scores are not scaled at all (gemma4's `f_attention_scale = 1`; its q/k
+    /// norms keep them in range).
+    Unit,
 }
 
 /// Which layers use the sliding window, when the family has one.
@@ -143,6 +148,11 @@ pub struct ArchRules {
     /// `attn_q` carries, after each head's query, a gate for that head's attention output
     /// (`out * sigmoid(gate)` before `attn_output`; qwen35).
     pub attn_out_gate: bool,
+    /// Gemma 4's keys and blocks (`hparams::gemma4`): per-layer embeddings, local layers with
+    /// their own head width and RoPE dims, later layers reading earlier layers' K/V, V
+    /// RMS-normed without a weight, `rope_freqs` on the global layers only, a per-layer output
+    /// scale, a per-layer FFN width.
+    pub gemma4_keys: bool,
 }
 
 const LLAMA: ArchRules = ArchRules {
@@ -170,6 +180,7 @@ const LLAMA: ArchRules = ArchRules {
     output_norm_tensor: "output_norm.weight",
     gated_delta_net: false,
     attn_out_gate: false,
+    gemma4_keys: false,
 };
 
 impl Arch {
@@ -327,6 +338,22 @@ impl Arch {
                 ffn_norm_tensor: "post_attention_norm.weight",
                 gated_delta_net: true,
                 attn_out_gate: true,
+                ..neox
+            },
+            // gemma4.cpp: gemma3's block (q/k norm, post-norms, GELU, embeddings x sqrt(n_embd))
+            // with unscaled attention scores, the window pattern an array in the file, the final
+            // softcap when the key is set, and the gemma4 keys and blocks.
+            Arch::Gemma4 => ArchRules {
+                qk_norm: true,
+                post_norms: true,
+                gelu: true,
+                embd_scale_sqrt: true,
+                query_scale: QueryScale::Unit,
+                swa: SwaRule::Always {
+                    default_window: 512,
+                    default_pattern: 5,
+                },
+                gemma4_keys: true,
                 ..neox
             },
         }

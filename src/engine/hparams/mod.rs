@@ -8,12 +8,15 @@
 
 mod arch;
 mod deltanet;
+mod gemma4;
 mod moe;
 mod rope;
 mod shortconv;
+mod vocab;
 
 pub use arch::{Arch, ArchRules, QueryScale, RopeStyle, SwaRule, ARCHS};
 pub use deltanet::GatedDeltaNet;
+pub use gemma4::Gemma4;
 pub use moe::{Gating, MoeParams, MoeRule, MAX_EXPERTS};
 pub use rope::{RopeScaling, RopeScalingKind};
 pub use shortconv::ShortConv;
@@ -86,8 +89,10 @@ pub struct HParams {
     pub n_layer: u32,
     /// Embedding (residual stream) width.
     pub n_embd: u32,
-    /// Feed-forward hidden width (of the dense FFN; see `moe` for the experts').
+    /// Feed-forward hidden width (of the dense FFN; see `moe` for the experts'): the widest.
     pub n_ff: u32,
+    /// Each layer's dense FFN width (all `n_ff` unless the file gives one per layer).
+    pub n_ff_layers: Vec<u32>,
     /// The mixture of experts that is every layer's FFN, for the families that have one.
     pub moe: Option<MoeParams>,
     /// Query heads.
@@ -148,6 +153,8 @@ pub struct HParams {
     pub shortconv: Option<ShortConv>,
     /// Qwen3.5's gated DeltaNet layers (the others run gated attention).
     pub deltanet: Option<GatedDeltaNet>,
+    /// Gemma 4's per-layer embeddings, local head widths and shared K/V.
+    pub gemma4: Option<Gemma4>,
 }
 
 /// Why a file's model description is unusable.
@@ -254,7 +261,7 @@ impl HParams {
             return Err(invalid(k.key("block_count"), n_layer, "above 1024"));
         }
         let n_embd = k.u32_pos("embedding_length")?;
-        let n_ff = k.u32_pos("feed_forward_length")?;
+        let (n_ff, n_ff_layers) = gemma4::ff_lengths(&k, n_layer)?;
         let n_head = k.u32_pos("attention.head_count")?;
         let (n_head_kv, shortconv) =
             shortconv::head_count_kv(&k, rules.shortconv, n_layer, n_head)?;
@@ -299,7 +306,7 @@ impl HParams {
         let rope_scaling = RopeScaling::from_keys(&k, rules.mistral3_keys)?;
         let rms_eps = k.f32_pos("attention.layer_norm_rms_epsilon", None)?;
         let n_ctx_train = k.u32_pos("context_length")?;
-        let n_vocab = vocab_size(&k)?;
+        let n_vocab = vocab::vocab_size(&k)?;
 
         // RoPE on or off per layer.
         let rope_on = if rules.granite_scales {
@@ -315,6 +322,7 @@ impl HParams {
         let q_scale = query_prescale(rules.query_scale, arch, n_layer, n_embd, n_head, head_dim);
         let kq_scale = match (q_scale, rules.reads_attention_scale) {
             (Some(_), _) => 1.0,
+            _ if rules.query_scale == QueryScale::Unit => 1.0,
             (None, true) => k
                 .f32_nonzero("attention.scale")?
                 .unwrap_or(1.0 / (head_dim as f32).sqrt()),
@@ -356,6 +364,10 @@ impl HParams {
                 rope_scaled: rules.swa_rope_scaled,
                 ..w
             });
+        let gemma4 = rules
+            .gemma4_keys
+            .then(|| Gemma4::from_keys(&k, n_layer, head_dim, sliding_window.as_ref()))
+            .transpose()?;
         let pooling = pooling_type(&k)?;
         let moe = match rules.moe {
             Some(rule) => Some(MoeParams::from_keys(&k, rule, n_ff)?),
@@ -371,6 +383,7 @@ impl HParams {
             n_layer,
             n_embd,
             n_ff,
+            n_ff_layers,
             moe,
             n_head,
             n_head_kv,
@@ -408,6 +421,7 @@ impl HParams {
             pooling,
             shortconv,
             deltanet,
+            gemma4,
         };
         hp.check_tensors(f)?;
         Ok(hp)
@@ -440,6 +454,7 @@ impl HParams {
         if let Some(m) = &self.moe {
             parts.push(m.describe());
         }
+        parts.extend(self.gemma4.as_ref().map(|g| g.describe(self.n_layer)));
         if let Some(w) = &self.sliding_window {
             parts.push(format!(
                 "sliding window {} on {} of {} layers (RoPE base {} local, {} global)",
@@ -525,12 +540,7 @@ impl HParams {
     /// Checks the shapes of the embedding, output and every block's tensors against the
     /// description, and that no block lies beyond `n_layer`.
     fn check_tensors(&self, f: &GgufFile) -> Result<(), HParamsError> {
-        let (e, v, ff) = (
-            u64::from(self.n_embd),
-            u64::from(self.n_vocab),
-            u64::from(self.n_ff),
-        );
-        let (q, kv, hd) = (self.q_dim(), self.kv_dim(), u64::from(self.head_dim));
+        let (e, v) = (u64::from(self.n_embd), u64::from(self.n_vocab));
         let expect = |name: &str, shape: &[u64], required: bool| -> Result<(), HParamsError> {
             match f.tensor(name) {
                 None if required => Err(HParamsError::MissingTensor(name.to_string())),
@@ -549,6 +559,8 @@ impl HParams {
         expect(rules.output_norm_tensor, &[e], true)?;
         for il in 0..self.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");
+            let ff = u64::from(self.n_ff_layers[il as usize]);
+            let (q, kv, hd, own_kv) = self.layer_attn(il);
             expect(&n("attn_norm.weight"), &[e], true)?;
             expect(&n(rules.ffn_norm_tensor), &[e], true)?;
             if let Some(c) = self.shortconv.as_ref().filter(|c| c.is_conv(il as usize)) {
@@ -577,8 +589,13 @@ impl HParams {
             } else {
                 let qg = q * (1 + u64::from(rules.attn_out_gate)); // + each head's gate
                 expect(&n("attn_q.weight"), &[e, qg], true)?;
-                expect(&n("attn_k.weight"), &[e, kv], true)?;
-                expect(&n("attn_v.weight"), &[e, kv], true)?;
+                expect(&n("attn_k.weight"), &[e, kv], own_kv)?;
+                // Gemma 4 takes V = K when attn_v is absent.
+                expect(
+                    &n("attn_v.weight"),
+                    &[e, kv],
+                    own_kv && self.gemma4.is_none(),
+                )?;
             }
             let bias_required = self.has_qkv_bias && !self.fused_qkv;
             expect(&n("attn_q.bias"), &[q], bias_required)?;
@@ -589,7 +606,7 @@ impl HParams {
             if self.qk_norm {
                 let (qn, kn) = if self.qk_norm_full { (q, kv) } else { (hd, hd) };
                 expect(&n("attn_q_norm.weight"), &[qn], true)?;
-                expect(&n("attn_k_norm.weight"), &[kn], true)?;
+                expect(&n("attn_k_norm.weight"), &[kn], own_kv)?;
             }
             if self.post_norms {
                 expect(&n("post_attention_norm.weight"), &[e], true)?;
@@ -599,6 +616,9 @@ impl HParams {
                 expect(&n("attn_sinks.weight"), &[u64::from(self.n_head)], true)?;
             }
             self.check_ffn(&expect, f, il, e, ff)?;
+        }
+        if let Some(g) = &self.gemma4 {
+            self.check_gemma4(g, &expect, f)?;
         }
         let factors = u64::from(self.rope_dim / 2);
         for name in [
@@ -662,7 +682,7 @@ fn query_prescale(
 ) -> Option<f32> {
     let gemma_27b = matches!((arch, n_layer), (Arch::Gemma3, 62) | (Arch::Gemma2, 46));
     match q {
-        QueryScale::Kernel => None,
+        QueryScale::Kernel | QueryScale::Unit => None,
         QueryScale::PreGemma if gemma_27b => Some(1.0 / ((n_embd / n_head) as f32).sqrt()),
         QueryScale::PreGemma | QueryScale::PrePhi3 => Some(1.0 / (head_dim as f32).sqrt()),
     }
@@ -744,31 +764,6 @@ fn pooling_type(k: &Keys<'_>) -> Result<Option<PoolingType>, HParamsError> {
             )
         }),
     }
-}
-
-/// `{arch}.vocab_size`, else the token list's length, else the embedding's row count.
-fn vocab_size(k: &Keys<'_>) -> Result<u32, HParamsError> {
-    let key = k.key("vocab_size");
-    if let Some(v) = k.f.get_u32(&key)? {
-        return if v == 0 {
-            Err(invalid(key, 0, "must be positive"))
-        } else {
-            Ok(v)
-        };
-    }
-    if let Some(tokens) = k.f.get_str_array("tokenizer.ggml.tokens")? {
-        return u32::try_from(tokens.len())
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| invalid("tokenizer.ggml.tokens".into(), tokens.len(), "bad length"));
-    }
-    let t =
-        k.f.tensor("token_embd.weight")
-            .ok_or_else(|| HParamsError::MissingTensor("token_embd.weight".into()))?;
-    t.shape
-        .get(1)
-        .and_then(|&n| u32::try_from(n).ok())
-        .ok_or_else(|| inconsistent(format!("token_embd.weight has shape {:?}", t.shape)))
 }
 
 impl fmt::Display for HParams {

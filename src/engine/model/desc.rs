@@ -38,6 +38,11 @@ pub enum MixerKind {
     /// heads' state matrices ([`GdnDesc::state_floats`] values) live at offset `state` of a
     /// sequence's recurrent state.
     GatedDeltaNet { state: usize },
+    /// Attention over the K/V an earlier layer wrote in layer `kv` of the KV cache (gemma4's
+    /// shared-K/V layers): the layer projects only its queries and writes nothing, so the
+    /// cache holds those K/V once. The writer has the same window and RoPE table, and runs
+    /// earlier in the same step, so every position this layer reads is written.
+    SharedAttention { kv: usize },
 }
 
 /// The gated DeltaNet's shape (`hparams::GatedDeltaNet`): q and k are `n_k_heads` heads,
@@ -127,8 +132,21 @@ pub struct ModelDesc {
     pub n_embd: usize,
     pub n_head: usize,
     pub n_head_kv: usize,
+    /// Head width of the global layers, and of the KV cache's rows.
     pub head_dim: usize,
+    /// Head width of the local (windowed) layers, at most `head_dim` (gemma4's
+    /// `key_length_swa`; `head_dim` otherwise). Their K/V rows are zero-padded to `head_dim`
+    /// in the cache, which leaves every score and weighted sum unchanged.
+    pub head_dim_swa: usize,
+    /// The widest dense FFN.
     pub n_ff: usize,
+    /// Each layer's dense FFN width.
+    pub n_ff_layers: Vec<usize>,
+    /// Width of one layer's per-layer embedding (gemma4's `per_layer_token_embd`); 0 without
+    /// (see `model::per_layer_embd`).
+    pub n_embd_per_layer: usize,
+    /// V is RMS-normed per head without a weight before it is cached (gemma4).
+    pub v_norm: bool,
     /// The experts of the layers whose FFN is [`FfnKind::Moe`].
     pub moe: Option<MoeDesc>,
     pub n_vocab: usize,
@@ -247,6 +265,10 @@ impl ModelDesc {
         let global = rope_table(kind, rope_dim, hp.rope_freq_base, freq_scale, s, n_ctx_orig);
         let mut ropes = vec![global.clone()];
         if let Some(w) = &hp.sliding_window {
+            let rope_dim = hp
+                .gemma4
+                .as_ref()
+                .map_or(rope_dim, |g| g.rope_dim_swa as usize);
             // Local layers: their own base, no frequency scaling (llama.cpp's
             // `rope_freq_scale_train_swa` is 1) unless the family keeps the global one
             // (gpt-oss), the same YaRN/magnitude parameters.
@@ -261,7 +283,7 @@ impl ModelDesc {
         }
         // Attention layers number their K/V places in order; recurrent ones their states.
         let (mut n_kv, mut n_state) = (0, 0);
-        let mut mixers = Vec::with_capacity(hp.n_layer as usize);
+        let mut mixers: Vec<MixerKind> = Vec::with_capacity(hp.n_layer as usize);
         let deltanet = hp.deltanet.as_ref().map(|g| GdnDesc {
             d_conv: g.d_conv as usize,
             head_dim: g.head_dim as usize,
@@ -269,6 +291,14 @@ impl ModelDesc {
             n_v_heads: g.n_v_heads as usize,
         });
         for il in 0..hp.n_layer as usize {
+            let local = hp.sliding_window.as_ref().is_some_and(|w| w.local[il]);
+            if let Some(src) = hp.gemma4.as_ref().and_then(|g| g.kv_source(il, local)) {
+                let MixerKind::Attention { kv } = mixers[src] else {
+                    unreachable!("gemma4's layers are attention layers");
+                };
+                mixers.push(MixerKind::SharedAttention { kv });
+                continue;
+            }
             match (&hp.shortconv, &hp.deltanet, deltanet) {
                 (Some(c), _, _) if c.is_conv(il) => {
                     mixers.push(MixerKind::ShortConv { state: n_state });
@@ -311,7 +341,11 @@ impl ModelDesc {
             n_head: hp.n_head as usize,
             n_head_kv: hp.n_head_kv as usize,
             head_dim: hp.head_dim as usize,
+            head_dim_swa: hp.gemma4.as_ref().map_or(hp.head_dim, |g| g.head_dim_swa) as usize,
             n_ff: hp.n_ff as usize,
+            n_ff_layers: hp.n_ff_layers.iter().map(|&f| f as usize).collect(),
+            n_embd_per_layer: hp.gemma4.as_ref().map_or(0, |g| g.n_embd_per_layer) as usize,
+            v_norm: hp.arch.rules().gemma4_keys,
             moe: hp.moe.as_ref().map(MoeDesc::from),
             n_vocab: hp.n_vocab as usize,
             n_ctx_train: hp.n_ctx_train as usize,
@@ -366,8 +400,26 @@ impl ModelDesc {
             .enumerate()
             .filter_map(|(l, d)| match d.mixer {
                 MixerKind::Attention { kv } => Some((l, kv, d.window)),
-                MixerKind::ShortConv { .. } | MixerKind::GatedDeltaNet { .. } => None,
+                MixerKind::ShortConv { .. }
+                | MixerKind::GatedDeltaNet { .. }
+                | MixerKind::SharedAttention { .. } => None,
             })
+    }
+
+    /// Width of one token's cos/sin row of a RoPE table in the step's buffer: the widest
+    /// table's `n_dims` (each table uses the first `n_dims` of it).
+    pub fn rope_stride(&self) -> usize {
+        self.ropes.iter().map(|r| r.n_dims).max().unwrap_or(0)
+    }
+
+    /// Layer `l`'s head width: [`ModelDesc::head_dim_swa`] on a windowed layer, else
+    /// [`ModelDesc::head_dim`].
+    pub fn head_dim_of(&self, l: usize) -> usize {
+        if self.layers[l].window.is_some() {
+            self.head_dim_swa
+        } else {
+            self.head_dim
+        }
     }
 
     /// True when some layer keeps a recurrent state per sequence (its prefix cannot be

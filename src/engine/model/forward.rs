@@ -3,8 +3,9 @@
 //!
 //! ```text
 //! n = rms_norm(x) * attn_norm
-//! q, k, v = Wq n (+bq), Wk n (+bk), Wv n (+bv)
+//! q, k, v = Wq n (+bq), Wk n (+bk), Wv n (+bv)          [k, v: not on a shared-K/V layer]
 //! q, k = rms_norm per head (* q_norm, k_norm)          [qk_norm]
+//! v = rms_norm per head                                [v_norm: gemma4]
 //! q, k = rope(q), rope(k)   (the layer's table)        [unless NoPE]
 //! q *= q_scale; q *= temperature(pos)                  [gemma, phi3; mistral3]
 //! a = Wo attn(q, K, V; kq_scale, softcap, window, sinks) (+bo)   sinks: gpt-oss
@@ -17,6 +18,7 @@
 //!     (+ the shared expert's dense FFN of m)           [granitemoe]
 //! f = rms_norm(f) * post_ffw_norm                      [post_norms]
 //! x += f * residual_scale
+//! x += the per-layer embedding block; x *= out_scale    [gemma4: model::per_layer_embd]
 //! ```
 //!
 //! then `logits = Wout (rms_norm(x) * output_norm) (+bias)`, divided by `logit_scale`, softcapped.
@@ -33,6 +35,7 @@ use crate::engine::hparams::Activation;
 use crate::engine::kv_cache::{KvCache, KvCacheError};
 use crate::engine::matmul::{matmul, matmul_made, warm_next, MatJob, MatmulScratch};
 use crate::engine::model::desc::MixerKind;
+use crate::engine::model::head_width::{narrow_heads, widen_heads};
 use crate::engine::model::loaded::{add_in_place, for_row_pairs, for_rows, Model};
 use crate::engine::moe::experts_forward;
 use crate::engine::ops::{
@@ -87,11 +90,13 @@ impl Model {
         s: &mut ForwardScratch,
     ) -> Result<(), KvCacheError> {
         self.embed(seqs, n_tok, s);
+        self.per_layer_inputs(seqs, n_tok, s);
         for (l, lw) in self.weights().layers.iter().enumerate() {
             match (&lw.mixer, self.desc().layers[l].mixer) {
-                (MixerWeights::Attention(a), MixerKind::Attention { kv: kl }) => {
-                    self.attention_block(l, a, kl, seqs, n_tok, kv, s)?
-                }
+                (
+                    MixerWeights::Attention(a),
+                    MixerKind::Attention { kv: kl } | MixerKind::SharedAttention { kv: kl },
+                ) => self.attention_block(l, a, kl, seqs, n_tok, kv, s)?,
                 (MixerWeights::ShortConv(c), MixerKind::ShortConv { state }) => {
                     self.shortconv_block(l, c, state, seqs, n_tok, kv, s)
                 }
@@ -104,6 +109,7 @@ impl Model {
                 FfnWeights::Dense(f) => self.ffn_block(l, f, n_tok, n_rows, s),
                 FfnWeights::Moe(m) => self.moe_block(l, m, n_tok, n_rows, s),
             }
+            self.per_layer_block(l, n_tok, s);
         }
         if n_rows > 0 {
             self.lm_head(n_rows, s);
@@ -117,7 +123,7 @@ impl Model {
         let c = self.desc();
         let w = self.weights();
         let d = c.n_embd;
-        let n_rot = c.rope.n_dims;
+        let n_rot = c.rope_stride();
         let (tok_seq, tok_pos) = (&s.tok_seq[..n_tok], &s.tok_pos[..n_tok]);
         let mut tok_ids = tok_seq.iter().zip(tok_pos).map(|(&sq, &p)| {
             let q = &seqs[sq as usize];
@@ -132,8 +138,9 @@ impl Model {
         }
         self.trace("inp_embd", None, &s.x[..n_tok * d]);
         for (ri, rope) in c.ropes.iter().enumerate() {
-            let buf = &mut s.rope[ri * n_tok * n_rot..(ri + 1) * n_tok * n_rot];
-            for_rows(&self.team, buf, n_rot, n_tok, |t, row| {
+            let nd = rope.n_dims;
+            let buf = &mut s.rope[ri * n_tok * n_rot..ri * n_tok * n_rot + n_tok * nd];
+            for_rows(&self.team, buf, nd, n_tok, |t, row| {
                 rope.fill(tok_pos[t] as usize, row)
             });
         }
@@ -141,7 +148,8 @@ impl Model {
 
     /// Layer `l`'s attention block: `s.x += Wo attn(norm(s.x))` with the family's biases,
     /// head norms, RoPE, scales and post-norm; this step's K and V go into `kv`'s layer `kl`
-    /// first.
+    /// first (a shared-K/V layer only reads layer `kl`). Heads narrower than the cache's are
+    /// zero-padded to its width (`head_width`).
     #[allow(clippy::too_many_arguments)]
     fn attention_block(
         &self,
@@ -155,43 +163,45 @@ impl Model {
     ) -> Result<(), KvCacheError> {
         let c = self.desc();
         let lw = &self.weights().layers[l];
-        let (d, hd) = (c.n_embd, c.head_dim);
+        let (d, hd, hdc) = (c.n_embd, c.head_dim_of(l), c.head_dim);
         let nq = c.n_head * hd;
         let nkv = c.n_head_kv * hd;
-        let n_rot = c.rope.n_dims;
+        let n_rot = c.rope_stride();
         let eps = c.rms_eps;
         let lt = Some(l);
         let lc = c.layers[l];
+        let own_kv = matches!(lc.mixer, MixerKind::Attention { .. });
         let (tok_seq, tok_pos) = (&s.tok_seq[..n_tok], &s.tok_pos[..n_tok]);
         // Each matmul below first names the one after it: the idle threads prefetch its
         // first bytes meanwhile (attention and the serial work leave the bus idle).
         warm_next(&self.team, n_tok, &aw.wo);
+        let mut jobs = vec![MatJob {
+            w: &aw.wq,
+            out: if c.attn_out_gate {
+                &mut s.q_full
+            } else {
+                &mut s.q
+            },
+        }];
+        let v_is_k = own_kv && aw.wv.is_none();
+        if own_kv {
+            jobs.extend(aw.wk.as_ref().map(|w| MatJob { w, out: &mut s.k }));
+            jobs.extend(aw.wv.as_ref().map(|w| MatJob { w, out: &mut s.v }));
+        }
         norm_matmul(
             &self.team,
             (&s.x, d, &lw.attn_norm, eps),
             &|t| t,
             &mut s.xn,
             n_tok,
-            &mut [
-                MatJob {
-                    w: &aw.wq,
-                    out: if c.attn_out_gate {
-                        &mut s.q_full
-                    } else {
-                        &mut s.q
-                    },
-                },
-                MatJob {
-                    w: &aw.wk,
-                    out: &mut s.k,
-                },
-                MatJob {
-                    w: &aw.wv,
-                    out: &mut s.v,
-                },
-            ],
+            &mut jobs,
             &mut s.mm,
         );
+        drop(jobs);
+        if v_is_k {
+            // No V projection (gemma4's attention_k_eq_v): V is K's projection.
+            s.v[..n_tok * nkv].copy_from_slice(&s.k[..n_tok * nkv]);
+        }
         self.trace("attn_norm", lt, &s.xn[..n_tok * d]);
         if c.attn_out_gate {
             // Each head's query then its gate (llama.cpp's Qcur_full views).
@@ -204,54 +214,75 @@ impl Model {
             });
         }
         self.trace("q_mm", lt, &s.q[..n_tok * nq]);
-        self.trace("k_mm", lt, &s.k[..n_tok * nkv]);
         let rope = lc.rope.map(|ri| {
+            let nd = c.ropes[ri].n_dims;
             (
                 &c.ropes[ri],
-                &s.rope[ri * n_tok * n_rot..(ri + 1) * n_tok * n_rot],
+                nd,
+                &s.rope[ri * n_tok * n_rot..ri * n_tok * n_rot + n_tok * nd],
             )
         });
-        // Q's and K's bias, head norm and RoPE: one region for both.
-        for_row_pairs(
-            &self.team,
-            (&mut s.q, nq),
-            (&mut s.k, nkv),
-            n_tok,
-            |t, row, krow| {
-                // Bias, head norm and RoPE, the same for a q row and a k row.
-                let shared = |x: &mut [f32], bias: &Option<Vec<f32>>, norm: &Option<Vec<f32>>| {
-                    if let Some(b) = bias {
-                        add_in_place(x, b);
+        // Bias, head norm and RoPE, the same for a q row and a k row.
+        let shared = |t: usize, x: &mut [f32], bias: &Option<Vec<f32>>, norm: &Option<Vec<f32>>| {
+            if let Some(b) = bias {
+                add_in_place(x, b);
+            }
+            if let Some(nw) = norm {
+                norm_heads(x, nw, eps);
+            }
+            if let Some((table, nd, cache)) = rope {
+                table.apply(&cache[t * nd..(t + 1) * nd], x, hd);
+            }
+        };
+        let q_row = |t: usize, row: &mut [f32]| {
+            shared(t, row, &aw.bq, &aw.q_norm);
+            if let Some(qs) = c.q_scale {
+                scale_in_place(row, qs);
+            }
+            if let Some(tmp) = c.attn_temperature {
+                scale_in_place(row, temperature(tmp.scale, tmp.floor_len, tok_pos[t]));
+            }
+        };
+        if own_kv {
+            self.trace("k_mm", lt, &s.k[..n_tok * nkv]);
+            // Q's and K's bias, head norm and RoPE: one region for both.
+            for_row_pairs(
+                &self.team,
+                (&mut s.q, nq),
+                (&mut s.k, nkv),
+                n_tok,
+                |t, row, krow| {
+                    q_row(t, row);
+                    shared(t, krow, &aw.bk, &aw.k_norm);
+                },
+            );
+            if aw.bv.is_some() || c.v_norm {
+                let ones = vec![1.0; hd];
+                for_rows(&self.team, &mut s.v, nkv, n_tok, |_, row| {
+                    if let Some(b) = &aw.bv {
+                        add_in_place(row, b)
                     }
-                    if let Some(nw) = norm {
-                        norm_heads(x, nw, eps);
+                    if c.v_norm {
+                        norm_heads(row, &ones, eps);
                     }
-                    if let Some((table, cache)) = rope {
-                        table.apply(&cache[t * n_rot..(t + 1) * n_rot], x, hd);
-                    }
-                };
-                shared(row, &aw.bq, &aw.q_norm);
-                if let Some(qs) = c.q_scale {
-                    scale_in_place(row, qs);
-                }
-                if let Some(tmp) = c.attn_temperature {
-                    scale_in_place(row, temperature(tmp.scale, tmp.floor_len, tok_pos[t]));
-                }
-                shared(krow, &aw.bk, &aw.k_norm);
-            },
-        );
-        if let Some(b) = &aw.bv {
-            for_rows(&self.team, &mut s.v, nkv, n_tok, |_, row| {
-                add_in_place(row, b)
-            });
+                });
+            }
+            self.trace("k", lt, &s.k[..n_tok * nkv]);
+            self.trace("v", lt, &s.v[..n_tok * nkv]);
+        } else {
+            for_rows(&self.team, &mut s.q, nq, n_tok, q_row);
         }
         self.trace("q", lt, &s.q[..n_tok * nq]);
-        self.trace("k", lt, &s.k[..n_tok * nkv]);
-        self.trace("v", lt, &s.v[..n_tok * nkv]);
-        for t in 0..n_tok {
-            let q = &seqs[tok_seq[t] as usize];
-            let (kr, vr) = (&s.k[t * nkv..(t + 1) * nkv], &s.v[t * nkv..(t + 1) * nkv]);
-            kv.write(kl, q.table, tok_pos[t] as usize, kr, vr)?;
+        widen_heads(&mut s.q, n_tok, c.n_head, hd, hdc);
+        if own_kv {
+            widen_heads(&mut s.k, n_tok, c.n_head_kv, hd, hdc);
+            widen_heads(&mut s.v, n_tok, c.n_head_kv, hd, hdc);
+            let nkc = c.n_head_kv * hdc;
+            for t in 0..n_tok {
+                let q = &seqs[tok_seq[t] as usize];
+                let (kr, vr) = (&s.k[t * nkc..(t + 1) * nkc], &s.v[t * nkc..(t + 1) * nkc]);
+                kv.write(kl, q.table, tok_pos[t] as usize, kr, vr)?;
+            }
         }
         let params = AttnParams {
             scale: c.kq_scale,
@@ -272,10 +303,11 @@ impl Model {
             kv,
             kl,
             &batch,
-            &mut s.attn[..n_tok * nq],
+            &mut s.attn[..n_tok * c.n_head * hdc],
             &s.attn_scratch,
             &mut s.attn_plan,
         )?;
+        narrow_heads(&mut s.attn, n_tok, c.n_head, hdc, hd);
         if c.attn_out_gate {
             let full = &s.q_full;
             for_rows(&self.team, &mut s.attn, nq, n_tok, |t, row| {

@@ -5,6 +5,7 @@
 
 use crate::engine::error::EngineError;
 use crate::engine::model::desc::{FfnKind, MixerKind, MoeDesc};
+use crate::engine::model::per_layer_embd::{LayerPle, PleWeights};
 use crate::engine::model::ModelDesc;
 use crate::engine::weights::{
     values, vector, AttnWeights, DenseFfn, Expert, FfnWeights, GdnWeights, LayerWeights,
@@ -208,7 +209,6 @@ pub(crate) fn load_weights(
     desc: &mut ModelDesc,
 ) -> Result<ModelWeights, EngineError> {
     let d = desc.n_embd;
-    let f = desc.n_ff;
     let token_embd = matrix(file, "token_embd.weight", desc.n_vocab, d)?;
     let tied = desc.arch.rules().always_tied || file.tensor_data("output.weight").is_none();
     let (output, tied_output) = if tied {
@@ -226,7 +226,13 @@ pub(crate) fn load_weights(
         Some(v) => Some(v),
         None => opt_vec(file, long_short, n_factors)?,
     };
-    for r in desc.ropes.iter_mut() {
+    // Gemma 4's factors (its proportional RoPE) belong to the global layers only.
+    let n_tables = if desc.arch.rules().gemma4_keys {
+        1
+    } else {
+        desc.ropes.len()
+    };
+    for r in desc.ropes.iter_mut().take(n_tables) {
         r.freq_factors = factors.clone();
     }
     desc.rope.freq_factors = factors;
@@ -234,7 +240,9 @@ pub(crate) fn load_weights(
     for i in 0..desc.n_layer {
         let n = |s: &str| format!("blk.{i}.{s}");
         let mixer = match desc.layers[i].mixer {
-            MixerKind::Attention { .. } => MixerWeights::Attention(attention(file, i, desc)?),
+            MixerKind::Attention { .. } | MixerKind::SharedAttention { .. } => {
+                MixerWeights::Attention(attention(file, i, desc)?)
+            }
             MixerKind::ShortConv { .. } => {
                 let l = desc.conv_l_cache;
                 MixerWeights::ShortConv(ShortConvWeights {
@@ -285,9 +293,13 @@ pub(crate) fn load_weights(
                     message: format!("layer {i} is a mixture of experts without experts"),
                 })
             }
-            (FfnKind::Dense, _) => {
-                FfnWeights::Dense(dense_ffn(file, i, desc.arch.rules().fused_gate_up, f, d)?)
-            }
+            (FfnKind::Dense, _) => FfnWeights::Dense(dense_ffn(
+                file,
+                i,
+                desc.arch.rules().fused_gate_up,
+                desc.n_ff_layers[i],
+                d,
+            )?),
         };
         let post_ffn_norm = if desc.post_norms {
             Some(vec_of(file, &n("post_ffw_norm.weight"), d)?)
@@ -300,6 +312,8 @@ pub(crate) fn load_weights(
             ffn_norm: vec_of(file, &n(desc.arch.rules().ffn_norm_tensor), d)?,
             ffn,
             post_ffn_norm,
+            ple: layer_ple(file, i, desc)?,
+            out_scale: opt_vec(file, &n("layer_output_scale.weight"), 1)?.map(|v| v[0]),
         });
     }
     Ok(ModelWeights {
@@ -309,7 +323,36 @@ pub(crate) fn load_weights(
         output,
         output_bias: opt_vec(file, "output.bias", desc.n_vocab)?,
         tied_output,
+        ple: ple_weights(file, desc)?,
     })
+}
+
+/// Gemma 4's per-layer embedding table and projection, when the model has them.
+fn ple_weights(file: &GgufFile, desc: &ModelDesc) -> Result<Option<PleWeights>, EngineError> {
+    let (p, d) = (desc.n_embd_per_layer, desc.n_embd);
+    if p == 0 {
+        return Ok(None);
+    }
+    let w = desc.n_layer * p;
+    Ok(Some(PleWeights {
+        tok_embd: matrix(file, "per_layer_token_embd.weight", desc.n_vocab, w)?,
+        model_proj: matrix(file, "per_layer_model_proj.weight", w, d)?,
+        proj_norm: vec_of(file, "per_layer_proj_norm.weight", p)?,
+    }))
+}
+
+/// Layer `i`'s per-layer embedding block, when the model has them.
+fn layer_ple(file: &GgufFile, i: usize, desc: &ModelDesc) -> Result<Option<LayerPle>, EngineError> {
+    let (p, d) = (desc.n_embd_per_layer, desc.n_embd);
+    if p == 0 {
+        return Ok(None);
+    }
+    let n = |s: &str| format!("blk.{i}.{s}");
+    Ok(Some(LayerPle {
+        inp_gate: matrix(file, &n("inp_gate.weight"), p, d)?,
+        proj: matrix(file, &n("proj.weight"), d, p)?,
+        post_norm: vec_of(file, &n("post_norm.weight"), d)?,
+    }))
 }
 
 /// The file's convolution taps, channel by channel (`[d][l]`, ggml's `[l, d]`), regrouped tap
@@ -325,7 +368,8 @@ fn taps_by_tap(by_channel: &[f32], l: usize) -> Vec<f32> {
 /// biases and head norms, the output projection and the family's post-norm and sinks.
 fn attention(file: &GgufFile, i: usize, desc: &ModelDesc) -> Result<AttnWeights, EngineError> {
     let d = desc.n_embd;
-    let hd = desc.head_dim;
+    let hd = desc.head_dim_of(i);
+    let own_kv = matches!(desc.layers[i].mixer, MixerKind::Attention { .. });
     let nq = desc.n_head * hd;
     let nkv = desc.n_head_kv * hd;
     let (qn_width, kn_width) = if desc.qk_norm_full {
@@ -342,24 +386,34 @@ fn attention(file: &GgufFile, i: usize, desc: &ModelDesc) -> Result<AttnWeights,
             Ok(None)
         }
     };
-    let ([wq, wk, wv], fused_bias) = if file.tensor(&n("attn_qkv.weight")).is_some() {
+    let (wq, wk, wv, fused_bias) = if file.tensor(&n("attn_qkv.weight")).is_some() {
+        let [q, k, v] = split_matrix(file, &n("attn_qkv.weight"), [nq, nkv, nkv], d)?;
         (
-            split_matrix(file, &n("attn_qkv.weight"), [nq, nkv, nkv], d)?,
+            q,
+            Some(k),
+            Some(v),
             split_vec(file, &n("attn_qkv.bias"), [nq, nkv, nkv])?,
         )
     } else {
+        // A shared-K/V layer has no K/V of its own; gemma4 takes V = K without attn_v.
+        let v_optional = desc.arch.rules().gemma4_keys;
+        let kv_matrix = |s: &str, required: bool| {
+            if !own_kv || (!required && file.tensor(&n(s)).is_none()) {
+                Ok(None)
+            } else {
+                matrix(file, &n(s), nkv, d).map(Some)
+            }
+        };
         (
-            [
-                // A gated q (qwen35) holds each head's query then its output gate.
-                matrix(
-                    file,
-                    &n("attn_q.weight"),
-                    nq * (1 + usize::from(desc.attn_out_gate)),
-                    d,
-                )?,
-                matrix(file, &n("attn_k.weight"), nkv, d)?,
-                matrix(file, &n("attn_v.weight"), nkv, d)?,
-            ],
+            // A gated q (qwen35) holds each head's query then its output gate.
+            matrix(
+                file,
+                &n("attn_q.weight"),
+                nq * (1 + usize::from(desc.attn_out_gate)),
+                d,
+            )?,
+            kv_matrix("attn_k.weight", true)?,
+            kv_matrix("attn_v.weight", !v_optional)?,
             None,
         )
     };
@@ -379,7 +433,7 @@ fn attention(file: &GgufFile, i: usize, desc: &ModelDesc) -> Result<AttnWeights,
         bk,
         bv,
         q_norm: norm("attn_q_norm.weight", qn_width, desc.qk_norm)?,
-        k_norm: norm("attn_k_norm.weight", kn_width, desc.qk_norm)?,
+        k_norm: norm("attn_k_norm.weight", kn_width, desc.qk_norm && own_kv)?,
         wo: matrix(file, &n("attn_output.weight"), d, nq)?,
         bo: opt_vec(file, &n("attn_output.bias"), d)?,
         post_attn_norm: norm("post_attention_norm.weight", d, desc.post_norms)?,

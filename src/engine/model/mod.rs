@@ -5,8 +5,10 @@
 mod deltanet;
 pub mod desc;
 mod forward;
+mod head_width;
 mod load;
 pub mod loaded;
+pub(crate) mod per_layer_embd;
 mod shortconv;
 
 pub use desc::{Arch, ModelDesc};

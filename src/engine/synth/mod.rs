@@ -12,6 +12,7 @@
 //! the current token dominates and every layer still moves every logit.
 
 mod deltanet;
+mod gemma4;
 mod rng;
 mod variants;
 
@@ -134,7 +135,13 @@ fn quant_type(quant: Quant, t: &TensorSpec, tied: bool, n_layer: usize, wv: WvIn
     {
         return DType::F32;
     }
-    let is_head = t.name == "output.weight" || (tied && t.name == "token_embd.weight");
+    // llama-quantize never quantizes gemma4's per-layer projection (kept as written, F16).
+    if t.name == "per_layer_model_proj.weight" {
+        return DType::F16;
+    }
+    // Gemma 4's per-layer token table is a token embedding: with a tied head, typed as the head.
+    let is_head = t.name == "output.weight"
+        || (tied && (t.name == "token_embd.weight" || t.name == "per_layer_token_embd.weight"));
     // llama-quantize counts attn_v (attn_qkv) tensors among themselves (`i_attention_wv` of
     // `n_attention_wv`: the attention layers only, in a hybrid model), ffn_down by layer.
     let more_bits = || match wv {

@@ -706,6 +706,7 @@ pub fn proof_variants() -> Vec<Variant> {
             ]
             .concat(),
         ),
+        super::gemma4::gemma4(),
     ]
 }
 
