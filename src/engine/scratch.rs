@@ -69,6 +69,12 @@ pub struct ForwardScratch {
     /// A short convolution's B, C, x rows `[T][3d]` and B*x rows `[T][d]` (models with one).
     pub(crate) conv_bcx: LineBuf,
     pub(crate) conv_bx: LineBuf,
+    /// Mamba2's input projection `[T][d_in_proj]`, its convolution's input `[T][conv_dim]`
+    /// and output `[T][conv_dim]`, its scan's output `[T][d_inner]` (models with one).
+    pub(crate) ssm_zxbcdt: LineBuf,
+    pub(crate) ssm_xbc: LineBuf,
+    pub(crate) ssm_conv: LineBuf,
+    pub(crate) ssm_y: LineBuf,
 }
 
 impl ForwardScratch {
@@ -96,7 +102,10 @@ impl ForwardScratch {
         let nkv = desc.n_head_kv * desc.head_dim;
         let f = desc.max_ff();
         let n_expert = desc.moe.map_or(0, |m| m.n_expert);
-        let max_k = d.max(nq).max(f);
+        let ssm = desc.mamba2;
+        let (ssm_in, ssm_conv, ssm_inner) =
+            ssm.map_or((0, 0, 0), |m| (m.d_in_proj, m.conv_dim, m.d_inner));
+        let max_k = d.max(nq).max(f).max(ssm_inner);
         let conv = desc.conv_l_cache > 0;
         // Largest quantized activation row: Q8_1 (36 bytes per 32) or f32 rows, whichever.
         let max_act_row = (max_k * 4).max(max_k.div_ceil(32) * 36);
@@ -105,7 +114,8 @@ impl ForwardScratch {
             .max(t * d)
             .max(t * n_expert)
             .max(r * desc.n_vocab)
-            .max(if conv { t * 3 * d } else { 0 });
+            .max(if conv { t * 3 * d } else { 0 })
+            .max(t * ssm_in);
         Ok(ForwardScratch {
             limits,
             tok_seq: vec![0; t],
@@ -136,6 +146,10 @@ impl ForwardScratch {
             }),
             conv_bcx: LineBuf::zeroed(if conv { t * 3 * d } else { 0 }),
             conv_bx: LineBuf::zeroed(if conv { t * d } else { 0 }),
+            ssm_zxbcdt: LineBuf::zeroed(t * ssm_in),
+            ssm_xbc: LineBuf::zeroed(t * ssm_conv),
+            ssm_conv: LineBuf::zeroed(t * ssm_conv),
+            ssm_y: LineBuf::zeroed(t * ssm_inner),
         })
     }
 

@@ -351,6 +351,26 @@ pub struct ShortConvWeights {
     pub out_proj: Weight, // (d, d)
 }
 
+/// Granite 4.0-H's Mamba2 mixer (llama.cpp's `build_mamba2_layer`, see `engine::model::mamba2`).
+/// `c` = conv_dim (x, B, C), `nh` = its heads, `inner` = d_inner.
+#[derive(Clone, Debug)]
+pub struct Mamba2Weights {
+    /// z, x, B, C and dt rows of the input, in that order.
+    pub in_proj: Weight, // (inner + c + nh, d)
+    /// The depthwise taps, tap by tap as [`ShortConvWeights::conv`]'s.
+    pub conv: Vec<f32>, // (d_conv, c)
+    /// Added after the convolution (zeros when the file has none).
+    pub conv_bias: Vec<f32>, // (c)
+    pub dt_bias: Vec<f32>, // (nh)
+    /// The heads' decay rates (`ssm_a`, negative: `-exp(A_log)` as the converter wrote it).
+    pub a: Vec<f32>, // (nh)
+    /// The heads' skip factors (`ssm_d`).
+    pub d: Vec<f32>, // (nh)
+    /// The grouped RMSNorm's weights (`ssm_norm`, group after group).
+    pub norm: Vec<f32>, // (inner)
+    pub out_proj: Weight,  // (d, inner)
+}
+
 /// A layer's mixer: what it computes across positions (see
 /// [`crate::engine::model::desc::MixerKind`]).
 // One per layer, built once at load: not boxed, so the forward pass reads its matrices with
@@ -360,6 +380,7 @@ pub struct ShortConvWeights {
 pub enum MixerWeights {
     Attention(AttnWeights),
     ShortConv(ShortConvWeights),
+    Mamba2(Mamba2Weights),
 }
 
 impl MixerWeights {
@@ -368,6 +389,7 @@ impl MixerWeights {
         match self {
             MixerWeights::Attention(a) => &a.wq,
             MixerWeights::ShortConv(c) => &c.in_proj,
+            MixerWeights::Mamba2(m) => &m.in_proj,
         }
     }
 
@@ -376,6 +398,7 @@ impl MixerWeights {
         match self {
             MixerWeights::Attention(a) => vec![&mut a.wq, &mut a.wk, &mut a.wv, &mut a.wo],
             MixerWeights::ShortConv(c) => vec![&mut c.in_proj, &mut c.out_proj],
+            MixerWeights::Mamba2(m) => vec![&mut m.in_proj, &mut m.out_proj],
         }
     }
 
@@ -384,6 +407,7 @@ impl MixerWeights {
         match self {
             MixerWeights::Attention(a) => vec![&a.wq, &a.wk, &a.wv, &a.wo],
             MixerWeights::ShortConv(c) => vec![&c.in_proj, &c.out_proj],
+            MixerWeights::Mamba2(m) => vec![&m.in_proj, &m.out_proj],
         }
     }
 }

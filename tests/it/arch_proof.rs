@@ -347,6 +347,7 @@ proofs! {
     granitemoe => "granitemoe",
     gpt_oss => "gpt-oss",
     lfm2 => "lfm2",
+    granitehybrid => "granitehybrid",
 }
 
 /// A recurrent model's state stands for exactly the positions computed: a batch resuming it

@@ -26,11 +26,12 @@ pub enum Arch {
     GraniteMoe,
     GptOss,
     Lfm2,
+    GraniteHybrid,
 }
 
 /// Every supported architecture with its `general.architecture` name: the one list behind
 /// [`Arch::from_name`], [`Arch::name`] and the "unsupported architecture" error.
-pub const ARCHS: [(Arch, &str); 14] = [
+pub const ARCHS: [(Arch, &str); 15] = [
     (Arch::Llama, "llama"),
     (Arch::Qwen2, "qwen2"),
     (Arch::Qwen3, "qwen3"),
@@ -45,6 +46,7 @@ pub const ARCHS: [(Arch, &str); 14] = [
     (Arch::GraniteMoe, "granitemoe"),
     (Arch::GptOss, "gpt-oss"),
     (Arch::Lfm2, "lfm2"),
+    (Arch::GraniteHybrid, "granitehybrid"),
 ];
 
 /// How RoPE pairs dimensions.
@@ -132,6 +134,9 @@ pub struct ArchRules {
     /// The layers whose `attention.head_count_kv` entry is 0 run LFM2's short convolution
     /// (`shortconv.l_cache` taps) instead of attention.
     pub shortconv: bool,
+    /// The layers whose `attention.head_count_kv` entry is 0 run Mamba2 (`ssm.*` keys)
+    /// instead of attention.
+    pub mamba2: bool,
     /// The final norm before the LM head (`output_norm.weight`; lfm2 names it
     /// `token_embd_norm.weight`).
     pub output_norm_tensor: &'static str,
@@ -159,6 +164,7 @@ const LLAMA: ArchRules = ArchRules {
     attn_sinks: false,
     swa_rope_scaled: false,
     shortconv: false,
+    mamba2: false,
     output_norm_tensor: "output_norm.weight",
 };
 
@@ -308,6 +314,15 @@ impl Arch {
                 shortconv: true,
                 output_norm_tensor: "token_embd_norm.weight",
                 ..neox
+            },
+            // granite-hybrid.cpp: per layer, Mamba2 (head_count_kv 0, mamba-base.cpp's
+            // build_mamba2_layer) or granite's attention; granite's multipliers on both
+            // mixers; a dense SiLU-gated FFN (the experts' variant is not supported).
+            Arch::GraniteHybrid => ArchRules {
+                granite_scales: true,
+                reads_attention_scale: true,
+                mamba2: true,
+                ..LLAMA
             },
         }
     }

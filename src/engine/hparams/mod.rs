@@ -7,11 +7,13 @@
 //! file's keys into the plain values the one forward pass reads (scales, caps, windows, norms).
 
 mod arch;
+mod mamba2;
 mod moe;
 mod rope;
 mod shortconv;
 
 pub use arch::{Arch, ArchRules, QueryScale, RopeStyle, SwaRule, ARCHS};
+pub use mamba2::Mamba2;
 pub use moe::{Gating, MoeParams, MoeRule, MAX_EXPERTS};
 pub use rope::{RopeScaling, RopeScalingKind};
 pub use shortconv::ShortConv;
@@ -144,6 +146,8 @@ pub struct HParams {
     pub pooling: Option<PoolingType>,
     /// LFM2's short-convolution layers, for the families that have them.
     pub shortconv: Option<ShortConv>,
+    /// Granite 4.0-H's Mamba2 layers, for the families that have them.
+    pub mamba2: Option<Mamba2>,
 }
 
 /// Why a file's model description is unusable.
@@ -252,8 +256,13 @@ impl HParams {
         let n_embd = k.u32_pos("embedding_length")?;
         let n_ff = k.u32_pos("feed_forward_length")?;
         let n_head = k.u32_pos("attention.head_count")?;
-        let (n_head_kv, shortconv) =
-            shortconv::head_count_kv(&k, rules.shortconv, n_layer, n_head)?;
+        let (n_head_kv, shortconv, mamba2) = if rules.mamba2 {
+            let (h, m) = mamba2::read(&k, n_layer, n_head)?;
+            (h, None, Some(m))
+        } else {
+            let (h, c) = shortconv::head_count_kv(&k, rules.shortconv, n_layer, n_head)?;
+            (h, c, None)
+        };
         if !n_head.is_multiple_of(n_head_kv) {
             return Err(inconsistent(format!(
                 "{n_head} query heads are not a multiple of {n_head_kv} kv heads"
@@ -402,6 +411,7 @@ impl HParams {
             sliding_window,
             pooling,
             shortconv,
+            mamba2,
         };
         hp.check_tensors(f)?;
         Ok(hp)
@@ -430,6 +440,7 @@ impl HParams {
                 self.n_layer
             ));
         }
+        parts.extend(self.mamba2.as_ref().map(|m| m.describe(self.n_layer)));
         if let Some(m) = &self.moe {
             parts.push(m.describe());
         }
@@ -552,6 +563,11 @@ impl HParams {
                 )?;
                 expect(&n("shortconv.in_proj.weight"), &[e, 3 * e], true)?;
                 expect(&n("shortconv.out_proj.weight"), &[e, e], true)?;
+                self.check_ffn(&expect, f, il, e, ff)?;
+                continue;
+            }
+            if let Some(m) = self.mamba2.as_ref().filter(|m| m.is_ssm(il as usize)) {
+                m.check_tensors(&expect, il, e)?;
                 self.check_ffn(&expect, f, il, e, ff)?;
                 continue;
             }

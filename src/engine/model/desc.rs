@@ -34,6 +34,37 @@ pub enum MixerKind {
     /// LFM2's short convolution (`engine::shortconv`): its last `l_cache - 1` inputs, `(l_cache
     /// - 1) * n_embd` values, live at offset `state` of a sequence's recurrent state.
     ShortConv { state: usize },
+    /// Granite 4.0-H's Mamba2 (`engine::model::mamba2`, shape [`ModelDesc::mamba2`]): its
+    /// convolution window, `(d_conv - 1) * conv_dim` values, then its scan state, `n_head *
+    /// head_dim * d_state`, live at offset `state` of a sequence's recurrent state.
+    Mamba2 { state: usize },
+}
+
+/// The shape of the [`MixerKind::Mamba2`] layers (see `hparams::Mamba2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mamba2Desc {
+    pub d_conv: usize,
+    pub d_inner: usize,
+    pub d_state: usize,
+    pub n_group: usize,
+    pub n_head: usize,
+    pub head_dim: usize,
+    /// x, B and C: the convolution's channels.
+    pub conv_dim: usize,
+    /// z, x, B, C and dt: the input projection's rows.
+    pub d_in_proj: usize,
+}
+
+impl Mamba2Desc {
+    /// f32 of the convolution window: the last `d_conv - 1` rows of x, B and C.
+    pub fn conv_floats(&self) -> usize {
+        (self.d_conv - 1) * self.conv_dim
+    }
+
+    /// f32 of one layer's recurrent state: the window, then the scan state.
+    pub fn state_floats(&self) -> usize {
+        self.conv_floats() + self.d_inner * self.d_state
+    }
 }
 
 /// Per layer: its mixer, which RoPE table applies, how far back attention sees, which FFN runs.
@@ -127,6 +158,8 @@ pub struct ModelDesc {
     pub pooling: Option<PoolingType>,
     /// Taps of the short convolution of [`MixerKind::ShortConv`] layers (0 without).
     pub conv_l_cache: usize,
+    /// The shape of the [`MixerKind::Mamba2`] layers (none without).
+    pub mamba2: Option<Mamba2Desc>,
     /// f32 values of one sequence's recurrent state: every recurrent layer's, one after
     /// another (0 for a model of attention layers only).
     pub state_floats: usize,
@@ -222,12 +255,26 @@ impl ModelDesc {
         }
         // Attention layers number their K/V places in order; recurrent ones their states.
         let (mut n_kv, mut n_state) = (0, 0);
+        let mamba2 = hp.mamba2.as_ref().map(|m| Mamba2Desc {
+            d_conv: m.d_conv as usize,
+            d_inner: m.d_inner as usize,
+            d_state: m.d_state as usize,
+            n_group: m.n_group as usize,
+            n_head: m.n_head as usize,
+            head_dim: m.head_dim() as usize,
+            conv_dim: m.conv_dim() as usize,
+            d_in_proj: m.d_in_proj() as usize,
+        });
         let mut mixers = Vec::with_capacity(hp.n_layer as usize);
         for il in 0..hp.n_layer as usize {
             match &hp.shortconv {
                 Some(c) if c.is_conv(il) => {
                     mixers.push(MixerKind::ShortConv { state: n_state });
                     n_state += (c.l_cache as usize - 1) * hp.n_embd as usize;
+                }
+                _ if hp.mamba2.as_ref().is_some_and(|m| m.is_ssm(il)) => {
+                    mixers.push(MixerKind::Mamba2 { state: n_state });
+                    n_state += mamba2.map_or(0, |m| m.state_floats());
                 }
                 _ => {
                     mixers.push(MixerKind::Attention { kv: n_kv });
@@ -286,6 +333,7 @@ impl ModelDesc {
             attn_temperature: hp.attn_temperature,
             pooling: hp.pooling,
             conv_l_cache: hp.shortconv.as_ref().map_or(0, |c| c.l_cache as usize),
+            mamba2,
             state_floats: n_state,
         })
     }
@@ -315,7 +363,7 @@ impl ModelDesc {
             .enumerate()
             .filter_map(|(l, d)| match d.mixer {
                 MixerKind::Attention { kv } => Some((l, kv, d.window)),
-                MixerKind::ShortConv { .. } => None,
+                MixerKind::ShortConv { .. } | MixerKind::Mamba2 { .. } => None,
             })
     }
 

@@ -95,6 +95,9 @@ impl Model {
                 (MixerWeights::ShortConv(c), MixerKind::ShortConv { state }) => {
                     self.shortconv_block(l, c, state, seqs, n_tok, kv, s)
                 }
+                (MixerWeights::Mamba2(m), MixerKind::Mamba2 { state }) => {
+                    self.mamba2_block(l, m, state, seqs, n_tok, kv, s)
+                }
                 _ => unreachable!("layer weights are loaded for the description's mixer"),
             }
             match &lw.ffn {

@@ -6,6 +6,7 @@ pub mod desc;
 mod forward;
 mod load;
 pub mod loaded;
+mod mamba2;
 mod shortconv;
 
 pub use desc::{Arch, ModelDesc};
