@@ -3,6 +3,8 @@
 //! biases). Dimensions K-quants allow (rows of 256 or 512), 4 to 6 layers, context 256 (the
 //! teacher-forced sequence), sliding windows of 64 so most positions lie past the window.
 
+mod mamba2;
+
 use super::{Init, ModelSpec, TensorSpec};
 use crate::gguf::{MetaArray, MetaValue};
 
@@ -73,18 +75,7 @@ struct Parts {
     /// norm named `token_embd_norm.weight`).
     shortconv: Option<Conv>,
     /// Granite 4.0-H's Mamba2 on every layer but the listed attention ones.
-    mamba2: Option<Ssm>,
-}
-
-/// The Mamba2 layers' shape (`ssm.*`) and the attention layers between them.
-#[derive(Clone, Copy)]
-struct Ssm {
-    d_conv: u64,
-    d_inner: u64,
-    d_state: u64,
-    n_group: u64,
-    n_head: u64,
-    attn: &'static [usize],
+    mamba2: Option<mamba2::Ssm>,
 }
 
 /// LFM2's layer pattern: `l_cache` taps on the convolution layers.
@@ -168,32 +159,7 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
         add(n("attn_norm.weight"), vec![D], Init::Around(1.0, 0.2));
         let conv = p.shortconv.filter(|c| !c.attn.contains(&i));
         if let Some(m) = p.mamba2.filter(|m| !m.attn.contains(&i)) {
-            let cd = m.d_inner + 2 * m.n_group * m.d_state;
-            let (nh, inner) = (m.n_head, m.d_inner);
-            add(
-                n("ssm_in.weight"),
-                vec![D, inner + cd + nh],
-                Init::Normal(inv(D)),
-            );
-            add(
-                n("ssm_conv1d.weight"),
-                vec![m.d_conv, cd],
-                Init::Normal(0.5),
-            );
-            add(n("ssm_conv1d.bias"), vec![cd], Init::Normal(0.1));
-            add(n("ssm_dt.bias"), vec![nh], Init::Normal(0.5));
-            add(n("ssm_a"), vec![1, nh], Init::Ramp(-0.5, -4.0));
-            add(n("ssm_d"), vec![1, nh], Init::Around(1.0, 0.3));
-            add(
-                n("ssm_norm.weight"),
-                vec![inner / m.n_group, m.n_group],
-                Init::Around(1.0, 0.2),
-            );
-            add(
-                n("ssm_out.weight"),
-                vec![inner, D],
-                Init::Normal(0.6 * s.branch * inv(inner)),
-            );
+            mamba2::tensors(m, i, s.branch, &mut add);
         } else if let Some(c) = conv {
             add(
                 n("shortconv.conv.weight"),
@@ -711,53 +677,9 @@ pub fn proof_variants() -> Vec<Variant> {
                 ),
             ],
         ),
-        variant(
-            "granitehybrid",
-            "granitehybrid: Mamba2 (inner 512 = 2 n_embd, state 64, 8 heads of 64, 2 groups, conv 4) on 4 of 5 layers, attention on layer 2 (per-layer head_count_kv); granite's multipliers on both mixers",
-            "granitehybrid",
-            Shape {
-                n_layer: 5,
-                out_norm: 0.4,
-                branch: 40.0,
-                ..BASE
-            },
-            Parts {
-                mamba2: Some(Ssm {
-                    d_conv: 4,
-                    d_inner: 2 * D,
-                    d_state: 64,
-                    n_group: 2,
-                    n_head: 8,
-                    attn: &GRANITEHYBRID_ATTN,
-                }),
-                ..Parts::default()
-            },
-            vec![
-                ("ssm.conv_kernel", u(4)),
-                ("ssm.inner_size", u(2 * D as u32)),
-                ("ssm.state_size", u(64)),
-                ("ssm.group_count", u(2)),
-                ("ssm.time_step_rank", u(8)),
-                (
-                    "attention.head_count_kv",
-                    MetaValue::Array(MetaArray::I32(
-                        (0..5)
-                            .map(|i| if GRANITEHYBRID_ATTN.contains(&i) { 2 } else { 0 })
-                            .collect(),
-                    )),
-                ),
-                ("embedding_scale", f(12.0)),
-                ("residual_scale", f(0.22)),
-                ("logit_scale", f(8.0)),
-                ("attention.scale", f(0.02)),
-            ],
-        ),
+        mamba2::granitehybrid(),
     ]
 }
-
-/// The attention layers of the granitehybrid proof model (Granite 4.0-H's Mamba2 layers
-/// outnumber its attention ones).
-const GRANITEHYBRID_ATTN: [usize; 1] = [2];
 
 /// The attention layers of the lfm2 proof model (LFM2's own pattern starts so: conv, conv,
 /// attention).
