@@ -2,7 +2,8 @@
 //! `llama_model_granite_hybrid::load_arch_hparams`): a per-layer `attention.head_count_kv`
 //! array whose 0 entries are Mamba2 layers, and the `ssm.*` keys of their shape.
 
-use super::shortconv::per_layer_kv;
+use super::shortconv::{head_count_kv, per_layer_kv, ShortConv};
+use super::ArchRules;
 use super::{inconsistent, invalid, ExpectTensor, HParamsError, Keys};
 use serde::Serialize;
 
@@ -90,9 +91,25 @@ impl Mamba2 {
     }
 }
 
+/// The attention layers' kv heads and the family's recurrent layers, if any: lfm2's short
+/// convolutions or granitehybrid's Mamba2 (`attention.head_count_kv` 0 entries).
+pub(super) fn mixers(
+    k: &Keys<'_>,
+    rules: &ArchRules,
+    n_layer: u32,
+    n_head: u32,
+) -> Result<(u32, Option<ShortConv>, Option<Mamba2>), HParamsError> {
+    if rules.mamba2 {
+        let (h, m) = read(k, n_layer, n_head)?;
+        return Ok((h, None, Some(m)));
+    }
+    let (h, c) = head_count_kv(k, rules.shortconv, n_layer, n_head)?;
+    Ok((h, c, None))
+}
+
 /// `attention.head_count_kv` (0 = a Mamba2 layer) and the `ssm.*` keys: the attention layers'
 /// kv heads and the Mamba2 shape.
-pub(super) fn read(k: &Keys<'_>, n_layer: u32, n_head: u32) -> Result<(u32, Mamba2), HParamsError> {
+fn read(k: &Keys<'_>, n_layer: u32, n_head: u32) -> Result<(u32, Mamba2), HParamsError> {
     let (n_head_kv, layers) = per_layer_kv(k, true, n_layer, n_head)?;
     if let Some(n) = k.u32_opt("expert_count")?.filter(|&n| n > 0) {
         return Err(invalid(

@@ -256,13 +256,7 @@ impl HParams {
         let n_embd = k.u32_pos("embedding_length")?;
         let n_ff = k.u32_pos("feed_forward_length")?;
         let n_head = k.u32_pos("attention.head_count")?;
-        let (n_head_kv, shortconv, mamba2) = if rules.mamba2 {
-            let (h, m) = mamba2::read(&k, n_layer, n_head)?;
-            (h, None, Some(m))
-        } else {
-            let (h, c) = shortconv::head_count_kv(&k, rules.shortconv, n_layer, n_head)?;
-            (h, c, None)
-        };
+        let (n_head_kv, shortconv, mamba2) = mamba2::mixers(&k, &rules, n_layer, n_head)?;
         if !n_head.is_multiple_of(n_head_kv) {
             return Err(inconsistent(format!(
                 "{n_head} query heads are not a multiple of {n_head_kv} kv heads"
