@@ -77,6 +77,12 @@ pub struct ForwardScratch {
     /// (models with them, see `model::per_layer_embd`).
     pub(crate) ple: LineBuf,
     pub(crate) ple_tok: LineBuf,
+    /// Mamba2's input projection `[T][d_in_proj]`, its convolution's input `[T][conv_dim]`
+    /// and output `[T][conv_dim]`, its scan's output `[T][d_inner]` (models with one).
+    pub(crate) ssm_zxbcdt: LineBuf,
+    pub(crate) ssm_xbc: LineBuf,
+    pub(crate) ssm_conv: LineBuf,
+    pub(crate) ssm_y: LineBuf,
 }
 
 /// The gated DeltaNet's per-token rows.
@@ -125,7 +131,10 @@ impl ForwardScratch {
         let gdn = desc.deltanet;
         let (gdn_c, gdn_vd) = gdn.map_or((0, 0), |g| (g.conv_dim(), g.value_dim()));
         let nq_full = if desc.attn_out_gate { 2 * nq } else { 0 };
-        let max_k = d.max(nq).max(f).max(gdn_vd);
+        let ssm = desc.mamba2;
+        let (ssm_in, ssm_conv, ssm_inner) =
+            ssm.map_or((0, 0, 0), |m| (m.d_in_proj, m.conv_dim, m.d_inner));
+        let max_k = d.max(nq).max(f).max(gdn_vd).max(ssm_inner);
         let conv = desc.conv_l_cache > 0;
         // Largest quantized activation row: Q8_1 (36 bytes per 32) or f32 rows, whichever.
         let max_act_row = (max_k * 4).max(max_k.div_ceil(32) * 36);
@@ -137,7 +146,8 @@ impl ForwardScratch {
             .max(r * desc.n_vocab)
             .max(if conv { t * 3 * d } else { 0 })
             .max(t * (nq_full + 2 * nkv))
-            .max(t * (gdn_c + gdn_vd));
+            .max(t * (gdn_c + gdn_vd))
+            .max(t * ssm_in);
         Ok(ForwardScratch {
             limits,
             tok_seq: vec![0; t],
@@ -182,6 +192,10 @@ impl ForwardScratch {
             },
             ple: LineBuf::zeroed(t * ple),
             ple_tok: LineBuf::zeroed(t * ple),
+            ssm_zxbcdt: LineBuf::zeroed(t * ssm_in),
+            ssm_xbc: LineBuf::zeroed(t * ssm_conv),
+            ssm_conv: LineBuf::zeroed(t * ssm_conv),
+            ssm_y: LineBuf::zeroed(t * ssm_inner),
         })
     }
 

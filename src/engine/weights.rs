@@ -379,6 +379,26 @@ pub struct GdnWeights {
     pub out: Weight, // (d, vd)
 }
 
+/// Granite 4.0-H's Mamba2 mixer (llama.cpp's `build_mamba2_layer`, see `engine::model::mamba2`).
+/// `c` = conv_dim (x, B, C), `nh` = its heads, `inner` = d_inner.
+#[derive(Clone, Debug)]
+pub struct Mamba2Weights {
+    /// z, x, B, C and dt rows of the input, in that order.
+    pub in_proj: Weight, // (inner + c + nh, d)
+    /// The depthwise taps, tap by tap as [`ShortConvWeights::conv`]'s.
+    pub conv: Vec<f32>, // (d_conv, c)
+    /// Added after the convolution (zeros when the file has none).
+    pub conv_bias: Vec<f32>, // (c)
+    pub dt_bias: Vec<f32>, // (nh)
+    /// The heads' decay rates (`ssm_a`, negative: `-exp(A_log)` as the converter wrote it).
+    pub a: Vec<f32>, // (nh)
+    /// The heads' skip factors (`ssm_d`).
+    pub d: Vec<f32>, // (nh)
+    /// The grouped RMSNorm's weights (`ssm_norm`, group after group).
+    pub norm: Vec<f32>, // (inner)
+    pub out_proj: Weight,  // (d, inner)
+}
+
 /// A layer's mixer: what it computes across positions (see
 /// [`crate::engine::model::desc::MixerKind`]).
 // One per layer, built once at load: not boxed, so the forward pass reads its matrices with
@@ -389,6 +409,7 @@ pub enum MixerWeights {
     Attention(AttnWeights),
     ShortConv(ShortConvWeights),
     GatedDeltaNet(GdnWeights),
+    Mamba2(Mamba2Weights),
 }
 
 impl MixerWeights {
@@ -398,6 +419,7 @@ impl MixerWeights {
             MixerWeights::Attention(a) => &a.wq,
             MixerWeights::ShortConv(c) => &c.in_proj,
             MixerWeights::GatedDeltaNet(g) => &g.wqkv,
+            MixerWeights::Mamba2(m) => &m.in_proj,
         }
     }
 
@@ -417,6 +439,7 @@ impl MixerWeights {
                 &mut g.walpha,
                 &mut g.out,
             ],
+            MixerWeights::Mamba2(m) => vec![&mut m.in_proj, &mut m.out_proj],
         }
     }
 
@@ -430,6 +453,7 @@ impl MixerWeights {
                 .collect(),
             MixerWeights::ShortConv(c) => vec![&c.in_proj, &c.out_proj],
             MixerWeights::GatedDeltaNet(g) => vec![&g.wqkv, &g.wgate, &g.wbeta, &g.walpha, &g.out],
+            MixerWeights::Mamba2(m) => vec![&m.in_proj, &m.out_proj],
         }
     }
 }

@@ -349,6 +349,7 @@ proofs! {
     lfm2 => "lfm2",
     qwen35 => "qwen35",
     gemma4 => "gemma4",
+    granitehybrid => "granitehybrid",
 }
 
 /// A recurrent model's state stands for exactly the positions computed: a batch resuming it

@@ -28,11 +28,12 @@ pub enum Arch {
     Lfm2,
     Qwen35,
     Gemma4,
+    GraniteHybrid,
 }
 
 /// Every supported architecture with its `general.architecture` name: the one list behind
 /// [`Arch::from_name`], [`Arch::name`] and the "unsupported architecture" error.
-pub const ARCHS: [(Arch, &str); 16] = [
+pub const ARCHS: [(Arch, &str); 17] = [
     (Arch::Llama, "llama"),
     (Arch::Qwen2, "qwen2"),
     (Arch::Qwen3, "qwen3"),
@@ -49,6 +50,7 @@ pub const ARCHS: [(Arch, &str); 16] = [
     (Arch::Lfm2, "lfm2"),
     (Arch::Qwen35, "qwen35"),
     (Arch::Gemma4, "gemma4"),
+    (Arch::GraniteHybrid, "granitehybrid"),
 ];
 
 /// How RoPE pairs dimensions.
@@ -139,6 +141,9 @@ pub struct ArchRules {
     /// The layers whose `attention.head_count_kv` entry is 0 run LFM2's short convolution
     /// (`shortconv.l_cache` taps) instead of attention.
     pub shortconv: bool,
+    /// The layers whose `attention.head_count_kv` entry is 0 run Mamba2 (`ssm.*` keys)
+    /// instead of attention.
+    pub mamba2: bool,
     /// The final norm before the LM head (`output_norm.weight`; lfm2 names it
     /// `token_embd_norm.weight`).
     pub output_norm_tensor: &'static str,
@@ -177,6 +182,7 @@ const LLAMA: ArchRules = ArchRules {
     attn_sinks: false,
     swa_rope_scaled: false,
     shortconv: false,
+    mamba2: false,
     output_norm_tensor: "output_norm.weight",
     gated_delta_net: false,
     attn_out_gate: false,
@@ -355,6 +361,15 @@ impl Arch {
                 },
                 gemma4_keys: true,
                 ..neox
+            },
+            // granite-hybrid.cpp: per layer, Mamba2 (head_count_kv 0, mamba-base.cpp's
+            // build_mamba2_layer) or granite's attention; granite's multipliers on both
+            // mixers; a dense SiLU-gated FFN (the experts' variant is not supported).
+            Arch::GraniteHybrid => ArchRules {
+                granite_scales: true,
+                reads_attention_scale: true,
+                mamba2: true,
+                ..LLAMA
             },
         }
     }

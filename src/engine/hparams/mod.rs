@@ -9,6 +9,7 @@
 mod arch;
 mod deltanet;
 mod gemma4;
+mod mamba2;
 mod moe;
 mod rope;
 mod shortconv;
@@ -17,6 +18,7 @@ mod vocab;
 pub use arch::{Arch, ArchRules, QueryScale, RopeStyle, SwaRule, ARCHS};
 pub use deltanet::GatedDeltaNet;
 pub use gemma4::Gemma4;
+pub use mamba2::Mamba2;
 pub use moe::{Gating, MoeParams, MoeRule, MAX_EXPERTS};
 pub use rope::{RopeScaling, RopeScalingKind};
 pub use shortconv::ShortConv;
@@ -155,6 +157,8 @@ pub struct HParams {
     pub deltanet: Option<GatedDeltaNet>,
     /// Gemma 4's per-layer embeddings, local head widths and shared K/V.
     pub gemma4: Option<Gemma4>,
+    /// Granite 4.0-H's Mamba2 layers, for the families that have them.
+    pub mamba2: Option<Mamba2>,
 }
 
 /// Why a file's model description is unusable.
@@ -263,8 +267,7 @@ impl HParams {
         let n_embd = k.u32_pos("embedding_length")?;
         let (n_ff, n_ff_layers) = gemma4::ff_lengths(&k, n_layer)?;
         let n_head = k.u32_pos("attention.head_count")?;
-        let (n_head_kv, shortconv) =
-            shortconv::head_count_kv(&k, rules.shortconv, n_layer, n_head)?;
+        let (n_head_kv, shortconv, mamba2) = mamba2::mixers(&k, &rules, n_layer, n_head)?;
         if !n_head.is_multiple_of(n_head_kv) {
             return Err(inconsistent(format!(
                 "{n_head} query heads are not a multiple of {n_head_kv} kv heads"
@@ -422,6 +425,7 @@ impl HParams {
             shortconv,
             deltanet,
             gemma4,
+            mamba2,
         };
         hp.check_tensors(f)?;
         Ok(hp)
@@ -451,6 +455,7 @@ impl HParams {
             ));
         }
         parts.extend(self.deltanet.as_ref().map(|g| g.describe(self.n_layer)));
+        parts.extend(self.mamba2.as_ref().map(|m| m.describe(self.n_layer)));
         if let Some(m) = &self.moe {
             parts.push(m.describe());
         }
@@ -580,6 +585,11 @@ impl HParams {
                 .filter(|g| g.is_recurrent(il as usize))
             {
                 g.check_tensors(&expect, il, e)?;
+                self.check_ffn(&expect, f, il, e, ff)?;
+                continue;
+            }
+            if let Some(m) = self.mamba2.as_ref().filter(|m| m.is_ssm(il as usize)) {
+                m.check_tensors(&expect, il, e)?;
                 self.check_ffn(&expect, f, il, e, ff)?;
                 continue;
             }

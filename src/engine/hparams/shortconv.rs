@@ -28,50 +28,16 @@ impl ShortConv {
     }
 }
 
-/// `attention.head_count_kv`: one value for every layer, or (llama.cpp's per-layer array) one
-/// per layer. With `shortconv` (lfm2) a 0 entry marks a short-convolution layer (read with
-/// `shortconv.l_cache`); the attention layers must agree on their count. Returns the kv heads
-/// of an attention layer and the short convolutions, if any.
+/// `attention.head_count_kv` for lfm2 and the families without recurrent layers: with
+/// `shortconv` (lfm2) a 0 entry marks a short-convolution layer (read with `shortconv.l_cache`).
+/// Returns the kv heads of an attention layer and the short convolutions, if any.
 pub(super) fn head_count_kv(
     k: &Keys<'_>,
     shortconv: bool,
     n_layer: u32,
     n_head: u32,
 ) -> Result<(u32, Option<ShortConv>), HParamsError> {
-    let key = k.key("attention.head_count_kv");
-    let per_layer: Vec<u32> = match k.f.get(&key) {
-        Some(MetaValue::Array(arr)) => {
-            let v: Option<Vec<u32>> = match arr {
-                MetaArray::I32(v) => v.iter().map(|&x| u32::try_from(x).ok()).collect(),
-                MetaArray::U32(v) => Some(v.clone()),
-                MetaArray::I16(v) => v.iter().map(|&x| u32::try_from(x).ok()).collect(),
-                MetaArray::U16(v) => Some(v.iter().map(|&x| u32::from(x)).collect()),
-                _ => None,
-            };
-            match v {
-                Some(v) if v.len() == n_layer as usize => v,
-                _ => {
-                    return Err(invalid(
-                        key,
-                        arr.type_desc(),
-                        "must be one non-negative integer per layer",
-                    ))
-                }
-            }
-        }
-        _ => vec![k.u32_opt("attention.head_count_kv")?.unwrap_or(n_head); n_layer as usize],
-    };
-    let conv: Vec<bool> = per_layer.iter().map(|&h| h == 0).collect();
-    if conv.iter().any(|&c| c) && !shortconv {
-        return Err(invalid(key, 0, "must be positive"));
-    }
-    let mut heads = per_layer.iter().copied().filter(|&h| h > 0);
-    let n_head_kv = heads.next().unwrap_or(n_head);
-    if heads.any(|h| h != n_head_kv) {
-        return Err(inconsistent(format!(
-            "the attention layers' kv heads differ ({per_layer:?}); kiln needs one count"
-        )));
-    }
+    let (n_head_kv, conv) = per_layer_kv(k, shortconv, n_layer, n_head)?;
     if !shortconv {
         return Ok((n_head_kv, None));
     }
@@ -101,4 +67,51 @@ pub(super) fn head_count_kv(
             layers: conv,
         }),
     ))
+}
+
+/// `attention.head_count_kv`, one value for every layer or (llama.cpp's per-layer array) one
+/// per layer: the attention layers' kv heads (they must agree) and, per layer, whether its
+/// entry is 0, a recurrent layer (lfm2's short convolution, granitehybrid's Mamba2), refused
+/// unless `recurrent_ok`.
+pub(super) fn per_layer_kv(
+    k: &Keys<'_>,
+    recurrent_ok: bool,
+    n_layer: u32,
+    n_head: u32,
+) -> Result<(u32, Vec<bool>), HParamsError> {
+    let key = k.key("attention.head_count_kv");
+    let per_layer: Vec<u32> = match k.f.get(&key) {
+        Some(MetaValue::Array(arr)) => {
+            let v: Option<Vec<u32>> = match arr {
+                MetaArray::I32(v) => v.iter().map(|&x| u32::try_from(x).ok()).collect(),
+                MetaArray::U32(v) => Some(v.clone()),
+                MetaArray::I16(v) => v.iter().map(|&x| u32::try_from(x).ok()).collect(),
+                MetaArray::U16(v) => Some(v.iter().map(|&x| u32::from(x)).collect()),
+                _ => None,
+            };
+            match v {
+                Some(v) if v.len() == n_layer as usize => v,
+                _ => {
+                    return Err(invalid(
+                        key,
+                        arr.type_desc(),
+                        "must be one non-negative integer per layer",
+                    ))
+                }
+            }
+        }
+        _ => vec![k.u32_opt("attention.head_count_kv")?.unwrap_or(n_head); n_layer as usize],
+    };
+    let recurrent: Vec<bool> = per_layer.iter().map(|&h| h == 0).collect();
+    if recurrent.iter().any(|&c| c) && !recurrent_ok {
+        return Err(invalid(key, 0, "must be positive"));
+    }
+    let mut heads = per_layer.iter().copied().filter(|&h| h > 0);
+    let n_head_kv = heads.next().unwrap_or(n_head);
+    if heads.any(|h| h != n_head_kv) {
+        return Err(inconsistent(format!(
+            "the attention layers' kv heads differ ({per_layer:?}); kiln needs one count"
+        )));
+    }
+    Ok((n_head_kv, recurrent))
 }

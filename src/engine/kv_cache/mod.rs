@@ -332,6 +332,12 @@ impl KvCache {
         &self.state[slot as usize * n..][..n]
     }
 
+    /// Every slot's recurrent state, mutably: slot `i`'s is `[i * floats_per_seq..][..
+    /// floats_per_seq]` (for a forward pass updating several sequences' states at once).
+    pub fn states_mut(&mut self) -> &mut [f32] {
+        &mut self.state
+    }
+
     /// Slot `slot`'s recurrent state, mutably.
     pub fn state_mut(&mut self, slot: u32) -> &mut [f32] {
         let n = self.state_shape.floats_per_seq;

@@ -43,6 +43,10 @@ pub enum MixerKind {
     /// cache holds those K/V once. The writer has the same window and RoPE table, and runs
     /// earlier in the same step, so every position this layer reads is written.
     SharedAttention { kv: usize },
+    /// Granite 4.0-H's Mamba2 (`engine::model::mamba2`, shape [`ModelDesc::mamba2`]): its
+    /// convolution window, `(d_conv - 1) * conv_dim` values, then its scan state, `n_head *
+    /// head_dim * d_state`, live at offset `state` of a sequence's recurrent state.
+    Mamba2 { state: usize },
 }
 
 /// The gated DeltaNet's shape (`hparams::GatedDeltaNet`): q and k are `n_k_heads` heads,
@@ -73,6 +77,33 @@ impl GdnDesc {
     /// One layer's state: the window, then a `head_dim x head_dim` matrix per value head.
     pub fn state_floats(&self) -> usize {
         self.window_floats() + self.n_v_heads * self.head_dim * self.head_dim
+    }
+}
+
+/// The shape of the [`MixerKind::Mamba2`] layers (see `hparams::Mamba2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mamba2Desc {
+    pub d_conv: usize,
+    pub d_inner: usize,
+    pub d_state: usize,
+    pub n_group: usize,
+    pub n_head: usize,
+    pub head_dim: usize,
+    /// x, B and C: the convolution's channels.
+    pub conv_dim: usize,
+    /// z, x, B, C and dt: the input projection's rows.
+    pub d_in_proj: usize,
+}
+
+impl Mamba2Desc {
+    /// f32 of the convolution window: the last `d_conv - 1` rows of x, B and C.
+    pub fn conv_floats(&self) -> usize {
+        (self.d_conv - 1) * self.conv_dim
+    }
+
+    /// f32 of one layer's recurrent state: the window, then the scan state.
+    pub fn state_floats(&self) -> usize {
+        self.conv_floats() + self.d_inner * self.d_state
     }
 }
 
@@ -180,6 +211,8 @@ pub struct ModelDesc {
     pub pooling: Option<PoolingType>,
     /// Taps of the short convolution of [`MixerKind::ShortConv`] layers (0 without).
     pub conv_l_cache: usize,
+    /// The shape of the [`MixerKind::Mamba2`] layers (none without).
+    pub mamba2: Option<Mamba2Desc>,
     /// f32 values of one sequence's recurrent state: every recurrent layer's, one after
     /// another (0 for a model of attention layers only).
     pub state_floats: usize,
@@ -290,6 +323,16 @@ impl ModelDesc {
             n_k_heads: g.n_k_heads as usize,
             n_v_heads: g.n_v_heads as usize,
         });
+        let mamba2 = hp.mamba2.as_ref().map(|m| Mamba2Desc {
+            d_conv: m.d_conv as usize,
+            d_inner: m.d_inner as usize,
+            d_state: m.d_state as usize,
+            n_group: m.n_group as usize,
+            n_head: m.n_head as usize,
+            head_dim: m.head_dim() as usize,
+            conv_dim: m.conv_dim() as usize,
+            d_in_proj: m.d_in_proj() as usize,
+        });
         for il in 0..hp.n_layer as usize {
             let local = hp.sliding_window.as_ref().is_some_and(|w| w.local[il]);
             if let Some(src) = hp.gemma4.as_ref().and_then(|g| g.kv_source(il, local)) {
@@ -307,6 +350,10 @@ impl ModelDesc {
                 (_, Some(g), Some(gd)) if g.is_recurrent(il) => {
                     mixers.push(MixerKind::GatedDeltaNet { state: n_state });
                     n_state += gd.state_floats();
+                }
+                _ if hp.mamba2.as_ref().is_some_and(|m| m.is_ssm(il)) => {
+                    mixers.push(MixerKind::Mamba2 { state: n_state });
+                    n_state += mamba2.map_or(0, |m| m.state_floats());
                 }
                 _ => {
                     mixers.push(MixerKind::Attention { kv: n_kv });
@@ -369,6 +416,7 @@ impl ModelDesc {
             attn_temperature: hp.attn_temperature,
             pooling: hp.pooling,
             conv_l_cache: hp.shortconv.as_ref().map_or(0, |c| c.l_cache as usize),
+            mamba2,
             state_floats: n_state,
             deltanet,
             attn_out_gate: hp.arch.rules().attn_out_gate,
@@ -402,7 +450,8 @@ impl ModelDesc {
                 MixerKind::Attention { kv } => Some((l, kv, d.window)),
                 MixerKind::ShortConv { .. }
                 | MixerKind::GatedDeltaNet { .. }
-                | MixerKind::SharedAttention { .. } => None,
+                | MixerKind::SharedAttention { .. }
+                | MixerKind::Mamba2 { .. } => None,
             })
     }
 

@@ -103,6 +103,9 @@ impl Model {
                 (MixerWeights::GatedDeltaNet(g), MixerKind::GatedDeltaNet { state }) => {
                     self.deltanet_block(l, g, state, seqs, n_tok, kv, s)
                 }
+                (MixerWeights::Mamba2(m), MixerKind::Mamba2 { state }) => {
+                    self.mamba2_block(l, m, state, seqs, n_tok, kv, s)
+                }
                 _ => unreachable!("layer weights are loaded for the description's mixer"),
             }
             match &lw.ffn {

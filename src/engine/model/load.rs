@@ -9,7 +9,7 @@ use crate::engine::model::per_layer_embd::{LayerPle, PleWeights};
 use crate::engine::model::ModelDesc;
 use crate::engine::weights::{
     values, vector, AttnWeights, DenseFfn, Expert, FfnWeights, GdnWeights, LayerWeights,
-    MixerWeights, ModelWeights, MoeFfn, ShortConvWeights, Weight,
+    Mamba2Weights, MixerWeights, ModelWeights, MoeFfn, ShortConvWeights, Weight,
 };
 use crate::gguf::{GgufFile, TensorData};
 
@@ -284,6 +284,7 @@ pub(crate) fn load_weights(
                     out: matrix(file, &n("ssm_out.weight"), d, vd)?,
                 })
             }
+            MixerKind::Mamba2 { .. } => MixerWeights::Mamba2(mamba2(file, i, desc)?),
         };
         let ffn = match (desc.layers[i].ffn, &desc.moe) {
             (FfnKind::Moe, Some(m)) => FfnWeights::Moe(moe_ffn(file, i, m, d)?),
@@ -362,6 +363,33 @@ fn taps_by_tap(by_channel: &[f32], l: usize) -> Vec<f32> {
     (0..l * d)
         .map(|i| by_channel[(i % d) * l + i / d])
         .collect()
+}
+
+/// Layer `i`'s Mamba2 mixer (llama.cpp `llama_model_granite_hybrid::load_arch_tensors`).
+fn mamba2(file: &GgufFile, i: usize, desc: &ModelDesc) -> Result<Mamba2Weights, EngineError> {
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let m = desc.mamba2.ok_or(EngineError::BadHParam {
+        key: "ssm.inner_size",
+        message: format!("layer {i} is a Mamba2 layer without a Mamba2 shape"),
+    })?;
+    let (c, nh) = (m.conv_dim, m.n_head as u64);
+    let of = |name: String, shape: &[u64]| values(&name, &tensor(file, &name)?, shape);
+    Ok(Mamba2Weights {
+        in_proj: matrix(file, &n("ssm_in.weight"), m.d_in_proj, desc.n_embd)?,
+        conv: taps_by_tap(
+            &of(n("ssm_conv1d.weight"), &[m.d_conv as u64, c as u64])?,
+            m.d_conv,
+        ),
+        conv_bias: opt_vec(file, &n("ssm_conv1d.bias"), c)?.unwrap_or_else(|| vec![0.0; c]),
+        dt_bias: vec_of(file, &n("ssm_dt.bias"), m.n_head)?,
+        a: of(n("ssm_a"), &[1, nh])?,
+        d: of(n("ssm_d"), &[1, nh])?,
+        norm: of(
+            n("ssm_norm.weight"),
+            &[(m.d_inner / m.n_group) as u64, m.n_group as u64],
+        )?,
+        out_proj: matrix(file, &n("ssm_out.weight"), desc.n_embd, m.d_inner)?,
+    })
 }
 
 /// Layer `i`'s attention: Q, K, V (split from a fused `attn_qkv` when the file has one), their

@@ -8,6 +8,7 @@ mod forward;
 mod head_width;
 mod load;
 pub mod loaded;
+mod mamba2;
 pub(crate) mod per_layer_embd;
 mod shortconv;
 

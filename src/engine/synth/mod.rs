@@ -126,12 +126,14 @@ fn layer_of(name: &str) -> Option<usize> {
 /// `attn_v` Q5_K).
 fn quant_type(quant: Quant, t: &TensorSpec, tied: bool, n_layer: usize, wv: WvIndex) -> DType {
     // Vectors, routers (llama.cpp's converter keeps `ffn_gate_inp` in F32 and llama-quantize
-    // never quantizes it) and LFM2's and the DeltaNet's convolution taps (ggml_ssm_conv reads
-    // f32; llama-quantize skips `shortconv.conv.weight` and `ssm_conv1d`).
+    // never quantizes it), the convolution taps of LFM2, the DeltaNet and Mamba2
+    // (ggml_ssm_conv reads f32; llama-quantize skips `shortconv.conv.weight` and `ssm_conv1d`)
+    // and Mamba2's grouped norm (llama-quantize never quantizes a `*_norm.weight`).
     if !t.is_matrix()
         || t.name.ends_with("ffn_gate_inp.weight")
         || t.name.ends_with("shortconv.conv.weight")
-        || t.name.ends_with("ssm_conv1d.weight")
+        || t.name.contains("ssm_conv1d")
+        || t.name.ends_with("_norm.weight")
     {
         return DType::F32;
     }

@@ -4,6 +4,8 @@
 //! teacher-forced sequence), sliding windows of 64 so most positions lie past the window.
 
 use super::deltanet::Gdn;
+mod mamba2;
+
 use super::{Init, ModelSpec, TensorSpec};
 use crate::gguf::{MetaArray, MetaValue};
 
@@ -76,6 +78,8 @@ struct Parts {
     /// Qwen3.5's gated DeltaNet on every layer but each `interval`-th (and `attn_q` twice
     /// as wide: each head's query then its output gate).
     deltanet: Option<Gdn>,
+    /// Granite 4.0-H's Mamba2 on every layer but the listed attention ones.
+    mamba2: Option<mamba2::Ssm>,
 }
 
 /// LFM2's layer pattern: `l_cache` taps on the convolution layers.
@@ -163,6 +167,8 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
             for ts in g.tensors(i, D, s.branch) {
                 add(ts.name, ts.shape, ts.init);
             }
+        } else if let Some(m) = p.mamba2.filter(|m| !m.attn.contains(&i)) {
+            mamba2::tensors(m, i, s.branch, &mut add);
         } else if let Some(c) = conv {
             add(
                 n("shortconv.conv.weight"),
@@ -707,6 +713,7 @@ pub fn proof_variants() -> Vec<Variant> {
             .concat(),
         ),
         super::gemma4::gemma4(),
+        mamba2::granitehybrid(),
     ]
 }
 
