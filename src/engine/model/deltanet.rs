@@ -26,7 +26,7 @@
 //! inputs, then one `head_dim x head_dim` matrix per value head, `S[i][j]` stored at
 //! `[j * head_dim + i]` as ggml keeps it) lives in the sequence's recurrent-state slot.
 
-use super::shortconv::advance_window;
+use super::causal_conv::{advance_window, conv_at, window_of};
 use crate::engine::batch::SeqInput;
 use crate::engine::kv_cache::KvCache;
 use crate::engine::matmul::{matmul_made, warm_next, MatJob};
@@ -141,7 +141,7 @@ impl Model {
             unreachable!("a DeltaNet layer's model has the DeltaNet's shape");
         };
         let GdnDesc {
-            d_conv,
+            d_conv: _,
             head_dim: hd,
             n_k_heads: hk,
             n_v_heads: hv,
@@ -202,24 +202,8 @@ impl Model {
         let qkv = &s.gdn.qkv;
         let ones = vec![1.0f32; hd];
         for_rows(&self.team, &mut s.gdn.conv, cd, n_tok, |t, row| {
-            let q = &seqs[tok_seq[t] as usize];
-            let j = tok_pos[t] as usize - q.start_pos;
-            let slot = q.table.state_slot().unwrap_or(0);
-            let window = &cache.state(slot)[state..state + win];
-            row.fill(0.0);
-            for k in 0..d_conv {
-                let back = d_conv - 1 - k;
-                let src = if back <= j {
-                    &qkv[(t - back) * cd..(t - back + 1) * cd]
-                } else {
-                    let r = d_conv - 1 - (back - j);
-                    &window[r * cd..(r + 1) * cd]
-                };
-                let taps = &gw.conv[k * cd..(k + 1) * cd];
-                for ((o, &w), &u) in row.iter_mut().zip(taps).zip(src) {
-                    *o += u * w;
-                }
-            }
+            let (window, j) = window_of(cache, seqs, (tok_seq, tok_pos), t, (state, win));
+            conv_at(&gw.conv, qkv, window, t, j, row);
             for x in row.iter_mut() {
                 *x = silu(*x);
             }

@@ -21,41 +21,18 @@
 //! the same f32 operations in the same order whatever the batch or the chunking, and the
 //! engine's batch invariance holds.
 
+use super::causal_conv::{advance_windows, conv_at, window_of};
 use crate::engine::batch::SeqInput;
 use crate::engine::kv_cache::KvCache;
 use crate::engine::matmul::{matmul_made, warm_next, MatJob};
 use crate::engine::model::desc::Mamba2Desc;
 use crate::engine::model::forward::norm_matmul;
 use crate::engine::model::loaded::{add_in_place, for_rows, Model};
-use crate::engine::model::shortconv::advance_window;
 use crate::engine::ops::rms_norm_in_place;
 use crate::engine::ops::swiglu::silu;
 use crate::engine::scratch::ForwardScratch;
 use crate::engine::team::SendPtr;
 use crate::engine::weights::Mamba2Weights;
-
-/// One position of the convolution: `out[c] = silu(sum_k taps[k*n + c] * src(k)[c] +
-/// bias[c])`, the sum in tap order from 0 (ggml_ssm_conv's, f32, no fused multiply-add), then
-/// the bias (ggml_add), then SiLU, where `src(k)` is the input row `d_conv - 1 - k` positions
-/// back and `n = out.len()`.
-pub(crate) fn conv_silu_row<'a>(
-    taps: &[f32],
-    src: impl Fn(usize) -> &'a [f32],
-    bias: &[f32],
-    out: &mut [f32],
-) {
-    let n = out.len();
-    out.fill(0.0);
-    for k in 0..taps.len() / n {
-        let (w, u) = (&taps[k * n..(k + 1) * n], src(k));
-        for ((o, &w), &u) in out.iter_mut().zip(w).zip(&u[..n]) {
-            *o += u * w;
-        }
-    }
-    for (o, &b) in out.iter_mut().zip(bias) {
-        *o = silu(*o + b);
-    }
-}
 
 /// ggml's `ggml_compute_softplus_f32`: `ln(1 + e^x)`, `x` itself above 20.
 pub(crate) fn softplus(x: f32) -> f32 {
@@ -140,7 +117,6 @@ impl Model {
         let lw = &self.weights().layers[l];
         let d = c.n_embd;
         let (np, cd, inner) = (m.d_in_proj, m.conv_dim, m.d_inner);
-        let taps = m.d_conv;
         let win = m.conv_floats();
         let lt = Some(l);
         warm_next(&self.team, n_tok, &mw.out_proj);
@@ -166,31 +142,15 @@ impl Model {
         let xbc = &s.ssm_xbc;
         let cache: &KvCache = kv;
         for_rows(&self.team, &mut s.ssm_conv, cd, n_tok, |t, row| {
-            let q = &seqs[tok_seq[t] as usize];
-            let j = tok_pos[t] as usize - q.start_pos; // rows of this batch before t
-            let slot = q.table.state_slot().unwrap_or(0);
-            let window = &cache.state(slot)[state..state + win];
-            let src = |k: usize| {
-                let back = taps - 1 - k;
-                if back <= j {
-                    &xbc[(t - back) * cd..(t - back + 1) * cd]
-                } else {
-                    let r = taps - 1 - (back - j);
-                    &window[r * cd..(r + 1) * cd]
-                }
-            };
-            conv_silu_row(&mw.conv, src, &mw.conv_bias, row);
+            let (window, j) = window_of(cache, seqs, (tok_seq, tok_pos), t, (state, win));
+            conv_at(&mw.conv, xbc, window, t, j, row);
+            // The bias (ggml_add), then SiLU.
+            for (o, &b) in row.iter_mut().zip(&mw.conv_bias) {
+                *o = silu(*o + b);
+            }
         });
         self.trace("ssm_conv", lt, &s.ssm_conv[..n_tok * cd]);
-        let mut t0 = 0;
-        for q in seqs {
-            let n = q.tokens.len();
-            if let Some(slot) = q.table.state_slot() {
-                let window = &mut kv.state_mut(slot)[state..state + win];
-                advance_window(window, &s.ssm_xbc[t0 * cd..(t0 + n) * cd], cd);
-            }
-            t0 += n;
-        }
+        advance_windows(kv, seqs, (state, win), &s.ssm_xbc, cd);
         self.scan(&m, mw, state + win, seqs, kv, s);
         self.trace("ssm_y", lt, &s.ssm_y[..n_tok * inner]);
         let (y, xc, zx) = (&s.ssm_y, &s.ssm_conv, &s.ssm_zxbcdt);
@@ -283,16 +243,6 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn conv_sums_taps_in_order_then_bias_and_silu() {
-        // 2 channels, 3 taps; rows oldest first.
-        let taps = [1.0, 10.0, 2.0, 20.0, 3.0, 30.0];
-        let rows = [[1.0f32, 1.0], [2.0, 0.5], [3.0, 0.25]];
-        let mut out = [0.0; 2];
-        conv_silu_row(&taps, |k| &rows[k][..], &[-13.0, 1.0], &mut out);
-        assert_eq!(out, [silu(1.0), silu(10.0 + 10.0 + 7.5 + 1.0)]);
-    }
 
     #[test]
     fn scan_decays_and_accumulates() {

@@ -2,6 +2,7 @@
 //! model ([`loaded`]), the one forward pass every architecture runs ([`forward`]) and weight
 //! loading ([`load`]). The supported architectures are listed in `engine::hparams::ARCHS`.
 
+mod causal_conv;
 mod deltanet;
 pub mod desc;
 mod forward;
