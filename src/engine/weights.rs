@@ -5,7 +5,6 @@
 use std::sync::{Arc, Mutex};
 
 use crate::engine::error::EngineError;
-pub use crate::engine::model::per_layer_embd::{LayerPle, PleWeights};
 use crate::engine::team::Team;
 use crate::gguf::TensorData;
 use crate::kernels::cells::OutCells;
@@ -550,4 +549,24 @@ impl ModelWeights {
             m + em + self.output.macs(),
         )
     }
+}
+
+/// Gemma 4's per-layer embeddings (computed in `model::per_layer_embd`): the model-level
+/// tensors.
+#[derive(Clone, Debug)]
+pub struct PleWeights {
+    /// Each token's `L * p` per-layer values (`per_layer_token_embd`), read by row only.
+    pub tok_embd: Weight, // (n_vocab, L * p)
+    /// The projection of the token embedding onto every layer's slice.
+    pub model_proj: Weight, // (L * p, d)
+    /// The RMSNorm weight of each projected slice.
+    pub proj_norm: Vec<f32>, // (p)
+}
+
+/// One layer's per-layer embedding block.
+#[derive(Clone, Debug)]
+pub struct LayerPle {
+    pub inp_gate: Weight,    // (p, d)
+    pub proj: Weight,        // (d, p)
+    pub post_norm: Vec<f32>, // (d)
 }

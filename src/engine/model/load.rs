@@ -5,11 +5,10 @@
 
 use crate::engine::error::EngineError;
 use crate::engine::model::desc::{FfnKind, MixerKind, MoeDesc};
-use crate::engine::model::per_layer_embd::{LayerPle, PleWeights};
 use crate::engine::model::ModelDesc;
 use crate::engine::weights::{
-    values, vector, AttnWeights, DenseFfn, Expert, FfnWeights, GdnWeights, LayerWeights,
-    Mamba2Weights, MixerWeights, ModelWeights, MoeFfn, ShortConvWeights, Weight,
+    values, vector, AttnWeights, DenseFfn, Expert, FfnWeights, GdnWeights, LayerPle, LayerWeights,
+    Mamba2Weights, MixerWeights, ModelWeights, MoeFfn, PleWeights, ShortConvWeights, Weight,
 };
 use crate::gguf::{GgufFile, TensorData};
 

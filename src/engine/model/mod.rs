@@ -10,7 +10,7 @@ mod head_width;
 mod load;
 pub mod loaded;
 mod mamba2;
-pub(crate) mod per_layer_embd;
+mod per_layer_embd;
 mod shortconv;
 
 pub use desc::{Arch, ModelDesc};

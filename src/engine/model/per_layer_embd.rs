@@ -24,26 +24,6 @@ use crate::engine::matmul::{matmul, matmul_made, MatJob};
 use crate::engine::model::loaded::{add_in_place, for_rows, Model};
 use crate::engine::ops::{geglu, rms_norm, rms_norm_in_place, scale_in_place};
 use crate::engine::scratch::ForwardScratch;
-use crate::engine::weights::Weight;
-
-/// The model-level tensors of the per-layer embeddings.
-#[derive(Clone, Debug)]
-pub struct PleWeights {
-    /// Each token's `L * p` per-layer values (`per_layer_token_embd`), read by row only.
-    pub tok_embd: Weight, // (n_vocab, L * p)
-    /// The projection of the token embedding onto every layer's slice.
-    pub model_proj: Weight, // (L * p, d)
-    /// The RMSNorm weight of each projected slice.
-    pub proj_norm: Vec<f32>, // (p)
-}
-
-/// One layer's per-layer embedding block.
-#[derive(Clone, Debug)]
-pub struct LayerPle {
-    pub inp_gate: Weight,    // (p, d)
-    pub proj: Weight,        // (d, p)
-    pub post_norm: Vec<f32>, // (d)
-}
 
 impl Model {
     /// `s.ple` = every token's per-layer inputs `[T][L * p]` from the scaled token embeddings

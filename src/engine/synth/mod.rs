@@ -12,7 +12,6 @@
 //! the current token dominates and every layer still moves every logit.
 
 mod deltanet;
-mod gemma4;
 mod rng;
 mod variants;
 

@@ -4,6 +4,7 @@
 //! teacher-forced sequence), sliding windows of 64 so most positions lie past the window.
 
 use super::deltanet::Gdn;
+mod gemma4;
 mod mamba2;
 
 use super::{Init, ModelSpec, TensorSpec};
@@ -712,7 +713,7 @@ pub fn proof_variants() -> Vec<Variant> {
             ]
             .concat(),
         ),
-        super::gemma4::gemma4(),
+        gemma4::gemma4(),
         mamba2::granitehybrid(),
     ]
 }

@@ -5,8 +5,8 @@
 //! FFNs twice as wide (E2B's double-wide MLP), per-layer embeddings 256 wide (E2B's), a
 //! per-layer output scale, the final softcap 30 and a tied LM head.
 
-use super::{Init, ModelSpec, TensorSpec};
-use crate::engine::synth::variants::Variant;
+use super::Variant;
+use crate::engine::synth::{Init, ModelSpec, TensorSpec};
 use crate::gguf::{MetaArray, MetaValue};
 
 const D: u64 = 256;
