@@ -178,29 +178,67 @@ impl Model {
         // Each matmul below first names the one after it: the idle threads prefetch its
         // first bytes meanwhile (attention and the serial work leave the bus idle).
         warm_next(&self.team, n_tok, &aw.wo);
-        let mut jobs = vec![MatJob {
+        let q_job = MatJob {
             w: &aw.wq,
             out: if c.attn_out_gate {
                 &mut s.q_full
             } else {
                 &mut s.q
             },
-        }];
+        };
         let v_is_k = own_kv && aw.wv.is_none();
-        if own_kv {
-            jobs.extend(aw.wk.as_ref().map(|w| MatJob { w, out: &mut s.k }));
-            jobs.extend(aw.wv.as_ref().map(|w| MatJob { w, out: &mut s.v }));
+        // Q, and K and V when the layer has its own (V may be K's, gemma4); no allocation in
+        // the decode step (tests/alloc.rs).
+        let (wk, wv) = match (own_kv, aw.wk.as_ref()) {
+            (true, Some(wk)) => (Some(wk), aw.wv.as_ref()),
+            _ => (None, None),
+        };
+        let x_norm = (&s.x[..], d, &lw.attn_norm[..], eps);
+        match (wk, wv) {
+            (Some(wk), Some(wv)) => norm_matmul(
+                &self.team,
+                x_norm,
+                &|t| t,
+                &mut s.xn,
+                n_tok,
+                &mut [
+                    q_job,
+                    MatJob {
+                        w: wk,
+                        out: &mut s.k,
+                    },
+                    MatJob {
+                        w: wv,
+                        out: &mut s.v,
+                    },
+                ],
+                &mut s.mm,
+            ),
+            (Some(wk), None) => norm_matmul(
+                &self.team,
+                x_norm,
+                &|t| t,
+                &mut s.xn,
+                n_tok,
+                &mut [
+                    q_job,
+                    MatJob {
+                        w: wk,
+                        out: &mut s.k,
+                    },
+                ],
+                &mut s.mm,
+            ),
+            _ => norm_matmul(
+                &self.team,
+                x_norm,
+                &|t| t,
+                &mut s.xn,
+                n_tok,
+                &mut [q_job],
+                &mut s.mm,
+            ),
         }
-        norm_matmul(
-            &self.team,
-            (&s.x, d, &lw.attn_norm, eps),
-            &|t| t,
-            &mut s.xn,
-            n_tok,
-            &mut jobs,
-            &mut s.mm,
-        );
-        drop(jobs);
         if v_is_k {
             // No V projection (gemma4's attention_k_eq_v): V is K's projection.
             s.v[..n_tok * nkv].copy_from_slice(&s.k[..n_tok * nkv]);
