@@ -192,3 +192,51 @@ impl Drop for Checkpoint {
         self.slots.lock().give_back(self.id);
     }
 }
+
+impl super::KvCache {
+    /// Bytes of one checkpoint as [`Self::export_checkpoint`] writes them (its f32 values,
+    /// little-endian); 0 for a model without state.
+    pub fn checkpoint_bytes(&self) -> usize {
+        self.state_shape.bytes_per_seq()
+    }
+
+    /// Appends checkpoint slot `slot`'s state to `out` as little-endian f32 (for the prefix
+    /// cache's RAM and disk tiers).
+    pub fn export_checkpoint(
+        &self,
+        slot: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<(), super::KvCacheError> {
+        if !self.alloc.is_checkpoint(slot) {
+            return Err(super::KvCacheError::NotACheckpoint { slot });
+        }
+        out.extend(self.state(slot).iter().flat_map(|v| v.to_le_bytes()));
+        Ok(())
+    }
+
+    /// Replaces the recurrent state of `table`'s slot with `bytes` (as
+    /// [`Self::export_checkpoint`] made them, bit-identical values), standing for positions
+    /// `0..covered` of the same tokens (the caller's contract, as for
+    /// [`Self::restore_state`]).
+    pub fn load_state(
+        &mut self,
+        table: &super::BlockTable,
+        bytes: &[u8],
+        covered: usize,
+    ) -> Result<(), super::KvCacheError> {
+        let slot = table.state_slot().ok_or(super::KvCacheError::NoStateSlot)?;
+        let want = self.checkpoint_bytes();
+        if bytes.len() != want {
+            return Err(super::KvCacheError::Shape {
+                what: "checkpoint bytes",
+                expected: want,
+                got: bytes.len(),
+            });
+        }
+        for (v, b) in self.state_mut(slot).iter_mut().zip(bytes.chunks_exact(4)) {
+            *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        table.set_state_covered(covered);
+        Ok(())
+    }
+}

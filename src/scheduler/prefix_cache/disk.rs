@@ -1,7 +1,8 @@
 //! The disk tier: blocks persisted in `dir/<model identity>/<key>.kvb` ([`super::disk_file`]),
 //! written by a background thread so a step never waits for the disk, read back (and checked)
-//! by the worker when a prompt arrives, so a restarted server, or another replica on the same
-//! volume, reuses them.
+//! by another ([`super::disk_read`]) when a prompt arrives, so a restarted server, or another
+//! replica on the same volume, reuses them. A recurrent model's block carrying a checkpoint is
+//! written with its state.
 //!
 //! Contracts:
 //! - Writes go through a bounded queue: when the writer is behind, a block is not written
@@ -14,12 +15,13 @@
 //! - The tier keeps at most `disk_bytes` of the files it knows (those it found at start and
 //!   those it wrote), removing the least recently used (by modification time, which a read
 //!   refreshes) first.
-//! - [`DiskTier`] is owned by one worker; dropping it finishes the queued writes and joins
-//!   the writer thread.
+//! - [`DiskTier`] is owned by one worker; dropping it joins the reader thread (after the read
+//!   in progress), then finishes the queued writes and joins the writer thread.
 
-use super::disk_file::{BlockFile, BlockFileError};
+use super::disk_file::BlockFile;
+use super::disk_read::{ReadDone, ReadRequest, Reader};
 use crate::scheduler::observer::Observer;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,24 +56,25 @@ pub struct DiskStats {
 }
 
 /// A block for the writer.
-struct Job {
+pub(super) struct Job {
     file: BlockFile,
     queued: Instant,
 }
 
 /// See the module docs.
 pub struct DiskTier {
-    dir: PathBuf,
-    identity: u64,
-    payload_len: usize,
-    /// Keys known to be on disk (found, written or read): not exported again.
-    known: HashSet<u64>,
+    /// Keys known to be on disk (found, written or read), and whether with a recurrent state:
+    /// not exported again (unless a state is new).
+    known: HashMap<u64, bool>,
     tx: Option<mpsc::SyncSender<Msg>>,
     writer: Option<std::thread::JoinHandle<()>>,
+    reads: Option<mpsc::Sender<ReadRequest>>,
+    done: mpsc::Receiver<ReadDone>,
+    reader: Option<std::thread::JoinHandle<()>>,
     stats: Arc<DiskStats>,
 }
 
-enum Msg {
+pub(super) enum Msg {
     Write(Job),
     /// A file was read: it is recently used.
     Touch(u64),
@@ -80,13 +83,14 @@ enum Msg {
 }
 
 impl DiskTier {
-    /// The tier in `root/<identity hex>` for blocks of `payload_len` bytes, keeping at most
-    /// `max_bytes`; indexes what is there already. Never fails: a directory that cannot be
-    /// made starts the tier degraded (with a warning).
+    /// The tier in `root/<identity hex>` for blocks of `payload_len` bytes (and recurrent
+    /// states of `state_len`, 0 for a model without), keeping at most `max_bytes`; indexes
+    /// what is there already. Never fails: a directory that cannot be made starts the tier
+    /// degraded (with a warning); without a reader thread nothing is read.
     pub fn open(
         root: &Path,
         identity: u64,
-        payload_len: usize,
+        (payload_len, state_len): (usize, usize),
         max_bytes: u64,
         observer: Arc<dyn Observer>,
     ) -> DiskTier {
@@ -97,7 +101,8 @@ impl DiskTier {
             Ok(()) => index.scan(&dir),
             Err(e) => degrade(&stats, &dir, &e),
         }
-        let known = index.files.keys().copied().collect();
+        // Files found at start: whether they carry a state is learnt when they are read.
+        let known = index.files.keys().map(|&k| (k, false)).collect();
         stats
             .files
             .store(index.files.len() as u64, Ordering::Relaxed);
@@ -121,13 +126,31 @@ impl DiskTier {
         }
         tracing::info!(dir = %dir.display(), files = stats.files.load(Ordering::Relaxed),
             bytes = stats.bytes.load(Ordering::Relaxed), "disk tier of the prefix cache");
-        DiskTier {
+        let tx = writer.as_ref().map(|_| tx);
+        let r = Reader {
             dir,
             identity,
             payload_len,
+            state_len,
+            stats: Arc::clone(&stats),
+            touch: tx.clone(),
+        };
+        let (reads, reads_rx) = mpsc::channel();
+        let (done_tx, done) = mpsc::channel();
+        let reader = std::thread::Builder::new()
+            .name("kiln-disk-read".to_string())
+            .spawn(move || r.run(reads_rx, done_tx))
+            .ok();
+        if reader.is_none() {
+            tracing::warn!("cannot start the disk tier's reader thread: nothing is read back");
+        }
+        DiskTier {
             known,
-            tx: writer.as_ref().map(|_| tx),
+            tx,
             writer,
+            reads: reader.as_ref().map(|_| reads),
+            done,
+            reader,
             stats,
         }
     }
@@ -137,16 +160,25 @@ impl DiskTier {
         &self.stats
     }
 
-    /// Whether `key` is on disk as far as this tier knows (a block another replica wrote is
-    /// found by [`Self::read`], not here).
-    pub fn knows(&self, key: u64) -> bool {
-        self.known.contains(&key)
+    /// Whether `key` is on disk as far as this tier knows, with a state if `with_state` (a
+    /// block another replica wrote is found by a read, not here).
+    pub fn knows(&self, key: u64, with_state: bool) -> bool {
+        self.known.get(&key).is_some_and(|&s| s || !with_state)
     }
 
-    /// Queues the block `key` (following `parent`, holding `tokens`, `payload` its bytes) for
-    /// writing, unless it is known to be on disk; never waits (a full queue skips it).
-    pub fn write(&mut self, key: u64, parent: u64, tokens: &[u32], payload: Vec<u8>) {
-        if self.known.contains(&key) {
+    /// Queues the block `key` (following `parent`, holding `tokens`, `payload` its bytes,
+    /// `state` the recurrent state after it) for writing, unless it is known to be on disk
+    /// (with a state when it has one); never waits (a full queue skips it).
+    pub fn write(
+        &mut self,
+        key: u64,
+        parent: u64,
+        tokens: &[u32],
+        payload: Vec<u8>,
+        state: Option<Vec<u8>>,
+    ) {
+        let with_state = state.is_some();
+        if self.knows(key, with_state) {
             return;
         }
         let Some(tx) = &self.tx else {
@@ -159,12 +191,13 @@ impl DiskTier {
                 parent,
                 tokens: tokens.to_vec(),
                 payload,
+                state,
             },
             queued: Instant::now(),
         };
         match tx.try_send(Msg::Write(job)) {
             Ok(()) => {
-                self.known.insert(key);
+                self.known.insert(key, with_state);
             }
             Err(_) => {
                 self.stats.skipped.fetch_add(1, Ordering::Relaxed);
@@ -172,37 +205,23 @@ impl DiskTier {
         }
     }
 
-    /// Reads the block `key`, which must follow `parent` and hold `tokens`: its payload, or
-    /// None when there is no such file or it fails a check (then counted and removed).
-    pub fn read(&mut self, key: u64, parent: u64, tokens: &[u32]) -> Option<Vec<u8>> {
-        let path = file_path(&self.dir, key);
-        let bytes = std::fs::read(&path).ok()?;
-        let checked =
-            BlockFile::decode(&bytes, self.identity, key, self.payload_len).and_then(|f| {
-                if f.parent == parent && f.tokens == tokens {
-                    Ok(f)
-                } else {
-                    Err(BlockFileError::Key { key })
-                }
-            });
-        match checked {
-            Ok(f) => {
-                self.known.insert(key);
-                self.stats.loaded.fetch_add(1, Ordering::Relaxed);
-                if let Some(tx) = &self.tx {
-                    let _ = tx.try_send(Msg::Touch(key));
-                }
-                Some(f.payload)
-            }
-            Err(e) => {
-                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(file = %path.display(), error = %e,
-                    "prefix cache: ignoring a disk-tier file that fails its checks (removed)");
-                self.known.remove(&key);
-                let _ = std::fs::remove_file(&path);
-                None
+    /// Asks the reader thread for `req`'s blocks (answered through [`Self::completed`]); false
+    /// when there is no reader (nothing will be answered).
+    pub fn request(&mut self, req: ReadRequest) -> bool {
+        self.reads.as_ref().is_some_and(|tx| tx.send(req).is_ok())
+    }
+
+    /// The reads finished since the last call, in request order. The blocks they loaded are
+    /// known to be on disk from now on.
+    pub fn completed(&mut self) -> Vec<ReadDone> {
+        let done: Vec<ReadDone> = self.done.try_iter().collect();
+        for d in &done {
+            for f in &d.blocks {
+                let s = self.known.entry(f.key).or_insert(false);
+                *s |= f.state.is_some();
             }
         }
+        done
     }
 
     /// Removes every file of this model's tier (queued writes still land, then are removed
@@ -217,6 +236,11 @@ impl DiskTier {
 
 impl Drop for DiskTier {
     fn drop(&mut self) {
+        // The reader holds a sender of the writer's queue: it ends first.
+        self.reads = None;
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
         self.tx = None;
         if let Some(w) = self.writer.take() {
             let _ = w.join();
@@ -238,7 +262,7 @@ fn lower_priority() {
     }
 }
 
-fn file_path(dir: &Path, key: u64) -> PathBuf {
+pub(super) fn file_path(dir: &Path, key: u64) -> PathBuf {
     dir.join(format!("{key:016x}.{EXT}"))
 }
 

@@ -32,8 +32,13 @@
 //!   carry a [`Checkpoint`] of that state (attached after the step that computed it); a
 //!   lookup stops at the deepest matching block that has one and names it in the [`Hit`].
 //!   Checkpoints are bounded by the pool's checkpoint slots: taking one when none is free
-//!   takes the least recently used block's ([`PrefixCache::steal_checkpoint`]). The RAM and
-//!   disk tiers hold no checkpoints, so they stay off for such models.
+//!   takes the least recently used block's ([`PrefixCache::steal_checkpoint`]).
+//! - The tiers keep checkpoints too: a block evicted with one spills its state beside its K/V
+//!   ([`Spill::state_slot`], [`ram::RamBlock::state`]), and the disk tier stores it in the
+//!   block's file. A lookup's state may then come from the RAM tier, for a pool block whose
+//!   checkpoint is gone or for a block restored from RAM; the hit names its bytes
+//!   ([`Hit::state_bytes`]) and the sequence's own slot is loaded from them. Such a state never
+//!   takes a checkpoint slot, so the bound on checkpoints in the pool stays as it was.
 //! - Namespaces: the chain of a prompt's keys starts at a root, [`ROOT`] for the shared
 //!   namespace or [`namespace_root`] of an id (an API key's, with `cache.namespace_by_key`).
 //!   Every key depends on its root, so a prompt only ever matches blocks computed under the
@@ -41,17 +46,19 @@
 
 use crate::engine::kv_cache::{BlockAllocator, BlockTable, Checkpoint, KvCacheError, RELEASED};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 pub mod disk;
 pub mod disk_file;
+pub mod disk_read;
 pub mod identity;
 pub mod ram;
+mod ram_lookup;
 pub mod stable_hash;
 mod tier_ops;
 
 pub use disk::{DiskStats, DiskTier};
-pub use ram::RamTier;
+pub use disk_read::{ReadDone, ReadRequest, Wanted};
+pub use ram::{RamBlock, RamTier};
 pub use tier_ops::{Hit, Persist, Restore, Spill, StateCopy};
 
 /// Key of the empty prefix (the parent of every first block).
@@ -180,6 +187,17 @@ impl PrefixCache {
         match self.entries.get_mut(&key) {
             Some(e) if e.checkpoint.is_none() => {
                 e.checkpoint = Some(checkpoint);
+                // The disk tier gets the block again, with its state.
+                let pages = e.holder.block_pages(0);
+                if self.persist && !pages.contains(&RELEASED) {
+                    self.persists.push(Persist {
+                        key,
+                        parent: e.parent,
+                        tokens: e.tokens.clone(),
+                        pages,
+                        state_slot: None,
+                    });
+                }
                 true
             }
             _ => false,
@@ -220,8 +238,22 @@ impl PrefixCache {
     /// The blocks that entered the cache since the last call (with [`Self::persist_new_blocks`]),
     /// in order: the cache holds their pages until it evicts them, which happens only while
     /// planning a step, so the worker copies them out after the step that computed them.
+    /// Each names the checkpoint slot its block carries now (a block queued twice, once
+    /// entering and once getting its checkpoint, is listed once).
     pub fn take_persists(&mut self) -> Vec<Persist> {
-        std::mem::take(&mut self.persists)
+        let mut out: Vec<Persist> = Vec::new();
+        for mut p in std::mem::take(&mut self.persists) {
+            if out.iter().any(|q| q.key == p.key) {
+                continue;
+            }
+            p.state_slot = self
+                .entries
+                .get(&p.key)
+                .and_then(|e| e.checkpoint.as_ref())
+                .map(Checkpoint::slot);
+            out.push(p);
+        }
+        out
     }
 
     /// The RAM tier (sizes, for monitoring).
@@ -235,18 +267,19 @@ impl PrefixCache {
         std::mem::take(&mut self.spills)
     }
 
-    /// Keeps `bytes`, the K/V the worker copied out of `spill`'s pages, in the RAM tier.
-    pub fn store_spill(&mut self, spill: &Spill, bytes: Arc<[u8]>) {
-        self.ram.put(spill.key, spill.parent, &spill.tokens, bytes);
+    /// Keeps `block`, what the worker copied out of `spill`'s pages (and checkpoint slot), in
+    /// the RAM tier.
+    pub fn store_spill(&mut self, spill: &Spill, block: RamBlock) {
+        self.ram.put(spill.key, spill.parent, &spill.tokens, block);
     }
 
-    /// Keeps `bytes` as the block `key` (following `parent`, holding `tokens`) in the RAM tier:
+    /// Keeps `block` as the block `key` (following `parent`, holding `tokens`) in the RAM tier:
     /// a block read back from the disk tier. False when there is no RAM tier.
-    pub fn store_ram(&mut self, key: u64, parent: u64, tokens: &[u32], bytes: Arc<[u8]>) -> bool {
+    pub fn store_ram(&mut self, key: u64, parent: u64, tokens: &[u32], block: RamBlock) -> bool {
         if !self.ram.is_on() {
             return false;
         }
-        self.ram.put(key, parent, tokens, bytes);
+        self.ram.put(key, parent, tokens, block);
         true
     }
 
@@ -311,22 +344,25 @@ impl PrefixCache {
             keys.push(key);
             parent = key;
         }
-        let mut usable = self.usable_prefix(table);
-        let mut state_from = None;
-        if self.state_checkpoints {
-            // A recurrent model resumes only where a state was saved.
-            usable = keys[..usable]
-                .iter()
-                .rposition(|k| self.entries[k].checkpoint.is_some())
-                .map_or(0, |i| i + 1);
-            state_from = usable
-                .checked_sub(1)
-                .and_then(|i| self.entries[&keys[i]].checkpoint.as_ref())
-                .map(Checkpoint::slot);
-            parent = usable.checked_sub(1).map_or(root, |i| keys[i]);
+        let window = self.usable_prefix(table);
+        let whole = window == keys.len();
+        let mut ram_blocks = 0;
+        let mut ram_state = None;
+        if whole && self.ram.is_on() {
+            (ram_blocks, ram_state) =
+                self.restore_from_ram(tokens, table, restores, parent, max_blocks);
         }
-        let whole = usable == keys.len();
-        if !whole {
+        let mut usable = window;
+        let (mut state_from, mut state_bytes) = (None, None);
+        if self.state_checkpoints {
+            if ram_blocks > 0 {
+                state_bytes = ram_state;
+            } else {
+                // A recurrent model resumes only where a state was saved.
+                (usable, state_from, state_bytes) = self.pool_state(root, tokens, &keys[..window]);
+            }
+        }
+        if usable < keys.len() {
             table.truncate(usable);
             keys.truncate(usable);
         }
@@ -335,10 +371,6 @@ impl PrefixCache {
             self.touch(k);
         }
         let pool_blocks = keys.len();
-        let mut ram_blocks = 0;
-        if whole && self.ram.is_on() && !self.state_checkpoints {
-            ram_blocks = self.restore_from_ram(tokens, table, restores, parent, max_blocks);
-        }
         let blocks = pool_blocks + ram_blocks;
         if blocks > 0 {
             self.stats.hits += 1;
@@ -351,7 +383,7 @@ impl PrefixCache {
             self.stats.ram_hits += 1;
             self.stats.ram_hit_tokens += (ram_blocks * bs) as u64;
         }
-        let ram_miss = ram_blocks == 0 && whole && self.ram.is_on() && pool_blocks < max_blocks;
+        let ram_miss = ram_blocks == 0 && whole && self.ram.is_on() && window < max_blocks;
         if ram_miss {
             self.stats.ram_misses += 1;
         }
@@ -360,53 +392,8 @@ impl PrefixCache {
             pool_tokens: pool_blocks * bs,
             ram_miss,
             state_from,
+            state_bytes,
         }
-    }
-
-    /// Continues a lookup whose pool blocks end at `parent` (and fill `table`) with blocks of
-    /// the RAM tier, each in fresh pages (evicting unused pool blocks for them when short);
-    /// returns how many.
-    fn restore_from_ram(
-        &mut self,
-        tokens: &[u32],
-        table: &mut BlockTable,
-        restores: &mut Vec<Restore>,
-        mut parent: u64,
-        max_blocks: usize,
-    ) -> usize {
-        let bs = self.block_size;
-        let mut n = 0;
-        let mut keys = Vec::new();
-        for chunk in tokens
-            .chunks_exact(bs)
-            .take(max_blocks)
-            .skip(table.n_blocks())
-        {
-            let key = block_key(parent, chunk);
-            let Some(bytes) = self.ram.get(key, parent, chunk) else {
-                break;
-            };
-            let b = table.n_blocks();
-            let need = table.pages_to_reserve((b + 1) * bs);
-            let free = self.alloc.free_blocks();
-            if need > free {
-                self.evict(need - free);
-            }
-            if table.reserve((b + 1) * bs).is_err() {
-                break;
-            }
-            restores.push(Restore {
-                pages: table.block_pages(b),
-                bytes,
-            });
-            keys.push(key);
-            n += 1;
-            parent = key;
-        }
-        for &k in keys.iter().rev() {
-            self.ram.touch(k);
-        }
-        n
     }
 
     /// The longest prefix of `table`'s blocks a sequence can continue from: every local group
@@ -430,7 +417,7 @@ impl PrefixCache {
 
     /// Takes back the counts of a lookup whose blocks were returned unused (the sequence could
     /// not be admitted this step and will look up again; its restores are dropped).
-    pub fn forget_lookup(&mut self, hit: Hit) {
+    pub fn forget_lookup(&mut self, hit: &Hit) {
         let st = &mut self.stats;
         st.queries = st.queries.saturating_sub(1);
         if hit.tokens > 0 {
@@ -483,6 +470,7 @@ impl PrefixCache {
                 parent,
                 tokens: tokens.into(),
                 pages: pages.to_vec(),
+                state_slot: None,
             });
         }
         if let Some(p) = self.entries.get_mut(&parent) {
@@ -569,7 +557,7 @@ impl PrefixCache {
         if !self.ram.is_on() {
             return;
         }
-        if self.ram.contains(key) {
+        if self.ram.contains(key) && (e.checkpoint.is_none() || self.ram.has_state(key)) {
             self.ram.touch(key);
             return;
         }
@@ -578,11 +566,14 @@ impl PrefixCache {
             return;
         }
         self.stats.spilled += 1;
+        // The checkpoint's slot is free once `e` is dropped, but only a step's saves write a
+        // free slot, after the spill is copied out.
         self.spills.push(Spill {
             key,
             parent: e.parent,
             tokens: e.tokens,
             pages,
+            state_slot: e.checkpoint.as_ref().map(Checkpoint::slot),
         });
     }
 

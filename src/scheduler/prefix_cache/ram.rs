@@ -8,15 +8,42 @@
 //!   walks from the root) until the parent comes back or the LRU drops them too.
 //! - Bytes are shared (`Arc`): a restore in flight keeps its bytes even if the entry is
 //!   dropped before the worker copies them.
+//! - A block of a recurrent model may carry the recurrent state after it (a checkpoint's
+//!   bytes, [`RamBlock::state`]), counted in the bound with its K/V. A block stored again with
+//!   a state where the held one has none replaces it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+
+/// What the tier keeps of a block: its K/V (the pool's `export_block` bytes, or their Q8_0
+/// form) and, for a recurrent model, maybe the recurrent state after it (`export_checkpoint`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RamBlock {
+    pub kv: Arc<[u8]>,
+    pub state: Option<Arc<[u8]>>,
+}
+
+impl RamBlock {
+    /// K/V only.
+    pub fn kv(kv: Arc<[u8]>) -> RamBlock {
+        RamBlock { kv, state: None }
+    }
+
+    /// Bytes held.
+    pub fn len(&self) -> usize {
+        self.kv.len() + self.state.as_ref().map_or(0, |s| s.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// A block's bytes and what it follows.
 struct Entry {
     parent: u64,
     tokens: Box<[u32]>,
-    bytes: Arc<[u8]>,
+    block: RamBlock,
     tick: u64,
 }
 
@@ -81,44 +108,57 @@ impl RamTier {
         }
     }
 
-    /// The bytes of the block keyed `key` if it follows `parent` and holds `tokens` (else
-    /// `None`: absent, or another prefix under a colliding key). Does not touch it.
-    pub fn get(&self, key: u64, parent: u64, tokens: &[u32]) -> Option<Arc<[u8]>> {
+    /// The block keyed `key` if it follows `parent` and holds `tokens` (else `None`: absent,
+    /// or another prefix under a colliding key). Does not touch it.
+    pub fn get(&self, key: u64, parent: u64, tokens: &[u32]) -> Option<RamBlock> {
         let e = self.entries.get(&key)?;
-        (e.parent == parent && *e.tokens == *tokens).then(|| Arc::clone(&e.bytes))
+        (e.parent == parent && *e.tokens == *tokens).then(|| e.block.clone())
     }
 
-    /// Keeps `bytes` as the block `key` (following `parent`, holding `tokens`), dropping the
+    /// Whether the block `key` is held with a recurrent state.
+    pub fn has_state(&self, key: u64) -> bool {
+        self.entries
+            .get(&key)
+            .is_some_and(|e| e.block.state.is_some())
+    }
+
+    /// Keeps `block` as the block `key` (following `parent`, holding `tokens`), dropping the
     /// least recently used blocks to stay within the bound; returns the blocks dropped. A
-    /// block larger than the whole bound, or a key already held, is not stored (the held one
-    /// is touched).
-    pub fn put(&mut self, key: u64, parent: u64, tokens: &[u32], bytes: Arc<[u8]>) -> usize {
-        if self.entries.contains_key(&key) {
-            self.touch(key);
-            return 0;
+    /// block larger than the whole bound, or a key already held (with a state, or without
+    /// and `block` has none), is not stored (the held one is touched).
+    pub fn put(&mut self, key: u64, parent: u64, tokens: &[u32], block: RamBlock) -> usize {
+        if let Some(e) = self.entries.get(&key) {
+            if e.block.state.is_some() || block.state.is_none() {
+                self.touch(key);
+                return 0;
+            }
+            let e = self.entries.remove(&key).expect("held");
+            self.lru.remove(&e.tick);
+            self.used -= e.block.len();
         }
-        if bytes.len() > self.cap {
+        let bytes = block.len();
+        if bytes > self.cap {
             return 0;
         }
         let mut dropped = 0;
-        while self.used + bytes.len() > self.cap {
+        while self.used + bytes > self.cap {
             let Some((_, old)) = self.lru.pop_first() else {
                 break;
             };
             if let Some(e) = self.entries.remove(&old) {
-                self.used -= e.bytes.len();
+                self.used -= e.block.len();
                 dropped += 1;
             }
         }
         self.tick += 1;
-        self.used += bytes.len();
+        self.used += bytes;
         self.lru.insert(self.tick, key);
         self.entries.insert(
             key,
             Entry {
                 parent,
                 tokens: tokens.into(),
-                bytes,
+                block,
                 tick: self.tick,
             },
         );
@@ -137,8 +177,8 @@ impl RamTier {
 mod tests {
     use super::*;
 
-    fn b(n: usize) -> Arc<[u8]> {
-        vec![7u8; n].into()
+    fn b(n: usize) -> RamBlock {
+        RamBlock::kv(vec![7u8; n].into())
     }
 
     #[test]
@@ -159,6 +199,16 @@ mod tests {
         // Too big for the bound: refused, nothing dropped.
         assert_eq!(t.put(5, 0, &[0, 0], b(31)), 0);
         assert_eq!((t.len(), t.bytes()), (3, 30));
+        // A state upgrades a held block without one (and counts), never the other way.
+        let with_state = RamBlock {
+            kv: vec![1u8; 5].into(),
+            state: Some(vec![2u8; 3].into()),
+        };
+        assert!(!t.has_state(1));
+        t.put(1, 0, &[1, 2], with_state.clone());
+        assert!(t.has_state(1) && t.bytes() == 28);
+        t.put(1, 0, &[1, 2], b(10));
+        assert_eq!(t.get(1, 0, &[1, 2]), Some(with_state));
         t.clear();
         assert_eq!((t.len(), t.bytes()), (0, 0));
         assert!(!RamTier::new(0).is_on());

@@ -4,6 +4,7 @@
 
 use super::*;
 use proptest::prelude::*;
+use std::sync::Arc;
 
 const BS: usize = 4;
 
@@ -37,7 +38,7 @@ fn run_copies(cache: &mut PrefixCache, content: &mut Content, restores: Vec<Rest
         let held = content[sp.pages[0] as usize]
             .clone()
             .expect("spilled page was computed");
-        cache.store_spill(&sp, encode(&held));
+        cache.store_spill(&sp, RamBlock::kv(encode(&held)));
     }
     for r in restores {
         content[r.pages[0] as usize] = Some(decode(&r.bytes));
@@ -232,4 +233,67 @@ proptest! {
         cache.clear();
         prop_assert_eq!(a.free_blocks(), n as usize);
     }
+}
+
+#[test]
+fn a_recurrent_models_checkpoint_spills_with_its_block_and_ends_a_ram_hit() {
+    use crate::engine::kv_cache::{KvLayout, LayerWindows};
+    let layout = KvLayout::new(1, &LayerWindows::NONE);
+    let a = BlockAllocator::with_state_slots(4, BS, layout, Some(2), 2);
+    let mut cache = PrefixCache::with_ram(a.clone(), 1 << 20);
+    cache.keep_state_checkpoints();
+    let mut content: Content = vec![None; 4];
+    let prompt: Vec<u32> = (0..13).collect();
+    let mut t = BlockTable::new(&a);
+    t.reserve(12).unwrap();
+    let mut parent = ROOT;
+    for b in 0..3 {
+        content[t.blocks()[b] as usize] = Some(prompt[..(b + 1) * BS].to_vec());
+        parent = cache
+            .insert(
+                ROOT,
+                parent,
+                &prompt[b * BS..(b + 1) * BS],
+                &t.block_pages(b),
+            )
+            .unwrap();
+        if b == 1 {
+            // The state after 8 tokens is kept; the one after 12 is not.
+            assert!(cache.attach_checkpoint(parent, a.take_checkpoint().unwrap()));
+        }
+    }
+    drop(t);
+    assert_eq!(cache.evict(4), 3);
+    let spills = cache.take_spills();
+    let with_state: Vec<bool> = spills.iter().map(|s| s.state_slot.is_some()).collect();
+    assert_eq!(with_state.iter().filter(|&&s| s).count(), 1);
+    assert_eq!(
+        a.checkpoint_slots(),
+        Some((2, 2)),
+        "the slot went with the block"
+    );
+    for sp in &spills {
+        let held = content[sp.pages[0] as usize].clone().unwrap();
+        let state = sp.state_slot.map(|_| encode(&[7, held.len() as u32]));
+        let block = RamBlock {
+            kv: encode(&held),
+            state,
+        };
+        cache.store_spill(sp, block);
+    }
+    // The hit ends at the deepest block the RAM tier holds with a state, and names it.
+    let mut t = BlockTable::new(&a);
+    let mut restores = Vec::new();
+    let hit = cache.lookup(ROOT, &prompt, &mut t, &mut restores);
+    assert_eq!((hit.tokens, hit.pool_tokens, restores.len()), (8, 0, 2));
+    assert_eq!(hit.state_from, None);
+    assert_eq!(hit.state_bytes.as_deref(), Some(&encode(&[7, 8])[..]));
+    assert_eq!(t.n_blocks(), 2);
+    // No state at all in the RAM tier (a prompt of other tokens): no hit.
+    let mut t2 = BlockTable::new(&a);
+    let other: Vec<u32> = (100..113).collect();
+    assert_eq!(
+        cache.lookup(ROOT, &other, &mut t2, &mut Vec::new()).tokens,
+        0
+    );
 }

@@ -12,7 +12,8 @@
 //!   not saved again;
 //! - on a hit (which the prefix cache ends at the deepest block with a checkpoint), asks the
 //!   worker to copy the checkpoint into the sequence's own slot before the step
-//!   ([`StateCopy::Restore`]).
+//!   ([`StateCopy::Restore`]), or to load it from the RAM tier's copy of the state
+//!   ([`StateCopy::Load`]: a block spilled with its checkpoint, or read from the disk tier).
 //!
 //! Checkpoints are bounded by the pool's checkpoint slots ([`checkpoint_slots`]); when none is
 //! free, the least recently used cached block gives up its own. The worker runs every
@@ -108,14 +109,21 @@ impl<T> Scheduler<T> {
     /// After admitting sequence `id` with `hit`: the restore of its state from the hit's
     /// checkpoint.
     pub(super) fn plan_restore(id: SeqId, hit: Option<Hit>, plan: &mut StepPlan) {
-        if let Some(hit) = hit {
-            if let Some(slot) = hit.state_from {
-                plan.state_copies.push(StateCopy::Restore {
-                    seq: id,
-                    slot,
-                    covered: hit.tokens,
-                });
-            }
+        let Some(hit) = hit else {
+            return;
+        };
+        if let Some(slot) = hit.state_from {
+            plan.state_copies.push(StateCopy::Restore {
+                seq: id,
+                slot,
+                covered: hit.tokens,
+            });
+        } else if let Some(bytes) = hit.state_bytes {
+            plan.state_copies.push(StateCopy::Load {
+                seq: id,
+                bytes,
+                covered: hit.tokens,
+            });
         }
     }
 

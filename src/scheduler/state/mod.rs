@@ -463,7 +463,6 @@ impl<T> Scheduler<T> {
                 let hit = self
                     .prefix
                     .lookup(s.root, &s.tokens, &mut s.table, &mut plan.restores);
-                looked_up = Some(hit);
                 s.computed = hit.tokens;
                 // Restored blocks enter the pool's cache after this step (see `advance`).
                 s.registered = hit.pool_tokens / self.alloc.block_size();
@@ -475,6 +474,7 @@ impl<T> Scheduler<T> {
                 if s.preemptions == 0 {
                     s.cached_tokens = hit.tokens.min(s.prompt_len);
                 }
+                looked_up = Some(hit);
             }
             let (computed, have) = {
                 let s = &self.seqs[&id];
@@ -493,7 +493,7 @@ impl<T> Scheduler<T> {
                 // Give back cached blocks it took, so they stay evictable while it waits; the
                 // lookup is counted again when it is admitted.
                 let s = self.seqs.get_mut(&id).expect("waiting sequence exists");
-                if let Some(hit) = looked_up {
+                if let Some(hit) = &looked_up {
                     self.prefix.forget_lookup(hit);
                 }
                 plan.restores.truncate(restores_before);

@@ -11,7 +11,7 @@ use crate::scheduler::drain::WaitQueue;
 use crate::scheduler::engine_config::EngineConfig;
 use crate::scheduler::fault::{FaultStage, Faults};
 use crate::scheduler::observer::{CacheTier, Observer, StepKind, StepStats};
-use crate::scheduler::prefix_cache::{namespace_root, DiskTier};
+use crate::scheduler::prefix_cache::DiskTier;
 use crate::scheduler::request::{
     Event, FinishReason, GenerationRequest, PromptOutput, TokenLogprob,
 };
@@ -29,6 +29,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use verify::Guesses;
 
+mod disk_wait;
 mod draft;
 mod output;
 mod sample;
@@ -91,6 +92,8 @@ pub(crate) struct Worker {
     masks: MaskThread,
     /// The prefix cache's disk tier, if configured (kept across rebuilds).
     disk: Option<DiskTier>,
+    /// Requests waiting for the disk tier's reader ([`disk_wait`]).
+    parked: Vec<disk_wait::Parked>,
     /// The draft model (speculative `method = "draft"`), on this worker's team.
     drafter: Option<Drafter>,
 }
@@ -126,8 +129,7 @@ impl StepState {
         // the handle accepted.
         // A recurrent state cannot be rolled back after rejected draft tokens: such models run
         // without speculation. They resume cached prefixes from state checkpoints (see
-        // `scheduler::state::checkpoints`), which the RAM and disk tiers do not hold: those
-        // stay off for them.
+        // `scheduler::state::checkpoints`), which the RAM and disk tiers keep with the blocks.
         let recurrent = model.desc().has_recurrent();
         let sched_limits = Limits {
             max_waiting: usize::MAX,
@@ -139,10 +141,11 @@ impl StepState {
             cfg.speculative
         };
         let mut sched = Scheduler::new(sched_limits, kv.allocator().clone()).with_speculation(spec);
+        if sched_limits.prefix_cache {
+            sched.set_tiers(cfg.tiers.ram_bytes, cfg.tiers.dir.is_some());
+        }
         if recurrent {
             sched.keep_state_checkpoints();
-        } else if sched_limits.prefix_cache {
-            sched.set_tiers(cfg.tiers.ram_bytes, cfg.tiers.dir.is_some());
         }
         let sample_scratch = (0..model.team().threads())
             .map(|_| Mutex::new(SampleScratch::new()))
@@ -211,15 +214,13 @@ impl Worker {
         };
         let shared = Arc::new(WorkerShared::new(kv.total_blocks()));
         let disk = match &cfg.tiers.dir {
-            Some(dir) if limits.prefix_cache && !model.desc().has_recurrent() => {
-                Some(DiskTier::open(
-                    dir,
-                    cfg.tiers.identity,
-                    kv.block_bytes(),
-                    cfg.tiers.disk_bytes,
-                    Arc::clone(&observer),
-                ))
-            }
+            Some(dir) if limits.prefix_cache => Some(DiskTier::open(
+                dir,
+                cfg.tiers.identity,
+                (kv.block_bytes(), kv.checkpoint_bytes()),
+                cfg.tiers.disk_bytes,
+                Arc::clone(&observer),
+            )),
             _ => None,
         };
         let faults = Faults::new(&cfg.faults);
@@ -251,6 +252,7 @@ impl Worker {
             max_unread_events: cfg.max_unread_events.max(1),
             masks: MaskThread::new(format!("kiln-masks-{index}")),
             disk,
+            parked: Vec::new(),
             drafter,
         })
     }
@@ -272,6 +274,7 @@ impl Worker {
             }
         }
         if self.shared.state() != WorkerState::Failed {
+            self.admit_parked_now();
             self.outputs.abort_all(&mut self.sched, FinishReason::Abort);
         }
         self.shared.set_state(WorkerState::Failed);
@@ -281,14 +284,24 @@ impl Worker {
     /// the worker must stop.
     fn round(&mut self) -> bool {
         if self.sched.is_idle() {
-            // Nothing to compute: sleep until a command arrives (an idle server burns no CPU).
-            match self.rx.recv() {
-                Ok(cmd) => {
-                    if !self.command(cmd) {
-                        return false;
-                    }
+            // Nothing to compute: sleep until a command arrives (an idle server burns no CPU),
+            // or while requests wait for the disk, poll for their reads every millisecond.
+            let cmd = if self.has_parked() {
+                match self.rx.recv_timeout(Duration::from_millis(1)) {
+                    Ok(cmd) => Some(cmd),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return false,
                 }
-                Err(_) => return false,
+            } else {
+                Some(match self.rx.recv() {
+                    Ok(cmd) => cmd,
+                    Err(_) => return false,
+                })
+            };
+            if let Some(cmd) = cmd {
+                if !self.command(cmd) {
+                    return false;
+                }
             }
         }
         while let Ok(cmd) = self.rx.try_recv() {
@@ -296,6 +309,7 @@ impl Worker {
                 return false;
             }
         }
+        self.admit_loaded();
         // A step publishes the load itself (with its stats); otherwise publish it here.
         if self.sched.is_idle() {
             self.shared.publish_load(&self.sched);
@@ -361,12 +375,17 @@ impl Worker {
     /// Applies one command; false when the worker must stop.
     fn command(&mut self, cmd: Command) -> bool {
         match cmd {
-            Command::Submit(sub) => self.admit(*sub),
+            Command::Submit(sub) => self.admit_or_park(*sub),
             Command::Abort(id) => {
-                self.outputs
-                    .abort_request(&mut self.sched, id, FinishReason::Abort)
+                if !self.abort_parked(Some(id)) {
+                    self.outputs
+                        .abort_request(&mut self.sched, id, FinishReason::Abort)
+                }
             }
-            Command::AbortAll => self.outputs.abort_all(&mut self.sched, FinishReason::Abort),
+            Command::AbortAll => {
+                self.abort_parked(None);
+                self.outputs.abort_all(&mut self.sched, FinishReason::Abort)
+            }
             Command::ClearPrefixCache => {
                 self.sched.clear_prefix_cache();
                 if let Some(d) = self.disk.as_mut() {
@@ -404,9 +423,6 @@ impl Worker {
         let prompt = r.req.prompt.clone();
         let rows = r.req.prompt_output.wants_rows();
         let ns = r.req.api_key_id.filter(|_| self.cfg.tiers.namespace_by_key);
-        if !rows {
-            self.load_from_disk(namespace_root(ns), &prompt);
-        }
         match self
             .sched
             .add(seq_id(id, 0), prompt, r.req.max_tokens, n, out)

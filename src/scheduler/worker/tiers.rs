@@ -1,21 +1,25 @@
 //! The worker's part in the prefix cache's tiers: the copies a plan asks for between the KV
-//! pool and the RAM tier, the disk tier's writes and reads, and the tiers' numbers. The
-//! scheduler decides; these run on the worker's thread, which owns the KV pool.
+//! pool (and its recurrent-state checkpoints) and the RAM tier, the disk tier's writes, its
+//! read requests and their answers, and the tiers' numbers. The scheduler decides; the copies
+//! run on the worker's thread, which owns the KV pool; disk reads run on the tier's reader.
 
 use super::{StepError, Worker};
 use crate::engine::kv_cache::{block_q8, KvCacheError, KvType};
 use crate::engine::EngineError;
 use crate::scheduler::observer::{CacheTier, TierStats};
-use crate::scheduler::prefix_cache::{block_key, StateCopy};
+use crate::scheduler::prefix_cache::{
+    block_key, RamBlock, ReadDone, ReadRequest, StateCopy, Wanted,
+};
 use crate::scheduler::state::StepPlan;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 impl Worker {
     /// Copies the blocks the plan evicted to the RAM tier (their pages are free and nothing
-    /// has written them since: a step writes pages only after this).
+    /// has written them since: a step writes pages only after this), each with the recurrent
+    /// state of its checkpoint if it had one (likewise unwritten: only a step's saves, after
+    /// its forward pass, write a free checkpoint slot).
     /// With `cache.ram_compress = "q8_0"` over an f16 KV cache, the bytes kept are the block's
-    /// Q8_0 form ([`block_q8`]).
+    /// Q8_0 form ([`block_q8`]); a state is kept as it is (f32).
     pub(super) fn run_spills(&mut self, plan: &StepPlan) -> Result<(), StepError> {
         let q8 = self.ram_q8_0();
         for sp in &plan.spills {
@@ -28,9 +32,26 @@ impl Worker {
                     bytes = c;
                 }
             }
-            self.sched.prefix_mut().store_spill(sp, bytes.into());
+            let state = match sp.state_slot {
+                Some(slot) => Some(self.checkpoint_bytes(slot)?.into()),
+                None => None,
+            };
+            let block = RamBlock {
+                kv: bytes.into(),
+                state,
+            };
+            self.sched.prefix_mut().store_spill(sp, block);
         }
         Ok(())
+    }
+
+    /// The recurrent state in checkpoint slot `slot`, as bytes.
+    fn checkpoint_bytes(&self, slot: u32) -> Result<Vec<u8>, StepError> {
+        let mut out = Vec::with_capacity(self.kv.checkpoint_bytes());
+        self.kv
+            .export_checkpoint(slot, &mut out)
+            .map_err(EngineError::from)?;
+        Ok(out)
     }
 
     /// Whether the RAM tier keeps spilled blocks as Q8_0: configured, and the KV cache holds
@@ -68,12 +89,20 @@ impl Worker {
         restores: bool,
     ) -> Result<(), StepError> {
         for c in &plan.state_copies {
-            let r = match *c {
-                StateCopy::Restore { seq, slot, covered } if restores => {
+            let r = match c {
+                &StateCopy::Restore { seq, slot, covered } if restores => {
                     let s = self.sched.seq(seq).ok_or(StepError::Plan)?;
                     self.kv.restore_state(s.table(), slot, covered)
                 }
-                StateCopy::Save { seq, slot } if !restores => {
+                StateCopy::Load {
+                    seq,
+                    bytes,
+                    covered,
+                } if restores => {
+                    let s = self.sched.seq(*seq).ok_or(StepError::Plan)?;
+                    self.kv.load_state(s.table(), bytes, *covered)
+                }
+                &StateCopy::Save { seq, slot } if !restores => {
                     let s = self.sched.seq(seq).ok_or(StepError::Plan)?;
                     self.kv.save_state(s.table(), slot).map(|_| ())
                 }
@@ -84,70 +113,100 @@ impl Worker {
         Ok(())
     }
 
-    /// Hands the blocks this step added to the prefix cache to the disk tier's writer (their
-    /// pages are the cache's until a later plan evicts them).
+    /// Hands the blocks this step added to the prefix cache (or gave a checkpoint) to the
+    /// disk tier's writer, with their states (their pages and checkpoint slots are the
+    /// cache's until a later plan evicts or takes them).
     pub(super) fn run_persists(&mut self) -> Result<(), StepError> {
         let persists = self.sched.prefix_mut().take_persists();
-        let Some(disk) = self.disk.as_mut() else {
+        if self.disk.is_none() {
             return Ok(());
-        };
+        }
         for p in persists {
-            if disk.knows(p.key) {
+            let with_state = p.state_slot.is_some();
+            if self
+                .disk
+                .as_ref()
+                .is_some_and(|d| d.knows(p.key, with_state))
+            {
                 continue;
             }
             let mut bytes = Vec::with_capacity(self.kv.block_bytes());
             self.kv
                 .export_block(&p.pages, &mut bytes)
                 .map_err(EngineError::from)?;
-            disk.write(p.key, p.parent, &p.tokens, bytes);
+            let state = match p.state_slot {
+                Some(slot) => Some(self.checkpoint_bytes(slot)?),
+                None => None,
+            };
+            if let Some(d) = self.disk.as_mut() {
+                d.write(p.key, p.parent, &p.tokens, bytes, state);
+            }
         }
         Ok(())
     }
 
-    /// Before a prompt is queued in the namespace whose chains start at `root`: reads into the
-    /// RAM tier the blocks of its longest prefix
-    /// found on disk that the pool and RAM do not hold (at most half the RAM tier), so its
-    /// lookup restores them. Runs on this thread (disk reads of a prompt's blocks, checked).
-    pub(super) fn load_from_disk(&mut self, root: u64, prompt: &[u32]) {
+    /// Before a prompt is queued in the namespace whose chains start at `root`: asks the disk
+    /// tier's reader for the blocks of its prefix that the pool and RAM do not hold (at most
+    /// half the RAM tier), as request `id`; false when nothing was asked (no disk tier or
+    /// reader, or nothing missing), and the prompt can be queued now.
+    pub(super) fn request_from_disk(&mut self, id: u64, root: u64, prompt: &[u32]) -> bool {
         let Some(disk) = self.disk.as_mut() else {
-            return;
+            return false;
         };
         let bs = self.kv.config().block_size;
-        let budget = self.sched.ram_tier().capacity() / 2;
-        let t0 = Instant::now();
-        let (mut parent, mut loaded, mut bytes, mut consulted) = (root, 0, 0, false);
+        let mut parent = root;
+        let mut blocks = Vec::new();
         for chunk in prompt
             .chunks_exact(bs)
             .take(prompt.len().saturating_sub(1) / bs)
         {
             let key = block_key(parent, chunk);
             if !self.sched.prefix_mut().holds(key) {
-                consulted = true;
-                if bytes + self.kv.block_bytes() > budget {
-                    break;
-                }
-                let Some(b) = disk.read(key, parent, chunk) else {
-                    break;
-                };
-                bytes += b.len();
-                self.sched
-                    .prefix_mut()
-                    .store_ram(key, parent, chunk, b.into());
-                loaded += 1;
+                blocks.push(Wanted {
+                    key,
+                    parent,
+                    tokens: chunk.to_vec(),
+                });
             }
             parent = key;
         }
-        if !consulted {
-            return;
+        if blocks.is_empty() {
+            return false;
         }
-        let st = disk.stats();
-        if loaded > 0 {
+        let budget = self.sched.ram_tier().capacity() / 2;
+        disk.request(ReadRequest { id, blocks, budget })
+    }
+
+    /// The disk reads finished since the last call: their blocks enter the RAM tier (where the
+    /// lookup of their requests finds them), counted as disk hits or misses; returns their
+    /// request ids, in order.
+    pub(super) fn finished_disk_reads(&mut self) -> Vec<u64> {
+        let Some(disk) = self.disk.as_mut() else {
+            return Vec::new();
+        };
+        let done: Vec<ReadDone> = disk.completed();
+        let st = std::sync::Arc::clone(disk.stats());
+        let mut ids = Vec::with_capacity(done.len());
+        for d in done {
+            ids.push(d.id);
+            if d.blocks.is_empty() {
+                st.misses.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             st.hits.fetch_add(1, Ordering::Relaxed);
-            self.observer
-                .on_tier_restore(CacheTier::Disk, loaded, t0.elapsed());
-        } else {
-            st.misses.fetch_add(1, Ordering::Relaxed);
+            let n = d.blocks.len();
+            for f in d.blocks {
+                let block = RamBlock {
+                    kv: f.payload.into(),
+                    state: f.state.map(Into::into),
+                };
+                self.sched
+                    .prefix_mut()
+                    .store_ram(f.key, f.parent, &f.tokens, block);
+            }
+            self.observer.on_tier_restore(CacheTier::Disk, n, d.elapsed);
         }
+        ids
     }
 
     /// The prefix cache's tiers now (see [`TierStats`]).
