@@ -204,7 +204,7 @@ impl Worker {
         // The draft's cache has as many positions as the target's (the budget counts both).
         let drafter = match draft {
             Some(d) => Some(Drafter::new(
-                d.on_team_of(&model),
+                draft::place(d, &model)?,
                 cfg.kv_positions,
                 kv.config(),
                 cfg.speculative.max_seqs,

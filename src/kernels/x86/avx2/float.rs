@@ -8,11 +8,11 @@ use std::arch::x86_64::*;
 use crate::kernels::shape::{check_gemm, check_vec_dot};
 use crate::kernels::DType;
 
-const F32: u8 = 0;
-const F16: u8 = 1;
-const BF16: u8 = 2;
+pub(crate) const F32: u8 = 0;
+pub(crate) const F16: u8 = 1;
+pub(crate) const BF16: u8 = 2;
 
-const fn wdt(t: u8) -> DType {
+pub(crate) const fn wdt(t: u8) -> DType {
     match t {
         F32 => DType::F32,
         F16 => DType::F16,
@@ -61,7 +61,11 @@ unsafe fn vec_dot<const T: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
 #[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_n<const T: u8, const N: usize>(n: usize, w: &[u8], a: [&[u8]; N]) -> [f32; N] {
+pub(crate) unsafe fn dot_n<const T: u8, const N: usize>(
+    n: usize,
+    w: &[u8],
+    a: [&[u8]; N],
+) -> [f32; N] {
     let bw = wdt(T).block_bytes();
     assert!(w.len() >= n * bw && a.iter().all(|x| x.len() >= 4 * n));
     let wp = w.as_ptr();

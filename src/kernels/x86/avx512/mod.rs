@@ -1,5 +1,6 @@
 //! AVX-512 (F, BW, VL) kernels using VNNI `vpdpbusd`.
 
+pub mod float;
 mod ggml_order;
 pub mod kquants;
 mod lanes;
@@ -34,6 +35,30 @@ macro_rules! install_fns {
     )*};
 }
 
+/// The float rows' six-token `gemm` ([`float`]); their `vec_dot` stays the AVX2 one, which
+/// every cell of it equals bit for bit.
+fn install_float_gemms(t: &mut Table) {
+    macro_rules! gemms {
+        ($($dt:ident: $gm:ident;)*) => {$(
+            {
+                fn gm(k: usize, w: &[u8], n_rows: usize, a: &[u8], n_tok: usize, out: &mut [f32], os: usize) {
+                    // SAFETY: only installed by `install`, whose caller verified AVX-512 F/VL
+                    // with AVX2, FMA and F16C.
+                    unsafe { float::$gm(k, w, n_rows, a, n_tok, out, os) }
+                }
+                if let Some(row) = t[DType::$dt as usize].as_mut() {
+                    row.gemm = gm;
+                }
+            }
+        )*};
+    }
+    gemms! {
+        F32: gemm_f32;
+        F16: gemm_f16;
+        BF16: gemm_bf16;
+    }
+}
+
 /// Replaces functions in `t` (already holding the AVX2 ones) with the AVX-512 VNNI versions
 /// when the CPU has VNNI; without VNNI the AVX2 kernels stay.
 ///
@@ -45,6 +70,7 @@ pub unsafe fn install(t: &mut Table) {
     unsafe { kquants::install(t) };
     // SAFETY: as above; it checks VNNI itself.
     unsafe { packed_k::install(t) };
+    install_float_gemms(t);
     if !crate::kernels::isa::has_avx512_vnni() {
         return;
     }
