@@ -531,12 +531,13 @@ SIZES = {
                          False),
     # Gemma-4-E2B (text) at its per-layer shape, 10 OF ITS 35 LAYERS (all 35 make a 9 GB F16
     # source, 4.5 G parameters, 2.3 G of them the per-layer embedding table): one global
-    # layer in five (8/1 heads of 512; local ones of 256, window 512), the last 6 layers (the
-    # real model's 20 of 35) reading earlier K/V with FFNs of 12288 (6144 before), per-layer
-    # embeddings 256 wide per layer (a 262,144 x 2,560 table here), tied.
+    # layer in five (8/1 heads of 512; local ones of 256, window 512), the last 5 layers (the
+    # real model's last 20 of 35; the layers before them must end local, global) reading
+    # earlier K/V with FFNs of 12288 (6144 before), per-layer embeddings 256 wide per layer
+    # (a 262,144 x 2,560 table here), tied.
     "gemma4-e2b": (GEMMA4, Shape(1536, 10, 8, 1, 512, 6144, rope_theta=1e6, norm_eps=1e-6,
                                  ctx=131072, hybrid=Hybrid(head_dim_swa=256, swa_every=5,
-                                                           window=512, n_shared_kv=6,
+                                                           window=512, n_shared_kv=5,
                                                            per_layer=256)), False),
 }
 # The mixture-of-experts sizes (`make bench-moe`).
