@@ -19,7 +19,7 @@ export KILN_SKIP_REPORT
 
 .PHONY: run test skips-reset skips model test-models tools tools-promtool build release fmt check unit isa-matrix neon-test \
         tools-chromium promtool-test monitoring-check tools-deploy deploy-check deploy-manifests \
-        alerts bench bench-jsonschema bench-baseline bench-compare bench-families bench-moe bench-models quantized-models \
+        alerts bench bench-jsonschema bench-baseline bench-compare bench-families bench-moe bench-hybrid bench-models quantized-models \
         profile clean pytools client-tests loadtest serve-compare
 
 HOST         ?= 127.0.0.1
@@ -346,6 +346,18 @@ bench-moe: release $(GEMMA)
 	@$(MAKE) --no-print-directory bench-models SIZES=none
 	scripts/bench_compare.py --threads 2 --repeat 3 $(if $(ISA),--isa $(ISA)) \
 	  --out target/bench-moe.json $(MOE_FILES)
+
+## bench-hybrid: the hybrid families (issue 41) side by side with llama.cpp, 2 threads,
+## median of 3 alternating runs: random-weight Q4_K_M files with every layer of Qwen3.5-2B,
+## LFM2-1.2B, Granite-4.0-H-1B and Gemma-4-E2B (scripts/bench_models.py HYBRID_SIZES; F16
+## sources in KILN_F16_DIR, default ~/.cache/kiln-models, deleted once quantized).
+## `make bench-hybrid DEPTH=16384` measures pp512 and tg128 at depth 0 and 16384 instead.
+HYBRID_DEPTHS = 0,$(DEPTH)
+HYBRID_FILES = $$($(PY) scripts/bench_models.py paths --sizes hybrid --types Q4_K_M | sed 's/^/--sized-model /')
+bench-hybrid: release $(GEMMA)
+	@$(MAKE) --no-print-directory bench-models SIZES=none
+	scripts/bench_compare.py --threads 2 --repeat 3 $(if $(ISA),--isa $(ISA)) \
+	  $(if $(DEPTH),--depth $(HYBRID_DEPTHS)) --out target/bench-hybrid.json $(HYBRID_FILES)
 
 ## bench-models: the Python packages scripts/bench_models.py needs (PyPI gguf and numpy,
 ## pinned in scripts/bench-requirements.txt) in .venv, then the SIZES x TYPES files (the

@@ -13,6 +13,7 @@ the LM head, i.e. what a decode step streams); llama.cpp runs the same file.
     scripts/bench_compare.py --model models/X.gguf [--model ...] [--threads 2] [--repeat 5]
                              [--sized-model ~/.cache/kiln-models/llama-1b.Q4_K_M.gguf ...]
                              [--sized-batch 16] [--isa avx2] [--depth 4096,16384]
+                             [--prompt 512] [--gen 128]
 
 --sized-model files (the real-size random-weight files of scripts/bench_models.py) run the
 batched test at --sized-batch only, which keeps a run of 1B-8B files bounded.
@@ -20,6 +21,10 @@ batched test at --sized-batch only, which keeps a run of 1B-8B files bounded.
 After the full table comes one line per file with its architecture (read from the GGUF) and the
 three ratios against issue 19's bars (prefill pp512 >= 1.5x, decode tg128 >= 1.2x, 16 sequences
 >= 1.5x llama.cpp; 2x for the mixtures of experts, issue 40's). `--summary FILE` prints both tables again from a saved --out JSON.
+
+--prompt and --gen shorten the prefill and decode tests (and the batched test's new tokens)
+when a loaded machine makes llama.cpp too slow for 512 and 128; the metrics then say their
+lengths (pp128, tg16), and the bars still apply to them.
 
 With --depth, each figure is instead prefill pp512 and decode tg128 after that many tokens
 already in the context (llama-bench's -d; kiln bench's --depth), one pair per depth, and no
@@ -103,13 +108,13 @@ def run_json(cmd, env=None):
     return res.stdout
 
 
-def kiln_once(kiln, model, threads, batches, isa, depth=0):
+def kiln_once(kiln, model, threads, batches, isa, depth=0, pp=512, tg=128):
     env = dict(os.environ)
     env.pop("KILN_ISA", None)
     if isa:
         env["KILN_ISA"] = isa
     out = run_json([
-        str(kiln), "bench", "--model", str(model), "-p", "512", "-n", "128", "-d", str(depth),
+        str(kiln), "bench", "--model", str(model), "-p", str(pp), "-n", str(tg), "-d", str(depth),
         "--batch", ",".join(map(str, batches)), "--repeat", "1", "--threads", str(threads), "--json",
     ], env)
     d = json.loads(out)
@@ -123,11 +128,11 @@ def kiln_once(kiln, model, threads, batches, isa, depth=0):
     }
 
 
-def llama_once(bin_dir, model, threads, batches, depth=0):
+def llama_once(bin_dir, model, threads, batches, depth=0, pp=512, tg=128):
     env = dict(os.environ, LD_LIBRARY_PATH=str(bin_dir))
     out = run_json([
         str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(threads),
-        "-p", "512", "-n", "128", "-d", str(depth), "-r", "1", "-o", "json",
+        "-p", str(pp), "-n", str(tg), "-d", str(depth), "-r", "1", "-o", "json",
     ], env)
     pp = tg = None
     for e in json.loads(out):
@@ -140,7 +145,7 @@ def llama_once(bin_dir, model, threads, batches, depth=0):
     ctx = max(4096, max(batches) * 256 + 256)
     out = run_json([
         str(bin_dir / "llama-batched-bench"), "-m", str(model), "-t", str(threads),
-        "-c", str(ctx), "-npp", "128", "-ntg", "128",
+        "-c", str(ctx), "-npp", "128", "-ntg", str(tg),
         "-npl", ",".join(map(str, batches)), "--output-format", "jsonl",
     ], env)
     batched = {}
@@ -185,6 +190,10 @@ def main():
     ap.add_argument("--batch", default="4,8,16,32")
     ap.add_argument("--isa", default=None, choices=["scalar", "avx2", "avxvnni", "avx512"],
                     help="KILN_ISA for kiln; avx2/avxvnni also select llama.cpp's AVX2 build")
+    ap.add_argument("--prompt", type=int, default=512,
+                    help="prefill test length (the bars are for 512)")
+    ap.add_argument("--gen", type=int, default=128,
+                    help="decode test length, also the batched test's new tokens (bars: 128)")
     ap.add_argument("--depth", default=None,
                     help="comma-separated context depths: pp512/tg128 after that many tokens")
     ap.add_argument("--kiln", default=str(ROOT / "target/release/kiln"))
@@ -220,10 +229,13 @@ def main():
                 at = f" depth {depth}" if depth is not None else ""
                 print(f"bench_compare: {Path(model).name}{at} run {i + 1}/{args.repeat}",
                       file=sys.stderr)
-                k_runs.append(kiln_once(args.kiln, model, args.threads, kb, args.isa, depth or 0))
-                l_runs.append(llama_once(bin_dir, model, args.threads, lb, depth or 0))
+                k_runs.append(kiln_once(args.kiln, model, args.threads, kb, args.isa, depth or 0,
+                                        args.prompt, args.gen))
+                l_runs.append(llama_once(bin_dir, model, args.threads, lb, depth or 0,
+                                         args.prompt, args.gen))
             at = f" @ d{depth}" if depth is not None else ""
-            rows = [(f"prefill pp512{at}", "pp", None), (f"decode tg128{at}", "tg", None)]
+            rows = [(f"prefill pp{args.prompt}{at}", "pp", None),
+                    (f"decode tg{args.gen}{at}", "tg", None)]
             if depth is None:
                 rows += [(f"aggregate decode B={b}", None, b) for b in batches]
             nbytes, macs = k_runs[0]["bytes"], k_runs[0]["macs"]
@@ -251,6 +263,20 @@ def main():
                   "repeat": args.repeat, "isa": args.isa})
 
 
+def bar_row(table, metric):
+    """The row a bar applies to: prefill and decode of any test length (a run with --prompt or
+    --gen says its lengths in the metric), the batched test by its count; none at a depth."""
+    for x in table:
+        if " @ d" in x["metric"]:
+            continue
+        if metric.startswith(("prefill", "decode tg")):
+            if x["metric"].split(" pp")[0].split(" tg")[0] == metric.split(" pp")[0].split(" tg")[0]:
+                return x
+        elif x["metric"] == metric:
+            return x
+    return None
+
+
 def print_tables(doc):
     """The full markdown table, then one line per file against issue 19's bars."""
     ceil, results = doc["ceilings"], doc["models"]
@@ -271,8 +297,7 @@ def print_tables(doc):
             ratio = f"{row['ratio']:.2f}x" if row["ratio"] else "n/a"
             print(f"| {name} | {gb} | {row['metric']} | {f(row['kiln'])} | {f(row['llama_cpp'])} "
                   f"| {ratio} | {pct(row['kiln_share'])} | {pct(row['llama_share'])} |")
-    bar_metrics = {metric for metric, _ in BARS}
-    if not any(x["metric"] in bar_metrics for r in results.values() for x in r["table"]):
+    if not any(bar_row(r["table"], m) for r in results.values() for m, _ in BARS):
         return  # --depth runs: the bars are for the figures without context
     print("\n| model | architecture | prefill pp512 (bar 1.5x) | decode tg128 (bar 1.2x) "
           "| 16 sequences (bar 1.5x; mixtures of experts 2x) | bars met |")
@@ -280,7 +305,7 @@ def print_tables(doc):
     for name, r in results.items():
         cells, met = [], []
         for metric, bar in bars_for(r.get("arch") or "?"):
-            row = next((x for x in r["table"] if x["metric"] == metric), None)
+            row = bar_row(r["table"], metric)
             if not row or not row["ratio"]:
                 cells.append("n/a")
                 continue

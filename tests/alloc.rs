@@ -38,6 +38,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// The counter is global, so this binary's tests run one at a time (each holds the lock).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn model_path() -> PathBuf {
     let p = match std::env::var_os("KILN_MODEL") {
         Some(m) => PathBuf::from(m),
@@ -55,13 +58,54 @@ fn model_path() -> PathBuf {
 
 #[test]
 fn decode_step_allocates_nothing_after_warm_up() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let model = Model::load(model_path(), 2).expect("load model");
+    let counted = decode_allocs(&model);
+    assert_eq!(counted, 0, "the decode step allocated");
+}
+
+/// The hybrid families' recurrent mixers (the gated DeltaNet, Mamba2, the short convolution)
+/// on their tiny proof models (kiln's synth writer, F16, the llama vocabulary of
+/// ../shared/conformance): their decode steps allocate nothing either.
+#[test]
+fn hybrid_decode_steps_allocate_nothing_after_warm_up() {
+    use kiln::engine::synth::{build, proof_variants, Quant};
+    use kiln::gguf::GgufFile;
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let shared = std::env::var_os("KILN_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let vocab_path = shared.join("conformance/tokenizer/ggml-vocab-llama-spm.gguf");
+    assert!(
+        vocab_path.is_file(),
+        "{} is missing (set KILN_SHARED)",
+        vocab_path.display()
+    );
+    let vocab = GgufFile::open(&vocab_path).expect("open the vocabulary");
+    for name in ["qwen35", "granitehybrid", "lfm2"] {
+        let v = proof_variants()
+            .into_iter()
+            .find(|v| v.name == name)
+            .expect("the proof variant");
+        let bytes = build(&v.spec, v.name, &vocab, Quant::F16, 1)
+            .expect("write")
+            .to_bytes()
+            .expect("serialize");
+        let file = GgufFile::from_bytes(bytes).expect("parse");
+        let model = Model::from_gguf(&file, 2).expect("load the proof model");
+        let counted = decode_allocs(&model);
+        assert_eq!(counted, 0, "{name}: the decode step allocated");
+    }
+}
+
+/// Allocations over 20 decode steps of two sequences (after 4 steps of warm-up).
+fn decode_allocs(model: &Model) -> usize {
     let limits = BatchLimits {
         max_tokens: 64,
         max_seqs: 4,
         max_logit_rows: 4,
     };
-    let mut runner = Runner::new(&model, limits, 512).expect("runner");
+    let mut runner = Runner::new(model, limits, 512).expect("runner");
     let prompt: Vec<u32> = (0..20).map(|i| 300 + i * 11).collect();
     let steps = 24;
     // Two sequences decoding together; all KV room reserved up front.
@@ -110,5 +154,5 @@ fn decode_step_allocates_nothing_after_warm_up() {
         counted
     };
     println!("alloc: {counted} allocations in {} decode steps", steps - 4);
-    assert_eq!(counted, 0, "the decode step allocated");
+    counted
 }

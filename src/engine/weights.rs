@@ -192,7 +192,7 @@ pub fn vector(name: &str, data: &TensorData, n: usize) -> Result<Vec<f32>, Engin
 /// A tensor of shape `shape` (ggml order; a mixture's 2-D expert biases), all its values in
 /// order, dequantized to f32 at load.
 pub fn values(name: &str, data: &TensorData, shape: &[u64]) -> Result<Vec<f32>, EngineError> {
-    if data.shape() != shape {
+    if !crate::gguf::same_dims(data.shape(), shape) {
         return Err(EngineError::BadShape {
             name: name.to_string(),
             got: data.shape().to_vec(),

@@ -18,7 +18,7 @@ pub mod writer;
 pub use dtype::{DType, DTypeInfo, DTYPES};
 pub use error::GgufError;
 pub use strings::StrArray;
-pub use tensor::{TensorData, TensorInfo};
+pub use tensor::{same_dims, TensorData, TensorInfo};
 pub use value::{MetaArray, MetaType, MetaValue};
 pub use writer::{GgufWriter, WriteError};
 

@@ -83,6 +83,18 @@ pub struct TensorInfo {
     pub info_offset: u64,
 }
 
+/// True when two ggml shapes are the same up to trailing dimensions of 1: ggml writes a
+/// tensor with `ggml_n_dims` dimensions (trailing ones dropped), so llama-quantize turns a
+/// `[3072, 1]` tensor of a converted file (Granite 4.0-H's grouped norm with one group) into
+/// `[3072]`; both describe the same values.
+pub fn same_dims(a: &[u64], b: &[u64]) -> bool {
+    fn trim(s: &[u64]) -> &[u64] {
+        let n = s.iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
+        &s[..n]
+    }
+    trim(a) == trim(b)
+}
+
 impl TensorInfo {
     /// Total number of values (product of the shape; checked at parse time not to overflow,
     /// saturating for hand-built infos).
@@ -253,6 +265,17 @@ impl std::fmt::Debug for TensorData {
 
 #[cfg(test)]
 mod tests {
+    use super::same_dims;
+
+    #[test]
+    fn shapes_match_up_to_trailing_ones() {
+        assert!(same_dims(&[3072], &[3072, 1]));
+        assert!(same_dims(&[3072, 1, 1], &[3072]));
+        assert!(same_dims(&[1], &[1, 1]));
+        assert!(!same_dims(&[1, 48], &[48]));
+        assert!(!same_dims(&[3072, 2], &[3072]));
+    }
+
     use crate::gguf::dtype::DType;
     use crate::gguf::{GgufFile, GgufWriter};
 

@@ -2,7 +2,7 @@
 //! pass will read exists with the shape the metadata implies (a named error otherwise).
 
 use super::{inconsistent, HParams, HParamsError};
-use crate::gguf::GgufFile;
+use crate::gguf::{same_dims, GgufFile};
 
 impl HParams {
     /// Checks the shapes of the embedding, output and every block's tensors against the
@@ -13,7 +13,7 @@ impl HParams {
             match f.tensor(name) {
                 None if required => Err(HParamsError::MissingTensor(name.to_string())),
                 None => Ok(()),
-                Some(t) if t.shape == shape => Ok(()),
+                Some(t) if same_dims(&t.shape, shape) => Ok(()),
                 Some(t) => Err(inconsistent(format!(
                     "tensor {name} has shape {:?}, the metadata implies {shape:?}",
                     t.shape

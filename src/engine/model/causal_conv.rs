@@ -91,6 +91,19 @@ pub(crate) fn advance_windows(
     }
 }
 
+/// Panics when two sequences of the batch share a recurrent-state slot: the recurrent mixers
+/// give each (sequence, head) task its slot's memory, which is sound only when slots are
+/// distinct. A check over pairs, cheap for the batch's few dozen sequences (no allocation).
+pub(crate) fn assert_distinct_slots(seqs: &[SeqInput<'_>]) {
+    for (i, q) in seqs.iter().enumerate() {
+        let slot = q.table.state_slot();
+        assert!(
+            slot.is_none() || seqs[..i].iter().all(|p| p.table.state_slot() != slot),
+            "two sequences of one batch share a recurrent-state slot"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@
 //! inputs, then one `head_dim x head_dim` matrix per value head, `S[i][j]` stored at
 //! `[j * head_dim + i]` as ggml keeps it) lives in the sequence's recurrent-state slot.
 
-use super::causal_conv::{advance_window, conv_at, window_of};
+use super::causal_conv::{advance_windows, assert_distinct_slots, conv_at, window_of};
 use crate::engine::batch::SeqInput;
 use crate::engine::kv_cache::KvCache;
 use crate::engine::matmul::{matmul_made, warm_next, MatJob};
@@ -36,7 +36,14 @@ use crate::engine::model::loaded::{add_in_place, for_row_pairs, for_rows, Model}
 use crate::engine::ops::rms_norm_in_place;
 use crate::engine::ops::swiglu::silu;
 use crate::engine::scratch::ForwardScratch;
+use crate::engine::team::SendPtr;
 use crate::engine::weights::GdnWeights;
+
+/// Head widths up to this many floats keep the delta rule's scratch row on the stack (Qwen3.5's
+/// are 128); wider ones allocate it once per task.
+const STACK_HEAD: usize = 256;
+/// The L2 norm's unit weights for heads up to `STACK_HEAD` wide.
+static ONES: [f32; STACK_HEAD] = [1.0; STACK_HEAD];
 
 /// `a . b` in f32 with eight partial sums in a fixed order, combined pairwise (deterministic,
 /// and the loop vectorizes). Scalar reference.
@@ -200,7 +207,13 @@ impl Model {
         let (tok_seq, tok_pos) = (&s.tok_seq[..n_tok], &s.tok_pos[..n_tok]);
         let cache: &KvCache = kv;
         let qkv = &s.gdn.qkv;
-        let ones = vec![1.0f32; hd];
+        let mut heap = Vec::new();
+        let ones: &[f32] = if hd <= STACK_HEAD {
+            &ONES[..hd]
+        } else {
+            heap.resize(hd, 1.0f32);
+            &heap
+        };
         for_rows(&self.team, &mut s.gdn.conv, cd, n_tok, |t, row| {
             let (window, j) = window_of(cache, seqs, (tok_seq, tok_pos), t, (state, win));
             conv_at(&gw.conv, qkv, window, t, j, row);
@@ -208,50 +221,73 @@ impl Model {
                 *x = silu(*x);
             }
             for head in row[..2 * kd].chunks_exact_mut(hd) {
-                l2_norm(head, &ones, eps);
+                l2_norm(head, ones, eps);
             }
         });
         self.trace("conv_output_silu", lt, &s.gdn.conv[..n_tok * cd]);
-        // The delta rule, sequence by sequence, its value heads in parallel.
+        // The delta rule: one task per sequence and value head (token after token inside
+        // it), one team launch for the whole batch.
+        advance_windows(kv, seqs, (state, win), &s.gdn.qkv, cd);
+        assert_distinct_slots(seqs);
         let scale = 1.0 / (hd as f32).sqrt();
         let (conv, beta, alpha) = (&s.gdn.conv, &s.gdn.beta, &s.gdn.alpha);
-        let mut t0 = 0;
-        for q in seqs {
-            let n = q.tokens.len();
-            if let Some(slot) = q.table.state_slot() {
-                let st = kv.state_mut(slot);
-                advance_window(
-                    &mut st[state..state + win],
-                    &qkv[t0 * cd..(t0 + n) * cd],
-                    cd,
+        let floats = kv.state_shape().floats_per_seq;
+        let n_states = kv.state_shape().n_slots * floats;
+        let states = SendPtr(kv.states_mut().as_mut_ptr());
+        let n_out = s.gdn.out.len();
+        let outs = SendPtr(s.gdn.out.as_mut_ptr());
+        let per_head = hd * hd;
+        self.team.run(seqs.len() * hv, &|task, _| {
+            let (qi, h) = (task / hv, task % hv);
+            let q = &seqs[qi];
+            let Some(slot) = q.table.state_slot() else {
+                return; // plan() refuses a recurrent model's sequence without a slot
+            };
+            let (t0, n) = (
+                seqs[..qi].iter().map(|p| p.tokens.len()).sum::<usize>(),
+                q.tokens.len(),
+            );
+            let off = slot as usize * floats + state + win + h * per_head;
+            assert!(off + per_head <= n_states, "DeltaNet state out of range");
+            assert!((t0 + n) * vd <= n_out, "DeltaNet output out of range");
+            // SAFETY: `off..off + per_head` lies inside the state buffer (checked above); it is
+            // head h's matrix in this sequence's slot, which no other task touches (one task
+            // per sequence and head, slots distinct across the batch: checked above).
+            let m = unsafe { std::slice::from_raw_parts_mut(states.get().add(off), per_head) };
+            // SAFETY: head h's `n * hd` outputs of this sequence: its block of `n * vd` starts at
+            // `t0 * vd` and lies inside gdn.out (checked above); head h's part of it is written
+            // by this task alone.
+            let o = unsafe {
+                std::slice::from_raw_parts_mut(outs.get().add(t0 * vd + h * n * hd), n * hd)
+            };
+            let kh = h % hk;
+            let mut stack = [0f32; STACK_HEAD];
+            let mut heap = Vec::new();
+            let delta = if hd <= STACK_HEAD {
+                &mut stack[..hd]
+            } else {
+                heap.resize(hd, 0.0);
+                &mut heap[..]
+            };
+            for j in 0..n {
+                let t = t0 + j;
+                let row = &conv[t * cd..(t + 1) * cd];
+                let qkv_h = (
+                    &row[kh * hd..(kh + 1) * hd],
+                    &row[kd + kh * hd..kd + (kh + 1) * hd],
+                    &row[2 * kd + h * hd..2 * kd + (h + 1) * hd],
                 );
-                let mats = &mut st[state + win..state + win + hv * hd * hd];
-                let out = &mut s.gdn.out[t0 * vd..(t0 + n) * vd];
-                for_row_pairs(&self.team, (mats, hd * hd), (out, n * hd), hv, |h, m, o| {
-                    let kh = h % hk;
-                    let mut delta = vec![0f32; hd];
-                    for j in 0..n {
-                        let t = t0 + j;
-                        let row = &conv[t * cd..(t + 1) * cd];
-                        let qkv_h = (
-                            &row[kh * hd..(kh + 1) * hd],
-                            &row[kd + kh * hd..kd + (kh + 1) * hd],
-                            &row[2 * kd + h * hd..2 * kd + (h + 1) * hd],
-                        );
-                        delta_step(
-                            m,
-                            qkv_h,
-                            alpha[t * hv + h],
-                            beta[t * hv + h],
-                            scale,
-                            &mut delta,
-                            &mut o[j * hd..(j + 1) * hd],
-                        );
-                    }
-                });
+                delta_step(
+                    m,
+                    qkv_h,
+                    alpha[t * hv + h],
+                    beta[t * hv + h],
+                    scale,
+                    delta,
+                    &mut o[j * hd..(j + 1) * hd],
+                );
             }
-            t0 += n;
-        }
+        });
         // rms_norm(o) * ssm_norm * silu(z) per head, quantized for ssm_out in one region.
         let (out, z) = (&s.gdn.out, &s.gdn.z);
         let gated = |t: usize, row: &mut [f32]| {

@@ -21,7 +21,7 @@
 //! the same f32 operations in the same order whatever the batch or the chunking, and the
 //! engine's batch invariance holds.
 
-use super::causal_conv::{advance_windows, conv_at, window_of};
+use super::causal_conv::{advance_windows, assert_distinct_slots, conv_at, window_of};
 use crate::engine::batch::SeqInput;
 use crate::engine::kv_cache::KvCache;
 use crate::engine::matmul::{matmul_made, warm_next, MatJob};
@@ -199,13 +199,7 @@ impl Model {
         let per_head = hd * ds;
         let floats = kv.state_shape().floats_per_seq;
         // Each task writes its own sequence's slot: no two sequences of a batch may share one.
-        for (i, q) in seqs.iter().enumerate() {
-            let slot = q.table.state_slot();
-            assert!(
-                slot.is_none() || seqs[..i].iter().all(|p| p.table.state_slot() != slot),
-                "two sequences of one batch share a recurrent-state slot"
-            );
-        }
+        assert_distinct_slots(seqs);
         let states = SendPtr(kv.states_mut().as_mut_ptr());
         let n_states = kv.state_shape().n_slots * floats;
         let ys = SendPtr(s.ssm_y.as_mut_ptr());
