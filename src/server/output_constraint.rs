@@ -275,7 +275,7 @@ pub fn prepare_chat(
                 rt,
                 &Shape::Json {
                     schema: schema.clone(),
-                    param: *param,
+                    param,
                     label: "response_format".to_string(),
                 },
             )?,
