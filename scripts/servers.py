@@ -125,8 +125,9 @@ class Server:
 
 
 def write_config(path: Path, sections: dict[str, dict]) -> Path:
-    """Writes a kiln config file (TOML) from {"section": {"key": value}}; strings, numbers,
-    booleans and lists of strings only."""
+    """Writes a kiln config file (TOML) from {"section": {"key": value}} (a list of such
+    dicts is an array of tables, `[[section]]`); strings, numbers, booleans and lists of
+    strings only."""
 
     def value(v):
         if isinstance(v, bool):
@@ -141,26 +142,30 @@ def write_config(path: Path, sections: dict[str, dict]) -> Path:
 
     lines = []
     for section, keys in sections.items():
-        lines.append(f"[{section}]")
-        lines += [f"{k} = {value(v)}" for k, v in keys.items()]
-        lines.append("")
+        # A list of tables is an array of tables: {"models": [{...}, {...}]} -> [[models]].
+        for table in keys if isinstance(keys, list) else [keys]:
+            lines.append(f"[[{section}]]" if isinstance(keys, list) else f"[{section}]")
+            lines += [f"{k} = {value(v)}" for k, v in table.items()]
+            lines.append("")
     path.write_text("\n".join(lines))
     return path
 
 
-def start_kiln(model: Path = DEFAULT_MODEL, config: dict[str, dict] | None = None,
+def start_kiln(model: Path | None = DEFAULT_MODEL, config: dict[str, dict] | None = None,
                env: dict | None = None, log_dir: Path | None = None, timeout: float = 60.0,
                args: list[str] | None = None) -> Server:
     """Starts `kiln serve` on 127.0.0.1 with a free port and waits until /ready is 200.
 
     `config` is written to a config file passed with --config (so the repository's
     config/default.toml does not apply); `env` adds environment variables (KILN_API_KEYS...);
-    `args` adds flags (another `--model FILE` serves a second model).
+    `args` adds flags (another `--model FILE` serves a second model). `model` None passes no
+    `--model` (the config's `[[models]]` are served).
     """
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="kiln-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     cfg = write_config(log_dir / "kiln.toml", config or {})
-    cmd = [str(kiln_binary()), "serve", "--config", str(cfg), "--model", str(model),
+    cmd = [str(kiln_binary()), "serve", "--config", str(cfg),
+           *(["--model", str(model)] if model is not None else []),
            "--host", "127.0.0.1", "--port", "0", *(args or [])]
     full_env = dict(os.environ, **(env or {}))
     full_env.setdefault("KILN_LOG", "info")

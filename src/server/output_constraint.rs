@@ -9,7 +9,7 @@ use crate::server::error::ApiError;
 use crate::server::types::{
     ChatMessage, MessageContent, ResponseFormat, Role, Tool, ToolChoiceSpec,
 };
-use crate::structured::tools::native::{auto_call, forced_call, ForcedCall};
+use crate::structured::tools::native::{auto_call, forced_call, harmony_final, ForcedCall};
 use crate::structured::tools::{generic, CallReading, ToolChoice, ToolDef, ToolFormat, MAX_TOOLS};
 use crate::structured::{Constraint, ConstraintError, Grammars};
 use serde_json::{json, Value};
@@ -207,6 +207,28 @@ pub fn compile_json(rt: &Runtime, shape: &Shape) -> Result<Option<Arc<Constraint
     }
 }
 
+/// Compiles a chat reply's `response_format` shape: as [`compile_json`], but a harmony
+/// model (gpt-oss) answers in its final channel, so there the JSON follows the message
+/// header `<|channel|>final<|message|>` ([`harmony_final`]) and the reply reads as content.
+fn compile_chat_json(rt: &Runtime, shape: &Shape) -> Result<Option<Arc<Constraint>>, ApiError> {
+    match shape {
+        Shape::Json {
+            schema,
+            param,
+            label,
+        } if rt.harmony => Constraint::json_schema_after(
+            grammars(rt)?,
+            &harmony_final(&rt.tokenizer),
+            schema,
+            param,
+            label,
+        )
+        .map(|c| Some(Arc::new(c.closing())))
+        .map_err(constraint_error),
+        _ => compile_json(rt, shape),
+    }
+}
+
 /// Prepares a chat request (run on the blocking pool).
 pub fn prepare_chat(
     rt: &Runtime,
@@ -220,7 +242,7 @@ pub fn prepare_chat(
             return Ok(Prepared {
                 messages: history(messages, format),
                 template_tools: None,
-                constraint: compile_json(rt, shape)?,
+                constraint: compile_chat_json(rt, shape)?,
                 read_calls: None,
             })
         }
@@ -247,10 +269,22 @@ pub fn prepare_chat(
     let answer = tools.answer.as_ref().map(|(schema, _)| schema);
     let calls_only = matches!(tools.choice, ToolChoice::Required | ToolChoice::Named(_));
     if tools.choice == ToolChoice::None {
+        // The answer alone, as a request without tools has it (harmony frames it).
+        let constraint = match &tools.answer {
+            Some((schema, param)) if rt.harmony => compile_chat_json(
+                rt,
+                &Shape::Json {
+                    schema: schema.clone(),
+                    param,
+                    label: "response_format".to_string(),
+                },
+            )?,
+            _ => answer_constraint.map(|c| Arc::new(c.closing())),
+        };
         return Ok(Prepared {
             messages: history(messages, format),
             template_tools: None,
-            constraint: answer_constraint.map(|c| Arc::new(c.closing())),
+            constraint,
             read_calls: None,
         });
     }

@@ -60,32 +60,7 @@ impl Constraint {
         param: &str,
         label: &str,
     ) -> Result<Constraint, ConstraintError> {
-        let mut schema = match schema {
-            Value::Object(_) => schema.clone(),
-            // `true` is the schema every value satisfies.
-            Value::Bool(true) => json!({}),
-            _ => {
-                return Err(ConstraintError::Invalid {
-                    param: param.to_string(),
-                    detail: "a schema must be a JSON object".to_string(),
-                })
-            }
-        };
-        super::rewrite::rewrite(&mut schema);
-        if let Some(path) = inexact_number_range(&schema, "") {
-            return Err(ConstraintError::Unsupported {
-                param: param.to_string(),
-                detail: format!(
-                    "the number range at {path:?} has an exclusive integer bound less than 1 from \
-                     the other bound, which the grammar engine (llguidance 1.9) cannot enforce \
-                     exactly; use an inclusive bound or type integer"
-                ),
-            });
-        }
-        let phrases = super::phrases::pattern_phrases(&schema);
-        if let Some(obj) = schema.as_object_mut() {
-            obj.insert("x-guidance".to_string(), layout());
-        }
+        let (schema, phrases) = prepare_schema(schema, param)?;
         let grammar = TopLevelGrammar::from_json_schema(schema);
         // llguidance reports errors as text; a panic inside it is caught and reported too.
         let parser = g.factory().create_parser(grammar);
@@ -100,6 +75,29 @@ impl Constraint {
             closes: false,
             phrases: phrases.into(),
         })
+    }
+
+    /// Output must be the Lark items `prefix` (control tokens as `<[id]>`, text as string
+    /// literals) followed by JSON valid against `schema`, which is checked and rewritten as
+    /// [`Constraint::json_schema`] does (errors name `param`). For formats that frame an
+    /// answer in a header, as gpt-oss's harmony writes its final channel.
+    pub fn json_schema_after(
+        g: &Grammars,
+        prefix: &str,
+        schema: &Value,
+        param: &str,
+        label: &str,
+    ) -> Result<Constraint, ConstraintError> {
+        let (schema, phrases) = prepare_schema(schema, param)?;
+        let mut c = Constraint::lark(
+            g,
+            &format!("start: {prefix} %json {schema}\n"),
+            param,
+            label,
+            true,
+        )?;
+        c.phrases = phrases.into();
+        Ok(c)
     }
 
     /// Output must follow a Lark grammar (llguidance's syntax; `%json {schema}` embeds a
@@ -177,6 +175,39 @@ impl Constraint {
     pub fn label(&self) -> &str {
         &self.label
     }
+}
+
+/// A request's schema made ready for llguidance: `true` as `{}`, rewritten
+/// ([`super::rewrite`]), refused where llguidance would enforce it wrongly, with kiln's
+/// layout; and the literal runs of its patterns ([`super::phrases`]).
+fn prepare_schema(schema: &Value, param: &str) -> Result<(Value, Vec<Vec<u8>>), ConstraintError> {
+    let mut schema = match schema {
+        Value::Object(_) => schema.clone(),
+        // `true` is the schema every value satisfies.
+        Value::Bool(true) => json!({}),
+        _ => {
+            return Err(ConstraintError::Invalid {
+                param: param.to_string(),
+                detail: "a schema must be a JSON object".to_string(),
+            })
+        }
+    };
+    super::rewrite::rewrite(&mut schema);
+    if let Some(path) = inexact_number_range(&schema, "") {
+        return Err(ConstraintError::Unsupported {
+            param: param.to_string(),
+            detail: format!(
+                "the number range at {path:?} has an exclusive integer bound less than 1 from \
+                 the other bound, which the grammar engine (llguidance 1.9) cannot enforce \
+                 exactly; use an inclusive bound or type integer"
+            ),
+        });
+    }
+    let phrases = super::phrases::pattern_phrases(&schema);
+    if let Some(obj) = schema.as_object_mut() {
+        obj.insert("x-guidance".to_string(), layout());
+    }
+    Ok((schema, phrases))
 }
 
 /// A JSON pointer to a `number` range llguidance 1.9 would enforce wrongly, if the schema has

@@ -165,6 +165,60 @@ fn forced_calls_in_each_native_syntax_parse_and_validate() {
     }
 }
 
+/// A forced gpt-oss call is one harmony message to `functions.NAME` whose arguments
+/// validate, and it reads back (harmony reader, then the tool reader) as that call with no
+/// content. The default vocabulary has no harmony control tokens, so the tags are text here
+/// (in gpt-oss's own vocabulary the grammar names them by id, as for the other formats).
+#[test]
+fn a_forced_harmony_call_is_one_valid_call_message() {
+    use kiln::structured::reasoning::{split, ThinkStart};
+    use kiln::structured::tools::native::forced_call;
+    use kiln::structured::tools::{parse_reply, ToolDef, ToolFormat};
+    let tok = tokenizer();
+    let tools = weather_tools();
+    let offered: Vec<&ToolDef> = tools.iter().collect();
+    let c = compile(forced_call(ToolFormat::Harmony, &offered, true, &tok, "").unwrap());
+    for seed in 0..6 {
+        let text = random_walk(&c, seed);
+        assert!(
+            text.starts_with("<|channel|>commentary to=functions.") && text.ends_with("<|call|>"),
+            "{text}"
+        );
+        let parts = split(ThinkStart::Harmony, &text);
+        assert_eq!(parts.reasoning, "", "{text}");
+        let reply = parse_reply(ToolFormat::Harmony, &parts.content, true);
+        assert_eq!(reply.calls.len(), 1, "{text}");
+        assert_eq!(reply.content, "", "{text}");
+        check_weather_call(&reply.calls[0], &text);
+    }
+}
+
+/// gpt-oss's `response_format` reply: the final channel's header, then JSON valid against
+/// the schema, read back as content.
+#[test]
+fn a_harmony_json_answer_is_in_the_final_channel() {
+    use kiln::structured::reasoning::{split, ThinkStart};
+    use kiln::structured::tools::native::harmony_final;
+    let tok = tokenizer();
+    let c = Constraint::json_schema_after(
+        grammars(),
+        &harmony_final(&tok),
+        &person_schema(),
+        "response_format",
+        "f",
+    )
+    .unwrap();
+    for seed in 0..4 {
+        let text = random_walk(&c, seed);
+        assert!(text.starts_with("<|channel|>final<|message|>"), "{text}");
+        let parts = split(ThinkStart::Harmony, &text);
+        assert_eq!(parts.reasoning, "", "{text}");
+        let v: Value =
+            serde_json::from_str(&parts.content).unwrap_or_else(|e| panic!("{text}: {e}"));
+        check_person(&v);
+    }
+}
+
 /// A valid call of `book` in `format`'s syntax (kiln's JSON layout).
 fn book_call(format: kiln::structured::tools::ToolFormat, template: &str) -> &'static str {
     use kiln::structured::tools::ToolFormat;
@@ -184,7 +238,9 @@ fn book_call(format: kiln::structured::tools::ToolFormat, template: &str) -> &'s
             "<|tool_call|>[{\"name\": \"book\", \"arguments\": {\"ok\": true}}]"
         }
         (ToolFormat::Generic, _) => unreachable!("no native syntax"),
-        (ToolFormat::Harmony, _) => unreachable!("harmony calls are read, not constrained"),
+        (ToolFormat::Harmony, _) => {
+            unreachable!("harmony calls under auto are read, not constrained")
+        }
     }
 }
 

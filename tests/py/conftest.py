@@ -92,14 +92,16 @@ def serve_proof_model(tmp_path_factory, arch: str, file: str, vocab: Path, vocab
     """A kiln server (from `start_kiln`; the caller stops it) on architecture `arch`'s
     random-weight proof model, which `proof_models` (kiln's synth writer, the files
     tests/it/arch_proof.rs holds against llama.cpp) writes at test time with `vocab`'s
-    vocabulary from `seed`; `file` names which of its types is served, and `template` is the
-    chat template. A missing input is an error naming how to get it."""
+    vocabulary from `seed`, in the one type `file` names (ARCH.TYPE.gguf) and with a context
+    of 2048 (the proofs' 256 holds no tool prompt); `template` is the chat template. A missing
+    input is an error naming how to get it."""
     for need, how in [(vocab, vocab_how), (template, "the repository"),
                       (PROOF_MODELS, "`cargo build --release --example proof_models`")]:
         assert need.is_file(), f"{need} is missing ({how})"
     out = tmp_path_factory.mktemp(f"{arch}-model")
-    subprocess.run([str(PROOF_MODELS), str(vocab), str(out), str(seed), arch], check=True,
-                   capture_output=True)
+    quant = file.removeprefix(f"{arch}.").removesuffix(".gguf")
+    subprocess.run([str(PROOF_MODELS), "--context", "2048", "--quant", quant, str(vocab),
+                    str(out), str(seed), arch], check=True, capture_output=True)
     model = out / file
     assert model.is_file(), f"proof_models wrote no {model}"
     cfg = config()

@@ -14,7 +14,8 @@
 //! - **Granite 3.x**: `<|tool_call|>` then a JSON list of `{"name", "arguments"}`;
 //! - **Harmony** (gpt-oss): a message to `functions.NAME` on the commentary channel, its body
 //!   the arguments; [`super::harmony`] rewrites it as a Hermes call before this reader sees it
-//!   (calls are read, not yet constrained by a grammar);
+//!   (a forced call is constrained to that message, [`native::harmony_call`]; under "auto"
+//!   calls are read, not constrained);
 //! - **Generic** (any template without tool support, the default SmolLM2 among them): kiln
 //!   describes the tools in a system message and constrains the reply to a JSON envelope,
 //!   `{"tool_calls": [{"name": ..., "arguments": {...}}]}` or `{"response": "..."}`

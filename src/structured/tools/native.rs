@@ -107,8 +107,9 @@ fn tagged_call(
     template: &str,
 ) -> Option<(Tag, String, usize)> {
     match format {
-        // Harmony: not constrained yet (its call header is made of control tokens and
-        // free-form channel words); calls are read from the reply.
+        // Harmony: a forced call is [`harmony_call`]; under "auto" the reply is free (its
+        // analysis and final messages open with the same control tokens a call does), and
+        // calls are read from it.
         ToolFormat::Generic | ToolFormat::Llama3 | ToolFormat::Harmony => None,
         ToolFormat::Hermes => {
             let body = with_layout(call_schema(tools, "arguments"));
@@ -252,11 +253,52 @@ pub fn forced_call(
     template: &str,
 ) -> Option<ForcedCall> {
     let most = if parallel { MAX_CALLS } else { 1 };
-    if format == ToolFormat::Llama3 {
-        return Some(ForcedCall::Schema(call_schema(tools, "parameters")));
+    match format {
+        ToolFormat::Llama3 => return Some(ForcedCall::Schema(call_schema(tools, "parameters"))),
+        ToolFormat::Harmony => return Some(ForcedCall::Lark(harmony_call(tools, tok))),
+        _ => {}
     }
     let (open, after, most) = tagged_call(format, tools, most, tok, template)?;
     Some(ForcedCall::Lark(tagged_grammar(
         &open, &after, most, true, None,
     )))
+}
+
+/// The Lark grammar of a forced harmony call (gpt-oss), one message after the prompt's
+/// `<|start|>assistant`:
+/// `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{ARGS}<|call|>`,
+/// ARGS valid against NAME's parameters. `<|call|>` ends the reply (the model stops there
+/// and the client runs the call), so a reply holds one call whatever
+/// `parallel_tool_calls` says. The message goes straight to the call, without an
+/// analysis message first: the reply is the call.
+pub fn harmony_call(tools: &[&ToolDef], tok: &Tokenizer) -> String {
+    let alts: Vec<String> = tools
+        .iter()
+        .map(|t| {
+            format!(
+                "({} \" \" {} \"json\" {} %json {})",
+                serde_json::to_string(&t.name).unwrap_or_default(),
+                tag(tok, "<|constrain|>"),
+                tag(tok, "<|message|>"),
+                with_layout(t.parameters.clone())
+            )
+        })
+        .collect();
+    format!(
+        "start: {} \"commentary to=functions.\" ({}) {}\n",
+        tag(tok, "<|channel|>"),
+        alts.join(" | "),
+        tag(tok, "<|call|>")
+    )
+}
+
+/// The header of a harmony answer in the final channel, as Lark items:
+/// `<|channel|>final<|message|>` (what a `response_format` reply of gpt-oss opens with, the
+/// answer's JSON following it).
+pub fn harmony_final(tok: &Tokenizer) -> String {
+    format!(
+        "{} \"final\" {}",
+        tag(tok, "<|channel|>"),
+        tag(tok, "<|message|>")
+    )
 }
