@@ -258,7 +258,7 @@ pub struct MoeFfn {
     pub shared: Option<DenseFfn>,
     /// `ffn_gate_inp_shexp.weight`: the shared expert's gate logit, its output scaled by the
     /// logit's sigmoid (qwen35moe).
-    pub shared_gate: Option<Weight>, // (1, d)
+    pub shared_gate: Option<Box<Weight>>, // (1, d)
 }
 
 /// A layer's FFN (see [`crate::engine::model::desc::FfnKind`]).
@@ -287,7 +287,7 @@ impl FfnWeights {
                 if let Some(s) = &mut m.shared {
                     v.extend([&mut s.w_gate, &mut s.w_up, &mut s.w_down]);
                 }
-                v.extend(m.shared_gate.as_mut());
+                v.extend(m.shared_gate.as_deref_mut());
                 v
             }
         }
@@ -302,7 +302,7 @@ impl FfnWeights {
                 if let Some(s) = &m.shared {
                     v.extend([&s.w_gate, &s.w_up, &s.w_down]);
                 }
-                v.extend(m.shared_gate.as_ref());
+                v.extend(m.shared_gate.as_deref());
                 v
             }
         }

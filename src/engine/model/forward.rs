@@ -445,7 +445,7 @@ impl Model {
                 out: &mut ms.logits,
             },
             MatJob {
-                w: m.shared_gate.as_ref().unwrap_or(&m.router),
+                w: m.shared_gate.as_deref().unwrap_or(&m.router),
                 out: &mut ms.shexp_gate,
             },
         ];

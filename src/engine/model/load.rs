@@ -171,7 +171,12 @@ fn moe_ffn(file: &GgufFile, i: usize, m: &MoeDesc, d: usize) -> Result<MoeFfn, E
         experts,
         shared,
         shared_gate: if m.shared_gate {
-            Some(matrix(file, &n("ffn_gate_inp_shexp.weight"), 1, d)?)
+            Some(Box::new(matrix(
+                file,
+                &n("ffn_gate_inp_shexp.weight"),
+                1,
+                d,
+            )?))
         } else {
             None
         },
