@@ -324,9 +324,10 @@ fn qwen35moe_reads_its_experts_and_gated_shared_expert() {
     });
     assert_eq!(h.moe.unwrap().n_ff_exp, 256);
     let h = hparams_of("qwen35moe", |m| {
-        m.retain(|(k, _)| k != "qwen35moe.expert_shared_feed_forward_length")
+        m.retain(|(k, _)| k != "qwen35moe.expert_shared_feed_forward_length");
+        set(m, "qwen35moe.feed_forward_length", MetaValue::U32(256));
     });
-    assert_eq!(h.moe.unwrap().n_ff_shexp, Some(512));
+    assert_eq!(h.moe.unwrap().n_ff_shexp, Some(256));
 }
 
 #[test]
