@@ -57,6 +57,8 @@ impl Part {
 pub struct MoeScratch {
     /// Router logits `[T][n_expert]`.
     pub(crate) logits: LineBuf,
+    /// The shared expert's gate logit per token `[T]` (qwen35moe).
+    pub(crate) shexp_gate: LineBuf,
     /// One token's probabilities `[n_expert]`.
     probs: Vec<f32>,
     /// The expert of slot `j` of token `t` at `t * k + j` (slots by descending weight).
@@ -98,6 +100,7 @@ impl MoeScratch {
         let act_row = |k: usize| 4 * k;
         MoeScratch {
             logits: LineBuf::zeroed(max_tokens * m.n_expert),
+            shexp_gate: LineBuf::zeroed(max_tokens),
             probs: vec![0.0; m.n_expert],
             sel: vec![0; rows],
             wts: vec![0.0; rows],
@@ -434,6 +437,7 @@ mod tests {
             gating: Gating::Softmax,
             norm_weights: norm,
             n_ff_shexp: None,
+            shared_gate: false,
             biases: false,
             act: Activation::Silu,
         }

@@ -47,7 +47,9 @@ impl Weight {
         k: usize,
     ) -> Result<Weight, EngineError> {
         let want = [k as u64, n_out as u64];
-        if data.shape() != want {
+        // A vector of k values is the one-row matrix ggml's mul_mat makes of it.
+        let vector_row = n_out == 1 && data.shape() == [k as u64];
+        if data.shape() != want && !vector_row {
             return Err(EngineError::BadShape {
                 name: name.to_string(),
                 got: data.shape().to_vec(),
@@ -254,6 +256,9 @@ pub struct MoeFfn {
     pub router_bias: Option<Vec<f32>>, // (n_expert)
     pub experts: Vec<Expert>,
     pub shared: Option<DenseFfn>,
+    /// `ffn_gate_inp_shexp.weight`: the shared expert's gate logit, its output scaled by the
+    /// logit's sigmoid (qwen35moe).
+    pub shared_gate: Option<Box<Weight>>, // (1, d)
 }
 
 /// A layer's FFN (see [`crate::engine::model::desc::FfnKind`]).
@@ -282,6 +287,7 @@ impl FfnWeights {
                 if let Some(s) = &mut m.shared {
                     v.extend([&mut s.w_gate, &mut s.w_up, &mut s.w_down]);
                 }
+                v.extend(m.shared_gate.as_deref_mut());
                 v
             }
         }
@@ -296,6 +302,7 @@ impl FfnWeights {
                 if let Some(s) = &m.shared {
                     v.extend([&s.w_gate, &s.w_up, &s.w_down]);
                 }
+                v.extend(m.shared_gate.as_deref());
                 v
             }
         }

@@ -350,6 +350,8 @@ proofs! {
     qwen35 => "qwen35",
     gemma4 => "gemma4",
     granitehybrid => "granitehybrid",
+    qwen35moe => "qwen35moe",
+    granitehybrid_moe => "granitehybrid-moe",
 }
 
 /// A recurrent model's state stands for exactly the positions computed: a batch resuming it

@@ -466,7 +466,7 @@ fn hparams_missing_invalid_and_inconsistent_keys_are_named() {
             )
         },
         "unsupported architecture \"gpt2\" (kiln runs llama, qwen2, qwen3, gemma2, gemma3, phi3, \
-         smollm3, granite, mistral3, qwen3moe, olmoe, granitemoe, gpt-oss, lfm2, qwen35, gemma4, granitehybrid)",
+         smollm3, granite, mistral3, qwen3moe, olmoe, granitemoe, gpt-oss, lfm2, qwen35, gemma4, granitehybrid, qwen35moe)",
     );
     hp_err(
         |kv| set(kv, "llama.rope.dimension_count", Some(MetaValue::U32(9))),

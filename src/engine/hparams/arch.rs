@@ -3,7 +3,7 @@
 //! [`ArchRules`] the description is built from. A new family is a new row here, not a new
 //! forward pass.
 
-use super::moe::{Gating, MoeRule};
+use super::moe::{Gating, MoeRule, SharedRule};
 use super::Activation;
 use serde::Serialize;
 use std::fmt;
@@ -29,11 +29,12 @@ pub enum Arch {
     Qwen35,
     Gemma4,
     GraniteHybrid,
+    Qwen35Moe,
 }
 
 /// Every supported architecture with its `general.architecture` name: the one list behind
 /// [`Arch::from_name`], [`Arch::name`] and the "unsupported architecture" error.
-pub const ARCHS: [(Arch, &str); 17] = [
+pub const ARCHS: [(Arch, &str); 18] = [
     (Arch::Llama, "llama"),
     (Arch::Qwen2, "qwen2"),
     (Arch::Qwen3, "qwen3"),
@@ -51,6 +52,7 @@ pub const ARCHS: [(Arch, &str); 17] = [
     (Arch::Qwen35, "qwen35"),
     (Arch::Gemma4, "gemma4"),
     (Arch::GraniteHybrid, "granitehybrid"),
+    (Arch::Qwen35Moe, "qwen35moe"),
 ];
 
 /// How RoPE pairs dimensions.
@@ -269,7 +271,8 @@ impl Arch {
                     gating: Gating::Softmax,
                     norm_weights: true,
                     reads_expert_width: true,
-                    reads_shared_width: false,
+                    shared: SharedRule::None,
+                    optional: false,
                     biases: false,
                     act: Activation::Silu,
                 }),
@@ -284,7 +287,8 @@ impl Arch {
                     gating: Gating::Softmax,
                     norm_weights: false,
                     reads_expert_width: false,
-                    reads_shared_width: false,
+                    shared: SharedRule::None,
+                    optional: false,
                     biases: false,
                     act: Activation::Silu,
                 }),
@@ -299,7 +303,8 @@ impl Arch {
                     gating: Gating::Softmax,
                     norm_weights: true,
                     reads_expert_width: false,
-                    reads_shared_width: true,
+                    shared: SharedRule::IfWidth,
+                    optional: false,
                     biases: false,
                     act: Activation::Silu,
                 }),
@@ -319,7 +324,8 @@ impl Arch {
                     gating: Gating::SoftmaxWeight,
                     norm_weights: false,
                     reads_expert_width: true,
-                    reads_shared_width: false,
+                    shared: SharedRule::None,
+                    optional: false,
                     biases: true,
                     act: Activation::SwigluOai,
                 }),
@@ -364,12 +370,38 @@ impl Arch {
             },
             // granite-hybrid.cpp: per layer, Mamba2 (head_count_kv 0, mamba-base.cpp's
             // build_mamba2_layer) or granite's attention; granite's multipliers on both
-            // mixers; a dense SiLU-gated FFN (the experts' variant is not supported).
+            // mixers; a dense SiLU-gated FFN, or (expert_count > 0: Granite 4.0-H Tiny)
+            // granitemoe's mixture: normalized softmax router, experts feed_forward_length
+            // wide, an optional shared expert.
             Arch::GraniteHybrid => ArchRules {
                 granite_scales: true,
                 reads_attention_scale: true,
                 mamba2: true,
+                moe: Some(MoeRule {
+                    gating: Gating::Softmax,
+                    norm_weights: true,
+                    reads_expert_width: false,
+                    shared: SharedRule::IfWidth,
+                    optional: true,
+                    biases: false,
+                    act: Activation::Silu,
+                }),
                 ..LLAMA
+            },
+            // qwen35moe.cpp: qwen35's mixers and norms with a mixture for the FFN: normalized
+            // softmax router, experts expert_feed_forward_length wide, and a shared expert
+            // whose output is scaled by the sigmoid of its own router row.
+            Arch::Qwen35Moe => ArchRules {
+                moe: Some(MoeRule {
+                    gating: Gating::Softmax,
+                    norm_weights: true,
+                    reads_expert_width: true,
+                    shared: SharedRule::Gated,
+                    optional: false,
+                    biases: false,
+                    act: Activation::Silu,
+                }),
+                ..Arch::Qwen35.rules()
             },
         }
     }

@@ -111,13 +111,6 @@ pub(super) fn mixers(
 /// kv heads and the Mamba2 shape.
 fn read(k: &Keys<'_>, n_layer: u32, n_head: u32) -> Result<(u32, Mamba2), HParamsError> {
     let (n_head_kv, layers) = per_layer_kv(k, true, n_layer, n_head)?;
-    if let Some(n) = k.u32_opt("expert_count")?.filter(|&n| n > 0) {
-        return Err(invalid(
-            k.key("expert_count"),
-            n,
-            "granitehybrid with a mixture of experts is not supported (its dense files are)",
-        ));
-    }
     let m = Mamba2 {
         d_conv: k.u32_pos("ssm.conv_kernel")?,
         d_inner: k.u32_pos("ssm.inner_size")?,

@@ -20,7 +20,7 @@ pub use arch::{Arch, ArchRules, QueryScale, RopeStyle, SwaRule, ARCHS};
 pub use deltanet::GatedDeltaNet;
 pub use gemma4::Gemma4;
 pub use mamba2::Mamba2;
-pub use moe::{Gating, MoeParams, MoeRule, MAX_EXPERTS};
+pub use moe::{Gating, MoeParams, MoeRule, SharedRule, MAX_EXPERTS};
 pub use rope::{RopeScaling, RopeScalingKind};
 pub use shortconv::ShortConv;
 pub(crate) use tensors::ExpectTensor;
@@ -267,7 +267,16 @@ impl HParams {
             return Err(invalid(k.key("block_count"), n_layer, "above 1024"));
         }
         let n_embd = k.u32_pos("embedding_length")?;
-        let (n_ff, n_ff_layers) = gemma4::ff_lengths(&k, n_layer)?;
+        // A family whose every FFN is a mixture with its own widths may omit the dense width
+        // (llama.cpp reads it as optional; Qwen3.5's MoE configs have none).
+        let moe_only = rules
+            .moe
+            .is_some_and(|m| m.reads_expert_width && !m.optional);
+        let (n_ff, n_ff_layers) = if moe_only && k.u32_opt("feed_forward_length")?.is_none() {
+            (0, vec![0; n_layer as usize])
+        } else {
+            gemma4::ff_lengths(&k, n_layer)?
+        };
         let n_head = k.u32_pos("attention.head_count")?;
         let (n_head_kv, shortconv, mamba2) = mamba2::mixers(&k, &rules, n_layer, n_head)?;
         if !n_head.is_multiple_of(n_head_kv) {
@@ -375,7 +384,7 @@ impl HParams {
             .transpose()?;
         let pooling = pooling_type(&k)?;
         let moe = match rules.moe {
-            Some(rule) => Some(MoeParams::from_keys(&k, rule, n_ff)?),
+            Some(rule) => MoeParams::from_keys(&k, rule, n_ff)?,
             None => None,
         };
 

@@ -1,7 +1,7 @@
 //! The mixture-of-experts keys of a file (`{arch}.expert_count`, `expert_used_count`,
 //! `expert_feed_forward_length`, `expert_shared_feed_forward_length`) read as llama.cpp does
-//! for the families kiln runs (`load_hparams`, `src/models/{qwen3moe,olmoe,granite-moe}.cpp`),
-//! and the shapes of their expert tensors.
+//! for the families kiln runs (`load_hparams`, `src/models/{qwen3moe,olmoe,granite-moe,
+//! granite-hybrid,qwen35moe}.cpp`), and the shapes of their expert tensors.
 
 use super::{inconsistent, invalid, Activation, HParamsError, Keys};
 use crate::gguf::GgufFile;
@@ -21,6 +21,20 @@ pub enum Gating {
     SoftmaxWeight,
 }
 
+/// Whether and how a family's mixture has a shared expert every token runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedRule {
+    /// No shared expert.
+    None,
+    /// A shared expert when `expert_shared_feed_forward_length` is positive (granitemoe,
+    /// granitehybrid), its output added to the experts'.
+    IfWidth,
+    /// Always a shared expert (`expert_shared_feed_forward_length`, default
+    /// `feed_forward_length`), its output scaled per token by `sigmoid(ffn_gate_inp_shexp ·
+    /// m)` before it is added to the experts' (qwen35moe, as Qwen3-Next).
+    Gated,
+}
+
 /// The per-family MoE rule of [`super::ArchRules`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoeRule {
@@ -30,8 +44,11 @@ pub struct MoeRule {
     /// An expert's FFN width is `expert_feed_forward_length` (default `n_ff / n_expert_used`);
     /// otherwise it is `feed_forward_length` (olmoe, granitemoe).
     pub reads_expert_width: bool,
-    /// `expert_shared_feed_forward_length` gives a shared expert (granitemoe).
-    pub reads_shared_width: bool,
+    /// The shared expert.
+    pub shared: SharedRule,
+    /// The family's files may also be dense: the FFN is a mixture only when `expert_count`
+    /// is present and positive (granitehybrid: Granite 4.0-H Tiny against 1B/350M/micro).
+    pub optional: bool,
     /// The router and every expert matrix have a bias (`ffn_gate_inp.bias`,
     /// `ffn_{gate,up,down}_exps.bias`; gpt-oss), required.
     pub biases: bool,
@@ -50,6 +67,9 @@ pub struct MoeParams {
     pub gating: Gating,
     pub norm_weights: bool,
     pub n_ff_shexp: Option<u32>,
+    /// The shared expert's output is scaled by the sigmoid of its own one-row router
+    /// (`ffn_gate_inp_shexp.weight`, `[n_embd]`).
+    pub shared_gate: bool,
     /// The router and the experts have biases.
     pub biases: bool,
     pub act: Activation,
@@ -57,12 +77,16 @@ pub struct MoeParams {
 
 impl MoeParams {
     /// The MoE description of a family with `rule`, from its keys; `n_ff` is the file's
-    /// `feed_forward_length`.
+    /// `feed_forward_length` (0 when absent). `None` for a dense file of a family whose
+    /// mixture is optional.
     pub(super) fn from_keys(
         k: &Keys<'_>,
         rule: MoeRule,
         n_ff: u32,
-    ) -> Result<MoeParams, HParamsError> {
+    ) -> Result<Option<MoeParams>, HParamsError> {
+        if rule.optional && k.u32_opt("expert_count")?.unwrap_or(0) == 0 {
+            return Ok(None);
+        }
         let n_expert = k.u32_pos("expert_count")?;
         if n_expert > MAX_EXPERTS {
             return Err(invalid(k.key("expert_count"), n_expert, "above 1024"));
@@ -88,22 +112,30 @@ impl MoeParams {
                 "must be positive",
             ));
         }
-        let n_ff_shexp = if rule.reads_shared_width {
-            k.u32_opt("expert_shared_feed_forward_length")?
-                .filter(|&w| w > 0)
-        } else {
-            None
+        let shared_width = k.u32_opt("expert_shared_feed_forward_length")?;
+        let n_ff_shexp = match rule.shared {
+            SharedRule::None => None,
+            SharedRule::IfWidth => shared_width.filter(|&w| w > 0),
+            SharedRule::Gated => match shared_width.filter(|&w| w > 0).unwrap_or(n_ff) {
+                0 => {
+                    return Err(HParamsError::Missing {
+                        key: k.key("expert_shared_feed_forward_length"),
+                    })
+                }
+                w => Some(w),
+            },
         };
-        Ok(MoeParams {
+        Ok(Some(MoeParams {
             n_expert,
             n_expert_used,
             n_ff_exp,
             gating: rule.gating,
             norm_weights: rule.norm_weights,
             n_ff_shexp,
+            shared_gate: rule.shared == SharedRule::Gated,
             biases: rule.biases,
             act: rule.act,
-        })
+        }))
     }
 
     /// Checks layer `il`'s router, expert and shared-expert tensors (`e` = n_embd).
@@ -120,6 +152,9 @@ impl MoeParams {
             want.push(("ffn_gate_shexp.weight", vec![e, s]));
             want.push(("ffn_up_shexp.weight", vec![e, s]));
             want.push(("ffn_down_shexp.weight", vec![s, e]));
+            if self.shared_gate {
+                want.push(("ffn_gate_inp_shexp.weight", vec![e]));
+            }
         }
         if self.biases {
             want.push(("ffn_gate_inp.bias", vec![ne]));
@@ -159,6 +194,9 @@ impl MoeParams {
         );
         if let Some(w) = self.n_ff_shexp {
             s.push_str(&format!(", shared expert width {w}"));
+            if self.shared_gate {
+                s.push_str(" with a sigmoid gate");
+            }
         }
         if self.biases {
             s.push_str(", router and expert biases");

@@ -304,3 +304,57 @@ fn gpt_oss_without_sinks_or_expert_biases_is_a_missing_tensor() {
         );
     }
 }
+
+#[test]
+fn qwen35moe_reads_its_experts_and_gated_shared_expert() {
+    let h = hparams_of("qwen35moe", |_| {});
+    let m = h.moe.unwrap();
+    assert_eq!(
+        (m.n_expert, m.n_expert_used, m.n_ff_exp, m.n_ff_shexp),
+        (4, 2, 256, Some(256))
+    );
+    assert!(m.norm_weights && m.shared_gate && m.gating == Gating::Softmax);
+    assert!(h.deltanet.is_some() && h.qk_norm);
+    assert!(h
+        .variant()
+        .contains("shared expert width 256 with a sigmoid gate"));
+    // As llama.cpp: feed_forward_length is optional, the shared width defaults to it.
+    let h = hparams_of("qwen35moe", |m| {
+        m.retain(|(k, _)| k != "qwen35moe.feed_forward_length")
+    });
+    assert_eq!(h.moe.unwrap().n_ff_exp, 256);
+    let h = hparams_of("qwen35moe", |m| {
+        m.retain(|(k, _)| k != "qwen35moe.expert_shared_feed_forward_length");
+        set(m, "qwen35moe.feed_forward_length", MetaValue::U32(256));
+    });
+    assert_eq!(h.moe.unwrap().n_ff_shexp, Some(256));
+}
+
+#[test]
+fn qwen35moe_without_its_shared_gate_is_a_missing_tensor() {
+    let mut v = proof_variants()
+        .into_iter()
+        .find(|v| v.name == "qwen35moe")
+        .unwrap();
+    let missing = "blk.3.ffn_gate_inp_shexp.weight";
+    v.spec.tensors.retain(|t| t.name != missing);
+    let w = build(&v.spec, "qwen35moe", &tiny_vocab(), Quant::F16, 1).unwrap();
+    let e = HParams::from_gguf(&GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()).unwrap_err();
+    assert!(
+        matches!(&e, HParamsError::MissingTensor(n) if n == missing),
+        "{e}"
+    );
+}
+
+#[test]
+fn granitehybrid_is_a_mixture_only_with_experts() {
+    assert!(hparams_of("granitehybrid", |_| {}).moe.is_none());
+    let h = hparams_of("granitehybrid-moe", |_| {});
+    let m = h.moe.unwrap();
+    assert_eq!(
+        (m.n_expert, m.n_expert_used, m.n_ff_exp, m.n_ff_shexp),
+        (4, 2, 256, Some(256))
+    );
+    assert!(m.norm_weights && !m.shared_gate);
+    assert!(h.mamba2.is_some() && h.residual_scale == Some(0.22));
+}

@@ -122,7 +122,8 @@ pub struct LayerDesc {
 /// `Wr m (+ br)` (f32), probabilities by `gating`, the `n_expert_used` most probable experts
 /// (their weights divided by their sum when `norm_weights`), then the sum over the chosen
 /// experts, in order of probability, of `weight * (down(act(gate m (+ bg), up m (+ bu)))
-/// (+ bd))` (the biases when `biases`); plus a shared expert's output when `n_ff_shexp` is set.
+/// (+ bd))` (the biases when `biases`); plus a shared expert's output when `n_ff_shexp` is set
+/// (times `sigmoid(w_gs · m)` per token when `shared_gate`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoeDesc {
     pub n_expert: usize,
@@ -132,6 +133,8 @@ pub struct MoeDesc {
     pub gating: Gating,
     pub norm_weights: bool,
     pub n_ff_shexp: Option<usize>,
+    /// The shared expert's output is scaled by the sigmoid of its one-row router.
+    pub shared_gate: bool,
     /// The router and every expert matrix have a bias.
     pub biases: bool,
     /// The experts' gated activation.
@@ -147,6 +150,7 @@ impl From<&MoeParams> for MoeDesc {
             gating: m.gating,
             norm_weights: m.norm_weights,
             n_ff_shexp: m.n_ff_shexp.map(|w| w as usize),
+            shared_gate: m.shared_gate,
             biases: m.biases,
             act: m.act,
         }

@@ -15,7 +15,8 @@
 //! f = Wdown (act(Wgate m (+bg)) * (Wup m (+bu))) (+bd)  act = SiLU or GELU
 //!   or, on a mixture-of-experts layer (`engine::moe`):
 //! f = sum over the router's top-k experts e of w_e * Wdown_e (silu(Wgate_e m) * Wup_e m)
-//!     (+ the shared expert's dense FFN of m)           [granitemoe]
+//!     (+ the shared expert's dense FFN of m)           [granitemoe, granitehybrid]
+//!     (+ that times sigmoid(w_gs · m))                  [qwen35moe]
 //! f = rms_norm(f) * post_ffw_norm                      [post_norms]
 //! x += f * residual_scale
 //! x += the per-layer embedding block; x *= out_scale    [gemma4: model::per_layer_embd]
@@ -436,16 +437,30 @@ impl Model {
         let (Some(md), Some(ms)) = (c.moe.as_ref(), s.moe.as_mut()) else {
             unreachable!("a mixture layer's model has a mixture description and its scratch");
         };
+        // The shared expert's gate logit (qwen35moe) is a one-row matmul of the same input:
+        // it joins the router's group.
+        let mut jobs_buf = [
+            MatJob {
+                w: &m.router,
+                out: &mut ms.logits,
+            },
+            MatJob {
+                w: m.shared_gate.as_deref().unwrap_or(&m.router),
+                out: &mut ms.shexp_gate,
+            },
+        ];
+        let jobs = if m.shared_gate.is_some() {
+            &mut jobs_buf[..]
+        } else {
+            &mut jobs_buf[..1]
+        };
         norm_matmul(
             &self.team,
             (&s.x, d, &lw.ffn_norm, c.rms_eps),
             &|t| t,
             &mut s.xn,
             n_tok,
-            &mut [MatJob {
-                w: &m.router,
-                out: &mut ms.logits,
-            }],
+            jobs,
             &mut s.mm,
         );
         self.trace("ffn_norm", lt, &s.xn[..n_tok * d]);
@@ -484,6 +499,15 @@ impl Model {
             self.warm_after(l, n_tok, n_rows);
             self.gated_down(l, sh, Activation::Silu, n_tok, s);
             self.trace("ffn_shexp", lt, &s.proj[..n_tok * d]);
+            if let (Some(_), Some(ms)) = (&m.shared_gate, s.moe.as_ref()) {
+                // ffn_shexp * sigmoid(gate logit), per token (ggml_sigmoid, ggml_mul).
+                let g = &ms.shexp_gate;
+                for_rows(&self.team, &mut s.proj, d, n_tok, |t, row| {
+                    let w = 1.0 / (1.0 + (-g[t]).exp());
+                    row.iter_mut().for_each(|x| *x *= w);
+                });
+                self.trace("ffn_shexp_gated", lt, &s.proj[..n_tok * d]);
+            }
             add_in_place(&mut s.proj[..n_tok * d], &s.moe_out[..n_tok * d]);
         }
         self.finish_ffn(l, n_tok, s);

@@ -170,6 +170,16 @@ fn moe_ffn(file: &GgufFile, i: usize, m: &MoeDesc, d: usize) -> Result<MoeFfn, E
         },
         experts,
         shared,
+        shared_gate: if m.shared_gate {
+            Some(Box::new(matrix(
+                file,
+                &n("ffn_gate_inp_shexp.weight"),
+                1,
+                d,
+            )?))
+        } else {
+            None
+        },
     })
 }
 

@@ -6,6 +6,7 @@
 use super::deltanet::Gdn;
 mod gemma4;
 mod mamba2;
+mod qwen35moe;
 
 use super::{Init, ModelSpec, TensorSpec};
 use crate::gguf::{MetaArray, MetaValue};
@@ -98,6 +99,9 @@ struct Experts {
     width: u64,
     /// Hidden width of the shared expert, when there is one.
     shared: Option<u64>,
+    /// The shared expert's output is gated by the sigmoid of `ffn_gate_inp_shexp.weight`
+    /// (qwen35moe).
+    shared_gate: bool,
     /// Router and expert biases (gpt-oss).
     biases: bool,
     /// Gain of the gate and up weights (gpt-oss: large enough for some values to reach the
@@ -277,6 +281,13 @@ fn tensors(s: Shape, p: Parts) -> Vec<TensorSpec> {
                     vec![sw, D],
                     Init::Normal(0.6 * s.branch * inv(sw)),
                 );
+                if x.shared_gate {
+                    add(
+                        n("ffn_gate_inp_shexp.weight"),
+                        vec![D],
+                        Init::Normal(inv(D)),
+                    );
+                }
             }
         } else if p.fused_gate_up {
             add(n("ffn_up.weight"), vec![D, 2 * FF], Init::Normal(inv(D)));
@@ -554,6 +565,7 @@ pub fn proof_variants() -> Vec<Variant> {
                     n_expert: 6,
                     width: 256,
                     shared: None,
+                    shared_gate: false,
                     biases: false,
                     gain: 1.0,
                 }),
@@ -583,6 +595,7 @@ pub fn proof_variants() -> Vec<Variant> {
                     n_expert: 6,
                     width: 256,
                     shared: None,
+                    shared_gate: false,
                     biases: false,
                     gain: 1.0,
                 }),
@@ -608,6 +621,7 @@ pub fn proof_variants() -> Vec<Variant> {
                     n_expert: 6,
                     width: 256,
                     shared: Some(512),
+                    shared_gate: false,
                     biases: false,
                     gain: 1.0,
                 }),
@@ -642,6 +656,7 @@ pub fn proof_variants() -> Vec<Variant> {
                     n_expert: 12,
                     width: 256,
                     shared: None,
+                    shared_gate: false,
                     biases: true,
                     gain: 2.5,
                 }),
@@ -715,6 +730,8 @@ pub fn proof_variants() -> Vec<Variant> {
         ),
         gemma4::gemma4(),
         mamba2::granitehybrid(),
+        qwen35moe::qwen35moe(),
+        mamba2::granitehybrid_moe(),
     ]
 }
 
