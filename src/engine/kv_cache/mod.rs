@@ -39,6 +39,7 @@ mod free_list;
 pub mod kv_type;
 pub mod layout;
 pub mod state;
+mod state_copy;
 mod table;
 
 pub use kv_type::KvType;
@@ -342,47 +343,6 @@ impl KvCache {
     pub fn state_mut(&mut self, slot: u32) -> &mut [f32] {
         let n = self.state_shape.floats_per_seq;
         &mut self.state[slot as usize * n..][..n]
-    }
-
-    /// Copies the recurrent state of `table`'s slot into checkpoint slot `checkpoint`; returns
-    /// the positions it covers (`0..n`).
-    pub fn save_state(
-        &mut self,
-        table: &BlockTable,
-        checkpoint: u32,
-    ) -> Result<usize, KvCacheError> {
-        let from = table.state_slot().ok_or(KvCacheError::NoStateSlot)?;
-        if !self.alloc.is_checkpoint(checkpoint) {
-            return Err(KvCacheError::NotACheckpoint { slot: checkpoint });
-        }
-        let n = self.state_shape.floats_per_seq;
-        self.state.copy_within(
-            from as usize * n..(from as usize + 1) * n,
-            checkpoint as usize * n,
-        );
-        Ok(table.state_covered().unwrap_or(0))
-    }
-
-    /// Replaces the recurrent state of `table`'s slot with checkpoint slot `checkpoint`'s, which
-    /// stands for positions `0..covered` of the same tokens (the caller's contract: the prefix
-    /// cache keys checkpoints by the tokens they cover).
-    pub fn restore_state(
-        &mut self,
-        table: &BlockTable,
-        checkpoint: u32,
-        covered: usize,
-    ) -> Result<(), KvCacheError> {
-        let to = table.state_slot().ok_or(KvCacheError::NoStateSlot)?;
-        if !self.alloc.is_checkpoint(checkpoint) {
-            return Err(KvCacheError::NotACheckpoint { slot: checkpoint });
-        }
-        let n = self.state_shape.floats_per_seq;
-        self.state.copy_within(
-            checkpoint as usize * n..(checkpoint as usize + 1) * n,
-            to as usize * n,
-        );
-        table.set_state_covered(covered);
-        Ok(())
     }
 
     /// The allocator handing out this pool's blocks (clone it to keep a handle).
