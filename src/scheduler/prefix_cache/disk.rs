@@ -18,13 +18,14 @@
 //! - [`DiskTier`] is owned by one worker; dropping it joins the reader thread (after the read
 //!   in progress), then finishes the queued writes and joins the writer thread.
 
-use super::disk_file::BlockFile;
+use super::disk_file::{file_path, BlockFile, EXT};
 use super::disk_read::{ReadDone, ReadRequest, Reader};
+use super::disk_stats::DiskStats;
 use crate::scheduler::observer::Observer;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -32,28 +33,6 @@ use std::time::{Duration, Instant, SystemTime};
 const QUEUE: usize = 256;
 /// How long a degraded tier waits before writing again.
 pub const RETRY_AFTER: Duration = Duration::from_secs(30);
-const EXT: &str = "kvb";
-
-/// Counters and sizes of a disk tier since start, shared with its writer and monitoring.
-#[derive(Debug, Default)]
-pub struct DiskStats {
-    /// Files and bytes the tier knows of.
-    pub files: AtomicU64,
-    pub bytes: AtomicU64,
-    /// Blocks written, and writes that failed (the tier then degrades).
-    pub written: AtomicU64,
-    pub write_errors: AtomicU64,
-    /// Blocks not written because the queue was full or the tier degraded.
-    pub skipped: AtomicU64,
-    /// Blocks read back, and files refused by a check (see the module docs).
-    pub loaded: AtomicU64,
-    pub rejected: AtomicU64,
-    /// Lookups that found at least one block, and lookups that found none.
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-    /// Whether writes are off after an error (RAM only until the retry).
-    pub degraded: AtomicBool,
-}
 
 /// A block for the writer.
 pub(super) struct Job {
@@ -133,7 +112,11 @@ impl DiskTier {
             payload_len,
             state_len,
             stats: Arc::clone(&stats),
-            touch: tx.clone(),
+            touch: tx.clone().map(|tx| -> super::disk_read::Touch {
+                Box::new(move |key| {
+                    let _ = tx.try_send(Msg::Touch(key));
+                })
+            }),
         };
         let (reads, reads_rx) = mpsc::channel();
         let (done_tx, done) = mpsc::channel();
@@ -260,10 +243,6 @@ fn lower_priority() {
             libc::setpriority(libc::PRIO_PROCESS, tid, 19);
         }
     }
-}
-
-pub(super) fn file_path(dir: &Path, key: u64) -> PathBuf {
-    dir.join(format!("{key:016x}.{EXT}"))
 }
 
 fn degrade(stats: &DiskStats, dir: &Path, e: &std::io::Error) {

@@ -23,6 +23,7 @@
 
 use super::block_key;
 use super::stable_hash::hash_bytes;
+use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"KILNKVB2";
 /// The magic of every earlier version (refused).
@@ -236,4 +237,12 @@ mod tests {
             Err(BlockFileError::OldVersion)
         );
     }
+}
+
+/// The extension of a block's file.
+pub(super) const EXT: &str = "kvb";
+
+/// Where block `key`'s file lives in the tier's directory.
+pub(super) fn file_path(dir: &Path, key: u64) -> PathBuf {
+    dir.join(format!("{key:016x}.{EXT}"))
 }

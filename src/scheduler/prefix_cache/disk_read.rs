@@ -7,11 +7,11 @@
 //!   stops at the first that is missing, fails a check or would pass the request's byte budget.
 //!   Its [`ReadDone`] carries what it loaded (possibly nothing): a missing or damaged file
 //!   only means fewer blocks, never an error.
-//! - A file that fails a check is counted (`rejected`) and removed, as [`super::disk`] says.
-//! - Answers come back in request order on the channel [`super::DiskTier::completed`] drains.
+//! - A file that fails a check is counted (`rejected`) and removed, as the disk tier's docs say.
+//! - Answers come back in request order on the channel `DiskTier::completed` drains.
 
-use super::disk::{file_path, DiskStats, Msg};
-use super::disk_file::{BlockFile, BlockFileError};
+use super::disk_file::{file_path, BlockFile, BlockFileError};
+use super::disk_stats::DiskStats;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -42,6 +42,9 @@ pub struct ReadDone {
     pub elapsed: Duration,
 }
 
+/// Tells the writer that the file of a block (its key) was read, without waiting.
+pub(super) type Touch = Box<dyn Fn(u64) + Send>;
+
 /// The thread's state.
 pub(super) struct Reader {
     pub(super) dir: PathBuf,
@@ -49,8 +52,8 @@ pub(super) struct Reader {
     pub(super) payload_len: usize,
     pub(super) state_len: usize,
     pub(super) stats: Arc<DiskStats>,
-    /// The writer's queue, told which files were used (their LRU order).
-    pub(super) touch: Option<mpsc::SyncSender<Msg>>,
+    /// Tells the writer which files were used (their LRU order).
+    pub(super) touch: Option<Touch>,
 }
 
 impl Reader {
@@ -106,8 +109,8 @@ impl Reader {
         match checked {
             Ok(f) => {
                 self.stats.loaded.fetch_add(1, Ordering::Relaxed);
-                if let Some(tx) = &self.touch {
-                    let _ = tx.try_send(Msg::Touch(w.key));
+                if let Some(touch) = &self.touch {
+                    touch(w.key);
                 }
                 Some(f)
             }
@@ -119,67 +122,5 @@ impl Reader {
                 None
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::scheduler::observer::NoopObserver;
-    use crate::scheduler::prefix_cache::{block_key, DiskTier, ROOT};
-
-    /// Three blocks written, then the middle one's file removed (as the writer's LRU might,
-    /// or another replica's clear): a read of all three stops before it, without an error.
-    #[test]
-    fn a_read_stops_at_a_missing_file_and_answers_what_it_found() {
-        let dir = std::env::temp_dir().join(format!("kiln-disk-read-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut t = DiskTier::open(&dir, 7, (8, 4), 1 << 20, Arc::new(NoopObserver));
-        let mut wanted = Vec::new();
-        let mut parent = ROOT;
-        for b in 0..3u32 {
-            let tokens = vec![b, b + 1];
-            let key = block_key(parent, &tokens);
-            let state = (b == 2).then(|| vec![b as u8; 4]);
-            t.write(key, parent, &tokens, vec![b as u8; 8], state);
-            wanted.push(Wanted {
-                key,
-                parent,
-                tokens,
-            });
-            parent = key;
-        }
-        let t0 = Instant::now();
-        while t.stats().written.load(Ordering::Relaxed) < 3 {
-            assert!(t0.elapsed() < Duration::from_secs(10), "writes");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let read = |t: &mut DiskTier, id| {
-            assert!(t.request(ReadRequest {
-                id,
-                blocks: wanted.clone(),
-                budget: 1 << 20,
-            }));
-            let t0 = Instant::now();
-            loop {
-                if let Some(d) = t.completed().pop() {
-                    assert_eq!(d.id, id);
-                    return d.blocks;
-                }
-                assert!(t0.elapsed() < Duration::from_secs(10), "read {id}");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        };
-        let all = read(&mut t, 1);
-        assert_eq!(all.len(), 3);
-        assert_eq!(all[2].state.as_deref(), Some(&[2u8; 4][..]));
-        assert!(t.knows(all[2].key, true) && !t.knows(all[0].key, true));
-        let sub = dir.join(format!("{:016x}", 7u64));
-        std::fs::remove_file(sub.join(format!("{:016x}.kvb", wanted[1].key))).unwrap();
-        let some = read(&mut t, 2);
-        assert_eq!(some.len(), 1, "stops at the missing file");
-        assert_eq!(t.stats().rejected.load(Ordering::Relaxed), 0);
-        drop(t);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -50,14 +50,16 @@ use std::collections::{BTreeMap, HashMap};
 pub mod disk;
 pub mod disk_file;
 pub mod disk_read;
+pub mod disk_stats;
 pub mod identity;
 pub mod ram;
 mod ram_lookup;
 pub mod stable_hash;
 mod tier_ops;
 
-pub use disk::{DiskStats, DiskTier};
+pub use disk::DiskTier;
 pub use disk_read::{ReadDone, ReadRequest, Wanted};
+pub use disk_stats::DiskStats;
 pub use ram::{RamBlock, RamTier};
 pub use tier_ops::{Hit, Persist, Restore, Spill, StateCopy};
 
@@ -623,6 +625,8 @@ impl PrefixCache {
     }
 }
 
+#[cfg(test)]
+mod disk_read_tests;
 #[cfg(test)]
 mod ram_tests;
 #[cfg(test)]
