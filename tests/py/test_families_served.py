@@ -1,12 +1,13 @@
 """The mixture-of-experts and hybrid families served (issues 40 §6 and 41 §5): ONE `kiln serve`
-holding seven random-weight proof models (kiln's synth writer: `cargo build --release
+holding nine random-weight proof models (kiln's synth writer: `cargo build --release
 --example proof_models`, the files tests/it/arch_proof.rs holds against llama.cpp), each
 written at test time in Q8_0 (the cheapest type to write) with the default model's vocabulary
 and a context of 2048 (the proofs' 256 holds no tool prompt) and served under its family's
 real chat template through `[[models]]`:
 
   olmoe, granitemoe, qwen3moe (mixtures of experts); lfm2 (short convolutions), qwen35 (gated
-  DeltaNet, a thinking template), gemma4, granitehybrid (Mamba2).
+  DeltaNet, a thinking template), gemma4, granitehybrid (Mamba2); qwen35moe and
+  granitehybrid-moe (those hybrids with a mixture of experts).
 
 Random weights write no sense, so these tests hold the plumbing and what constrained decoding
 guarantees, for every family through the official clients: a greedy whole and streamed chat
@@ -52,7 +53,11 @@ FAMILIES = {
     "qwen35": CONFORMANCE / "Qwen3.5-4B.jinja",
     "gemma4": CONFORMANCE / "google-gemma-4-31B-it-interleaved.jinja",
     "granitehybrid": CONFORMANCE / "ibm-granite-granite-4.0.jinja",
+    "qwen35moe": CONFORMANCE / "Qwen3.5-4B.jinja",
+    "granitehybrid-moe": CONFORMANCE / "ibm-granite-granite-4.0.jinja",
 }
+# Families whose template opens `<think>` in the generation prompt.
+THINKING = {"qwen35", "qwen35moe"}
 NAMES = list(FAMILIES)
 ASK = [{"role": "user", "content": "Name three rivers."}]
 # Small, bounded schemas, so a reply of a few dozen tokens always closes.
@@ -77,7 +82,7 @@ TOOLS = [
 
 def structured_kwargs(name: str) -> dict:
     """Extra body of a JSON or tool request: thinking off for the thinking template."""
-    if name == "qwen35":
+    if name in THINKING:
         return {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
     return {}
 
