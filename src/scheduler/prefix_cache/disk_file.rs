@@ -164,6 +164,14 @@ impl BlockFile {
     }
 }
 
+/// The extension of a block's file.
+pub(super) const EXT: &str = "kvb";
+
+/// Where block `key`'s file lives in the tier's directory.
+pub(super) fn file_path(dir: &Path, key: u64) -> PathBuf {
+    dir.join(format!("{key:016x}.{EXT}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,12 +245,4 @@ mod tests {
             Err(BlockFileError::OldVersion)
         );
     }
-}
-
-/// The extension of a block's file.
-pub(super) const EXT: &str = "kvb";
-
-/// Where block `key`'s file lives in the tier's directory.
-pub(super) fn file_path(dir: &Path, key: u64) -> PathBuf {
-    dir.join(format!("{key:016x}.{EXT}"))
 }
