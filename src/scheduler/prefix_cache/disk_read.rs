@@ -115,10 +115,11 @@ impl Reader {
                 Some(f)
             }
             Err(e) => {
+                // Removed before it is counted: whoever sees the count sees the file gone.
+                let _ = std::fs::remove_file(&path);
                 self.stats.rejected.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(file = %path.display(), error = %e,
                     "prefix cache: ignoring a disk-tier file that fails its checks (removed)");
-                let _ = std::fs::remove_file(&path);
                 None
             }
         }
