@@ -348,8 +348,9 @@ bench-moe: release $(GEMMA)
 	  --out target/bench-moe.json $(MOE_FILES)
 
 ## bench-hybrid: the hybrid families (issue 41) side by side with llama.cpp, 2 threads,
-## median of 3 alternating runs: random-weight Q4_K_M files with every layer of Qwen3.5-2B,
-## LFM2-1.2B, Granite-4.0-H-1B and Gemma-4-E2B (scripts/bench_models.py HYBRID_SIZES; F16
+## median of 3 alternating runs: random-weight Q4_K_M files at the shapes of Qwen3.5-2B,
+## LFM2-1.2B, Granite-4.0-H-1B (every layer) and Gemma-4-E2B (10 of its 35 layers: all of them
+## make a 9 GB F16 source) (scripts/bench_models.py HYBRID_SIZES; F16
 ## sources in KILN_F16_DIR, default ~/.cache/kiln-models, deleted once quantized).
 ## `make bench-hybrid DEPTH=16384` measures pp512 and tg128 at depth 0 and 16384 instead.
 HYBRID_DEPTHS = 0,$(DEPTH)

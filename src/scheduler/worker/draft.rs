@@ -10,37 +10,11 @@
 //! guesses the target rejected (and the draft's own last guesses it fed) are dropped, their
 //! blocks go back to the pool, and their positions are written again before anything reads
 //! them, so the cache is as if they had never been written.
-//!
-//! A small draft runs on the engine thread alone ([`place`]): its single-token passes are
-//! ~150 regions of a few microseconds each, where a second thread adds a join per region and,
-//! on a loaded machine, waits for a descheduled worker, for little bandwidth gained.
 
 use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig};
 use crate::engine::{BatchLimits, EngineError, ForwardScratch, LogitsWanted, Model, SeqInput};
 use crate::scheduler::state::{Scheduler, SeqId};
 use std::collections::HashMap;
-
-/// Drafts whose one-token pass reads at most this many weight bytes run on the engine thread
-/// alone. Measured on a 2-vCPU Zen 5 shared with other builds (load average 11): the
-/// default model's Q4_1 file (~90 MB a token) decoded at 67-73 tok/s on one thread and 19-51
-/// on two, as each of its ~150 regions a pass waits at a join for a worker the OS may not be
-/// running.
-const SOLO_BYTES: u64 = 128 << 20;
-
-/// `draft` ready to run between `target`'s steps on the same engine thread: on `target`'s
-/// worker team ([`Model::on_team_of`]), or on a team of its own of one thread (the caller: no
-/// worker thread started) when its pass reads at most [`SOLO_BYTES`]. The draft's logits do
-/// not depend on the team (each output cell is computed whole by one thread), so the choice
-/// changes the speed only.
-pub(crate) fn place(draft: &Model, target: &Model) -> Result<Model, EngineError> {
-    let n_used = draft.desc().moe.map_or(0, |m| m.n_expert_used);
-    let (bytes, _) = draft.weights().decode_footprint(n_used);
-    if bytes <= SOLO_BYTES && target.team().threads() > 1 {
-        draft.replica(1)
-    } else {
-        Ok(draft.on_team_of(target))
-    }
-}
 
 /// The draft model of one engine worker, its KV cache and scratch.
 pub(crate) struct Drafter {
@@ -72,7 +46,7 @@ struct Job {
 }
 
 impl Drafter {
-    /// A drafter running `model` (already placed for the worker, [`place`]) with a
+    /// A drafter running `model` (already on the worker's team, [`Model::on_team_of`]) with a
     /// KV cache of `positions` positions in blocks of `kv_cfg`'s size and type, for up to
     /// `max_seqs` sequences and `max_tokens` tokens per pass.
     pub(crate) fn new(
@@ -108,7 +82,7 @@ impl Drafter {
         let kv_cfg = *self.kv.config();
         let n = self.scratch_limits();
         Drafter::new(
-            place(&self.model, target)?,
+            self.model.on_team_of(target),
             kv_cfg.n_blocks * kv_cfg.block_size,
             &kv_cfg,
             n.max_seqs,

@@ -204,7 +204,7 @@ impl Worker {
         // The draft's cache has as many positions as the target's (the budget counts both).
         let drafter = match draft {
             Some(d) => Some(Drafter::new(
-                draft::place(d, &model)?,
+                d.on_team_of(&model),
                 cfg.kv_positions,
                 kv.config(),
                 cfg.speculative.max_seqs,
