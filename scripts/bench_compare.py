@@ -134,14 +134,14 @@ def llama_once(bin_dir, model, threads, batches, depth=0, pp=512, tg=128):
         str(bin_dir / "llama-bench"), "-m", str(model), "-t", str(threads),
         "-p", str(pp), "-n", str(tg), "-d", str(depth), "-r", "1", "-o", "json",
     ], env)
-    pp = tg = None
+    pp_ts = tg_ts = None
     for e in json.loads(out):
         if e["n_prompt"] > 0 and e["n_gen"] == 0:
-            pp = e["avg_ts"]
+            pp_ts = e["avg_ts"]
         elif e["n_gen"] > 0 and e["n_prompt"] == 0:
-            tg = e["avg_ts"]
+            tg_ts = e["avg_ts"]
     if not batches:
-        return {"pp": pp, "tg": tg, "batched": {}}
+        return {"pp": pp_ts, "tg": tg_ts, "batched": {}}
     ctx = max(4096, max(batches) * 256 + 256)
     out = run_json([
         str(bin_dir / "llama-batched-bench"), "-m", str(model), "-t", str(threads),
@@ -154,7 +154,7 @@ def llama_once(bin_dir, model, threads, batches, depth=0, pp=512, tg=128):
         if line.startswith("{"):
             e = json.loads(line)
             batched[int(e["pl"])] = e["speed_tg"]
-    return {"pp": pp, "tg": tg, "batched": batched}
+    return {"pp": pp_ts, "tg": tg_ts, "batched": batched}
 
 
 def ceilings(kiln, threads, isa):
