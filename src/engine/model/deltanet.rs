@@ -34,7 +34,7 @@ use crate::engine::model::desc::GdnDesc;
 use crate::engine::model::forward::norm_matmul;
 use crate::engine::model::loaded::{add_in_place, for_row_pairs, for_rows, Model};
 use crate::engine::ops::rms_norm_in_place;
-use crate::engine::ops::swiglu::silu;
+use crate::engine::ops::silu::{mul_silu_in_place, silu_in_place};
 use crate::engine::scratch::ForwardScratch;
 use crate::engine::team::SendPtr;
 use crate::engine::weights::GdnWeights;
@@ -217,9 +217,7 @@ impl Model {
         for_rows(&self.team, &mut s.gdn.conv, cd, n_tok, |t, row| {
             let (window, j) = window_of(cache, seqs, (tok_seq, tok_pos), t, (state, win));
             conv_at(&gw.conv, qkv, window, t, j, row);
-            for x in row.iter_mut() {
-                *x = silu(*x);
-            }
+            silu_in_place(row);
             for head in row[..2 * kd].chunks_exact_mut(hd) {
                 l2_norm(head, ones, eps);
             }
@@ -297,12 +295,7 @@ impl Model {
                 let dst = &mut row[h * hd..(h + 1) * hd];
                 dst.copy_from_slice(&out[src..src + hd]);
                 rms_norm_in_place(dst, &gw.norm, eps);
-                for (x, &zi) in dst
-                    .iter_mut()
-                    .zip(&z[t * vd + h * hd..t * vd + (h + 1) * hd])
-                {
-                    *x *= silu(zi);
-                }
+                mul_silu_in_place(dst, &z[t * vd + h * hd..t * vd + (h + 1) * hd]);
             }
         };
         matmul_made(

@@ -29,7 +29,7 @@ use crate::engine::model::desc::Mamba2Desc;
 use crate::engine::model::forward::norm_matmul;
 use crate::engine::model::loaded::{add_in_place, for_rows, Model};
 use crate::engine::ops::rms_norm_in_place;
-use crate::engine::ops::swiglu::silu;
+use crate::engine::ops::silu::{mul_silu_in_place, silu_in_place};
 use crate::engine::scratch::ForwardScratch;
 use crate::engine::team::SendPtr;
 use crate::engine::weights::Mamba2Weights;
@@ -86,9 +86,7 @@ fn gate_norm_row(
             *o = yi + xi * dh;
         }
     }
-    for (o, &zi) in row.iter_mut().zip(z) {
-        *o *= silu(zi);
-    }
+    mul_silu_in_place(row, z);
     let gs = m.d_inner / m.n_group;
     for (g, nw) in row.chunks_exact_mut(gs).zip(w.norm.chunks_exact(gs)) {
         rms_norm_in_place(g, nw, eps);
@@ -146,8 +144,9 @@ impl Model {
             conv_at(&mw.conv, xbc, window, t, j, row);
             // The bias (ggml_add), then SiLU.
             for (o, &b) in row.iter_mut().zip(&mw.conv_bias) {
-                *o = silu(*o + b);
+                *o += b;
             }
+            silu_in_place(row);
         });
         self.trace("ssm_conv", lt, &s.ssm_conv[..n_tok * cd]);
         advance_windows(kv, seqs, (state, win), &s.ssm_xbc, cd);

@@ -4,6 +4,7 @@
 pub mod gelu;
 pub mod rmsnorm;
 pub mod rope;
+pub mod silu;
 pub mod softmax;
 pub mod swiglu;
 pub mod swiglu_oai;

@@ -55,7 +55,6 @@ pub unsafe fn swiglu_avx512(gate: &[f32], up: &[f32], out: &mut [f32]) {
     use std::arch::x86_64::*;
     let n = out.len().min(gate.len()).min(up.len());
     let full = n - n % 16;
-    let c = |bits: u32| _mm512_set1_ps(f32::from_bits(bits));
     for i in (0..full).step_by(16) {
         // SAFETY: i + 16 <= full <= the length of all three slices.
         let (g, u) = unsafe {
@@ -64,29 +63,8 @@ pub unsafe fn swiglu_avx512(gate: &[f32], up: &[f32], out: &mut [f32]) {
                 _mm512_loadu_ps(up.as_ptr().add(i)),
             )
         };
-        let x = _mm512_sub_ps(_mm512_setzero_ps(), g);
-        let r = c(0x4b40_0000);
-        let z = _mm512_fmadd_ps(x, c(0x3fb8_aa3b), r);
-        let nn = _mm512_sub_ps(z, r);
-        let b = _mm512_fnmadd_ps(nn, c(0x35bf_be8e), _mm512_fnmadd_ps(nn, c(0x3f31_7200), x));
-        let uu = _mm512_mul_ps(b, b);
-        let j = _mm512_fmadd_ps(
-            _mm512_fmadd_ps(
-                _mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
-                uu,
-                _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
-            ),
-            uu,
-            _mm512_fmadd_ps(c(0x3f7f_fff6), b, _mm512_set1_ps(1.0)),
-        );
-        let mut e = _mm512_scalef_ps(j, nn);
-        let big = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(nn), _mm512_set1_ps(192.0));
-        if big != 0 {
-            let le0 = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(nn, _mm512_setzero_ps());
-            let alt = _mm512_mask_blend_ps(le0, _mm512_set1_ps(f32::INFINITY), _mm512_setzero_ps());
-            e = _mm512_mask_blend_ps(big, e, alt);
-        }
-        let silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0), e));
+        // SAFETY: same target features.
+        let silu = unsafe { silu_avx512_lanes(g) };
         // SAFETY: as above.
         unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(i), _mm512_mul_ps(silu, u)) };
     }
@@ -113,7 +91,6 @@ pub unsafe fn swiglu_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
     use std::arch::x86_64::*;
     let n = out.len().min(gate.len()).min(up.len());
     let full = n - n % 8;
-    let c = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
     let scalar = |out: &mut [f32], at: std::ops::Range<usize>| {
         for i in at {
             out[i] = silu(gate[i]) * up[i];
@@ -127,52 +104,108 @@ pub unsafe fn swiglu_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
                 _mm256_loadu_ps(up.as_ptr().add(i)),
             )
         };
-        let x = _mm256_xor_ps(g, _mm256_set1_ps(-0.0));
-        let r = c(0x4b40_0000);
-        let z = _mm256_fmadd_ps(x, c(0x3fb8_aa3b), r);
-        let nn = _mm256_sub_ps(z, r);
-        let b = _mm256_fnmadd_ps(nn, c(0x35bf_be8e), _mm256_fnmadd_ps(nn, c(0x3f31_7200), x));
-        let uu = _mm256_mul_ps(b, b);
-        let j = _mm256_fmadd_ps(
-            _mm256_fmadd_ps(
-                _mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
-                uu,
-                _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
-            ),
-            uu,
-            _mm256_fmadd_ps(c(0x3f7f_fff6), b, _mm256_set1_ps(1.0)),
-        );
-        // The product's biased exponent must be 1..=254 (normal): NaN and huge `n` fail
-        // the comparisons (cvtps gives i32::MIN for NaN and out-of-range values).
-        let ni = _mm256_cvtps_epi32(nn);
-        let ji = _mm256_castps_si256(j);
-        let exp = _mm256_add_epi32(_mm256_srli_epi32::<23>(ji), ni);
-        let bad = _mm256_or_si256(
-            _mm256_or_si256(
-                _mm256_cmpgt_epi32(_mm256_set1_epi32(1), exp),
-                _mm256_cmpgt_epi32(exp, _mm256_set1_epi32(254)),
-            ),
-            _mm256_or_si256(
-                // j itself positive and normal (its sign bit clear, exponent 1..=254).
-                _mm256_cmpgt_epi32(_mm256_set1_epi32(1 << 23), ji),
-                _mm256_cmpgt_epi32(ji, _mm256_set1_epi32(0x7f7f_ffff)),
-            ),
-        );
-        // |n| <= 192 bounds the exponent sum away from wrapping.
-        let wild = _mm256_cmp_ps::<_CMP_NLE_UQ>(
-            _mm256_andnot_ps(_mm256_set1_ps(-0.0), nn),
-            _mm256_set1_ps(192.0),
-        );
-        if _mm256_testz_si256(bad, bad) == 0 || _mm256_movemask_ps(wild) != 0 {
+        // SAFETY: same target features.
+        let Some(silu) = (unsafe { silu_avx2_lanes(g) }) else {
             scalar(out, i..i + 8);
             continue;
-        }
-        let e = _mm256_castsi256_ps(_mm256_add_epi32(ji, _mm256_slli_epi32::<23>(ni)));
-        let silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0), e));
+        };
         // SAFETY: as above.
         unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_mul_ps(silu, u)) };
     }
     scalar(out, full..n);
+}
+
+/// [`silu`] on 16 lanes, bit-identical to it lane by lane: [`exp_poly`]'s steps as AVX-512
+/// instructions (its final `j * 2^n` is `vscalefps`, as in llama.cpp), then `x / (1 + e)`.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn silu_avx512_lanes(g: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let c = |bits: u32| _mm512_set1_ps(f32::from_bits(bits));
+    let x = _mm512_sub_ps(_mm512_setzero_ps(), g);
+    let r = c(0x4b40_0000);
+    let z = _mm512_fmadd_ps(x, c(0x3fb8_aa3b), r);
+    let nn = _mm512_sub_ps(z, r);
+    let b = _mm512_fnmadd_ps(nn, c(0x35bf_be8e), _mm512_fnmadd_ps(nn, c(0x3f31_7200), x));
+    let uu = _mm512_mul_ps(b, b);
+    let j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(
+            _mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+            uu,
+            _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+        ),
+        uu,
+        _mm512_fmadd_ps(c(0x3f7f_fff6), b, _mm512_set1_ps(1.0)),
+    );
+    let mut e = _mm512_scalef_ps(j, nn);
+    let big = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(nn), _mm512_set1_ps(192.0));
+    if big != 0 {
+        let le0 = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(nn, _mm512_setzero_ps());
+        let alt = _mm512_mask_blend_ps(le0, _mm512_set1_ps(f32::INFINITY), _mm512_setzero_ps());
+        e = _mm512_mask_blend_ps(big, e, alt);
+    }
+    _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0), e))
+}
+
+/// [`silu`] on 8 lanes, bit-identical to it lane by lane, or `None` when a lane's `e^-x` is
+/// not a normal number (`|x|` beyond ~87, or NaN): AVX2 has no `vscalefps`, so `j * 2^n` adds
+/// `n` to `j`'s exponent field, which is that product exactly only when it is normal.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn silu_avx2_lanes(
+    g: std::arch::x86_64::__m256,
+) -> Option<std::arch::x86_64::__m256> {
+    use std::arch::x86_64::*;
+    let c = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+    let x = _mm256_xor_ps(g, _mm256_set1_ps(-0.0));
+    let r = c(0x4b40_0000);
+    let z = _mm256_fmadd_ps(x, c(0x3fb8_aa3b), r);
+    let nn = _mm256_sub_ps(z, r);
+    let b = _mm256_fnmadd_ps(nn, c(0x35bf_be8e), _mm256_fnmadd_ps(nn, c(0x3f31_7200), x));
+    let uu = _mm256_mul_ps(b, b);
+    let j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(
+            _mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+            uu,
+            _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+        ),
+        uu,
+        _mm256_fmadd_ps(c(0x3f7f_fff6), b, _mm256_set1_ps(1.0)),
+    );
+    // The product's biased exponent must be 1..=254 (normal): NaN and huge `n` fail
+    // the comparisons (cvtps gives i32::MIN for NaN and out-of-range values).
+    let ni = _mm256_cvtps_epi32(nn);
+    let ji = _mm256_castps_si256(j);
+    let exp = _mm256_add_epi32(_mm256_srli_epi32::<23>(ji), ni);
+    let bad = _mm256_or_si256(
+        _mm256_or_si256(
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(1), exp),
+            _mm256_cmpgt_epi32(exp, _mm256_set1_epi32(254)),
+        ),
+        _mm256_or_si256(
+            // j itself positive and normal (its sign bit clear, exponent 1..=254).
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(1 << 23), ji),
+            _mm256_cmpgt_epi32(ji, _mm256_set1_epi32(0x7f7f_ffff)),
+        ),
+    );
+    // |n| <= 192 bounds the exponent sum away from wrapping.
+    let wild = _mm256_cmp_ps::<_CMP_NLE_UQ>(
+        _mm256_andnot_ps(_mm256_set1_ps(-0.0), nn),
+        _mm256_set1_ps(192.0),
+    );
+    if _mm256_testz_si256(bad, bad) == 0 || _mm256_movemask_ps(wild) != 0 {
+        return None;
+    }
+    let e = _mm256_castsi256_ps(_mm256_add_epi32(ji, _mm256_slli_epi32::<23>(ni)));
+    Some(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0), e)))
 }
 
 /// `x / (1 + e^-x)`.
