@@ -11,6 +11,7 @@ pub mod isa;
 mod legacy_kind;
 pub mod packed;
 pub mod prefetch;
+pub mod recurrent;
 pub mod row;
 pub mod scalar;
 pub mod shape;

@@ -33,6 +33,7 @@ use crate::engine::ops::silu::{mul_silu_in_place, silu_in_place};
 use crate::engine::scratch::ForwardScratch;
 use crate::engine::team::SendPtr;
 use crate::engine::weights::Mamba2Weights;
+use crate::kernels::recurrent::{recurrent, ScanFn};
 
 /// ggml's `ggml_compute_softplus_f32`: `ln(1 + e^x)`, `x` itself above 20.
 pub(crate) fn softplus(x: f32) -> f32 {
@@ -43,30 +44,21 @@ pub(crate) fn softplus(x: f32) -> f32 {
     }
 }
 
-/// One token of one head's scan (ggml_ssm_scan_f32, Mamba-2's scalar decay): for each of the
-/// head's `head_dim` rows `i` of `state` (`d_state` wide), `state[i] = state[i] * dA + b *
-/// (x[i] * dt')` and `y[i] = sum_k state[i][k] * c[k]` (summed in order from 0), with `dt' =
-/// softplus(dt)` and `dA = exp(dt' * a)`.
+/// One token of one head's scan (ggml_ssm_scan_f32, Mamba-2's scalar decay): `dt' =
+/// softplus(dt)` and `dA = exp(dt' * a)`, then `scan` (`kernels::recurrent::ScanFn`) over
+/// the head's `head_dim` rows of `state` (`d_state` wide): `state[i] = state[i] * dA + b *
+/// (x[i] * dt')` and `y[i] = sum_k state[i][k] * c[k]`.
 pub(crate) fn scan_head(
+    scan: ScanFn,
     state: &mut [f32],
     (x, dt, a): (&[f32], f32, f32),
     b: &[f32],
     c: &[f32],
     y: &mut [f32],
 ) {
-    let ds = b.len();
     let dt_sp = softplus(dt);
     let da = (dt_sp * a).exp();
-    for ((row, &xi), yi) in state.chunks_exact_mut(ds).zip(x).zip(y.iter_mut()) {
-        let x_dt = xi * dt_sp;
-        let mut sum = 0.0f32;
-        for ((s, &bk), &ck) in row.iter_mut().zip(b).zip(c) {
-            let v = (*s * da) + (bk * x_dt);
-            sum += v * ck;
-            *s = v;
-        }
-        *yi = sum;
-    }
+    scan(state, x, dt_sp, da, b, c, y);
 }
 
 /// `row = rms_norm((y + x * D[h]) * silu(z)) * norm`, the norm over each group of
@@ -203,6 +195,7 @@ impl Model {
         let n_states = kv.state_shape().n_slots * floats;
         let ys = SendPtr(s.ssm_y.as_mut_ptr());
         let (zx, xbc) = (&s.ssm_zxbcdt, &s.ssm_conv);
+        let kern = recurrent().ssm_scan;
         self.team.run(seqs.len() * nh, &|task, _| {
             let (qi, h) = (task / nh, task % nh);
             let q = &seqs[qi];
@@ -227,7 +220,7 @@ impl Model {
                 // least `n_tok * inner`), written by this task alone (one per sequence and head).
                 let y =
                     unsafe { std::slice::from_raw_parts_mut(ys.get().add(t * inner + h * hd), hd) };
-                scan_head(st, (x, dt, mw.a[h]), b, c, y);
+                scan_head(kern, st, (x, dt, mw.a[h]), b, c, y);
             }
         });
     }
@@ -243,7 +236,14 @@ mod tests {
         let mut st = [1.0f32, 2.0];
         let mut y = [0.0];
         let (dt, a) = (21.0f32, -0.01f32);
-        scan_head(&mut st, (&[0.5], dt, a), &[1.0, 2.0], &[1.0, -1.0], &mut y);
+        scan_head(
+            recurrent().ssm_scan,
+            &mut st,
+            (&[0.5], dt, a),
+            &[1.0, 2.0],
+            &[1.0, -1.0],
+            &mut y,
+        );
         let da = (21.0f32 * -0.01).exp();
         let s0 = 1.0 * da + 1.0 * (0.5 * 21.0);
         let s1 = 2.0 * da + 2.0 * (0.5 * 21.0);

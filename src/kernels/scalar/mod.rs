@@ -7,6 +7,7 @@ pub mod nonlinear;
 pub mod nonlinear_quant;
 pub mod packed;
 pub mod packed_k;
+pub mod recurrent;
 
 use super::shape::check_gemm;
 use super::DType;

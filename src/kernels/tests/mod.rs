@@ -11,5 +11,6 @@ mod packed;
 mod packed_k;
 #[cfg(target_arch = "aarch64")]
 mod packed_neon;
+mod recurrent;
 mod simd;
 mod util;

@@ -6,6 +6,7 @@ pub mod legacy;
 pub mod nonlinear;
 pub(crate) mod packed;
 mod packed_k;
+pub mod recurrent;
 
 use crate::kernels::cells::OutCells;
 use crate::kernels::legacy_kind::{Q4_0, Q4_1, Q8_0};

@@ -7,6 +7,7 @@ pub mod nonlinear;
 mod packed;
 pub(crate) mod packed_k;
 mod quant;
+pub mod recurrent;
 
 use crate::kernels::row::{PackedKernels, Table};
 use crate::kernels::DType;

@@ -9,6 +9,7 @@ pub mod nonlinear;
 mod nonlinear_panel;
 mod packed;
 pub(crate) mod packed_k;
+pub mod recurrent;
 
 use crate::kernels::row::{PackedKernels, Table};
 use crate::kernels::DType;

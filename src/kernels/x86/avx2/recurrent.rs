@@ -1,0 +1,140 @@
+//! AVX2 twins of the recurrent kernels (`kernels::recurrent`): the scan's 16 lanes are two
+//! 8-lane registers (lanes 0-7 and 8-15); four rows run together (their loads of B and C
+//! shared, their sums independent).
+
+use std::arch::x86_64::*;
+
+use crate::kernels::recurrent::{check_scan, RecurrentKernels, SCAN_LANES};
+use crate::kernels::scalar::recurrent::scan_tail;
+
+/// Installs the AVX2 scan.
+///
+/// # Safety
+/// The CPU must support AVX2.
+pub(crate) unsafe fn install(r: &mut RecurrentKernels) {
+    fn scan(s: &mut [f32], x: &[f32], dt_sp: f32, da: f32, b: &[f32], c: &[f32], y: &mut [f32]) {
+        // SAFETY: only installed by `install`, whose caller verified AVX2.
+        unsafe { ssm_scan(s, x, dt_sp, da, b, c, y) }
+    }
+    r.ssm_scan = scan;
+}
+
+/// The scan, bit-identical to `scalar::recurrent::ssm_scan`.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn ssm_scan(
+    state: &mut [f32],
+    x: &[f32],
+    dt_sp: f32,
+    da: f32,
+    b: &[f32],
+    c: &[f32],
+    y: &mut [f32],
+) {
+    let (rows, ds) = check_scan(state, x, b, c, y);
+    if ds == 0 {
+        y.fill(0.0);
+        return;
+    }
+    let mut i = 0;
+    while i + 4 <= rows {
+        // SAFETY: rows i..i+4 lie in `state` (checked lengths); same target features.
+        let s = unsafe {
+            rows_n::<4>(
+                &mut state[i * ds..(i + 4) * ds],
+                &x[i..i + 4],
+                dt_sp,
+                da,
+                b,
+                c,
+            )
+        };
+        y[i..i + 4].copy_from_slice(&s);
+        i += 4;
+    }
+    while i < rows {
+        // SAFETY: as above, one row.
+        let s = unsafe {
+            rows_n::<1>(
+                &mut state[i * ds..(i + 1) * ds],
+                &x[i..i + 1],
+                dt_sp,
+                da,
+                b,
+                c,
+            )
+        };
+        y[i] = s[0];
+        i += 1;
+    }
+}
+
+/// `R` rows of the scan (`state` holds exactly them), each in the scalar twin's order.
+///
+/// # Safety
+/// The CPU must support AVX2; `state` is `R * b.len()`, `c` as long as `b`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn rows_n<const R: usize>(
+    state: &mut [f32],
+    x: &[f32],
+    dt_sp: f32,
+    da: f32,
+    b: &[f32],
+    c: &[f32],
+) -> [f32; R] {
+    let ds = b.len();
+    let main = ds - ds % SCAN_LANES;
+    let vda = _mm256_set1_ps(da);
+    let x_dt: [f32; R] = std::array::from_fn(|r| x[r] * dt_sp);
+    let vx: [__m256; R] = std::array::from_fn(|r| _mm256_set1_ps(x_dt[r]));
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let sp = state.as_mut_ptr();
+    let mut k = 0;
+    while k < main {
+        for (h, off) in [0, 8].into_iter().enumerate() {
+            // SAFETY: k + off + 8 <= main <= ds = b.len() = c.len(), and row r's too.
+            unsafe {
+                let bv = _mm256_loadu_ps(b.as_ptr().add(k + off));
+                let cv = _mm256_loadu_ps(c.as_ptr().add(k + off));
+                for r in 0..R {
+                    let p = sp.add(r * ds + k + off);
+                    let v = _mm256_add_ps(
+                        _mm256_mul_ps(_mm256_loadu_ps(p), vda),
+                        _mm256_mul_ps(bv, vx[r]),
+                    );
+                    _mm256_storeu_ps(p, v);
+                    acc[r][h] = _mm256_add_ps(acc[r][h], _mm256_mul_ps(v, cv));
+                }
+            }
+        }
+        k += SCAN_LANES;
+    }
+    std::array::from_fn(|r| {
+        // SAFETY: same target features as this function.
+        let sum = unsafe { reduce8(_mm256_add_ps(acc[r][0], acc[r][1])) };
+        scan_tail(
+            &mut state[r * ds..(r + 1) * ds],
+            main,
+            (da, x_dt[r]),
+            b,
+            c,
+            sum,
+        )
+    })
+}
+
+/// 8 lanes combined as `scalar::recurrent::reduce_lanes`' last three steps: lane `j` + `j + 4`
+/// (the two 128-bit halves), then `j + 2`, then `j + 1`.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn reduce8(v: __m256) -> f32 {
+    let q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps::<0b01>(h, h)))
+}
