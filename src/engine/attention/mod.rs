@@ -46,11 +46,11 @@ use half::f16;
 pub enum AttnIsa {
     /// `ggml_order::attend_group`, any shape.
     Scalar,
-    /// `ggml_order::attend_group_avx2`: head_dim 64, 96, 128, 192 or 256, block size a
-    /// multiple of 8.
+    /// `ggml_order::attend_group_avx2`: head_dim 64, 96, 128, 192, 256 or 512, block
+    /// size a multiple of 8.
     Avx2,
-    /// `ggml_order::attend_group_avx512`: head_dim 64, 96, 128, 192 or 256, block size a
-    /// multiple of 16.
+    /// `ggml_order::attend_group_avx512`: head_dim 64, 96, 128, 192, 256 or 512,
+    /// block size a multiple of 16.
     Avx512,
 }
 

@@ -143,11 +143,13 @@ pub(super) fn attend_group(
 /// twin's query and accumulator, the SIMD twins' f16-rounded queries (up to four heads a pass).
 pub(super) const SCRATCH_HEADS: usize = 4;
 
-/// Head sizes the SIMD twins handle (their accumulators live in registers): 64, 96, 128, 192
-/// and 256, the sizes of the model families kiln runs. Past the last multiple of 64 (96's last
-/// 32 values) the reference sums the products in f64, as [`score`] does.
+/// Head sizes the SIMD twins handle: 64, 96, 128, 192, 256 and 512, the sizes of the model
+/// families kiln runs (512: gemma4's global layers, and its 256-wide local heads as the cache
+/// stores them). Up to 256 a pass's accumulators live in registers; wider ones spill to f16
+/// scratch (`simd_twin::heads`). Past the last multiple of 64 (96's last 32 values) the
+/// reference sums the products in f64, as [`score`] does.
 fn simd_head_dim(d: usize) -> bool {
-    matches!(d, 64 | 96 | 128 | 192 | 256)
+    matches!(d, 64 | 96 | 128 | 192 | 256 | 512)
 }
 
 /// True when [`attend_group_avx512`] handles heads of `d` values in blocks of `bs` positions:

@@ -20,8 +20,8 @@ use crate::kernels::prefetch::to_l1 as prefetch;
 use half::f16;
 use std::mem::MaybeUninit;
 
-/// Most f16 accumulator values of one pass ([`heads`]' `acc16`): 4 heads of 256.
-const ACC16: usize = 4 * 256;
+/// Most f16 accumulator values of one pass ([`heads`]' `acc16`): 4 heads of 512.
+const ACC16: usize = 4 * 512;
 
 /// `G` query heads of one KV head, `C` registers of `S::LANES` values per head; `q` and `out`
 /// hold `G` heads, `sinks` (when given) their `G` sink logits, `qh` at least `G * head_dim`
@@ -387,7 +387,7 @@ simd_twin!(
     avx512_covers,
     max_heads_avx512,
     [1 2 3 4],
-    [4 6 8 12 16]
+    [4 6 8 12 16 32]
 );
 simd_twin!(
     attend_group_avx2,
@@ -397,5 +397,5 @@ simd_twin!(
     avx2_covers,
     max_heads_avx2,
     [1 2 3 4],
-    [8 12 16 24 32]
+    [8 12 16 24 32 64]
 );

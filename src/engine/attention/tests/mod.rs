@@ -155,10 +155,11 @@ fn bits(x: &[f32]) -> Vec<u32> {
 /// exercise every head count and accumulator width of the SIMD kernels (groups of 1..=4 heads
 /// per AVX-512 pass and 1..=3 per AVX2 pass, 1..=4 at head_dim 64, in groups of up to 8;
 /// head_dim 64, 96 (its last 32
-/// values summed in f64), 128, 192, 256),
+/// values summed in f64), 128, 192, 256, and 512 with gemma4-E2B's 8 query heads on one KV
+/// head, whose accumulators spill to f16 scratch),
 /// then a block size only AVX2 and scalar cover (8), then shapes only the scalar twin covers
 /// (head_dim 24, blocks of 5 or of 1).
-const SHAPES: [(usize, usize, usize, usize); 12] = [
+const SHAPES: [(usize, usize, usize, usize); 13] = [
     (3, 3, 64, 16),
     (2, 4, 128, 32),
     (1, 1, 64, 16),
@@ -166,6 +167,7 @@ const SHAPES: [(usize, usize, usize, usize); 12] = [
     (1, 5, 64, 16),
     (2, 6, 192, 16),
     (1, 5, 256, 32),
+    (1, 8, 512, 16),
     (2, 5, 96, 16),
     (2, 5, 128, 8),
     (2, 2, 24, 5),
@@ -277,6 +279,7 @@ fn simd_kernels_are_bit_identical_over_long_contexts() {
         (1, 3, 64, 8),
         (2, 4, 64, 8),
         (1, 4, 96, 16),
+        (1, 5, 512, 16),
     ];
     for isa in [AttnIsa::Avx512, AttnIsa::Avx2] {
         if runs(isa) {
@@ -299,6 +302,8 @@ fn kernel_follows_the_kernel_isa() {
     let table = [
         (Isa::Avx512, 64, 16, AttnIsa::Avx512),
         (Isa::Avx512, 256, 32, AttnIsa::Avx512),
+        (Isa::Avx512, 512, 16, AttnIsa::Avx512),
+        (Isa::Avx512, 512, 8, AttnIsa::Avx2),
         (Isa::Avx512, 64, 8, AttnIsa::Avx2),
         (Isa::Avx512, 128, 24, AttnIsa::Avx2),
         (Isa::Avx512, 24, 16, AttnIsa::Scalar),
@@ -306,6 +311,8 @@ fn kernel_follows_the_kernel_isa() {
         (Isa::Avx512, 320, 16, AttnIsa::Scalar),
         (Isa::Avx2, 64, 16, AttnIsa::Avx2),
         (Isa::Avx2, 192, 8, AttnIsa::Avx2),
+        (Isa::Avx2, 512, 16, AttnIsa::Avx2),
+        (Isa::Avx2, 384, 16, AttnIsa::Scalar),
         (Isa::Avx2, 64, 5, AttnIsa::Scalar),
         (Isa::Avx2, 32, 16, AttnIsa::Scalar),
         (Isa::Scalar, 64, 16, AttnIsa::Scalar),
@@ -388,10 +395,17 @@ fn uncovered_shapes_run_the_scalar_twin() {
         s.force_isa(AttnIsa::Avx2);
         assert_eq!(s.isa(), AttnIsa::Scalar);
     }
-    for (d, bs) in [(64, 16), (96, 16), (128, 32), (192, 16), (256, 48)] {
+    for (d, bs) in [
+        (64, 16),
+        (96, 16),
+        (128, 32),
+        (192, 16),
+        (256, 48),
+        (512, 16),
+    ] {
         assert!(AttnIsa::Avx512.covers(d, bs), "({d}, {bs})");
     }
-    for (d, bs) in [(64, 8), (96, 8), (128, 16), (192, 24), (256, 48)] {
+    for (d, bs) in [(64, 8), (96, 8), (128, 16), (192, 24), (256, 48), (512, 8)] {
         assert!(AttnIsa::Avx2.covers(d, bs), "({d}, {bs})");
     }
 }
