@@ -9,6 +9,8 @@ use crate::server::error::ApiError;
 use crate::server::types::{
     ChatMessage, MessageContent, ResponseFormat, Role, Tool, ToolChoiceSpec,
 };
+use crate::structured::reasoning::ThinkStart;
+use crate::structured::think::ThinkFrame;
 use crate::structured::tools::native::{auto_call, forced_call, harmony_final, ForcedCall};
 use crate::structured::tools::{generic, CallReading, ToolChoice, ToolDef, ToolFormat, MAX_TOOLS};
 use crate::structured::{Constraint, ConstraintError, Grammars};
@@ -40,12 +42,109 @@ pub enum Shape {
 }
 
 /// What the handler runs: the messages as the template sees them, the template's `tools`,
-/// the grammar, and how replies are read for calls (None: plain content).
+/// the grammar (compiled once the prompt is rendered: [`Pending::compile`]), and how replies
+/// are read for calls (None: plain content).
 pub struct Prepared {
     pub messages: Vec<ChatMessage>,
     pub template_tools: Option<Value>,
-    pub constraint: Option<Arc<Constraint>>,
+    pub grammar: Option<Pending>,
     pub read_calls: Option<CallReading>,
+}
+
+/// A chat reply's grammar, checked but not yet compiled: where the rendered prompt leaves
+/// the reply (inside an open `<think>`, or free to open one) decides whether a think part
+/// goes in front of it ([`ThinkFrame`]).
+#[derive(Debug, Clone)]
+pub enum Pending {
+    /// `response_format`'s JSON, closing near `max_tokens` (a harmony model frames it in
+    /// its final channel).
+    Answer {
+        schema: Value,
+        param: &'static str,
+        label: String,
+    },
+    /// JSON valid against a schema (kiln's tool envelope, a Llama 3 call).
+    Schema {
+        schema: Value,
+        label: &'static str,
+        forced: bool,
+    },
+    /// Calls in the model's own syntax (a Lark grammar whose first rule is `start:`);
+    /// `forced`: calls only, their JSON bounded.
+    Lark { grammar: String, forced: bool },
+}
+
+impl Pending {
+    /// Compiles the grammar for a reply that starts as `think` says: with a think part in
+    /// front when the reply may reason first (its close forced near the end of the budget
+    /// when the structured part is required).
+    pub fn compile(
+        self,
+        rt: &Runtime,
+        think: Option<ThinkStart>,
+    ) -> Result<Arc<Constraint>, ApiError> {
+        let g = grammars(rt)?;
+        let forced = match &self {
+            Pending::Answer { .. } => true,
+            Pending::Schema { forced, .. } | Pending::Lark { forced, .. } => *forced,
+        };
+        let frame = think
+            .and_then(|t| ThinkFrame::new(t, &rt.tokenizer, Arc::clone(g.token_bytes()), forced))
+            .map(Arc::new);
+        let (prefix, rules) = frame.as_ref().map(|f| f.prefix()).unzip();
+        let compiled = match self {
+            Pending::Answer {
+                schema,
+                param,
+                label,
+            } => {
+                let c = match &prefix {
+                    _ if rt.harmony => Constraint::json_schema_after(
+                        g,
+                        &harmony_final(&rt.tokenizer),
+                        "",
+                        &schema,
+                        param,
+                        &label,
+                    ),
+                    Some(p) => Constraint::json_schema_after(
+                        g,
+                        p,
+                        rules.as_deref().unwrap_or_default(),
+                        &schema,
+                        param,
+                        &label,
+                    ),
+                    None => Constraint::json_schema(g, &schema, param, &label),
+                };
+                c.map(Constraint::closing)
+            }
+            Pending::Schema { schema, label, .. } => match &prefix {
+                Some(p) => Constraint::json_schema_after(
+                    g,
+                    p,
+                    rules.as_deref().unwrap_or_default(),
+                    &schema,
+                    "tools",
+                    label,
+                ),
+                None => Constraint::json_schema(g, &schema, "tools", label),
+            },
+            Pending::Lark { grammar, forced } => {
+                let grammar = match &frame {
+                    Some(f) => f.wrap(&grammar),
+                    None => grammar,
+                };
+                // Calls only (forced): their JSON is bounded; beside free text it is not.
+                Constraint::lark(g, &grammar, "tools", "tool_call", forced)
+            }
+        }
+        .map_err(constraint_error)?;
+        Ok(Arc::new(match frame {
+            Some(f) => compiled.thinking(f),
+            None => compiled,
+        }))
+    }
 }
 
 fn constraint_error(e: ConstraintError) -> ApiError {
@@ -207,25 +306,19 @@ pub fn compile_json(rt: &Runtime, shape: &Shape) -> Result<Option<Arc<Constraint
     }
 }
 
-/// Compiles a chat reply's `response_format` shape: as [`compile_json`], but a harmony
-/// model (gpt-oss) answers in its final channel, so there the JSON follows the message
-/// header `<|channel|>final<|message|>` ([`harmony_final`]) and the reply reads as content.
-fn compile_chat_json(rt: &Runtime, shape: &Shape) -> Result<Option<Arc<Constraint>>, ApiError> {
+/// A chat reply's `response_format` shape, to compile once the prompt is rendered.
+fn chat_json(shape: &Shape) -> Option<Pending> {
     match shape {
         Shape::Json {
             schema,
             param,
             label,
-        } if rt.harmony => Constraint::json_schema_after(
-            grammars(rt)?,
-            &harmony_final(&rt.tokenizer),
-            schema,
+        } => Some(Pending::Answer {
+            schema: schema.clone(),
             param,
-            label,
-        )
-        .map(|c| Some(Arc::new(c.closing())))
-        .map_err(constraint_error),
-        _ => compile_json(rt, shape),
+            label: label.clone(),
+        }),
+        _ => None,
     }
 }
 
@@ -242,7 +335,7 @@ pub fn prepare_chat(
             return Ok(Prepared {
                 messages: history(messages, format),
                 template_tools: None,
-                constraint: compile_chat_json(rt, shape)?,
+                grammar: chat_json(shape),
                 read_calls: None,
             })
         }
@@ -260,31 +353,24 @@ pub fn prepare_chat(
     }
     // `response_format`'s schema, compiled on its own (so an unsupported feature names its
     // own field): the whole constraint under "none", checked only under the others.
-    let answer_constraint = tools
-        .answer
-        .as_ref()
-        .map(|(schema, param)| Constraint::json_schema(g, schema, param, "response_format"))
-        .transpose()
-        .map_err(constraint_error)?;
+    if let Some((schema, param)) = &tools.answer {
+        Constraint::json_schema(g, schema, param, "response_format").map_err(constraint_error)?;
+    }
     let answer = tools.answer.as_ref().map(|(schema, _)| schema);
     let calls_only = matches!(tools.choice, ToolChoice::Required | ToolChoice::Named(_));
     if tools.choice == ToolChoice::None {
-        // The answer alone, as a request without tools has it (harmony frames it).
-        let constraint = match &tools.answer {
-            Some((schema, param)) if rt.harmony => compile_chat_json(
-                rt,
-                &Shape::Json {
-                    schema: schema.clone(),
-                    param,
-                    label: "response_format".to_string(),
-                },
-            )?,
-            _ => answer_constraint.map(|c| Arc::new(c.closing())),
-        };
+        // The answer alone, as a request without tools has it.
         return Ok(Prepared {
             messages: history(messages, format),
             template_tools: None,
-            constraint,
+            grammar: tools
+                .answer
+                .as_ref()
+                .map(|(schema, param)| Pending::Answer {
+                    schema: schema.clone(),
+                    param,
+                    label: "response_format".to_string(),
+                }),
             read_calls: None,
         });
     }
@@ -321,23 +407,21 @@ pub fn prepare_chat(
             ),
             ToolChoice::None => None,
         };
-        let constraint = match forced {
-            None => None,
-            Some(ForcedCall::Schema(s)) => {
-                Some(Constraint::json_schema(g, &s, "tools", "tool_call"))
-            }
-            // Calls only (forced): their JSON is bounded; beside free text it is not.
-            Some(ForcedCall::Lark(l)) => {
-                Some(Constraint::lark(g, &l, "tools", "tool_call", calls_only))
-            }
-        }
-        .transpose()
-        .map_err(constraint_error)?
-        .map(Arc::new);
+        let grammar = forced.map(|f| match f {
+            ForcedCall::Schema(schema) => Pending::Schema {
+                schema,
+                label: "tool_call",
+                forced: calls_only,
+            },
+            ForcedCall::Lark(grammar) => Pending::Lark {
+                grammar,
+                forced: calls_only,
+            },
+        });
         return Ok(Prepared {
             messages: history(messages, format),
             template_tools: Some(Value::Array(listed)),
-            constraint,
+            grammar,
             read_calls: Some(CallReading {
                 format,
                 forced: calls_only,
@@ -346,8 +430,8 @@ pub fn prepare_chat(
     }
     let schema = generic::envelope_schema(&tools.tools, &tools.choice, tools.parallel, answer)
         .unwrap_or_else(|| json!({}));
-    let constraint =
-        Constraint::json_schema(g, &schema, "tools", "tool_envelope").map_err(constraint_error)?;
+    // Checked now (errors before the prompt is rendered), compiled with the prompt.
+    Constraint::json_schema(g, &schema, "tools", "tool_envelope").map_err(constraint_error)?;
     let prompt = generic::system_prompt(&tools.tools, &tools.choice, tools.parallel, answer);
     let mut messages = history(messages, format);
     match messages.first_mut() {
@@ -369,7 +453,12 @@ pub fn prepare_chat(
     Ok(Prepared {
         messages,
         template_tools: None,
-        constraint: Some(Arc::new(constraint)),
+        grammar: Some(Pending::Schema {
+            schema,
+            label: "tool_envelope",
+            // The envelope is JSON whatever the choice: its think part must close.
+            forced: true,
+        }),
         read_calls: Some(CallReading {
             format: ToolFormat::Generic,
             forced: calls_only,

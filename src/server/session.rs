@@ -162,9 +162,13 @@ impl Session {
                 }
                 ids.extend(rt.tokenizer.encode(&text, false, false));
             }
+            let constraint = p
+                .grammar
+                .map(|g| g.compile(&rt, rendered.think))
+                .transpose()?;
             Ok(ChatPrompt {
                 ids,
-                constraint: p.constraint,
+                constraint,
                 read_calls: p.read_calls,
                 think: rendered.think,
             })

@@ -236,7 +236,13 @@ impl JsonBounds {
     /// Advances over a token the sequence drew.
     pub fn commit(&mut self, id: u32) {
         let table = Arc::clone(&self.table);
-        for &b in table.word(id) {
+        self.commit_bytes(table.word(id));
+    }
+
+    /// Advances over the bytes of a drawn token that belong to the bounded output (the end
+    /// of a token that closed a think part, see [`super::think`]).
+    pub fn commit_bytes(&mut self, bytes: &[u8]) {
+        for &b in bytes {
             // A crossed bound was allowed on purpose (nothing else was): follow the text.
             let _ = self.step(b);
         }

@@ -4,6 +4,7 @@
 use super::bounds::{JsonBounds, TokenBytes, LIMITS};
 use super::error::ConstraintError;
 use super::seq::SeqConstraint;
+use super::think::ThinkFrame;
 use super::vocab::Grammars;
 use llguidance::api::TopLevelGrammar;
 use llguidance::Matcher;
@@ -36,6 +37,9 @@ pub struct Constraint {
     closes: bool,
     /// The literal runs of the schema's patterns ([`super::phrases`]).
     phrases: Arc<[Vec<u8>]>,
+    /// The grammar starts with a free think part ([`super::think`]): each sequence watches
+    /// it and forces its close near the end of its budget.
+    think: Option<Arc<ThinkFrame>>,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -74,16 +78,19 @@ impl Constraint {
             bounds: Some((Arc::clone(g.token_bytes()), false)),
             closes: false,
             phrases: phrases.into(),
+            think: None,
         })
     }
 
     /// Output must be the Lark items `prefix` (control tokens as `<[id]>`, text as string
-    /// literals) followed by JSON valid against `schema`, which is checked and rewritten as
-    /// [`Constraint::json_schema`] does (errors name `param`). For formats that frame an
-    /// answer in a header, as gpt-oss's harmony writes its final channel.
+    /// literals, rules named in `rules`) followed by JSON valid against `schema`, which is
+    /// checked and rewritten as [`Constraint::json_schema`] does (errors name `param`). For
+    /// formats that frame an answer in a header, as gpt-oss's harmony writes its final
+    /// channel, and for a think part before the answer ([`ThinkFrame::prefix`]).
     pub fn json_schema_after(
         g: &Grammars,
         prefix: &str,
+        rules: &str,
         schema: &Value,
         param: &str,
         label: &str,
@@ -91,7 +98,7 @@ impl Constraint {
         let (schema, phrases) = prepare_schema(schema, param)?;
         let mut c = Constraint::lark(
             g,
-            &format!("start: {prefix} %json {schema}\n"),
+            &format!("start: {prefix} %json {schema}\n{rules}"),
             param,
             label,
             true,
@@ -124,6 +131,7 @@ impl Constraint {
             bounds: json_bounds.then(|| (Arc::clone(g.token_bytes()), true)),
             closes: false,
             phrases: Arc::from(Vec::new()),
+            think: None,
         })
     }
 
@@ -150,8 +158,12 @@ impl Constraint {
             .bounds
             .as_ref()
             .map(|(t, embedded)| JsonBounds::new(Arc::clone(t), *embedded, LIMITS));
-        SeqConstraint::with_bounds(self.matcher.clone(), bounds)
-            .with_phrases(Arc::clone(&self.phrases))
+        let seq = SeqConstraint::with_bounds(self.matcher.clone(), bounds)
+            .with_phrases(Arc::clone(&self.phrases));
+        match &self.think {
+            Some(t) => seq.with_think(t.budget(usize::MAX)),
+            None => seq,
+        }
     }
 
     /// The same constraint, closing its JSON near the end of a sequence's budget (see
@@ -164,12 +176,22 @@ impl Constraint {
     /// [`Constraint::sequence`] for a sequence that may draw `max_tokens`: it closes near the
     /// end when this constraint is [`Constraint::closing`].
     pub fn sequence_within(&self, max_tokens: usize) -> SeqConstraint {
-        let seq = self.sequence();
+        let mut seq = self.sequence();
+        if let Some(t) = &self.think {
+            seq = seq.with_think(t.budget(max_tokens));
+        }
         if self.closes {
             seq.with_budget(max_tokens)
         } else {
             seq
         }
+    }
+
+    /// The same constraint, its grammar starting with `frame`'s think part (built with
+    /// [`ThinkFrame::wrap`] or [`ThinkFrame::prefix`]).
+    pub fn thinking(mut self, frame: Arc<ThinkFrame>) -> Constraint {
+        self.think = Some(frame);
+        self
     }
 
     pub fn label(&self) -> &str {

@@ -18,6 +18,8 @@
 //! - [`completion`]: near `max_tokens`, the reply steered along the shortest completion
 //!   once the budget left comes within what it costs (required keys still to write);
 //! - [`phrases`]: the literal text of the schema's patterns, which the steering tries;
+//! - [`think`]: thinking before structure: the free `<think>` part in front of a grammar,
+//!   and its close forced once the tokens left come within the answer's reserve;
 //! - [`tools`]: tool definitions, the model family's tool-call syntax, and parsers that keep
 //!   calls out of the content (whole replies and streams).
 //!
@@ -41,6 +43,7 @@ pub mod seq;
 pub mod syntax;
 #[cfg(test)]
 mod testkit;
+pub mod think;
 pub mod tools;
 pub mod vocab;
 

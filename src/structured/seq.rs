@@ -10,6 +10,7 @@
 use super::bounds::JsonBounds;
 use super::completion::Completion;
 use super::lookahead::Lookahead;
+use super::think::ThinkBudget;
 use llguidance::toktrie::SimpleVob;
 use llguidance::Matcher;
 use std::sync::Arc;
@@ -50,6 +51,9 @@ pub struct SeqConstraint {
     completion: Option<Completion>,
     /// Literal text of the schema's patterns, for the steering inside strings.
     phrases: Arc<[Vec<u8>]>,
+    /// The free think part before the structured one ([`super::think`]): while it lasts the
+    /// bounds and steering stand aside, and near the budget's end its close is forced.
+    think: Option<ThinkBudget>,
     /// The mask could not be computed; the sequence must end.
     failed: Option<String>,
     stats: MaskStats,
@@ -75,6 +79,7 @@ impl Clone for SeqConstraint {
             lookahead: self.lookahead.clone(),
             completion: self.completion.clone(),
             phrases: Arc::clone(&self.phrases),
+            think: self.think.clone(),
             failed: self.failed.clone(),
             stats: MaskStats::default(),
         }
@@ -96,6 +101,7 @@ impl SeqConstraint {
             lookahead: None,
             completion: None,
             phrases: Arc::from(Vec::new()),
+            think: None,
             mask: None,
             failed: None,
             stats: MaskStats::default(),
@@ -106,6 +112,12 @@ impl SeqConstraint {
     /// inside strings; set before [`SeqConstraint::with_budget`].
     pub fn with_phrases(mut self, phrases: Arc<[Vec<u8>]>) -> SeqConstraint {
         self.phrases = phrases;
+        self
+    }
+
+    /// A think part before the structured one ([`super::think`]).
+    pub fn with_think(mut self, think: ThinkBudget) -> SeqConstraint {
+        self.think = Some(think);
         self
     }
 
@@ -152,7 +164,9 @@ impl SeqConstraint {
         // this outlives it (the matcher is not used again once `failed` is set).
         let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut m = self.matcher.compute_mask().map_err(|e| e.to_string())?;
-            if m.num_set() > 0 {
+            if let Some(t) = self.think.as_ref().filter(|t| t.active()) {
+                t.force_close(&mut m);
+            } else if m.num_set() > 0 {
                 if let Some(b) = &self.bounds {
                     b.narrow(&mut m);
                     if let Some((left, margin)) = self.budget {
@@ -205,14 +219,26 @@ impl SeqConstraint {
         if let Err(e) = self.matcher.consume_token(id) {
             return Step::Failed(e.to_string());
         }
-        if let Some(b) = &mut self.bounds {
-            b.commit(id);
+        // Where the structured part starts in this token (None: still thinking).
+        let from = match &mut self.think {
+            Some(t) => t.commit(id),
+            None => Some(0),
+        };
+        match (from, &mut self.bounds) {
+            (Some(0), Some(b)) => b.commit(id),
+            (Some(at), Some(b)) => {
+                let table = Arc::clone(b.table());
+                b.commit_bytes(table.word(id).get(at..).unwrap_or_default());
+            }
+            _ => {}
         }
-        if let Some(l) = &mut self.lookahead {
-            l.commit(id);
-        }
-        if let Some(c) = &mut self.completion {
-            c.commit(id);
+        if from.is_some() {
+            if let Some(l) = &mut self.lookahead {
+                l.commit(id);
+            }
+            if let Some(c) = &mut self.completion {
+                c.commit(id);
+            }
         }
         if let Some((left, _)) = &mut self.budget {
             *left = left.saturating_sub(1);

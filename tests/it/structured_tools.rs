@@ -23,6 +23,8 @@ fn tool_formats_are_detected_from_real_templates() {
         ),
         ("Qwen-Qwen2.5-7B-Instruct", ToolFormat::Hermes),
         ("Qwen-QwQ-32B", ToolFormat::Hermes),
+        ("Qwen3.5-4B", ToolFormat::QwenXml),
+        ("Qwen3-Coder", ToolFormat::QwenXml),
         ("meta-llama-Llama-3.2-3B-Instruct", ToolFormat::Llama3),
         ("meta-llama-Llama-3.3-70B-Instruct", ToolFormat::Llama3),
         ("mistralai-Mistral-Nemo-Instruct-2407", ToolFormat::Mistral),
@@ -132,8 +134,9 @@ fn compile(c: kiln::structured::tools::native::ForcedCall) -> Constraint {
     }
 }
 
-const NATIVE: [(kiln::structured::tools::ToolFormat, &str); 6] = [
+const NATIVE: [(kiln::structured::tools::ToolFormat, &str); 7] = [
     (kiln::structured::tools::ToolFormat::Hermes, ""),
+    (kiln::structured::tools::ToolFormat::QwenXml, ""),
     (kiln::structured::tools::ToolFormat::Llama3, ""),
     (kiln::structured::tools::ToolFormat::Mistral, ""),
     (kiln::structured::tools::ToolFormat::Mistral, "[ARGS]"),
@@ -203,6 +206,7 @@ fn a_harmony_json_answer_is_in_the_final_channel() {
     let c = Constraint::json_schema_after(
         grammars(),
         &harmony_final(&tok),
+        "",
         &person_schema(),
         "response_format",
         "f",
@@ -225,6 +229,9 @@ fn book_call(format: kiln::structured::tools::ToolFormat, template: &str) -> &'s
     match (format, template) {
         (ToolFormat::Hermes, _) => {
             "<tool_call>\n{\"name\": \"book\", \"arguments\": {\"ok\": true}}\n</tool_call>"
+        }
+        (ToolFormat::QwenXml, _) => {
+            "<tool_call>\n<function=book>\n<parameter=ok>\ntrue\n</parameter>\n</function>\n</tool_call>"
         }
         (ToolFormat::Llama3, _) => "{\"name\": \"book\", \"parameters\": {\"ok\": true}}",
         (ToolFormat::Mistral, "") => {
@@ -319,8 +326,10 @@ fn auto_allows_an_answer_or_calls_and_a_started_call_is_valid() {
             assert_eq!(
                 accepts(&c, &format!("{call}{call}")),
                 parallel
-                    && (matches!(format, ToolFormat::Hermes | ToolFormat::Phi4)
-                        || !template.is_empty()),
+                    && (matches!(
+                        format,
+                        ToolFormat::Hermes | ToolFormat::QwenXml | ToolFormat::Phi4
+                    ) || !template.is_empty()),
                 "{what}"
             );
             // Once a call starts, whatever is sampled is a valid call.

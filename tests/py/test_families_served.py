@@ -16,9 +16,10 @@ against the schema;
 `tool_choice` "required" and a named function give a parsed call with valid arguments (in the
 family's own call syntax where kiln knows it, else kiln's JSON envelope); the Anthropic
 Messages and OpenAI Responses routes answer. Qwen3.5's generation prompt opens `<think>`, so
-its reply is `reasoning_content` unless `enable_thinking` is false (its JSON and tool requests
-turn thinking off, as a client wanting structured output does: under an open `<think>` the
-constrained reply would be read as reasoning). On lfm2 a system prompt shared by several
+its reply is `reasoning_content` unless `enable_thinking` is false; its JSON and forced tool
+requests are asked with thinking on and off: on, the reply reasons freely, `</think>` comes
+(forced once half of `max_tokens` is spent) and the JSON or the call (in Qwen3.5's XML call
+syntax) follows. On lfm2 a system prompt shared by several
 conversations is computed once (up to the last prefill chunk end within it, where the
 recurrent state is kept): the prefix cache's hit counter rises and the repeats report
 `cached_tokens`.
@@ -80,11 +81,29 @@ TOOLS = [
 ]
 
 
-def structured_kwargs(name: str) -> dict:
-    """Extra body of a JSON or tool request: thinking off for the thinking template."""
-    if name in THINKING:
-        return {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
-    return {}
+def thinking_off(name: str) -> dict:
+    """Extra body of a request with thinking turned off (for a thinking template)."""
+    return {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
+
+
+def reasoning_of(message) -> str:
+    return (message.model_extra or {}).get("reasoning_content") or ""
+
+
+def streamed(client, **kw) -> tuple[str, str, dict, str]:
+    """A streamed reply's content, reasoning, calls (index -> [name, arguments]) and
+    finish reason."""
+    text, reasoning, calls, finish = "", "", {}, None
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            reasoning += (c.delta.model_extra or {}).get("reasoning_content") or ""
+            for t in c.delta.tool_calls or []:
+                call = calls.setdefault(t.index, ["", ""])
+                call[0] += (t.function.name or "") if t.function else ""
+                call[1] += (t.function.arguments or "") if t.function else ""
+            finish = c.finish_reason or finish
+    return text, reasoning, calls, finish
 
 
 @pytest.fixture(scope="module")
@@ -151,37 +170,57 @@ def test_a_request_offering_tools_is_answered(families, name):
     assert r.usage.prompt_tokens > plain.usage.prompt_tokens
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_json_schema_gives_valid_json(families, name):
+# Thinking families are asked with thinking on (their default) and once with it off.
+STRUCTURED = [(n, True) for n in NAMES] + [(n, False) for n in sorted(THINKING)]
+
+
+@pytest.mark.parametrize("name,thinking", STRUCTURED)
+def test_json_schema_gives_valid_json(families, name, thinking):
+    """With thinking on, the reply reasons freely (its `</think>` forced once half of
+    max_tokens is spent) and the JSON follows: reasoning_content, then valid content, the
+    same whole and streamed."""
     client = client_for(families.base_url)
-    r = client.chat.completions.create(
-        model=name, messages=ASK, max_tokens=40, temperature=0, seed=5,
-        response_format={"type": "json_schema",
-                         "json_schema": {"name": "river", "schema": ANSWER, "strict": True}},
-        **structured_kwargs(name))
+    kw = dict(model=name, messages=ASK, max_tokens=60, temperature=0, seed=5,
+              response_format={"type": "json_schema",
+                               "json_schema": {"name": "river", "schema": ANSWER,
+                                               "strict": True}},
+              **({} if thinking else thinking_off(name)))
+    r = client.chat.completions.create(**kw)
     msg = r.choices[0].message
-    assert not (msg.model_extra or {}).get("reasoning_content"), msg
+    assert bool(reasoning_of(msg)) == (name in THINKING and thinking), msg
     jsonschema.validate(json.loads(msg.content), ANSWER)
+    if name in THINKING:
+        text, reasoning, _, finish = streamed(client, **kw)
+        assert (text, reasoning, finish) == (msg.content, reasoning_of(msg),
+                                             r.choices[0].finish_reason)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name,thinking", STRUCTURED)
 @pytest.mark.parametrize("choice", ["required", "book"])
-def test_a_forced_tool_call_is_parsed_with_valid_arguments(families, name, choice):
+def test_a_forced_tool_call_is_parsed_with_valid_arguments(families, name, thinking, choice):
+    """A forced call in the family's own syntax (Qwen3.5: XML, its values typed by the
+    schema), after free reasoning when thinking is on; the same whole and streamed."""
     client = client_for(families.base_url)
     tool_choice = choice if choice == "required" else {"type": "function",
                                                         "function": {"name": choice}}
-    r = client.chat.completions.create(
-        model=name, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=TOOLS,
-        tool_choice=tool_choice, parallel_tool_calls=False, max_tokens=80, temperature=0,
-        seed=7, **structured_kwargs(name))
+    kw = dict(model=name, messages=[{"role": "user", "content": "Weather in Paris?"}],
+              tools=TOOLS, tool_choice=tool_choice, parallel_tool_calls=False,
+              max_tokens=120 if name in THINKING else 80, temperature=0, seed=7,
+              **({} if thinking else thinking_off(name)))
+    r = client.chat.completions.create(**kw)
     c = r.choices[0]
     assert c.finish_reason == "tool_calls", c
     assert len(c.message.tool_calls) == 1, c.message
+    assert bool(reasoning_of(c.message)) == (name in THINKING and thinking), c.message
     call = c.message.tool_calls[0].function
     if choice != "required":
         assert call.name == choice
     schema = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == call.name)
     jsonschema.validate(json.loads(call.arguments), schema)
+    if name in THINKING and choice == "book":
+        _, reasoning, calls, finish = streamed(client, **kw)
+        assert (reasoning, finish) == (reasoning_of(c.message), "tool_calls")
+        assert calls == {0: [call.name, call.arguments]}
 
 
 @pytest.mark.parametrize("name", NAMES)

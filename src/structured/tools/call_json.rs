@@ -11,8 +11,22 @@ pub struct Slot {
     pub name: Option<String>,
     /// The arguments' span so far (raw JSON text, as the model wrote it).
     pub args: Option<(usize, usize)>,
+    /// The arguments' JSON text so far when the reader writes it (formats whose calls are not
+    /// JSON, as Qwen3.5's XML): then `args` is unused.
+    pub owned: Option<String>,
     /// The call's object closed (with a name).
     pub complete: bool,
+}
+
+impl Slot {
+    /// The arguments' JSON text so far, in `buf` (the text the reader was given).
+    pub fn arguments<'a>(&'a self, buf: &'a str) -> &'a str {
+        match (&self.owned, self.args) {
+            (Some(o), _) => o,
+            (None, Some((a, b))) => &buf[a..b],
+            (None, None) => "",
+        }
+    }
 }
 
 /// What a reader of one JSON part reports.

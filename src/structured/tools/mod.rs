@@ -5,6 +5,9 @@
 //! Formats:
 //! - **Hermes / Qwen**: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, text around
 //!   it is content;
+//! - **Qwen3.5 / Qwen3-Coder XML**: `<tool_call>\n<function=NAME>\n<parameter=ARG>\nVALUE\n
+//!   </parameter>\n</function>\n</tool_call>`, each value raw (a string's text, other values
+//!   as JSON); [`reader`] rebuilds the arguments' JSON object;
 //! - **Llama 3.x**: the reply is one JSON object `{"name": ..., "parameters": {...}}`
 //!   (optionally after `<|python_tag|>`);
 //! - **Mistral**: `[TOOL_CALLS]` then a JSON array of `{"name", "arguments"}` (Nemo), or
@@ -25,6 +28,7 @@ pub mod call_json;
 pub mod generic;
 pub mod json_stream;
 pub mod native;
+pub mod qwen_xml;
 pub mod reader;
 pub mod stream;
 
@@ -63,6 +67,8 @@ pub enum ToolChoice {
 pub enum ToolFormat {
     Generic,
     Hermes,
+    /// Qwen3.5's and Qwen3-Coder's XML calls.
+    QwenXml,
     Llama3,
     Mistral,
     Phi4,
@@ -141,6 +147,11 @@ impl ToolFormat {
             } else {
                 ToolFormat::Granite
             }
+        } else if template.contains("<tool_call>")
+            && template.contains("<function=")
+            && template.contains("<parameter=")
+        {
+            ToolFormat::QwenXml
         } else if template.contains("<tool_call>") {
             ToolFormat::Hermes
         } else if template.contains("[TOOL_CALLS]") {
@@ -166,7 +177,7 @@ impl ToolFormat {
         match self {
             ToolFormat::Mistral => &["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"],
             ToolFormat::Llama3 => &["<|python_tag|>"],
-            ToolFormat::Hermes => &["<tool_call>", "</tool_call>"],
+            ToolFormat::Hermes | ToolFormat::QwenXml => &["<tool_call>", "</tool_call>"],
             ToolFormat::Phi4 => &["<|tool_call|>", "<|/tool_call|>"],
             ToolFormat::Granite => &["<|tool_call|>"],
             ToolFormat::Harmony => &crate::structured::harmony::CONTROL,
@@ -178,6 +189,7 @@ impl ToolFormat {
         match self {
             ToolFormat::Generic => "generic",
             ToolFormat::Hermes => "hermes",
+            ToolFormat::QwenXml => "qwen-xml",
             ToolFormat::Llama3 => "llama3",
             ToolFormat::Mistral => "mistral",
             ToolFormat::Phi4 => "phi4",

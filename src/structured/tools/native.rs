@@ -5,7 +5,7 @@
 //!   against `response_format`'s schema) or calls; a call the model starts is constrained
 //!   from its opening tag on, so its arguments validate too.
 //!
-//! Hermes, Mistral, Phi-4-mini and Granite need tags around the JSON, so their grammars are Lark (with the JSON
+//! Hermes, Qwen3.5's XML ([`super::qwen_xml`]), Mistral, Phi-4-mini and Granite need tags around the JSON, so their grammars are Lark (with the JSON
 //! parts as embedded schemas); Llama 3's call is plain JSON. A tag that is a control token in
 //! the vocabulary is named by id (`<[id]>`), since grammar text never produces one.
 
@@ -74,7 +74,7 @@ impl Tag {
     }
 
     /// The tag as a grammar item.
-    fn item(&self) -> String {
+    pub(crate) fn item(&self) -> String {
         match self {
             Tag::Control(id) => format!("<[{id}]>"),
             Tag::Text(t) => serde_json::to_string(t).unwrap_or_default(),
@@ -83,7 +83,7 @@ impl Tag {
 }
 
 /// `text` as a regex matching it literally (llguidance's regex syntax, inside `/.../`).
-fn regex_literal(text: &str) -> String {
+pub(crate) fn regex_literal(text: &str) -> String {
     let mut out = String::with_capacity(text.len() * 2);
     for c in text.chars() {
         if "\\.+*?()|[]{}^$/-&~#".contains(c) {
@@ -105,12 +105,18 @@ fn tagged_call(
     most: usize,
     tok: &Tokenizer,
     template: &str,
-) -> Option<(Tag, String, usize)> {
-    match format {
+) -> Option<(Tag, String, usize, String)> {
+    let plain = |(open, after, most): (Tag, String, usize)| (open, after, most, String::new());
+    let call = match format {
         // Harmony: a forced call is [`harmony_call`]; under "auto" the reply is free (its
         // analysis and final messages open with the same control tokens a call does), and
         // calls are read from it.
         ToolFormat::Generic | ToolFormat::Llama3 | ToolFormat::Harmony => None,
+        ToolFormat::QwenXml => {
+            let (after, rules) =
+                super::qwen_xml::call_after(tools, &tag(tok, "</tool_call>"), &with_layout);
+            return Some((Tag::of(tok, "<tool_call>"), after, most, rules));
+        }
         ToolFormat::Hermes => {
             let body = with_layout(call_schema(tools, "arguments"));
             let after = format!(
@@ -160,7 +166,8 @@ fn tagged_call(
             }));
             Some((Tag::of(tok, "[TOOL_CALLS]"), format!("%json {list}"), 1))
         }
-    }
+    };
+    call.map(plain)
 }
 
 /// A Lark grammar for a tagged call syntax: each call is `open` followed by `after` (a
@@ -237,10 +244,9 @@ pub fn auto_call(
             py.item()
         )));
     }
-    let (open, after, most) = tagged_call(format, tools, most, tok, template)?;
-    Some(ForcedCall::Lark(tagged_grammar(
-        &open, &after, most, false, answer,
-    )))
+    let (open, after, most, rules) = tagged_call(format, tools, most, tok, template)?;
+    let grammar = tagged_grammar(&open, &after, most, false, answer);
+    Some(ForcedCall::Lark(format!("{grammar}{rules}")))
 }
 
 /// The grammar of a forced call in `format` (None for Generic, which has its own envelope).
@@ -258,10 +264,9 @@ pub fn forced_call(
         ToolFormat::Harmony => return Some(ForcedCall::Lark(harmony_call(tools, tok))),
         _ => {}
     }
-    let (open, after, most) = tagged_call(format, tools, most, tok, template)?;
-    Some(ForcedCall::Lark(tagged_grammar(
-        &open, &after, most, true, None,
-    )))
+    let (open, after, most, rules) = tagged_call(format, tools, most, tok, template)?;
+    let grammar = tagged_grammar(&open, &after, most, true, None);
+    Some(ForcedCall::Lark(format!("{grammar}{rules}")))
 }
 
 /// The Lark grammar of a forced harmony call (gpt-oss), one message after the prompt's

@@ -37,7 +37,7 @@ fn tags(format: ToolFormat) -> Option<Tags> {
             open: "<|tool_call|>",
             close: None,
         }),
-        ToolFormat::Generic | ToolFormat::Llama3 => None,
+        ToolFormat::Generic | ToolFormat::Llama3 | ToolFormat::QwenXml => None,
     }
 }
 
@@ -97,6 +97,7 @@ enum EnvPart {
 #[derive(Debug, Clone)]
 enum Mode {
     Tagged(Tags, Tagged),
+    Xml(xml::Xml),
     Llama(Llama),
     Envelope(Envelope),
 }
@@ -169,6 +170,7 @@ impl Reader {
         let mode = match (format, tags(format)) {
             (_, Some(t)) => Mode::Tagged(t, Tagged::Text(0)),
             (ToolFormat::Llama3, None) => Mode::Llama(Llama::Start),
+            (ToolFormat::QwenXml, None) => Mode::Xml(xml::Xml::Text(0)),
             _ => Mode::Envelope(Envelope::Start),
         };
         Reader {
@@ -227,10 +229,7 @@ impl Reader {
             .zip(&self.sent)
             .filter_map(|(slot, sent)| {
                 let (index, _) = (*sent)?;
-                let arguments = slot
-                    .args
-                    .map(|(a, b)| self.buf[a..b].to_string())
-                    .unwrap_or_default();
+                let arguments = slot.arguments(&self.buf).to_string();
                 Some((
                     index,
                     PartialCall {
@@ -260,6 +259,7 @@ impl Reader {
         match &mut self.mode {
             Mode::Tagged(t, st) => tagged(cx, *t, st),
             Mode::Llama(st) => llama(cx, st),
+            Mode::Xml(st) => xml::xml(cx, st),
             Mode::Envelope(st) => envelope(cx, st),
         }
     }
@@ -279,15 +279,16 @@ impl Reader {
                 *sent = Some((self.started, 0));
                 self.started += 1;
             }
-            let (Some((index, sent)), Some((a, b))) = (sent, slot.args) else {
+            let Some((index, sent)) = sent else {
                 continue;
             };
-            if b - a > *sent {
+            let args = slot.arguments(&self.buf);
+            if args.len() > *sent {
                 self.em.out.push(ToolDelta::Arguments {
                     index: *index,
-                    fragment: self.buf[a + *sent..b].to_string(),
+                    fragment: args[*sent..].to_string(),
                 });
-                *sent = b - a;
+                *sent = args.len();
             }
         }
     }
@@ -362,8 +363,7 @@ fn tagged(cx: Cx<'_>, t: Tags, st: &mut Tagged) {
                 };
                 cx.slots.push(Slot {
                     name: Some(buf[*from..at].trim().to_string()),
-                    args: None,
-                    complete: false,
+                    ..Slot::default()
                 });
                 *st = Tagged::NamedArgs(at + ARGS.len(), None);
             }
@@ -595,3 +595,4 @@ fn held_prefix(text: &str, tag: &str) -> usize {
 
 #[cfg(test)]
 mod tests;
+mod xml;

@@ -361,6 +361,12 @@ fn pieces() -> impl proptest::strategy::Strategy<Value = Vec<&'static str>> {
         "\n",
         "<",
         "tool",
+        "<function=",
+        "book>",
+        "</function>",
+        "<parameter=",
+        "ok>",
+        "</parameter>",
     ]);
     proptest::collection::vec(p, 0..40)
 }
@@ -369,7 +375,7 @@ proptest::proptest! {
     #[test]
     fn any_text_reads_without_panic_the_same_in_deltas(ps in pieces()) {
         let text: String = ps.concat();
-        for f in [ToolFormat::Generic, ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral, ToolFormat::Phi4, ToolFormat::Granite] {
+        for f in [ToolFormat::Generic, ToolFormat::Hermes, ToolFormat::QwenXml, ToolFormat::Llama3, ToolFormat::Mistral, ToolFormat::Phi4, ToolFormat::Granite] {
             for forced in [false, true] {
                 let (_, whole) = streamed(f, forced, &text, usize::MAX);
                 for step in [1, 2, 5] {
@@ -380,6 +386,59 @@ proptest::proptest! {
             }
         }
     }
+}
+
+#[test]
+fn qwen_xml_calls_become_json_arguments() {
+    let one = "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n\
+               <parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"a\": [1, true]}\n</parameter>\n\
+               </function>\n</tool_call>";
+    let want = call(
+        "get_weather",
+        r#"{"city": "New York", "days": 3, "opts": {"a":[1,true]}}"#,
+    );
+    for forced in [false, true] {
+        let r = read(ToolFormat::QwenXml, forced, one);
+        assert_eq!(r.content, "");
+        assert_eq!(r.calls, vec![want.clone()]);
+    }
+    // Text before a call is content; two calls; a call without parameters; a multi-line
+    // string and one that looks like JSON but is not.
+    let two =
+        format!("Let me look.\n\n{one}\n<tool_call>\n<function=now>\n</function>\n</tool_call>");
+    let r = read(ToolFormat::QwenXml, false, &two);
+    assert_eq!(r.content, "Let me look.");
+    assert_eq!(r.calls, vec![want, call("now", "{}")]);
+    let text = "<tool_call>\n<function=note>\n<parameter=body>\nline 1\n{line 2\n</parameter>\n</function>\n</tool_call>";
+    let r = read(ToolFormat::QwenXml, true, text);
+    assert_eq!(
+        r.calls,
+        vec![call("note", r#"{"body": "line 1\n{line 2"}"#)]
+    );
+    // Cut short inside a value: the call so far, partial.
+    let r = read(
+        ToolFormat::QwenXml,
+        false,
+        "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\nx",
+    );
+    assert_eq!(r.calls, vec![cut("f", r#"{"a": 1"#)]);
+    // Not a function: skipped as junk, the text after it is content.
+    let r = read(
+        ToolFormat::QwenXml,
+        false,
+        "<tool_call>oops</tool_call> fine",
+    );
+    assert_eq!((r.content.as_str(), r.calls.len()), ("fine", 0));
+}
+
+#[test]
+fn qwen_xml_is_told_from_hermes_by_its_function_tags() {
+    let xml = "{% if tools %}<tool_call>\n<function=example>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>{% endif %}";
+    assert_eq!(ToolFormat::detect(xml), ToolFormat::QwenXml);
+    assert_eq!(
+        ToolFormat::detect("{{ tools }} <tool_call>{{ tool_call | tojson }}</tool_call>"),
+        ToolFormat::Hermes
+    );
 }
 
 /// gpt-oss: the reasoning splitter reads the harmony reply first, the tool reader its calls.
