@@ -132,14 +132,15 @@ mod tests {
     #[test]
     fn a_stream_of_pieces_hashes_as_their_concatenation() {
         let bytes: Vec<u8> = (0..200u32).map(|i| (i * 7 + 3) as u8).collect();
-        for cuts in [
-            vec![],
-            vec![0],
-            vec![3],
-            vec![8, 16],
-            vec![1, 2, 3, 11, 108, 109, 199],
-            vec![5, 5, 200],
-        ] {
+        let all: [&[usize]; 6] = [
+            &[],
+            &[0],
+            &[3],
+            &[8, 16],
+            &[1, 2, 3, 11, 108, 109, 199],
+            &[5, 5, 200],
+        ];
+        for cuts in all {
             let mut s = ByteStream::new(9);
             let mut at = 0;
             for c in cuts.iter().copied().chain([bytes.len()]) {
