@@ -121,8 +121,30 @@ def rotation(args, prompts, workdir: Path) -> dict:
     }
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) each of process `pid`'s threads has used, summed by thread
+    name (Linux /proc; empty elsewhere)."""
+    tck = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out: dict[str, float] = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            s = Path(f"/proc/{pid}/task/{t}/stat").read_text()
+        except OSError:
+            continue
+        name = s[s.index("(") + 1:s.rindex(")")]
+        f = s[s.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0.0) + (int(f[11]) + int(f[12])) / tck
+    return out
+
+
 def users(args, workdir: Path, tiers_on: bool, run: int) -> dict:
-    """16 users at once, each with its own prompt (no repeats): wall time and median TTFT."""
+    """16 users at once, each with its own prompt (no repeats): wall time, median TTFT and the
+    CPU time each server thread used meanwhile (the engine's, the disk tier's writer
+    `kiln-disk-tier` and reader `kiln-disk-read`)."""
     cache_dir = workdir / f"users-cache-{run}" if tiers_on else None
     cfg = config(args.kv_positions, cache_dir, args.ram if tiers_on else "0")
     s = start_kiln(Path(args.model), cfg, log_dir=workdir / f"users-{run}-{tiers_on}", timeout=300)
@@ -132,6 +154,7 @@ def users(args, workdir: Path, tiers_on: bool, run: int) -> dict:
             p = system_prompt(f"user {run}-{i}", args.user_words)
             results[i] = ttft(s.base_url, p, QUESTIONS[i % 4], max_tokens=16)
 
+        cpu0 = thread_cpu(s.pid)
         t0 = time.perf_counter()
         threads = [threading.Thread(target=one, args=(i,)) for i in range(args.users)]
         for t in threads:
@@ -139,6 +162,7 @@ def users(args, workdir: Path, tiers_on: bool, run: int) -> dict:
         for t in threads:
             t.join()
         wall = time.perf_counter() - t0
+        cpu = {k: round(v - cpu0.get(k, 0.0), 2) for k, v in thread_cpu(s.pid).items()}
     finally:
         s.stop()
     return {
@@ -146,6 +170,7 @@ def users(args, workdir: Path, tiers_on: bool, run: int) -> dict:
         "wall_s": round(wall, 3),
         "median_ttft_s": round(statistics.median(r[0] for r in results), 4),
         "cached": sum(r[1] for r in results),
+        "thread_cpu_s": {k: v for k, v in sorted(cpu.items()) if v > 0},
     }
 
 

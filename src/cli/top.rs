@@ -208,7 +208,7 @@ fn frame(url: &str, s: &Value, history: &[f64]) -> String {
     let n = |k: &str| pc[k].as_u64().unwrap_or(0);
     if !pc.is_null() {
         line(format!(
-            "prefix tiers: RAM {} blocks {} MiB ({}/{} hit)   disk {} blocks {} MiB ({}/{} hit){}",
+            "prefix tiers: RAM {} blocks {} MiB ({}/{} hit)   disk {} blocks {} MiB ({}/{} hit){}{}",
             n("ram_blocks"),
             n("ram_bytes") >> 20,
             n("ram_hits"),
@@ -217,6 +217,10 @@ fn frame(url: &str, s: &Value, history: &[f64]) -> String {
             n("disk_bytes") >> 20,
             n("disk_hits"),
             n("disk_hits") + n("disk_misses"),
+            match n("disk_reads_waiting") {
+                0 => String::new(),
+                w => format!(", {w} waiting for reads"),
+            },
             if pc["disk_degraded"].as_bool() == Some(true) {
                 "  DISK DEGRADED (RAM only)"
             } else {
@@ -318,7 +322,7 @@ mod tests {
         let s = serde_json::json!({"status": "ready", "prefix_cache": {
             "ram_blocks": 12, "ram_bytes": 5u64 << 20, "ram_hits": 3, "ram_misses": 1,
             "disk_blocks": 40, "disk_bytes": 20u64 << 20, "disk_hits": 1, "disk_misses": 0,
-            "disk_degraded": true}});
+            "disk_degraded": true, "disk_reads_waiting": 2}});
         let text = frame("u", &s, &[]);
         let l = text
             .lines()
@@ -326,7 +330,8 @@ mod tests {
             .expect(&text);
         assert!(l.contains("RAM 12 blocks 5 MiB (3/4 hit)"), "{l}");
         assert!(
-            l.contains("disk 40 blocks 20 MiB (1/1 hit)") && l.contains("DEGRADED"),
+            l.contains("disk 40 blocks 20 MiB (1/1 hit), 2 waiting for reads")
+                && l.contains("DEGRADED"),
             "{l}"
         );
     }

@@ -154,6 +154,7 @@ impl TierMetrics {
             t.disk_rejected += s.disk_rejected;
             t.disk_write_errors += s.disk_write_errors;
             t.disk_degraded |= s.disk_degraded;
+            t.disk_waiting += s.disk_waiting;
         }
         t
     }

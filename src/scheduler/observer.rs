@@ -143,6 +143,8 @@ pub struct TierStats {
     pub disk_write_errors: u64,
     /// The disk tier is configured but cannot write (RAM only for now).
     pub disk_degraded: bool,
+    /// Requests waiting for the disk tier's reader before they are queued.
+    pub disk_waiting: u64,
 }
 
 /// An observer that records nothing.

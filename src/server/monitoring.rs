@@ -107,6 +107,8 @@ pub struct PrefixCacheStats {
     pub disk_rejected_blocks: u64,
     /// The disk tier cannot write (full or unwritable directory): RAM only for now.
     pub disk_degraded: bool,
+    /// Requests waiting for their prompt's blocks to be read from disk (not yet queued).
+    pub disk_reads_waiting: u64,
 }
 
 impl From<crate::scheduler::TierStats> for PrefixCacheStats {
@@ -126,6 +128,7 @@ impl From<crate::scheduler::TierStats> for PrefixCacheStats {
             disk_written_blocks: t.disk_written,
             disk_rejected_blocks: t.disk_rejected,
             disk_degraded: t.disk_degraded,
+            disk_reads_waiting: t.disk_waiting,
         }
     }
 }

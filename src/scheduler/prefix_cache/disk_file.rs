@@ -22,7 +22,8 @@
 //! (`KILNKVB1`: no state) is refused as such ([`BlockFileError::OldVersion`]), never misread.
 
 use super::block_key;
-use super::stable_hash::hash_bytes;
+use super::stable_hash::{hash_bytes, ByteStream};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"KILNKVB2";
@@ -68,26 +69,44 @@ pub enum BlockFileError {
 }
 
 impl BlockFile {
-    /// The file's bytes for a model of `identity`.
+    /// The file's bytes for a model of `identity` (what [`Self::write_to`] writes).
     pub fn encode(&self, identity: u64) -> Vec<u8> {
-        let state: &[u8] = self.state.as_deref().unwrap_or(&[]);
-        let mut out = Vec::with_capacity(
-            HEAD + 4 * self.tokens.len() + 24 + self.payload.len() + state.len(),
-        );
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&KIND_KV_BLOCK.to_le_bytes());
-        out.extend_from_slice(&(self.tokens.len() as u32).to_le_bytes());
-        for w in [identity, self.key, self.parent] {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
-        out.extend(self.tokens.iter().flat_map(|t| t.to_le_bytes()));
-        out.extend_from_slice(&(self.payload.len() as u64).to_le_bytes());
-        out.extend_from_slice(&self.payload);
-        out.extend_from_slice(&(state.len() as u64).to_le_bytes());
-        out.extend_from_slice(state);
-        let sum = hash_bytes(SUM_SEED, &out);
-        out.extend_from_slice(&sum.to_le_bytes());
+        let mut out = Vec::with_capacity(self.file_len());
+        self.write_to(identity, &mut out)
+            .expect("writing into a Vec cannot fail");
         out
+    }
+
+    /// The length of the file's bytes.
+    pub fn file_len(&self) -> usize {
+        let state = self.state.as_ref().map_or(0, Vec::len);
+        HEAD + 4 * self.tokens.len() + 24 + self.payload.len() + state
+    }
+
+    /// Writes the file's bytes for a model of `identity` to `out` piece by piece, the
+    /// checksum computed on the way: the payload and state are never copied into one buffer.
+    /// Returns the bytes written.
+    pub fn write_to(&self, identity: u64, out: &mut impl Write) -> std::io::Result<usize> {
+        let state: &[u8] = self.state.as_deref().unwrap_or(&[]);
+        let mut head = Vec::with_capacity(HEAD + 4 * self.tokens.len() + 8);
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&KIND_KV_BLOCK.to_le_bytes());
+        head.extend_from_slice(&(self.tokens.len() as u32).to_le_bytes());
+        for w in [identity, self.key, self.parent] {
+            head.extend_from_slice(&w.to_le_bytes());
+        }
+        head.extend(self.tokens.iter().flat_map(|t| t.to_le_bytes()));
+        head.extend_from_slice(&(self.payload.len() as u64).to_le_bytes());
+        let state_len = (state.len() as u64).to_le_bytes();
+        let mut sum = ByteStream::new(SUM_SEED);
+        let mut n = 0;
+        for piece in [&head[..], &self.payload, &state_len, state] {
+            sum.feed(piece);
+            out.write_all(piece)?;
+            n += piece.len();
+        }
+        out.write_all(&sum.finish().to_le_bytes())?;
+        Ok(n + 8)
     }
 
     /// Reads `bytes` as the block `key` of a model of `identity` whose blocks export to
@@ -192,6 +211,7 @@ mod tests {
     fn a_block_round_trips_and_every_damage_is_refused() {
         let b = block();
         let bytes = b.encode(42);
+        assert_eq!(bytes.len(), b.file_len());
         assert_eq!(BlockFile::decode(&bytes, 42, b.key, 100, 12), Ok(b.clone()));
         // Another model (or KV type, or build): foreign.
         assert_eq!(

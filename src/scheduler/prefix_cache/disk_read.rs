@@ -31,6 +31,8 @@ pub struct ReadRequest {
     pub id: u64,
     pub blocks: Vec<Wanted>,
     pub budget: usize,
+    /// The tier's clear count when asked (set by `DiskTier::request`).
+    pub epoch: u64,
 }
 
 /// What the reader found for request `id`: a prefix of its blocks, checked, and how long the
@@ -40,6 +42,11 @@ pub struct ReadDone {
     pub id: u64,
     pub blocks: Vec<BlockFile>,
     pub elapsed: Duration,
+    /// The block the read stopped at because its file was missing or refused (not when the
+    /// budget stopped it).
+    pub missing: Option<u64>,
+    /// The request's epoch.
+    pub epoch: u64,
 }
 
 /// Tells the writer that the file of a block (its key) was read, without waiting.
@@ -70,11 +77,13 @@ impl Reader {
         let t0 = Instant::now();
         let mut blocks = Vec::new();
         let mut bytes = 0;
+        let mut missing = None;
         for w in &req.blocks {
             if bytes + self.payload_len + self.state_len > req.budget {
                 break;
             }
             let Some(f) = self.read(w) else {
+                missing = Some(w.key);
                 break;
             };
             bytes += f.payload.len() + f.state.as_ref().map_or(0, Vec::len);
@@ -84,6 +93,8 @@ impl Reader {
             id: req.id,
             blocks,
             elapsed: t0.elapsed(),
+            missing,
+            epoch: req.epoch,
         }
     }
 

@@ -57,6 +57,62 @@ pub fn hash_bytes(seed: u64, bytes: &[u8]) -> u64 {
     h.finish()
 }
 
+/// [`hash_bytes`] of the concatenation of the slices fed, one after another (no buffer
+/// holding them all): `feed(a); feed(b)` then [`ByteStream::finish`] equals
+/// `hash_bytes(seed, a ++ b)`.
+#[derive(Debug, Clone, Copy)]
+pub struct ByteStream {
+    h: StableHasher,
+    /// Bytes of an unfinished word, `filled` of them.
+    carry: [u8; 8],
+    filled: usize,
+    len: u64,
+}
+
+impl ByteStream {
+    pub fn new(seed: u64) -> ByteStream {
+        ByteStream {
+            h: StableHasher::new(seed),
+            carry: [0; 8],
+            filled: 0,
+            len: 0,
+        }
+    }
+
+    /// Appends `bytes`.
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        self.len += bytes.len() as u64;
+        if self.filled > 0 {
+            let n = (8 - self.filled).min(bytes.len());
+            self.carry[self.filled..self.filled + n].copy_from_slice(&bytes[..n]);
+            self.filled += n;
+            bytes = &bytes[n..];
+            if self.filled < 8 {
+                return;
+            }
+            self.h.word(u64::from_le_bytes(self.carry));
+            self.filled = 0;
+        }
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.h
+                .word(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        self.carry[..rest.len()].copy_from_slice(rest);
+        self.filled = rest.len();
+    }
+
+    /// The hash of everything fed.
+    pub fn finish(mut self) -> u64 {
+        let mut tail = [0u8; 8];
+        tail[..self.filled].copy_from_slice(&self.carry[..self.filled]);
+        self.h.word(u64::from_le_bytes(tail));
+        self.h.word(self.len);
+        self.h.finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +127,29 @@ mod tests {
         h.word(1);
         h.word(2);
         assert_eq!(h.finish(), 0xb0dd_35d9_5ee5_b0eb);
+    }
+
+    #[test]
+    fn a_stream_of_pieces_hashes_as_their_concatenation() {
+        let bytes: Vec<u8> = (0..200u32).map(|i| (i * 7 + 3) as u8).collect();
+        let all: [&[usize]; 6] = [
+            &[],
+            &[0],
+            &[3],
+            &[8, 16],
+            &[1, 2, 3, 11, 108, 109, 199],
+            &[5, 5, 200],
+        ];
+        for cuts in all {
+            let mut s = ByteStream::new(9);
+            let mut at = 0;
+            for c in cuts.iter().copied().chain([bytes.len()]) {
+                s.feed(&bytes[at..c]);
+                at = c;
+            }
+            assert_eq!(s.finish(), hash_bytes(9, &bytes), "{cuts:?}");
+        }
+        assert_eq!(ByteStream::new(0).finish(), hash_bytes(0, b""));
     }
 
     #[test]

@@ -30,6 +30,8 @@ impl Worker {
                     sub,
                     aborted: false,
                 });
+                // Monitoring sees it waiting even while no step runs.
+                self.observer.on_tiers(&self.tier_stats());
                 return;
             }
         }
@@ -39,7 +41,8 @@ impl Worker {
     /// Admits the parked requests whose disk reads finished (an aborted one is ended right
     /// away, as an abort of a queued request is).
     pub(super) fn admit_loaded(&mut self) {
-        for id in self.finished_disk_reads() {
+        let ids = self.finished_disk_reads();
+        for &id in &ids {
             let Some(i) = self.parked.iter().position(|p| p.sub.id == id) else {
                 continue;
             };
@@ -49,6 +52,10 @@ impl Worker {
                 self.outputs
                     .abort_request(&mut self.sched, id, FinishReason::Abort);
             }
+        }
+        if !ids.is_empty() {
+            // Monitoring sees the wait end even while no step runs.
+            self.observer.on_tiers(&self.tier_stats());
         }
     }
 

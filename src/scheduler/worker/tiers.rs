@@ -8,7 +8,7 @@ use crate::engine::kv_cache::{block_q8, KvCacheError, KvType};
 use crate::engine::EngineError;
 use crate::scheduler::observer::{CacheTier, TierStats};
 use crate::scheduler::prefix_cache::{
-    block_key, RamBlock, ReadDone, ReadRequest, StateCopy, Wanted,
+    block_key, DiskTier, RamBlock, ReadDone, ReadRequest, StateCopy, Wanted,
 };
 use crate::scheduler::state::StepPlan;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -130,7 +130,8 @@ impl Worker {
             {
                 continue;
             }
-            let mut bytes = Vec::with_capacity(self.kv.block_bytes());
+            // One copy, into a buffer the writer has finished with.
+            let mut bytes = self.disk.as_mut().map(DiskTier::buffer).unwrap_or_default();
             self.kv
                 .export_block(&p.pages, &mut bytes)
                 .map_err(EngineError::from)?;
@@ -146,9 +147,10 @@ impl Worker {
     }
 
     /// Before a prompt is queued in the namespace whose chains start at `root`: asks the disk
-    /// tier's reader for the blocks of its prefix that the pool and RAM do not hold (at most
-    /// half the RAM tier), as request `id`; false when nothing was asked (no disk tier or
-    /// reader, or nothing missing), and the prompt can be queued now.
+    /// tier's reader for the blocks of its prefix that the pool and RAM do not hold and the
+    /// tier's index does (at most half the RAM tier), as request `id`; false when nothing was
+    /// asked (no disk tier or reader, nothing missing, or the index holds none of it: a disk
+    /// miss, counted without a read), and the prompt can be queued now.
     pub(super) fn request_from_disk(&mut self, id: u64, root: u64, prompt: &[u32]) -> bool {
         let Some(disk) = self.disk.as_mut() else {
             return false;
@@ -173,8 +175,18 @@ impl Worker {
         if blocks.is_empty() {
             return false;
         }
+        disk.keep_known(&mut blocks);
+        if blocks.is_empty() {
+            disk.stats().misses.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
         let budget = self.sched.ram_tier().capacity() / 2;
-        disk.request(ReadRequest { id, blocks, budget })
+        disk.request(ReadRequest {
+            id,
+            blocks,
+            budget,
+            epoch: 0,
+        })
     }
 
     /// The disk reads finished since the last call: their blocks enter the RAM tier (where the
@@ -236,6 +248,7 @@ impl Worker {
             t.disk_rejected = get(&d.rejected);
             t.disk_write_errors = get(&d.write_errors);
             t.disk_degraded = d.degraded.load(Ordering::Relaxed);
+            t.disk_waiting = self.parked.len() as u64;
         }
         t
     }

@@ -185,6 +185,7 @@ fn stats_show_the_prefix_tiers_and_the_cache_clears_over_http() {
         "{st}"
     );
     assert_eq!(st["prefix_cache"]["disk_degraded"], false);
+    assert_eq!(st["prefix_cache"]["disk_reads_waiting"], 0, "{st}");
     let r = c.post("/cache/clear", &json!({}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["models"].as_array().unwrap().len(), 1);
