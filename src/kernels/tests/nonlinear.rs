@@ -336,3 +336,49 @@ fn panel_gemm_equals_scalar_bits() {
         check_simd(dt, 64, 21, 6, Scales::Extreme, 11);
     }
 }
+
+/// A token's outputs are the same bits whatever call it is in (batch invariance): each token
+/// alone (the single-token tiles: 8 rows, then 4, then single rows), then in calls of 2 and 3
+/// tokens (the two-token tiles and a one-token tail) and 5 (the panel GEMM), on every ISA;
+/// rows of 17 blocks (past one 16-block scale batch, an odd pair), 13 rows, typical and
+/// extreme scales (those also against the scalar twin).
+#[test]
+fn one_token_equals_many_token_bits() {
+    for dt in TYPES {
+        let k = if dt == DType::IQ4_XS { 512 } else { 17 * 32 };
+        let (n_rows, n_tok) = (13, 5);
+        for (i, s) in [Scales::Typical, Scales::Extreme].into_iter().enumerate() {
+            let mut rng = Rng(0x5EED + i as u64);
+            let sk = kernels_for(dt, Isa::Scalar).unwrap();
+            let w = random_rows(dt, k, n_rows, s, &mut rng);
+            let a = random_acts(sk, k, n_tok, matches!(s, Scales::Extreme), &mut rng);
+            let ar = a.len() / n_tok;
+            for isa in Isa::tested() {
+                let kk = kernels_for(dt, isa).unwrap();
+                let one: Vec<Vec<f32>> = (0..n_tok)
+                    .map(|t| {
+                        let mut o = vec![f32::NAN; n_rows];
+                        (kk.gemm)(k, &w, n_rows, &a[t * ar..(t + 1) * ar], 1, &mut o, n_rows);
+                        o
+                    })
+                    .collect();
+                for n in [2, 3, 5] {
+                    let mut o = vec![f32::NAN; n * n_rows];
+                    (kk.gemm)(k, &w, n_rows, &a[..n * ar], n, &mut o, n_rows);
+                    for t in 0..n {
+                        for r in 0..n_rows {
+                            assert_eq!(
+                                o[t * n_rows + r].to_bits(),
+                                one[t][r].to_bits(),
+                                "{isa} {dt} {s:?} r{r} t{t}/{n}: {} vs {} alone",
+                                o[t * n_rows + r],
+                                one[t][r]
+                            );
+                        }
+                    }
+                }
+            }
+            check_simd(dt, k, n_rows, 3, s, 0xB17 + i as u64);
+        }
+    }
+}

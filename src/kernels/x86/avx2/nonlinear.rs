@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::kernels::blocks::nonlinear::{e8m0_to_f32_half, IQ4_XS_BYTES};
+use crate::kernels::blocks::nonlinear::IQ4_XS_BYTES;
 use crate::kernels::shape::check_vec_dot;
 use crate::kernels::x86::nonlinear_tiles::{
     adt, checked, nonlinear_entry_points, table, wdt, IQ4_XS, MXFP4, ROWS_PER_PANEL,
@@ -32,24 +32,70 @@ unsafe fn f16_at(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
 
-/// The 32 values of the group whose 16 code bytes are at `p`, as signed bytes in value order.
+/// The 16-entry table of kind `K` in both 128-bit lanes: the `vpshufb` table of [`group`],
+/// built once per tile.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn table256<const K: u8>() -> __m256i {
+    let t = table(K);
+    // SAFETY: `t` is 16 bytes.
+    _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(t.as_ptr() as *const __m128i) })
+}
+
+/// The 32 values of the group whose 16 code bytes are at `p`, as signed bytes in value order;
+/// `t` is [`table256`].
 ///
 /// # Safety
 /// AVX2; 16 readable bytes at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group<const K: u8>(p: *const u8) -> __m256i {
+unsafe fn group(p: *const u8, t: __m256i) -> __m256i {
     // SAFETY: the caller guarantees 16 readable bytes.
-    let x = unsafe { _mm_loadu_si128(p as *const __m128i) };
-    let m = _mm_set1_epi8(0x0F);
-    let codes = _mm256_set_m128i(
-        _mm_and_si128(_mm_srli_epi16::<4>(x), m),
-        _mm_and_si128(x, m),
+    let x = unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i)) };
+    // Low nibbles in the low 128-bit lane, high nibbles in the high one.
+    let codes = _mm256_and_si256(
+        _mm256_srlv_epi64(x, _mm256_set_epi64x(4, 4, 0, 0)),
+        _mm256_set1_epi8(0x0F),
     );
-    let t = table(K);
-    // SAFETY: `t` is 16 bytes.
-    let t128 = unsafe { _mm_loadu_si128(t.as_ptr() as *const __m128i) };
-    _mm256_shuffle_epi8(_mm256_set_m128i(t128, t128), codes)
+    _mm256_shuffle_epi8(t, codes)
+}
+
+/// Blocks whose scales [`tile32`] converts at once.
+const SCALE_BLOCKS: usize = 8;
+
+/// The f32 scales of the `n` (1..=8) blocks at `p`, `stride` bytes apart, in lanes 0..n (lanes
+/// n.. unspecified): with `e8m0`, MXFP4's `2^(e - 128)` from each block's first byte
+/// (`e8m0_to_f32_half`, exact in f32 for every `e`), else the f16 at each block's start
+/// (IQ4_NL's and Q8_0's `d`, exact in f32). Scalar loads packed into u64s (a gather stalls on
+/// the row's next cache lines).
+///
+/// # Safety
+/// AVX2/FMA/F16C; `n` blocks of at least 2 bytes, `stride` bytes apart, at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales8(p: *const u8, stride: usize, n: usize, e8m0: bool) -> __m256 {
+    let n = n.min(SCALE_BLOCKS);
+    if e8m0 {
+        let mut x = 0u64;
+        for j in 0..n {
+            // SAFETY: block j < n starts at `p + j * stride` (caller contract).
+            x |= (unsafe { *p.add(j * stride) } as u64) << (8 * j);
+        }
+        let e = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(x as i64));
+        // e >= 2: the normal f32 (e - 1) << 23; e = 0, 1: the subnormals 2^21 << e.
+        let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+        let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+        let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small))
+    } else {
+        let mut x = [0u64; 2];
+        for j in 0..n {
+            // SAFETY: as above; the f16 is the block's first 2 bytes.
+            let h = unsafe { (p.add(j * stride) as *const u16).read_unaligned() };
+            x[j / 4] |= (h as u64) << (16 * (j % 4));
+        }
+        _mm256_cvtph_ps(_mm_set_epi64x(x[1] as i64, x[0] as i64))
+    }
 }
 
 /// The 16 products-pair sums `w * a` of signed bytes, given `wa = |w|` (exact: |w|, |a| <=
@@ -89,38 +135,47 @@ unsafe fn tile32<const K: u8, const RM: usize, const RN: usize>(
 ) {
     let (bw, qoff) = (wdt(K).block_bytes(), if K == MXFP4 { 1 } else { 2 });
     let ones = _mm256_set1_epi16(1);
+    let tbl = table256::<K>();
     let mut acc = [[_mm256_setzero_ps(); RN]; RM];
-    for b in 0..nb {
-        let mut wq = [_mm256_setzero_si256(); RM];
-        let mut wa = [_mm256_setzero_si256(); RM];
-        let mut wd = [0f32; RM];
-        for r in 0..RM {
-            // SAFETY: block b of row r is in bounds (caller contract).
-            let p = unsafe { w.add(r * wr + b * bw) };
-            // SAFETY: as above; the codes follow the block's scale.
-            wq[r] = unsafe { group::<K>(p.add(qoff)) };
-            wa[r] = _mm256_abs_epi8(wq[r]);
-            // SAFETY: as above.
-            wd[r] = unsafe {
-                if K == MXFP4 {
-                    e8m0_to_f32_half(*p)
-                } else {
-                    f16_at(p)
-                }
-            };
-        }
+    let mut c = [[[0f32; SCALE_BLOCKS]; RN]; RM];
+    let mut b0 = 0;
+    while b0 < nb {
+        let n = SCALE_BLOCKS.min(nb - b0);
+        let mut da = [_mm256_setzero_ps(); RN];
         for t in 0..RN {
-            // SAFETY: block b of token t (34 bytes: f16 d, 32 quants) is in bounds.
-            let (ad, aq) = unsafe {
-                let p = a.add(t * ar + b * 34);
-                (f16_at(p), _mm256_loadu_si256(p.add(2) as *const __m256i))
-            };
-            for r in 0..RM {
-                let s = _mm256_madd_epi16(pairs(wa[r], wq[r], aq), ones);
-                let c = _mm256_set1_ps(wd[r] * ad);
-                acc[r][t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(s), acc[r][t]);
+            // SAFETY: blocks b0..b0 + n of token t are in bounds (caller contract).
+            da[t] = unsafe { scales8(a.add(t * ar + b0 * 34), 34, n, false) };
+        }
+        for r in 0..RM {
+            // SAFETY: blocks b0..b0 + n of row r are in bounds (caller contract).
+            let dw = unsafe { scales8(w.add(r * wr + b0 * bw), bw, n, K == MXFP4) };
+            for t in 0..RN {
+                // SAFETY: `c[r][t]` holds 8 f32.
+                unsafe { _mm256_storeu_ps(c[r][t].as_mut_ptr(), _mm256_mul_ps(dw, da[t])) };
             }
         }
+        for j in 0..n {
+            let b = b0 + j;
+            let mut wq = [_mm256_setzero_si256(); RM];
+            let mut wa = [_mm256_setzero_si256(); RM];
+            for r in 0..RM {
+                // SAFETY: block b of row r is in bounds (caller contract); the codes follow
+                // the block's scale.
+                wq[r] = unsafe { group(w.add(r * wr + b * bw + qoff), tbl) };
+                wa[r] = _mm256_abs_epi8(wq[r]);
+            }
+            for t in 0..RN {
+                // SAFETY: block b of token t (34 bytes: f16 d, 32 quants) is in bounds.
+                let aq =
+                    unsafe { _mm256_loadu_si256(a.add(t * ar + b * 34 + 2) as *const __m256i) };
+                for r in 0..RM {
+                    let s = _mm256_madd_epi16(pairs(wa[r], wq[r], aq), ones);
+                    let c = _mm256_set1_ps(c[r][t][j]);
+                    acc[r][t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(s), acc[r][t]);
+                }
+            }
+        }
+        b0 += n;
     }
     for r in 0..RM {
         for t in 0..RN {
@@ -165,6 +220,7 @@ unsafe fn tile_xs<const RM: usize, const RN: usize>(
     os: usize,
 ) {
     let ab = DType::Q8_K.block_bytes();
+    let tbl = table256::<IQ4_XS>();
     let mut acc = [[_mm256_setzero_ps(); RN]; RM];
     for b in 0..nb {
         let mut sc = [[_mm256_setzero_si256(); 8]; RM];
@@ -181,7 +237,7 @@ unsafe fn tile_xs<const RM: usize, const RN: usize>(
             let mut wa = [_mm256_setzero_si256(); RM];
             for r in 0..RM {
                 // SAFETY: group g's 16 code bytes are at 8 + 16 g in the super-block.
-                wq[r] = unsafe { group::<IQ4_XS>(w.add(r * wr + b * IQ4_XS_BYTES + 8 + 16 * g)) };
+                wq[r] = unsafe { group(w.add(r * wr + b * IQ4_XS_BYTES + 8 + 16 * g), tbl) };
                 wa[r] = _mm256_abs_epi8(wq[r]);
             }
             for t in 0..RN {
@@ -212,7 +268,8 @@ unsafe fn tile_xs<const RM: usize, const RN: usize>(
     }
 }
 
-/// The tile of kind `K` for `rm` rows x `rn` tokens (4x1 and 2x2 register tiles, else 1x1s).
+/// The tile of kind `K` for `rm` rows x `rn` tokens: 4x1 and 2x2 register tiles; other shapes
+/// as 4-row tiles per token, then single rows.
 ///
 /// # Safety
 /// As [`tile32`] for `rm` rows and `rn` tokens.
@@ -246,8 +303,16 @@ unsafe fn tile<const K: u8>(
             (2, 2) => run!(2, 2, w, a, out),
             _ => {
                 for t in 0..rn {
-                    for r in 0..rm {
-                        run!(1, 1, w.add(r * wr), a.add(t * ar), out.add(t * os + r));
+                    let (a, out) = (a.add(t * ar), out.add(t * os));
+                    let mut r = 0;
+                    while r < rm {
+                        if rm - r >= 4 {
+                            run!(4, 1, w.add(r * wr), a, out.add(r));
+                            r += 4;
+                        } else {
+                            run!(1, 1, w.add(r * wr), a, out.add(r));
+                            r += 1;
+                        }
                     }
                 }
             }
