@@ -39,6 +39,11 @@ struct Run {
     /// Single stream: the time between each reply's first and last token, summed. Several
     /// users: the wall time of the whole run.
     secs: f64,
+    /// Single stream: the time to each reply's first token, summed (a draft model's prefill
+    /// of the prompt counts here).
+    ttft: f64,
+    /// Replies.
+    replies: usize,
     drafted: usize,
     accepted: usize,
 }
@@ -47,6 +52,8 @@ impl Run {
     fn add(&mut self, o: Run) {
         self.tokens += o.tokens;
         self.secs += o.secs;
+        self.ttft += o.ttft;
+        self.replies += o.replies;
         self.drafted += o.drafted;
         self.accepted += o.accepted;
     }
@@ -70,6 +77,8 @@ fn read(mut s: RequestStream) -> anyhow::Result<Run> {
                 return Ok(Run {
                     tokens: usage.completion_tokens.saturating_sub(1),
                     secs: timings.duration.saturating_sub(first).as_secs_f64(),
+                    ttft: first.as_secs_f64(),
+                    replies: 1,
                     drafted: usage.draft_tokens,
                     accepted: usage.accepted_tokens,
                 });
@@ -121,6 +130,8 @@ fn concurrent(
     for s in streams {
         let r = read(s)?;
         total.tokens += r.tokens + 1;
+        total.ttft += r.ttft;
+        total.replies += 1;
         total.drafted += r.drafted;
         total.accepted += r.accepted;
     }
@@ -134,6 +145,7 @@ fn compare(
     mut f: impl FnMut(bool) -> anyhow::Result<Run>,
 ) -> anyhow::Result<serde_json::Value> {
     let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut ttft = [Vec::new(), Vec::new()];
     let mut guesses = Run::default();
     for r in 0..repeat {
         let order = if r % 2 == 0 {
@@ -145,6 +157,7 @@ fn compare(
         for spec in order {
             let run = f(spec)?;
             pair[usize::from(spec)] = run.rate();
+            ttft[usize::from(spec)].push(run.ttft / run.replies.max(1) as f64);
             if spec {
                 guesses.add(run);
             }
@@ -153,12 +166,15 @@ fn compare(
         on.push(pair[1]);
         ratios.push(pair[1] / pair[0].max(1e-9));
     }
+    let [ttft_off, ttft_on] = ttft.map(median);
     let acceptance = guesses.accepted as f64 / (guesses.drafted.max(1)) as f64;
     Ok(serde_json::json!({
         "off_tokens_per_s": median(off),
         "on_tokens_per_s": median(on),
         "ratio": median(ratios),
         "acceptance": acceptance,
+        "off_ttft_ms": ttft_off * 1e3,
+        "on_ttft_ms": ttft_on * 1e3,
         "accepted_per_token": guesses.accepted as f64 / guesses.tokens.max(1) as f64,
     }))
 }
@@ -239,17 +255,19 @@ pub fn run(b: SpecBench<'_>) -> anyhow::Result<()> {
         rows.push((users.as_str(), "concurrent_workload"));
     }
     println!(
-        "{:<28} {:>10} {:>10} {:>7} {:>11}",
-        "workload", "off tok/s", "on tok/s", "ratio", "acceptance"
+        "{:<28} {:>10} {:>10} {:>7} {:>11} {:>14}",
+        "workload", "off tok/s", "on tok/s", "ratio", "acceptance", "ttft off/on ms"
     );
     for (name, key) in rows {
         let w = &report[key];
         println!(
-            "{name:<28} {:>10.1} {:>10.1} {:>6.2}x {:>10.0}%",
+            "{name:<28} {:>10.1} {:>10.1} {:>6.2}x {:>10.0}% {:>6.1} /{:>6.1}",
             w["off_tokens_per_s"].as_f64().unwrap_or(0.0),
             w["on_tokens_per_s"].as_f64().unwrap_or(0.0),
             w["ratio"].as_f64().unwrap_or(0.0),
             w["acceptance"].as_f64().unwrap_or(0.0) * 100.0,
+            w["off_ttft_ms"].as_f64().unwrap_or(0.0),
+            w["on_ttft_ms"].as_f64().unwrap_or(0.0),
         );
     }
     Ok(())

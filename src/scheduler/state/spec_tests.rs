@@ -5,7 +5,7 @@
 use super::*;
 use crate::engine::kv_cache::KvLayout;
 use crate::engine::kv_cache::LayerWindows;
-use crate::scheduler::speculative::SpecConfig;
+use crate::scheduler::speculative::{SpecConfig, SpecMethod, SpecRequest};
 
 const BS: usize = 16;
 
@@ -159,4 +159,46 @@ fn a_sequence_that_keeps_nothing_pauses_its_guessing() {
     }
     let it = s.schedule().items[0];
     assert!(it.draft > 0, "guessing again after the pause");
+}
+
+#[test]
+fn a_draft_model_prefills_the_prompts_that_will_guess_in_their_prefill_step() {
+    let mut s = sched(256).with_speculation(SpecConfig {
+        method: SpecMethod::Draft,
+        ..SpecConfig::default()
+    });
+    s.add(1, periodic(24, 8), 100, 1, ()).unwrap();
+    s.add(2, periodic(24, 8), 100, 1, ()).unwrap();
+    s.set_speculation(
+        2,
+        SpecRequest {
+            n_max: Some(0),
+            n_min: None,
+        },
+    );
+    // A prompt-only request (nothing to generate) never guesses either.
+    s.add(3, periodic(24, 8), 0, 1, ()).unwrap();
+    let plan = s.schedule();
+    assert_eq!(plan.items.len(), 3);
+    assert_eq!(s.draft_prefills(&plan), vec![1]);
+    for it in &plan.items {
+        s.advance(it.seq, it.len);
+        if it.logits {
+            s.append(it.seq, 1);
+        }
+    }
+    // Decoding: the draft proposes (draft_wanted), nothing is left to prefill.
+    let plan = s.schedule();
+    assert!(s.draft_prefills(&plan).is_empty());
+    // Past max_seqs (4) running sequences no guess is made: no draft prefill either.
+    let mut s = sched(256).with_speculation(SpecConfig {
+        method: SpecMethod::Draft,
+        ..SpecConfig::default()
+    });
+    for id in 0..5 {
+        s.add(id, periodic(24, 8), 100, 1, ()).unwrap();
+    }
+    let plan = s.schedule();
+    assert_eq!(plan.items.len(), 5);
+    assert!(s.draft_prefills(&plan).is_empty());
 }

@@ -1,7 +1,7 @@
 //! The scheduler's side of speculative decoding: each sequence's guessing state, the guesses a
 //! step verifies, and what a verify leaves behind (blocks of rejected guesses given back).
 
-use super::{Scheduler, SeqId};
+use super::{Scheduler, SeqId, StepPlan};
 use crate::scheduler::speculative::{ngram, SpecConfig, SpecMethod, SpecRequest, SpecState};
 
 impl<T> Scheduler<T> {
@@ -99,6 +99,30 @@ impl<T> Scheduler<T> {
                 (k > 0 && k >= s.spec.min()).then_some((id, k))
             })
             .take(self.spec.max_seqs)
+            .collect()
+    }
+
+    /// With a draft model ([`SpecMethod::Draft`]): the sequences `plan` computes prompt
+    /// tokens of and that will guess once they decode (a reply to generate, speculation on
+    /// for the request), for the worker to compute their prompts into the draft model's cache
+    /// in the same step: the draft's prefill then counts in the time to the first token, as
+    /// the target's does, instead of delaying the second. None while more than `max_seqs`
+    /// sequences run (no guesses would be made for them).
+    pub fn draft_prefills(&self, plan: &StepPlan) -> Vec<SeqId> {
+        if self.spec.method != SpecMethod::Draft
+            || !self.spec.enabled()
+            || self.running.len() > self.spec.max_seqs
+        {
+            return Vec::new();
+        }
+        plan.items
+            .iter()
+            .filter(|it| it.draft == 0)
+            .filter_map(|it| {
+                let s = self.seqs.get(&it.seq)?;
+                (it.start < s.prompt_len && s.max_len > s.prompt_len && s.spec.want() > 0)
+                    .then_some(it.seq)
+            })
             .collect()
     }
 

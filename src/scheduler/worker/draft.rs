@@ -10,11 +10,50 @@
 //! guesses the target rejected (and the draft's own last guesses it fed) are dropped, their
 //! blocks go back to the pool, and their positions are written again before anything reads
 //! them, so the cache is as if they had never been written.
+//!
+//! A sequence's prompt goes into the draft cache in the step that prefills it on the target
+//! ([`Drafter::prefill_for`]), so its first proposal is a pass of two tokens (the prompt's last
+//! and the target's first) rather than a prefill of the whole prompt between the reply's
+//! first and second tokens.
 
+use super::{StepError, Worker};
 use crate::engine::kv_cache::{BlockTable, KvCache, KvCacheConfig};
 use crate::engine::{BatchLimits, EngineError, ForwardScratch, LogitsWanted, Model, SeqInput};
-use crate::scheduler::state::{Scheduler, SeqId};
+use crate::scheduler::state::{Scheduler, SeqId, StepPlan};
 use std::collections::HashMap;
+
+impl Worker {
+    /// With a draft model: its proposals for the sequences the next plan would verify guesses
+    /// for (run before planning, on this worker's team).
+    pub(super) fn run_draft(&mut self) -> Result<(), StepError> {
+        let Some(d) = self.drafter.as_mut() else {
+            return Ok(());
+        };
+        let wanted = self.sched.draft_wanted();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        for (id, guesses) in d.propose(&self.sched, &wanted)? {
+            self.sched.propose(id, guesses);
+        }
+        Ok(())
+    }
+
+    /// With a draft model: the prompts `plan` prefills computed into the draft's cache too
+    /// ([`crate::scheduler::state::Scheduler::draft_prefills`]).
+    pub(super) fn run_draft_prefills(&mut self, plan: &StepPlan) -> Result<(), StepError> {
+        let Some(d) = self.drafter.as_mut() else {
+            return Ok(());
+        };
+        let ids = self.sched.draft_prefills(plan);
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let sched = &self.sched;
+        d.prefill_for(|id| sched.seq(id).map(|s| s.tokens.as_slice()), &ids)?;
+        Ok(())
+    }
+}
 
 /// The draft model of one engine worker, its KV cache and scratch.
 pub(crate) struct Drafter {
@@ -42,7 +81,21 @@ struct Job {
     /// Positions whose K/V the draft cache holds.
     done: usize,
     want: usize,
+    /// The job proposes guesses; otherwise it only computes `tokens` into the draft cache.
+    guess: bool,
     failed: bool,
+}
+
+impl Job {
+    /// Whether another pass has work for this job.
+    fn pending(&self) -> bool {
+        !self.failed
+            && if self.guess {
+                self.tokens.len() < self.len + self.want
+            } else {
+                self.done < self.tokens.len()
+            }
+    }
 }
 
 impl Drafter {
@@ -120,42 +173,27 @@ impl Drafter {
         wanted: &[(SeqId, usize)],
     ) -> Result<Vec<(SeqId, Vec<u32>)>, EngineError> {
         self.seqs.retain(|id, _| tokens_of(*id).is_some());
-        let bs = self.kv.config().block_size;
         let mut jobs: Vec<Job> = Vec::with_capacity(wanted.len());
         for &(id, want) in wanted {
             let Some(tokens) = tokens_of(id) else {
                 continue;
             };
-            let ds = self.seqs.entry(id).or_insert_with(|| DraftSeq {
-                table: BlockTable::new(self.kv.allocator()),
-                tokens: Vec::new(),
-            });
             // Keep what the sequence still has; the last token is run again for its logits.
-            let common = ds
-                .tokens
-                .iter()
-                .zip(tokens)
-                .take_while(|(a, b)| a == b)
-                .count();
-            let done = common.min(tokens.len().saturating_sub(1));
-            ds.tokens.truncate(done);
-            ds.table.truncate(done.div_ceil(bs));
+            let done = self.keep_common(id, tokens);
             jobs.push(Job {
                 id,
                 tokens: tokens.to_vec(),
                 len: tokens.len(),
                 done,
                 want,
+                guess: true,
                 failed: tokens.is_empty() || want == 0,
             });
         }
         // Each pass computes every unfinished job's pending tokens (the catch-up of a long
         // prompt spreads over several passes) and gives the jobs whose chunk reached their last
         // token one more guess.
-        while jobs
-            .iter()
-            .any(|j| !j.failed && j.tokens.len() < j.len + j.want)
-        {
+        while jobs.iter().any(Job::pending) {
             self.pass(&mut jobs)?;
         }
         let mut out = Vec::with_capacity(jobs.len());
@@ -179,13 +217,78 @@ impl Drafter {
         Ok(out)
     }
 
+    /// Computes the prompts of `ids` (all their tokens but the last, which the first
+    /// proposal runs for its logits) into the draft cache, `tokens_of` giving each sequence's
+    /// tokens: run in the step that prefills them on the target, so that the first proposal
+    /// after the sequence's first token is a pass of two tokens, not a prefill of the whole
+    /// prompt between two of its decode steps. Keeps what the draft cache already holds of
+    /// them; a sequence the cache has no room for is dropped (its first proposal starts over).
+    pub(crate) fn prefill_for<'a>(
+        &mut self,
+        tokens_of: impl Fn(SeqId) -> Option<&'a [u32]>,
+        ids: &[SeqId],
+    ) -> Result<(), EngineError> {
+        let mut jobs: Vec<Job> = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let Some(tokens) = tokens_of(id) else {
+                continue;
+            };
+            let done = self.keep_common(id, tokens);
+            let upto = tokens.len().saturating_sub(1);
+            if done >= upto {
+                continue;
+            }
+            jobs.push(Job {
+                id,
+                tokens: tokens[..upto].to_vec(),
+                len: upto,
+                done,
+                want: 0,
+                guess: false,
+                failed: false,
+            });
+        }
+        while jobs.iter().any(Job::pending) {
+            self.pass(&mut jobs)?;
+        }
+        for j in jobs {
+            if j.failed {
+                self.seqs.remove(&j.id);
+            } else if let Some(ds) = self.seqs.get_mut(&j.id) {
+                ds.tokens.clear();
+                ds.tokens.extend_from_slice(&j.tokens[..j.done]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the longest prefix of what the draft cache holds for `id` that `tokens` still
+    /// has, but never its last token (it is run again for its logits); returns its length.
+    fn keep_common(&mut self, id: SeqId, tokens: &[u32]) -> usize {
+        let bs = self.kv.config().block_size;
+        let ds = self.seqs.entry(id).or_insert_with(|| DraftSeq {
+            table: BlockTable::new(self.kv.allocator()),
+            tokens: Vec::new(),
+        });
+        let common = ds
+            .tokens
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let done = common.min(tokens.len().saturating_sub(1));
+        ds.tokens.truncate(done);
+        ds.table.truncate(done.div_ceil(bs));
+        done
+    }
+
     /// One draft forward pass over the jobs' pending tokens (within `max_tokens`).
     fn pass(&mut self, jobs: &mut [Job]) -> Result<(), EngineError> {
         let mut room = self.max_tokens;
         // (job index, chunk end, wants logits)
         let mut chunks: Vec<(usize, usize, bool)> = Vec::new();
         for (i, j) in jobs.iter_mut().enumerate() {
-            if j.failed || j.tokens.len() >= j.len + j.want || room == 0 {
+            if !j.pending() || room == 0 {
                 continue;
             }
             let n = (j.tokens.len() - j.done).min(room);
@@ -196,7 +299,7 @@ impl Drafter {
                 continue;
             }
             room -= n;
-            chunks.push((i, end, end == j.tokens.len()));
+            chunks.push((i, end, j.guess && end == j.tokens.len()));
         }
         if chunks.is_empty() {
             return Ok(());
@@ -220,6 +323,7 @@ impl Drafter {
         let logits = self
             .model
             .forward(&inputs, &mut self.kv, &mut self.scratch)?;
+
         let next: Vec<Option<u32>> = (0..chunks.len())
             .map(|b| logits.last(b).map(argmax))
             .collect();
@@ -296,6 +400,34 @@ mod tests {
         // A sequence that is gone gives its blocks back.
         a.propose_for(|_| None, &[]).unwrap();
         assert_eq!(a.blocks_used(), 0);
+    }
+
+    #[test]
+    fn a_prompt_prefilled_ahead_proposes_as_a_fresh_drafter_does() {
+        let id: SeqId = 3;
+        let prompt: Vec<u32> = (0..40).map(|i| 1000 + (i * 37) % 500).collect();
+        let mut a = drafter();
+        a.prefill_for(|_| Some(prompt.as_slice()), &[id]).unwrap();
+        // Every prompt token but the last, which the first proposal runs for its logits.
+        assert_eq!(a.seqs[&id].tokens, prompt[..39]);
+        assert_eq!(a.blocks_used(), 3);
+        // Prefilling again computes nothing new.
+        a.prefill_for(|_| Some(prompt.as_slice()), &[id]).unwrap();
+        assert_eq!(a.seqs[&id].tokens.len(), 39);
+        // The target's first token, then a proposal: the same as a drafter that computed the
+        // whole prompt in the proposal's own passes.
+        let mut tokens = prompt.clone();
+        tokens.push(1234);
+        let p = a
+            .propose_for(|_| Some(tokens.as_slice()), &[(id, 4)])
+            .unwrap();
+        let mut b = drafter();
+        let fresh = b
+            .propose_for(|_| Some(tokens.as_slice()), &[(id, 4)])
+            .unwrap();
+        assert_eq!(p, fresh);
+        assert_eq!(p[0].1.len(), 4);
+        assert_eq!(a.blocks_used(), b.blocks_used());
     }
 
     #[test]

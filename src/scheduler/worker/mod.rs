@@ -456,6 +456,7 @@ impl Worker {
             std::thread::sleep(Duration::from_millis(1));
             return Ok(());
         }
+        self.run_draft_prefills(&plan)?;
         self.steps += 1;
         self.faults.set_step(self.steps);
         for it in &plan.items {
@@ -471,22 +472,6 @@ impl Worker {
             masks,
             guesses,
         );
-        Ok(())
-    }
-
-    /// With a draft model: its proposals for the sequences the next plan would verify guesses
-    /// for (run before planning, on this worker's team).
-    fn run_draft(&mut self) -> Result<(), StepError> {
-        let Some(d) = self.drafter.as_mut() else {
-            return Ok(());
-        };
-        let wanted = self.sched.draft_wanted();
-        if wanted.is_empty() {
-            return Ok(());
-        }
-        for (id, guesses) in d.propose(&self.sched, &wanted)? {
-            self.sched.propose(id, guesses);
-        }
         Ok(())
     }
 
