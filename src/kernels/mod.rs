@@ -12,6 +12,7 @@ mod legacy_kind;
 pub mod packed;
 pub mod prefetch;
 pub mod recurrent;
+pub mod recurrent_scan;
 pub mod row;
 pub mod scalar;
 pub mod shape;

@@ -44,6 +44,8 @@ pub mod syntax;
 #[cfg(test)]
 mod testkit;
 pub mod think;
+#[cfg(test)]
+mod think_tests;
 pub mod tools;
 pub mod vocab;
 

@@ -1,9 +1,9 @@
 //! Scalar twins of the recurrent mixers' kernels (`kernels::recurrent`): the order every
 //! vector version follows.
 
-use crate::kernels::recurrent::{check_scan, SCAN_LANES};
+use crate::kernels::recurrent_scan::{check_scan, SCAN_LANES};
 
-/// [`crate::kernels::recurrent::ScanFn`]: the scan row by row, each row's dot as
+/// [`crate::kernels::recurrent_scan::ScanFn`]: the scan row by row, each row's dot as
 /// [`SCAN_LANES`] partial sums combined by [`reduce_lanes`], then the tail ([`scan_tail`]).
 pub fn ssm_scan(
     state: &mut [f32],

@@ -4,7 +4,7 @@
 
 use std::arch::aarch64::*;
 
-use crate::kernels::recurrent::{check_scan, RecurrentKernels, SCAN_LANES};
+use crate::kernels::recurrent_scan::{check_scan, RecurrentKernels, SCAN_LANES};
 use crate::kernels::scalar::recurrent::scan_tail;
 
 /// Installs the NEON scan.
