@@ -5,7 +5,6 @@ pub mod attention;
 pub mod batch;
 pub mod cpus;
 pub mod error;
-pub mod expert_panels;
 pub mod hparams;
 pub mod kv_cache;
 pub mod line_buf;

@@ -20,14 +20,12 @@
 //! (`out = w0 * e0; out += w1 * e1; ...`, ggml's mul then chain of adds). So a token's bits do
 //! not depend on the batch nor on which other tokens chose the same expert.
 
-use crate::engine::expert_panels::panels;
 use crate::engine::hparams::{Activation, Gating};
 use crate::engine::line_buf::LineBuf;
 use crate::engine::model::desc::MoeDesc;
 use crate::engine::ops::{add_in_place, geglu, swiglu, swiglu_oai};
 use crate::engine::team::{SendPtr, Team};
 use crate::engine::weights::{Expert, MoeFfn, Weight, ROW_ALIGN};
-use crate::kernels::cells::OutCells;
 
 /// Tasks per team thread the expert GEMMs aim at (row chunks of each chosen expert).
 const TASKS_PER_THREAD: usize = 4;
@@ -234,8 +232,7 @@ fn quantize_grouped(
 
 /// For each part `parts[j]`, each chosen expert `e` and its grouped rows `start[e]..start[e+1]`:
 /// `outs[j][row] = expert e's matrix · acts[j][row]` (row-major, `n_out` wide). One task per
-/// (part, expert, row chunk), so every chosen expert is split over the team. A K-quant expert
-/// multiplies from its panel copy, made on its first use (`engine::expert_panels`).
+/// (part, expert, row chunk), so every chosen expert is split over the team.
 #[allow(clippy::too_many_arguments)]
 fn expert_gemms<const N: usize>(
     team: &Team,
@@ -280,15 +277,6 @@ fn expert_gemms<const N: usize>(
         let nr = r1 - r0;
         let rb = w.act_row_bytes;
         let a_rows = &acts[j][p0 * rb..p1 * rb];
-        if let Some((pk, p)) = panels(w) {
-            // SAFETY: cells (p0 + i) * n_out + r0 + (0..nr) for i < n lie inside outs[j]
-            // (n_rows * n_out, asserted) and only this task writes columns r0..r1 of rows
-            // p0..p1 of part j; the panel GEMM writes no other cell of the extent.
-            let cells = unsafe {
-                OutCells::from_raw(out_ptrs[j].get().add(p0 * n_out + r0), (n - 1) * n_out + nr)
-            };
-            return (pk.gemm)(w.k, p.from_row(r0), nr, a_rows, n, cells, n_out);
-        }
         // SAFETY: part j's tmp region is j * n_rows * n_out + ..n_rows * n_out (inside `tmp`,
         // asserted); this task's part of it, p0 * n_out + r0 * n .. + n * nr, lies within
         // expert e's rows p0..p1 and row chunk r0..r1, which no other task has.

@@ -2,7 +2,7 @@
 //! the small f32 norm vectors and biases, and the matrices the ISA multiplies faster in a
 //! repacked panel layout: those get one packed copy at load, see [`Weight::packed`]).
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use crate::engine::error::EngineError;
 use crate::engine::team::Team;
@@ -36,9 +36,6 @@ pub struct Weight {
     /// (shared by clones: a tied LM head reuses the embedding's copy). `gemm_rows` uses it;
     /// `rows`/`row_to_f32` keep reading the mmap.
     pub packed: Option<(PackedKernels, Arc<PackedWeights>)>,
-    /// A mixture expert's panel copy, made the first time a step multiplies by it
-    /// ([`crate::engine::expert_panels`]); empty for every other matrix.
-    pub lazy_panels: Arc<OnceLock<PackedWeights>>,
 }
 
 impl Weight {
@@ -79,7 +76,6 @@ impl Weight {
             .ok_or_else(|| unsupported("row length"))? as usize;
         Ok(Weight {
             packed: None,
-            lazy_panels: Arc::default(),
             dtype,
             kern,
             quantize_act,
@@ -250,9 +246,8 @@ pub struct Expert {
 }
 
 /// A mixture-of-experts FFN: the router and every expert, plus the shared expert when the
-/// family has one. The experts are not repacked at load: a step reads only the chosen
-/// experts' pages, and a K-quant expert gets its panel copy when a step first chooses it
-/// ([`crate::engine::expert_panels`]).
+/// family has one. The experts stay in the file's map (never repacked: a step reads only the
+/// chosen experts' pages).
 #[derive(Clone, Debug)]
 pub struct MoeFfn {
     /// `ffn_gate_inp.weight`: router logits per expert.
