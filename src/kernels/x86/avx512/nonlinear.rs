@@ -377,6 +377,10 @@ unsafe fn tile<const K: u8>(
 /// (`nonlinear_panel.rs`), else single tokens in tiles of 8 rows (IQ4_XS: 4), more in tiles
 /// of 4 rows x 2 tokens, in panels of `ROWS_PER_PANEL` rows swept by all token tiles while
 /// their weights are in cache (L2). Every path gives the same bits.
+///
+/// # Safety
+/// The CPU has the features enabled here (AVX-512 F/BW/VL/VNNI, AVX2, FMA, F16C); the slices'
+/// lengths are checked (`checked`), so no other contract is the caller's.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn gemm<const K: u8>(
