@@ -69,6 +69,8 @@ pub struct DiskTier {
     reader: Option<std::thread::JoinHandle<()>>,
     /// Bumped by each clear: a read asked before it is void.
     epoch: u64,
+    /// Write jobs queued for the writer (see [`DiskStats::handled`]).
+    queued: u64,
     stats: Arc<DiskStats>,
 }
 
@@ -182,6 +184,7 @@ impl DiskTier {
             done,
             reader,
             epoch: 0,
+            queued: 0,
             stats,
         }
     }
@@ -189,6 +192,17 @@ impl DiskTier {
     /// The tier's counters.
     pub fn stats(&self) -> &Arc<DiskStats> {
         &self.stats
+    }
+
+    /// Write jobs the writer is done with so far (see [`DiskStats::handled`]).
+    pub fn writes_handled(&self) -> u64 {
+        self.stats.handled.load(Ordering::Acquire)
+    }
+
+    /// Whether blocks queued for writing are not written yet: their counters will still
+    /// move, so an idle owner keeps publishing them (monitoring sees the last write).
+    pub fn writes_pending(&self) -> bool {
+        self.writes_handled() < self.queued
     }
 
     /// Whether `key` is on disk as far as the index knows, with a state if `with_state`.
@@ -247,6 +261,7 @@ impl DiskTier {
         match tx.try_send(Msg::Write(job)) {
             Ok(()) => {
                 self.known.insert(key, with_state);
+                self.queued += 1;
             }
             Err(_) => {
                 self.stats.skipped.fetch_add(1, Ordering::Relaxed);
@@ -526,6 +541,11 @@ impl Writer {
     }
 
     fn write(&mut self, job: Job) {
+        self.write_job(job);
+        self.stats.handled.fetch_add(1, Ordering::Release);
+    }
+
+    fn write_job(&mut self, job: Job) {
         if let Some(t) = self.failed_at {
             if t.elapsed() < RETRY_AFTER {
                 self.stats.skipped.fetch_add(1, Ordering::Relaxed);

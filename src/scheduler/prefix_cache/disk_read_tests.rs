@@ -28,11 +28,18 @@ fn a_read_stops_at_a_missing_file_and_answers_what_it_found() {
         });
         parent = key;
     }
+    // Once no write is pending, the writer's counters are final (an idle worker relies on it
+    // to publish the last ones).
     let t0 = Instant::now();
-    while t.stats().written.load(Ordering::Relaxed) < 3 {
+    while t.writes_pending() {
         assert!(t0.elapsed() < Duration::from_secs(10), "writes");
         std::thread::sleep(Duration::from_millis(2));
     }
+    assert_eq!(t.stats().written.load(Ordering::Relaxed), 3);
+    assert_eq!(t.writes_handled(), 3);
+    // A block known on disk is not queued again, so nothing is pending.
+    t.write(wanted[0].key, ROOT, &wanted[0].tokens, vec![0; 8], None);
+    assert!(!t.writes_pending());
     let read = |t: &mut DiskTier, id| {
         assert!(t.request(ReadRequest {
             id,

@@ -13,6 +13,10 @@ pub struct DiskStats {
     pub write_errors: AtomicU64,
     /// Blocks not written because the queue was full or the tier degraded.
     pub skipped: AtomicU64,
+    /// Write jobs the writer is done with (written, failed, or dropped while degraded),
+    /// incremented (Release) after the counters above: an owner that sees it reach the
+    /// number it queued sees their final values.
+    pub handled: AtomicU64,
     /// Blocks read back, and files refused by a check (see the module docs).
     pub loaded: AtomicU64,
     pub rejected: AtomicU64,

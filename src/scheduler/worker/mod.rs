@@ -27,6 +27,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+use tiers::WRITES_POLL;
 use verify::Guesses;
 
 mod disk_wait;
@@ -94,6 +95,8 @@ pub(crate) struct Worker {
     disk: Option<DiskTier>,
     /// Requests waiting for the disk tier's reader ([`disk_wait`]).
     parked: Vec<disk_wait::Parked>,
+    /// The disk writer's finished jobs when the tier numbers were last published while idle.
+    writes_published: u64,
     /// The draft model (speculative `method = "draft"`), on this worker's team.
     drafter: Option<Drafter>,
 }
@@ -253,6 +256,7 @@ impl Worker {
             masks: MaskThread::new(format!("kiln-masks-{index}")),
             disk,
             parked: Vec::new(),
+            writes_published: 0,
             drafter,
         })
     }
@@ -285,9 +289,19 @@ impl Worker {
     fn round(&mut self) -> bool {
         if self.sched.is_idle() {
             // Nothing to compute: sleep until a command arrives (an idle server burns no CPU),
-            // or while requests wait for the disk, poll for their reads every millisecond.
-            let cmd = if self.has_parked() {
-                match self.rx.recv_timeout(Duration::from_millis(1)) {
+            // or while requests wait for the disk, poll for their reads every millisecond, or
+            // while blocks are still being written, publish the writer's progress.
+            let poll = if self.has_parked() {
+                Some(Duration::from_millis(1))
+            } else if self.disk_writes_pending() {
+                Some(WRITES_POLL)
+            } else {
+                None
+            };
+            // After the check above: when nothing was pending, this publishes the final numbers.
+            self.publish_disk_writes();
+            let cmd = if let Some(poll) = poll {
+                match self.rx.recv_timeout(poll) {
                     Ok(cmd) => Some(cmd),
                     Err(mpsc::RecvTimeoutError::Timeout) => None,
                     Err(mpsc::RecvTimeoutError::Disconnected) => return false,

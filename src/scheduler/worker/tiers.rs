@@ -12,8 +12,30 @@ use crate::scheduler::prefix_cache::{
 };
 use crate::scheduler::state::StepPlan;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How often an idle worker publishes the tier numbers while its disk writes are in flight.
+pub(super) const WRITES_POLL: Duration = Duration::from_millis(20);
 
 impl Worker {
+    /// Whether the disk tier still has blocks of this worker to write.
+    pub(super) fn disk_writes_pending(&self) -> bool {
+        self.disk.as_ref().is_some_and(DiskTier::writes_pending)
+    }
+
+    /// Publishes the tier numbers when the disk writer finished jobs since the last time this
+    /// did: a step publishes them, but the writes a step queued end after it, and without
+    /// this an idle server's monitoring would not see them until the next request.
+    pub(super) fn publish_disk_writes(&mut self) {
+        let Some(handled) = self.disk.as_ref().map(DiskTier::writes_handled) else {
+            return;
+        };
+        if handled != self.writes_published {
+            self.writes_published = handled;
+            self.observer.on_tiers(&self.tier_stats());
+        }
+    }
+
     /// Copies the blocks the plan evicted to the RAM tier (their pages are free and nothing
     /// has written them since: a step writes pages only after this), each with the recurrent
     /// state of its checkpoint if it had one (likewise unwritten: only a step's saves, after
