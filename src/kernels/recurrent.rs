@@ -1,9 +1,9 @@
 //! The recurrent mixers' kernels, one row per instruction set: Mamba2's selective scan
-//! ([`ScanFn`]). Rows start from the scalar twins (`scalar::recurrent`); each ISA's installer
+//! ([`ScanFn`]) and the Gated DeltaNet's delta rule ([`DeltaFn`]). Rows start from the scalar twins (`scalar::recurrent`); each ISA's installer
 //! replaces what it has a vector version of, bit-identical to the scalar one (the same f32
 //! operations in the same order: `kernels::tests::recurrent`).
 //!
-//! The scan's dot `y[i] = sum_k S[i][k] C[k]` is summed as [`SCAN_LANES`] partial sums (value
+//! The scan's dot `y[i] = sum_k S[i][k] C[k]` (and each of the delta rule's dots) is summed as [`SCAN_LANES`] partial sums (value
 //! `k` into lane `k % 16`) combined by halves (lane `j` + lane `j + 8`, then `j + 4`, `j + 2`,
 //! `j + 1`), then the last `d_state % 16` values added in order: the order a 16-lane register
 //! gives, and two 8-lane or four 4-lane registers give as well.
@@ -11,7 +11,9 @@
 use std::sync::LazyLock;
 
 use super::isa::{isa, supported, Isa};
-pub use super::recurrent_scan::{check_scan, RecurrentKernels, ScanFn, SCAN_LANES};
+pub use super::recurrent_scan::{
+    check_delta, check_scan, DeltaFn, RecurrentKernels, ScanFn, SCAN_LANES,
+};
 
 static ROWS: LazyLock<[RecurrentKernels; Isa::ALL.len()]> = LazyLock::new(|| Isa::ALL.map(build));
 
@@ -29,6 +31,7 @@ pub fn recurrent_for(isa: Isa) -> &'static RecurrentKernels {
 fn build(isa: Isa) -> RecurrentKernels {
     let mut r = RecurrentKernels {
         ssm_scan: super::scalar::recurrent::ssm_scan,
+        delta_rule: super::scalar::recurrent::delta_rule,
     };
     if supported(isa) {
         install_simd(isa, &mut r);

@@ -1,5 +1,6 @@
-//! The shapes the recurrent mixers' kernels share across instruction sets: the scan's
-//! signature ([`ScanFn`]), its lane count and its length check, apart from the dispatch
+//! The shapes the recurrent mixers' kernels share across instruction sets: the scan's and the
+//! delta rule's signatures ([`ScanFn`], [`DeltaFn`]), their lane count and length checks,
+//! apart from the dispatch
 //! (`kernels::recurrent`) so that each ISA's kernels depend on this file and not on the
 //! module that installs them.
 //!
@@ -19,10 +20,21 @@ pub const SCAN_LANES: usize = 16;
 pub type ScanFn =
     fn(state: &mut [f32], x: &[f32], dt_sp: f32, da: f32, b: &[f32], c: &[f32], y: &mut [f32]);
 
+/// One token of one Gated DeltaNet head's delta rule (ggml_gated_delta_net's per-token body):
+/// `state` holds `n = v.len()` rows of `n` floats, row `j` being column `j` of the head's
+/// matrix `S` (`state[j * n + i] = S[i][j]`, as ggml keeps it). For each row `j`, in order:
+/// `r = r * decay` (every value), `delta = (v[j] - r . k) * beta`, `r = r + k * delta` (one
+/// product, one sum, no fused multiply-add), `out[j] = (r . q) * scale`; both dots summed as
+/// [`SCAN_LANES`] partial sums in the scan's order (module doc of `kernels::recurrent`).
+/// `coef` is `(decay, beta, scale)`. Panics when the lengths disagree ([`check_delta`]).
+pub type DeltaFn =
+    fn(state: &mut [f32], q: &[f32], k: &[f32], v: &[f32], coef: (f32, f32, f32), out: &mut [f32]);
+
 /// The recurrent kernels of one instruction set.
 #[derive(Clone, Copy, Debug)]
 pub struct RecurrentKernels {
     pub ssm_scan: ScanFn,
+    pub delta_rule: DeltaFn,
 }
 
 /// Checks a scan's slice lengths: `state` is `x.len() * b.len()`, `c` as long as `b`, `y` as
@@ -37,4 +49,19 @@ pub fn check_scan(state: &[f32], x: &[f32], b: &[f32], c: &[f32], y: &[f32]) -> 
         y.len()
     );
     (rows, ds)
+}
+
+/// Checks a delta rule's slice lengths: `q`, `k`, `v` and `out` all `n` long, `state` `n * n`.
+/// Returns `n`.
+pub fn check_delta(state: &[f32], q: &[f32], k: &[f32], v: &[f32], out: &[f32]) -> usize {
+    let n = v.len();
+    assert!(
+        state.len() == n * n && q.len() == n && k.len() == n && out.len() == n,
+        "delta_rule lengths: state {} q {} k {} v {n} out {}",
+        state.len(),
+        q.len(),
+        k.len(),
+        out.len()
+    );
+    n
 }

@@ -17,7 +17,8 @@
 //! x += Wout (rms_norm(o) * ssm_norm * silu(z))     per head; ssm_out: [d, vd]
 //! ```
 //!
-//! The recurrence runs token by token for a prefill as for a decode step, which is what
+//! The recurrence (per token and head, `kernels::recurrent`'s delta rule: SIMD twins of a
+//! scalar one, bit-identical) runs token by token for a prefill as for a decode step, which is what
 //! llama.cpp's CPU backend computes (its graph uses the fused `ggml_gated_delta_net` op by
 //! default, a per-token loop over each head's state; the chunked graph of
 //! `build_delta_net_chunking` is only its fallback). So a sequence's outputs are the same f32
@@ -38,62 +39,13 @@ use crate::engine::ops::silu::{mul_silu_in_place, silu_in_place};
 use crate::engine::scratch::ForwardScratch;
 use crate::engine::team::SendPtr;
 use crate::engine::weights::GdnWeights;
+use crate::kernels::recurrent::recurrent;
 
-/// Head widths up to this many floats keep the delta rule's scratch row on the stack (Qwen3.5's
-/// are 128); wider ones allocate it once per task.
+/// Head widths up to this many floats take the L2 norm's unit weights from [`ONES`] (Qwen3.5's
+/// are 128); wider ones allocate them once per layer.
 const STACK_HEAD: usize = 256;
 /// The L2 norm's unit weights for heads up to `STACK_HEAD` wide.
 static ONES: [f32; STACK_HEAD] = [1.0; STACK_HEAD];
-
-/// `a . b` in f32 with eight partial sums in a fixed order, combined pairwise (deterministic,
-/// and the loop vectorizes). Scalar reference.
-#[inline]
-pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let mut ca = a.chunks_exact(8);
-    let mut cb = b.chunks_exact(8);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    for ((s, &x), &y) in acc.iter_mut().zip(ca.remainder()).zip(cb.remainder()) {
-        *s += x * y;
-    }
-    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
-}
-
-/// One token of the delta rule on one head's state `m` (`m[j * n + i] = S[i][j]`, `n` =
-/// head width): decay by `exp(g)`, `delta = (v - S^T k) * beta`, `S += k delta^T`, then
-/// `out = S^T q * scale` (ggml_gated_delta_net's per-token body, in its order). `delta` is
-/// `n` floats of scratch.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn delta_step(
-    m: &mut [f32],
-    (q, k, v): (&[f32], &[f32], &[f32]),
-    g: f32,
-    beta: f32,
-    scale: f32,
-    delta: &mut [f32],
-    out: &mut [f32],
-) {
-    let n = v.len();
-    let decay = g.exp();
-    for x in m.iter_mut() {
-        *x *= decay;
-    }
-    for (j, dj) in delta.iter_mut().enumerate() {
-        *dj = (v[j] - dot(&m[j * n..(j + 1) * n], k)) * beta;
-    }
-    for (row, &dj) in m.chunks_exact_mut(n).zip(delta.iter()) {
-        for (x, &ki) in row.iter_mut().zip(k) {
-            *x += ki * dj;
-        }
-    }
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = dot(&m[j * n..(j + 1) * n], q) * scale;
-    }
-}
 
 /// ggml's softplus: `x` above 20, else `ln(1 + e^x)`.
 fn softplus(x: f32) -> f32 {
@@ -235,6 +187,7 @@ impl Model {
         let n_out = s.gdn.out.len();
         let outs = SendPtr(s.gdn.out.as_mut_ptr());
         let per_head = hd * hd;
+        let delta_rule = recurrent().delta_rule;
         self.team.run(seqs.len() * hv, &|task, _| {
             let (qi, h) = (task / hv, task % hv);
             let q = &seqs[qi];
@@ -259,29 +212,17 @@ impl Model {
                 std::slice::from_raw_parts_mut(outs.get().add(t0 * vd + h * n * hd), n * hd)
             };
             let kh = h % hk;
-            let mut stack = [0f32; STACK_HEAD];
-            let mut heap = Vec::new();
-            let delta = if hd <= STACK_HEAD {
-                &mut stack[..hd]
-            } else {
-                heap.resize(hd, 0.0);
-                &mut heap[..]
-            };
             for j in 0..n {
                 let t = t0 + j;
                 let row = &conv[t * cd..(t + 1) * cd];
-                let qkv_h = (
+                // The decay exp(g) as ggml computes it, then the kernel in its order.
+                let coef = (alpha[t * hv + h].exp(), beta[t * hv + h], scale);
+                delta_rule(
+                    m,
                     &row[kh * hd..(kh + 1) * hd],
                     &row[kd + kh * hd..kd + (kh + 1) * hd],
                     &row[2 * kd + h * hd..2 * kd + (h + 1) * hd],
-                );
-                delta_step(
-                    m,
-                    qkv_h,
-                    alpha[t * hv + h],
-                    beta[t * hv + h],
-                    scale,
-                    delta,
+                    coef,
                     &mut o[j * hd..(j + 1) * hd],
                 );
             }
@@ -321,9 +262,12 @@ impl Model {
 mod tests {
     use super::*;
 
-    /// The delta rule against its definition in f64 on a 2-wide head over three tokens.
+    /// The delta rule (the scalar twin: every ISA's kernel gives its bits,
+    /// `kernels::tests::recurrent`) against its definition in f64 on a 2-wide head over three
+    /// tokens.
     #[test]
-    fn delta_step_follows_the_rule() {
+    fn delta_rule_follows_the_rule() {
+        let rule = crate::kernels::recurrent::recurrent_for(crate::kernels::Isa::Scalar).delta_rule;
         let n = 2;
         let mut m = vec![0f32; n * n];
         let mut s = [[0f64; 2]; 2]; // s[i][j]
@@ -338,10 +282,9 @@ mod tests {
             ([0.0, 1.0], [0.6, 0.8], [2.0, 0.25], -0.5, 0.2),
             ([0.8, -0.6], [0.0, 1.0], [-1.0, 1.5], -0.01, 0.9),
         ];
-        let mut delta = vec![0f32; n];
         for (q, k, v, g, b) in toks {
             let mut o = [0f32; 2];
-            delta_step(&mut m, (&q, &k, &v), g, b, 0.5, &mut delta, &mut o);
+            rule(&mut m, &q, &k, &v, (g.exp(), b, 0.5), &mut o);
             let e = f64::from(g).exp();
             for row in s.iter_mut() {
                 for x in row.iter_mut() {
@@ -373,13 +316,5 @@ mod tests {
         assert!((x[0] - 0.6).abs() < 1e-6 && (x[1] - 0.8).abs() < 1e-6);
         assert_eq!(softplus(25.0), 25.0);
         assert!((softplus(0.0) - 2f32.ln()).abs() < 1e-7);
-    }
-
-    #[test]
-    fn dot_matches_the_plain_sum_on_small_integers() {
-        let a: Vec<f32> = (0..19).map(|i| i as f32).collect();
-        let b: Vec<f32> = (0..19).map(|i| (i % 3) as f32).collect();
-        let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert_eq!(dot(&a, &b), want);
     }
 }

@@ -1,13 +1,13 @@
-//! AVX2 twins of the recurrent kernels (`kernels::recurrent`): the scan's 16 lanes are two
-//! 8-lane registers (lanes 0-7 and 8-15); four rows run together (their loads of B and C
-//! shared, their sums independent).
+//! AVX2 twins of the recurrent kernels (`kernels::recurrent`): the scan's and the delta rule's
+//! 16 lanes are two 8-lane registers (lanes 0-7 and 8-15); four rows run together (their loads
+//! of B and C, or of k and q, shared; their sums independent).
 
 use std::arch::x86_64::*;
 
-use crate::kernels::recurrent_scan::{check_scan, RecurrentKernels, SCAN_LANES};
-use crate::kernels::scalar::recurrent::scan_tail;
+use crate::kernels::recurrent_scan::{check_delta, check_scan, RecurrentKernels, SCAN_LANES};
+use crate::kernels::scalar::recurrent::{decay_tail, scan_tail, update_tail};
 
-/// Installs the AVX2 scan.
+/// Installs the AVX2 scan and delta rule.
 ///
 /// # Safety
 /// The CPU must support AVX2.
@@ -16,7 +16,12 @@ pub(crate) unsafe fn install(r: &mut RecurrentKernels) {
         // SAFETY: only installed by `install`, whose caller verified AVX2.
         unsafe { ssm_scan(s, x, dt_sp, da, b, c, y) }
     }
+    fn delta(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], c: (f32, f32, f32), o: &mut [f32]) {
+        // SAFETY: only installed by `install`, whose caller verified AVX2.
+        unsafe { delta_rule(s, q, k, v, c, o) }
+    }
     r.ssm_scan = scan;
+    r.delta_rule = delta;
 }
 
 /// The scan, bit-identical to `scalar::recurrent::ssm_scan`.
@@ -137,4 +142,104 @@ pub(crate) unsafe fn reduce8(v: __m256) -> f32 {
     let q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let h = _mm_add_ps(q, _mm_movehl_ps(q, q));
     _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps::<0b01>(h, h)))
+}
+
+/// The delta rule, bit-identical to `scalar::recurrent::delta_rule`.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn delta_rule(
+    state: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    coef: (f32, f32, f32),
+    out: &mut [f32],
+) {
+    let n = check_delta(state, q, k, v, out);
+    if n == 0 {
+        return;
+    }
+    let mut j = 0;
+    while j + 4 <= n {
+        // SAFETY: rows j..j+4 lie in `state` (checked lengths); same target features.
+        let o =
+            unsafe { delta_rows::<4>(&mut state[j * n..(j + 4) * n], (q, k), &v[j..j + 4], coef) };
+        out[j..j + 4].copy_from_slice(&o);
+        j += 4;
+    }
+    while j < n {
+        // SAFETY: as above, one row.
+        let o =
+            unsafe { delta_rows::<1>(&mut state[j * n..(j + 1) * n], (q, k), &v[j..j + 1], coef) };
+        out[j] = o[0];
+        j += 1;
+    }
+}
+
+/// `R` rows of the delta rule (`state` holds exactly them; `v` their `R` values), each in the
+/// scalar twin's order.
+///
+/// # Safety
+/// The CPU must support AVX2; `state` is `R * k.len()`, `q` as long as `k`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn delta_rows<const R: usize>(
+    state: &mut [f32],
+    (q, k): (&[f32], &[f32]),
+    v: &[f32],
+    (decay, beta, scale): (f32, f32, f32),
+) -> [f32; R] {
+    let n = k.len();
+    let main = n - n % SCAN_LANES;
+    let sp = state.as_mut_ptr();
+    let vdecay = _mm256_set1_ps(decay);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let mut i = 0;
+    while i < main {
+        for (h, off) in [0, 8].into_iter().enumerate() {
+            // SAFETY: i + off + 8 <= main <= n = k.len(), and row r's too.
+            unsafe {
+                let kv = _mm256_loadu_ps(k.as_ptr().add(i + off));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let p = sp.add(r * n + i + off);
+                    let x = _mm256_mul_ps(_mm256_loadu_ps(p), vdecay);
+                    _mm256_storeu_ps(p, x);
+                    a[h] = _mm256_add_ps(a[h], _mm256_mul_ps(x, kv));
+                }
+            }
+        }
+        i += SCAN_LANES;
+    }
+    let delta: [f32; R] = std::array::from_fn(|r| {
+        // SAFETY: same target features as this function.
+        let sum = unsafe { reduce8(_mm256_add_ps(acc[r][0], acc[r][1])) };
+        (v[r] - decay_tail(&mut state[r * n..(r + 1) * n], main, decay, k, sum)) * beta
+    });
+    let vdelta: [__m256; R] = std::array::from_fn(|r| _mm256_set1_ps(delta[r]));
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let sp = state.as_mut_ptr();
+    let mut i = 0;
+    while i < main {
+        for (h, off) in [0, 8].into_iter().enumerate() {
+            // SAFETY: i + off + 8 <= main <= n = k.len() = q.len(), and row r's too.
+            unsafe {
+                let kv = _mm256_loadu_ps(k.as_ptr().add(i + off));
+                let qv = _mm256_loadu_ps(q.as_ptr().add(i + off));
+                for r in 0..R {
+                    let p = sp.add(r * n + i + off);
+                    let x = _mm256_add_ps(_mm256_loadu_ps(p), _mm256_mul_ps(kv, vdelta[r]));
+                    _mm256_storeu_ps(p, x);
+                    acc[r][h] = _mm256_add_ps(acc[r][h], _mm256_mul_ps(x, qv));
+                }
+            }
+        }
+        i += SCAN_LANES;
+    }
+    std::array::from_fn(|r| {
+        // SAFETY: same target features as this function.
+        let sum = unsafe { reduce8(_mm256_add_ps(acc[r][0], acc[r][1])) };
+        update_tail(&mut state[r * n..(r + 1) * n], main, (k, delta[r]), q, sum) * scale
+    })
 }
