@@ -35,6 +35,7 @@ pub mod completions;
 pub mod embeddings;
 pub mod error;
 pub mod generation_fields;
+pub mod history;
 pub mod llama;
 mod logprobs;
 mod merged_events;

@@ -6,6 +6,7 @@
 
 use crate::server::app_state::Runtime;
 use crate::server::error::ApiError;
+use crate::server::history::history;
 use crate::server::types::{
     ChatMessage, MessageContent, ResponseFormat, Role, Tool, ToolChoiceSpec,
 };
@@ -447,6 +448,7 @@ pub fn prepare_chat(
                 name: None,
                 tool_call_id: None,
                 tool_calls: None,
+                tool_responses: None,
             },
         ),
     }
@@ -464,36 +466,4 @@ pub fn prepare_chat(
             forced: calls_only,
         }),
     })
-}
-
-/// Earlier calls as the model's format shows them: for the generic format, an assistant
-/// message's calls become the envelope it would have written; for the native formats, each
-/// call's `arguments` string becomes the object templates print with `tojson`.
-fn history(mut messages: Vec<ChatMessage>, format: ToolFormat) -> Vec<ChatMessage> {
-    for m in &mut messages {
-        let Some(calls) = m.tool_calls.take() else {
-            continue;
-        };
-        if calls.is_empty() {
-            continue;
-        }
-        if format == ToolFormat::Generic {
-            let text = generic::render_calls(&calls);
-            m.content = Some(MessageContent::Text(text));
-        } else {
-            let calls = calls
-                .into_iter()
-                .map(|mut c| {
-                    if let Some(Value::String(s)) = c.pointer("/function/arguments").cloned() {
-                        if let Ok(v) = serde_json::from_str::<Value>(&s) {
-                            c["function"]["arguments"] = v;
-                        }
-                    }
-                    c
-                })
-                .collect();
-            m.tool_calls = Some(calls);
-        }
-    }
-    messages
 }

@@ -132,6 +132,8 @@ fn template_context(
             ));
         }
         strings.push(content.clone());
+        let content = crate::server::history::lfm2_content(rt.tool_format, &rt.template_text, m)
+            .unwrap_or(content);
         obj.insert("content".into(), Value::from(content));
         if let Some(name) = &m.name {
             strings.push(name.clone());
@@ -146,6 +148,12 @@ fn template_context(
                 collect_strings(c, &mut strings);
             }
             obj.insert("tool_calls".into(), Value::from(calls.clone()));
+        }
+        if let Some(responses) = &m.tool_responses {
+            for r in responses {
+                collect_strings(r, &mut strings);
+            }
+            obj.insert("tool_responses".into(), Value::from(responses.clone()));
         }
         list.push(Value::Object(obj));
     }

@@ -229,6 +229,7 @@ mod tests {
                     name: None,
                     tool_call_id: None,
                     tool_calls: None,
+                    tool_responses: None,
                 }],
             }),
         })

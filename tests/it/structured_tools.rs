@@ -34,6 +34,9 @@ fn tool_formats_are_detected_from_real_templates() {
             ToolFormat::Generic,
         ),
         ("openai-gpt-oss-120b", ToolFormat::Harmony),
+        ("LFM2-8B-A1B", ToolFormat::Lfm2),
+        ("LFM2.5-8B-A1B", ToolFormat::Lfm2),
+        ("google-gemma-4-31B-it-interleaved", ToolFormat::Gemma4),
     ];
     for (name, want) in cases {
         let src = crate::common::read_to_string(&dir.join(format!("{name}.jinja")));
@@ -134,7 +137,7 @@ fn compile(c: kiln::structured::tools::native::ForcedCall) -> Constraint {
     }
 }
 
-const NATIVE: [(kiln::structured::tools::ToolFormat, &str); 7] = [
+const NATIVE: [(kiln::structured::tools::ToolFormat, &str); 9] = [
     (kiln::structured::tools::ToolFormat::Hermes, ""),
     (kiln::structured::tools::ToolFormat::QwenXml, ""),
     (kiln::structured::tools::ToolFormat::Llama3, ""),
@@ -142,6 +145,8 @@ const NATIVE: [(kiln::structured::tools::ToolFormat, &str); 7] = [
     (kiln::structured::tools::ToolFormat::Mistral, "[ARGS]"),
     (kiln::structured::tools::ToolFormat::Phi4, ""),
     (kiln::structured::tools::ToolFormat::Granite, ""),
+    (kiln::structured::tools::ToolFormat::Lfm2, ""),
+    (kiln::structured::tools::ToolFormat::Gemma4, ""),
 ];
 
 #[test]
@@ -244,6 +249,8 @@ fn book_call(format: kiln::structured::tools::ToolFormat, template: &str) -> &'s
         (ToolFormat::Granite, _) => {
             "<|tool_call|>[{\"name\": \"book\", \"arguments\": {\"ok\": true}}]"
         }
+        (ToolFormat::Lfm2, _) => "<|tool_call_start|>[book(ok=true)]<|tool_call_end|>",
+        (ToolFormat::Gemma4, _) => "<|tool_call>call:book{ok:true}<tool_call|>",
         (ToolFormat::Generic, _) => unreachable!("no native syntax"),
         (ToolFormat::Harmony, _) => {
             unreachable!("harmony calls under auto are read, not constrained")
@@ -254,10 +261,16 @@ fn book_call(format: kiln::structured::tools::ToolFormat, template: &str) -> &'s
 /// The text up to and including where a call starts in `call` (its opening tag, or Llama 3's
 /// opening brace).
 fn call_opening(call: &str) -> &str {
-    let end = ["<tool_call>", "[TOOL_CALLS]", "<|tool_call|>"]
-        .iter()
-        .find_map(|t| call.find(t).map(|i| i + t.len()))
-        .unwrap_or(1);
+    let end = [
+        "<tool_call>",
+        "[TOOL_CALLS]",
+        "<|tool_call|>",
+        "<|tool_call_start|>",
+        "<|tool_call>",
+    ]
+    .iter()
+    .find_map(|t| call.find(t).map(|i| i + t.len()))
+    .unwrap_or(1);
     &call[..end]
 }
 
@@ -328,7 +341,10 @@ fn auto_allows_an_answer_or_calls_and_a_started_call_is_valid() {
                 parallel
                     && (matches!(
                         format,
-                        ToolFormat::Hermes | ToolFormat::QwenXml | ToolFormat::Phi4
+                        ToolFormat::Hermes
+                            | ToolFormat::QwenXml
+                            | ToolFormat::Phi4
+                            | ToolFormat::Gemma4
                     ) || !template.is_empty()),
                 "{what}"
             );

@@ -14,7 +14,9 @@ guarantees, for every family through the official clients: a greedy whole and st
 reply agree; tools offered reach the prompt; `response_format` json_schema gives JSON valid
 against the schema;
 `tool_choice` "required" and a named function give a parsed call with valid arguments (in the
-family's own call syntax where kiln knows it, else kiln's JSON envelope); the Anthropic
+family's own call syntax where kiln knows it: Qwen3.5's XML, LFM2's pythonic list, Gemma 4's
+`call:NAME{...}`; else kiln's JSON envelope); earlier calls and their results go back to
+LFM2's and Gemma 4's templates in those syntaxes; the Anthropic
 Messages and OpenAI Responses routes answer. Qwen3.5's generation prompt opens `<think>`, so
 its reply is `reasoning_content` unless `enable_thinking` is false; its JSON and forced tool
 requests are asked with thinking on and off: on, the reply reasons freely, `</think>` comes
@@ -198,8 +200,9 @@ def test_json_schema_gives_valid_json(families, name, thinking):
 @pytest.mark.parametrize("name,thinking", STRUCTURED)
 @pytest.mark.parametrize("choice", ["required", "book"])
 def test_a_forced_tool_call_is_parsed_with_valid_arguments(families, name, thinking, choice):
-    """A forced call in the family's own syntax (Qwen3.5: XML, its values typed by the
-    schema), after free reasoning when thinking is on; the same whole and streamed."""
+    """A forced call in the family's own syntax (Qwen3.5: XML, LFM2: a pythonic list, Gemma 4:
+    `call:NAME{...}`, their values typed by the schema), after free reasoning when thinking
+    is on; the same whole and streamed."""
     client = client_for(families.base_url)
     tool_choice = choice if choice == "required" else {"type": "function",
                                                         "function": {"name": choice}}
@@ -221,6 +224,56 @@ def test_a_forced_tool_call_is_parsed_with_valid_arguments(families, name, think
         _, reasoning, calls, finish = streamed(client, **kw)
         assert (reasoning, finish) == (reasoning_of(c.message), "tool_calls")
         assert calls == {0: [call.name, call.arguments]}
+
+
+def test_earlier_calls_and_results_go_back_in_the_family_syntax(families):
+    """An assistant's earlier call and its result, rendered as the model would have written
+    and read them: LFM2's template shows no calls, so kiln writes the call into the
+    assistant's text; Gemma 4's renders the result inside the calling turn (`tool_responses`,
+    folded from the `tool` message as llama.cpp does). A chat request on that history is
+    answered."""
+    client = client_for(families.base_url)
+    earlier = [{"role": "user", "content": "Weather in Paris?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "call_1", "type": "function", "function": {
+                       "name": "get_weather", "arguments": json.dumps({"city": "Paris", "days": 2})}}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"temp": 18})}]
+    want = {
+        "lfm2": ['<|im_start|>assistant\n<|tool_call_start|>[get_weather(city="Paris", days=2)]'
+                 '<|tool_call_end|><|im_end|>',
+                 '<|im_start|>tool\n<|tool_response_start|>{"temp": 18}<|tool_response_end|>'],
+        "gemma4": ['<|turn>model\n<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}'
+                   '<tool_call|><|tool_response>response:get_weather{temp:18}<tool_response|>'],
+    }
+    for name, parts in want.items():
+        with urllib.request.urlopen(urllib.request.Request(
+                families.base_url + "/apply-template", method="POST",
+                headers={"Content-Type": "application/json"},
+                data=json.dumps({"model": name, "messages": earlier}).encode()), timeout=30) as r:
+            rendered = json.loads(r.read())["prompt"]
+        for part in parts:
+            assert part in rendered, (name, rendered)
+        assert "tool_calls" not in rendered and '"arguments"' not in rendered, rendered
+        c = client.chat.completions.create(model=name, messages=earlier, tools=TOOLS,
+                                           max_tokens=3, temperature=0).choices[0]
+        assert c.finish_reason in ("length", "stop", "tool_calls"), c
+
+
+@pytest.mark.parametrize("name", ["lfm2", "gemma4"])
+def test_an_anthropic_tool_use_comes_from_the_family_syntax(families, name):
+    """`tool_choice` {"type": "tool"} through the Anthropic client: the forced call, written in
+    LFM2's or Gemma 4's syntax, comes back as a tool_use block whose input validates."""
+    claude = anthropic.Anthropic(base_url=families.base_url, api_key="unused", max_retries=0,
+                                 timeout=60)
+    m = claude.messages.create(
+        model=name, max_tokens=80, messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[{"name": t["function"]["name"], "description": t["function"]["description"],
+                "input_schema": t["function"]["parameters"]} for t in TOOLS],
+        tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True})
+    assert m.stop_reason == "tool_use", m
+    uses = [b for b in m.content if b.type == "tool_use"]
+    assert len(uses) == 1 and uses[0].name == "get_weather", m
+    jsonschema.validate(uses[0].input, CITY)
 
 
 @pytest.mark.parametrize("name", NAMES)

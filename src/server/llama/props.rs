@@ -154,9 +154,11 @@ pub async fn apply_template(
     let lease = state.lease(req.model.as_deref()).await?;
     let rt = Arc::clone(lease.runtime());
     let rendered = blocking(move || {
+        // Earlier calls and results as a chat request hands them to the template.
+        let messages = crate::server::history::history(req.messages, rt.tool_format);
         prompt::render_chat(
             &rt,
-            &req.messages,
+            &messages,
             true,
             None,
             req.chat_template_kwargs.as_ref(),

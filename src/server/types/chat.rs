@@ -92,6 +92,12 @@ pub struct ChatMessage {
     #[serde(default, deserialize_with = "tool_call_objects")]
     #[schema(value_type = Option<Vec<Object>>)]
     pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// Results of this message's calls, for templates that render them inside the assistant
+    /// turn (Gemma 4: `{name, response}` each); kiln fills it from the `tool` messages that
+    /// follow the calls (`server::history`), a client never sends it.
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub tool_responses: Option<Vec<serde_json::Value>>,
 }
 
 fn tool_call_objects<'de, D: serde::Deserializer<'de>>(
@@ -110,6 +116,7 @@ impl ChatMessage {
             name: None,
             tool_call_id: None,
             tool_calls: None,
+            tool_responses: None,
         }
     }
 }

@@ -19,15 +19,21 @@
 //!   the arguments; [`super::harmony`] rewrites it as a Hermes call before this reader sees it
 //!   (a forced call is constrained to that message, [`native::harmony_call`]; under "auto"
 //!   calls are read, not constrained);
+//! - **LFM2**: `<|tool_call_start|>[name(arg="value", n=1), ...]<|tool_call_end|>`, the
+//!   values Python literals ([`pythonic`]);
+//! - **Gemma 4**: `<|tool_call>call:NAME{arg:<|"|>text<|"|>,n:1}<tool_call|>` ([`gemma4`]);
 //! - **Generic** (any template without tool support, the default SmolLM2 among them): kiln
 //!   describes the tools in a system message and constrains the reply to a JSON envelope,
 //!   `{"tool_calls": [{"name": ..., "arguments": {...}}]}` or `{"response": "..."}`
 //!   ([`generic`]).
 
 pub mod call_json;
+pub mod gemma4;
 pub mod generic;
 pub mod json_stream;
+pub mod literal;
 pub mod native;
+pub mod pythonic;
 pub mod qwen_xml;
 pub mod reader;
 pub mod stream;
@@ -74,6 +80,10 @@ pub enum ToolFormat {
     Phi4,
     Granite,
     Harmony,
+    /// LFM2's pythonic calls.
+    Lfm2,
+    /// Gemma 4's `call:NAME{...}`.
+    Gemma4,
 }
 
 /// How a reply is read for calls: its syntax, and whether it can only be calls
@@ -140,6 +150,13 @@ impl ToolFormat {
         }
         if crate::structured::harmony::is_harmony_template(template) {
             ToolFormat::Harmony
+        } else if template.contains("<|tool_list_start|>") || template.contains("List of tools: [")
+        {
+            // LFM2 (and LFM2.5, whose list has no tags): the template lists the tools and
+            // the model calls in its own syntax, which the template never shows.
+            ToolFormat::Lfm2
+        } else if template.contains("<|tool_call>call:") {
+            ToolFormat::Gemma4
         } else if template.contains("<|tool_call|>") {
             // Phi-4-mini closes its calls; Granite writes one list after the tag.
             if template.contains("<|/tool_call|>") {
@@ -181,6 +198,8 @@ impl ToolFormat {
             ToolFormat::Phi4 => &["<|tool_call|>", "<|/tool_call|>"],
             ToolFormat::Granite => &["<|tool_call|>"],
             ToolFormat::Harmony => &crate::structured::harmony::CONTROL,
+            ToolFormat::Lfm2 => &[pythonic::OPEN, pythonic::CLOSE],
+            ToolFormat::Gemma4 => &[gemma4::OPEN, gemma4::CLOSE, gemma4::QUOTE],
             ToolFormat::Generic => &[],
         }
     }
@@ -195,6 +214,8 @@ impl ToolFormat {
             ToolFormat::Phi4 => "phi4",
             ToolFormat::Granite => "granite",
             ToolFormat::Harmony => "harmony",
+            ToolFormat::Lfm2 => "lfm2",
+            ToolFormat::Gemma4 => "gemma4",
         }
     }
 }

@@ -5,9 +5,11 @@
 //!   against `response_format`'s schema) or calls; a call the model starts is constrained
 //!   from its opening tag on, so its arguments validate too.
 //!
-//! Hermes, Qwen3.5's XML ([`super::qwen_xml`]), Mistral, Phi-4-mini and Granite need tags around the JSON, so their grammars are Lark (with the JSON
-//! parts as embedded schemas); Llama 3's call is plain JSON. A tag that is a control token in
-//! the vocabulary is named by id (`<[id]>`), since grammar text never produces one.
+//! Hermes, Qwen3.5's XML ([`super::qwen_xml`]), LFM2's pythonic calls ([`super::pythonic`]),
+//! Gemma 4's ([`super::gemma4`]), Mistral, Phi-4-mini and Granite need tags around the
+//! arguments, so their grammars are Lark (with the JSON parts as embedded schemas); Llama 3's
+//! call is plain JSON. A tag that is a control token in the vocabulary is named by id
+//! (`<[id]>`), since grammar text never produces one.
 
 use super::generic::MAX_CALLS;
 use super::{ToolDef, ToolFormat};
@@ -112,6 +114,23 @@ fn tagged_call(
         // analysis and final messages open with the same control tokens a call does), and
         // calls are read from it.
         ToolFormat::Generic | ToolFormat::Llama3 | ToolFormat::Harmony => None,
+        ToolFormat::Lfm2 => {
+            // One tagged list holds all the calls.
+            let close = tag(tok, super::pythonic::CLOSE);
+            let (after, rules) = super::pythonic::call_after(tools, most, &close, &with_layout);
+            return Some((Tag::of(tok, super::pythonic::OPEN), after, 1, rules));
+        }
+        ToolFormat::Gemma4 => {
+            let quote = Tag::of(tok, super::gemma4::QUOTE);
+            let (after, rules) = super::gemma4::call_after(
+                tools,
+                &tag(tok, super::gemma4::CLOSE),
+                &quote.item(),
+                matches!(quote, Tag::Text(_)),
+                &with_layout,
+            );
+            return Some((Tag::of(tok, super::gemma4::OPEN), after, most, rules));
+        }
         ToolFormat::QwenXml => {
             let (after, rules) =
                 super::qwen_xml::call_after(tools, &tag(tok, "</tool_call>"), &with_layout);

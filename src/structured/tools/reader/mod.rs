@@ -1,7 +1,8 @@
 //! Reading a reply in a [`ToolFormat`] as it arrives: content and calls, resumably, so each
 //! delta costs what it adds (a 4,000-token call is read in linear time, not re-read at every
 //! token). What it emits is final: content is only sent once it cannot turn out to be call
-//! syntax, a call's header once its name is complete, then its arguments as they grow.
+//! syntax, a call's header once its name is complete, then its arguments as they grow (LFM2's
+//! and Gemma 4's calls, whose syntax is not JSON, once their closing tag arrives: [`enclosed`]).
 //!
 //! The reply as a whole ([`Reader::reply`]) is exactly what the deltas added up to, so a
 //! streamed and a non-streamed reply agree by construction. A reply cut short (`max_tokens`)
@@ -37,7 +38,11 @@ fn tags(format: ToolFormat) -> Option<Tags> {
             open: "<|tool_call|>",
             close: None,
         }),
-        ToolFormat::Generic | ToolFormat::Llama3 | ToolFormat::QwenXml => None,
+        ToolFormat::Generic
+        | ToolFormat::Llama3
+        | ToolFormat::QwenXml
+        | ToolFormat::Lfm2
+        | ToolFormat::Gemma4 => None,
     }
 }
 
@@ -98,6 +103,7 @@ enum EnvPart {
 enum Mode {
     Tagged(Tags, Tagged),
     Xml(xml::Xml),
+    Enclosed(enclosed::Syntax, enclosed::Enclosed),
     Llama(Llama),
     Envelope(Envelope),
 }
@@ -167,10 +173,11 @@ impl Reader {
     /// A reader for `format`; `forced` when the reply can only be calls (`tool_choice`
     /// "required" or a named function): then nothing it holds is ever content.
     pub fn new(format: ToolFormat, forced: bool) -> Reader {
-        let mode = match (format, tags(format)) {
-            (_, Some(t)) => Mode::Tagged(t, Tagged::Text(0)),
-            (ToolFormat::Llama3, None) => Mode::Llama(Llama::Start),
-            (ToolFormat::QwenXml, None) => Mode::Xml(xml::Xml::Text(0)),
+        let mode = match (format, tags(format), enclosed::Syntax::of(format)) {
+            (_, Some(t), _) => Mode::Tagged(t, Tagged::Text(0)),
+            (_, None, Some(syn)) => Mode::Enclosed(syn, enclosed::Enclosed::Text(0)),
+            (ToolFormat::Llama3, None, _) => Mode::Llama(Llama::Start),
+            (ToolFormat::QwenXml, None, _) => Mode::Xml(xml::Xml::Text(0)),
             _ => Mode::Envelope(Envelope::Start),
         };
         Reader {
@@ -260,6 +267,7 @@ impl Reader {
             Mode::Tagged(t, st) => tagged(cx, *t, st),
             Mode::Llama(st) => llama(cx, st),
             Mode::Xml(st) => xml::xml(cx, st),
+            Mode::Enclosed(syn, st) => enclosed::enclosed(cx, *syn, st),
             Mode::Envelope(st) => envelope(cx, st),
         }
     }
@@ -593,6 +601,7 @@ fn held_prefix(text: &str, tag: &str) -> usize {
         .unwrap_or(0)
 }
 
+mod enclosed;
 #[cfg(test)]
 mod tests;
 mod xml;
