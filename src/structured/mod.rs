@@ -38,6 +38,7 @@ pub mod harmony;
 pub mod lookahead;
 pub mod phrases;
 pub mod reasoning;
+mod regex_text;
 pub mod rewrite;
 pub mod seq;
 pub mod syntax;

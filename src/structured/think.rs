@@ -96,7 +96,7 @@ impl ThinkFrame {
                 "think_lead".to_string(),
                 format!(
                     "think_lead[lazy]: /(?s:.*){}/\n",
-                    super::tools::native::regex_literal(t)
+                    super::regex_text::regex_literal(t)
                 ),
             ),
         };

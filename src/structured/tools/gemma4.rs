@@ -133,7 +133,7 @@ fn rules(quote: &str, quote_is_text: bool) -> String {
         // A lazy lexeme ends the string at the first closing quote.
         format!(
             "gemma_str[lazy]: /(?s:.*){}/\n",
-            super::native::regex_literal(QUOTE)
+            crate::structured::regex_text::regex_literal(QUOTE)
         )
     } else {
         format!("gemma_str: GEMMA_TEXT? {quote}\nGEMMA_TEXT: /(?s:.+)/\n")

@@ -2,7 +2,7 @@
 //! call's tags that tells a text cut short ([`Stop::Incomplete`]) from one that can never be
 //! a call ([`Stop::Bad`]), and the grammar of an argument list in a schema's terms.
 
-use serde_json::Value;
+use serde_json::{Number, Value};
 
 /// Why the text between the tags is not (yet) calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,7 +119,7 @@ impl<'a> Cursor<'a> {
         if j == b.len() {
             return Err(Stop::Incomplete);
         }
-        let n = super::pythonic::number_of(&self.t[start..j]).ok_or(Stop::Bad)?;
+        let n = number_of(&self.t[start..j]).ok_or(Stop::Bad)?;
         self.i = j;
         Ok(Value::Number(n))
     }
@@ -217,4 +217,17 @@ pub fn arguments(items: &[(String, bool)], sep: &str) -> String {
         .map(|i| format!("{}{}", optional[i], tail(i + 1)))
         .collect();
     format!("({})?", alts.join(" | "))
+}
+
+/// A JSON number from its Python text (`1_000` and `1.` are Python's too).
+fn number_of(text: &str) -> Option<Number> {
+    let t: String = text.chars().filter(|&c| c != '_').collect();
+    let t = t.strip_prefix('+').unwrap_or(&t);
+    if let Ok(i) = t.parse::<i64>() {
+        return Some(i.into());
+    }
+    if let Ok(u) = t.parse::<u64>() {
+        return Some(u.into());
+    }
+    t.parse::<f64>().ok().and_then(Number::from_f64)
 }

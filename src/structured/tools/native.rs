@@ -13,6 +13,7 @@
 
 use super::generic::MAX_CALLS;
 use super::{ToolDef, ToolFormat};
+use crate::structured::regex_text::regex_literal;
 use crate::tokenizer::Tokenizer;
 use serde_json::{json, Value};
 
@@ -82,18 +83,6 @@ impl Tag {
             Tag::Text(t) => serde_json::to_string(t).unwrap_or_default(),
         }
     }
-}
-
-/// `text` as a regex matching it literally (llguidance's regex syntax, inside `/.../`).
-pub(crate) fn regex_literal(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 2);
-    for c in text.chars() {
-        if "\\.+*?()|[]{}^$/-&~#".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// The answer branch of an `auto` reply under `response_format`.

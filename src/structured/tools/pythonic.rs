@@ -10,7 +10,7 @@
 
 use super::literal::{arguments, BodyCalls, Cursor, Stop};
 use super::ToolDef;
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
 pub const OPEN: &str = "<|tool_call_start|>";
 pub const CLOSE: &str = "<|tool_call_end|>";
@@ -255,19 +255,6 @@ pub fn call_after(
         after,
         format!("lfm2_call: {one}\nlfm2_more: \", \" lfm2_call\n"),
     )
-}
-
-/// A JSON number from its Python text (`1_000` and `1.` are Python's too).
-pub(super) fn number_of(text: &str) -> Option<Number> {
-    let t: String = text.chars().filter(|&c| c != '_').collect();
-    let t = t.strip_prefix('+').unwrap_or(&t);
-    if let Ok(i) = t.parse::<i64>() {
-        return Some(i.into());
-    }
-    if let Ok(u) = t.parse::<u64>() {
-        return Some(u.into());
-    }
-    t.parse::<f64>().ok().and_then(Number::from_f64)
 }
 
 #[cfg(test)]
