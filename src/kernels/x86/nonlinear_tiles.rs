@@ -313,3 +313,21 @@ macro_rules! nonlinear_entry_points {
     )*};
 }
 pub(crate) use nonlinear_entry_points;
+
+/// Tiles ahead of the one computing whose rows [`prefetch_ahead`] starts fetching.
+pub(crate) const PREFETCH_TILES: usize = 1;
+
+/// Starts fetching towards L2 bytes `from..from + len` of each of the `RM` rows that follow a
+/// tile's `RM` rows at `w` ([`PREFETCH_TILES`] tiles on, rows `wr` bytes apart): a one- or
+/// few-token tile calls it for each chunk of blocks it is about to read, so the next tile's
+/// lines are in flight while this one computes. A row tile reads `RM` short rows at once (a
+/// gpt-oss expert row is 24 lines), too many short streams for the hardware prefetchers to
+/// keep memory busy on their own; the loads of each chunk then waited on memory latency.
+/// Rows past the matrix's end are only hinted (a prefetch never faults); no bits change.
+#[inline(always)]
+pub(crate) fn prefetch_ahead<const RM: usize>(w: *const u8, wr: usize, from: usize, len: usize) {
+    for r in 0..RM {
+        let p = w.wrapping_add((r + RM * PREFETCH_TILES) * wr + from);
+        crate::kernels::prefetch::lines_to_l2(p, len);
+    }
+}

@@ -16,7 +16,7 @@ use std::arch::x86_64::*;
 use crate::kernels::blocks::nonlinear::IQ4_XS_BYTES;
 use crate::kernels::shape::check_vec_dot;
 use crate::kernels::x86::nonlinear_tiles::{
-    adt, checked, nonlinear_entry_points, table, wdt, IQ4_XS, MXFP4, ROWS_PER_PANEL,
+    adt, checked, nonlinear_entry_points, prefetch_ahead, table, wdt, IQ4_XS, MXFP4, ROWS_PER_PANEL,
 };
 use crate::kernels::DType;
 
@@ -141,6 +141,7 @@ unsafe fn tile32<const K: u8, const RM: usize, const RN: usize>(
     let mut b0 = 0;
     while b0 < nb {
         let n = SCALE_BLOCKS.min(nb - b0);
+        prefetch_ahead::<RM>(w, wr, b0 * bw, n * bw);
         let mut da = [_mm256_setzero_ps(); RN];
         for t in 0..RN {
             // SAFETY: blocks b0..b0 + n of token t are in bounds (caller contract).
