@@ -40,7 +40,8 @@ use crate::engine::model::head_width::{narrow_heads, widen_heads};
 use crate::engine::model::loaded::{add_in_place, for_row_pairs, for_rows, Model};
 use crate::engine::moe::experts_forward;
 use crate::engine::ops::{
-    geglu, rms_norm, rms_norm_in_place, scale_in_place, softcap_in_place, swiglu, swiglu_oai,
+    geglu, rms_norm, rms_norm_in_place, rms_norm_unweighted_in_place, scale_in_place,
+    softcap_in_place, swiglu, swiglu_oai,
 };
 use crate::engine::scratch::ForwardScratch;
 use crate::engine::team::Team;
@@ -299,13 +300,15 @@ impl Model {
                 },
             );
             if aw.bv.is_some() || c.v_norm {
-                let ones = vec![1.0; hd];
                 for_rows(&self.team, &mut s.v, nkv, n_tok, |_, row| {
                     if let Some(b) = &aw.bv {
                         add_in_place(row, b)
                     }
                     if c.v_norm {
-                        norm_heads(row, &ones, eps);
+                        // Gemma 4's value norm has no weight.
+                        for head in row.chunks_exact_mut(hd) {
+                            rms_norm_unweighted_in_place(head, eps);
+                        }
                     }
                 });
             }

@@ -10,7 +10,7 @@ pub mod swiglu;
 pub mod swiglu_oai;
 
 pub use gelu::geglu;
-pub use rmsnorm::{rms_norm, rms_norm_in_place};
+pub use rmsnorm::{rms_norm, rms_norm_in_place, rms_norm_unweighted_in_place};
 pub use rope::{yarn_corr_dims, RopeKind, RopeTable};
 pub use softmax::log_softmax_at;
 pub use swiglu::swiglu;

@@ -22,6 +22,15 @@ pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
+/// `x = rms_norm(x)` in place, with no weight: the same bits as [`rms_norm_in_place`] with a
+/// weight of ones (a product with 1.0 is exact), without needing such a weight.
+pub fn rms_norm_unweighted_in_place(x: &mut [f32], eps: f32) {
+    let scale = rms_scale(x, eps);
+    for xi in x.iter_mut() {
+        *xi *= scale;
+    }
+}
+
 /// `1 / sqrt(mean(x^2) + eps)`. Eight f64 partial sums (a fixed order, so the result is
 /// deterministic and the loop vectorizes), combined pairwise.
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
@@ -56,5 +65,18 @@ mod tests {
             let want = f64::from(x[i]) * s * f64::from(w[i]);
             assert!((f64::from(out[i]) - want).abs() < 1e-5, "{i}");
         }
+    }
+
+    #[test]
+    fn unweighted_equals_a_weight_of_ones_bit_for_bit() {
+        let x: Vec<f32> = (0..41).map(|i| (i as f32 * 0.73).cos() * 1e3).collect();
+        let mut a = x.clone();
+        let mut b = x;
+        rms_norm_in_place(&mut a, &[1.0; 41], 1e-6);
+        rms_norm_unweighted_in_place(&mut b, 1e-6);
+        assert_eq!(
+            a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            b.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
     }
 }
